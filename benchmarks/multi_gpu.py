@@ -1,0 +1,309 @@
+"""Strong scaling of SpMM over 1, 2 (and 4) GPUs: kernel-only, one-shot end-to-end, resident per iteration.
+
+    python benchmarks/multi_gpu.py [--quick] [--nnz 100e6,500e6] [--kinds rmat,sbm] [--orders none,natural,tca]
+
+For each generated matrix (R-MAT power-law and SBM communities, built on GPU 0 with CuPy, randomly relabelled as a
+real input would be) and each row order (``none`` = as given; ``natural`` = the generator's own labels, the ideal
+community order; ``tca`` = tasks.reorder's TCA when asked), and P in the GPU counts:
+
+- kernel-only: median of ``--repeats`` CUDA-event-timed runs per GPU inside the one-shot tasks; T_P = slowest
+  GPU; efficiency T_1 / (P * T_P);
+- one-shot end-to-end, from the shards' Parquet files to C gathered in the original row order, with the max per
+  GPU of load / h2d / plan / kernel / d2h and the driver's gather; the timing repeats are subtracted;
+- resident: ``--iters`` iterations (after one warm-up) of halo exchange (NCCL when available) + kernel, per
+  iteration ms and halo bytes per GPU; efficiency against the P = 1 iteration.
+
+C of every P > 1 run (one-shot and resident) is checked against the single-GPU one-shot C (TF32: relative
+Frobenius error < 1e-3). Writes ``benchmarks/results/multi_gpu-<machine>-<date>.json`` and prints a table last.
+``--cpu``: the same pipeline with NumPy on CPU workers and tiny sizes (a smoke test of the logic, no timings).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from storage import BlockStore  # noqa: E402
+from tasks.distribute import DistributedSpmm, cluster_client, make_plan, persist_plan, run_oneshot  # noqa: E402
+from tasks.distribute.cluster import count_gpus  # noqa: E402
+from tasks.distribute.synth import metcf_from_keys, relabel, rmat_keys, sbm_keys  # noqa: E402
+
+TF32_RTOL = 1e-3  # relative Frobenius error between two TF32 runs with different shard splits
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="one ~20M-nnz matrix per kind, fewer repeats")
+    p.add_argument("--cpu", action="store_true", help="NumPy on CPU workers, tiny sizes (logic smoke test)")
+    p.add_argument("--nnz", default="100e6", help="target nonzeros per matrix, comma-separated (50e6..500e6)")
+    p.add_argument("--kinds", default="rmat,sbm")
+    p.add_argument("--orders", default="none,natural", help="none, natural, tca (TCA only up to --tca-max-nnz)")
+    p.add_argument("--tca-max-nnz", type=float, default=60e6)
+    p.add_argument("--gpus", default=None, help="GPU counts, default 1,2 (and 4 when present)")
+    p.add_argument("--n-cols", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--budget-s", type=float, default=420.0,
+                   help="start no new matrix variant after this many seconds (the JSON is rewritten after each)")
+    p.add_argument("--autotune", action="store_true",
+                   help="let SpmmPlan time its candidate kernels per shard (slow: cuSPARSE needs a host CSR)")
+    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/multi_gpu-<machine>-<date>)")
+    p.add_argument("--data-root", default=None, help="block store for the shards (default: a temp folder)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.nnz, args.repeats, args.iters = "20e6", min(args.repeats, 10), min(args.iters, 3)
+    if args.cpu:
+        args.nnz, args.n_cols, args.repeats, args.iters = "2e5", min(args.n_cols, 32), 1, 2
+    return args
+
+
+def make_graph(xp, kind: str, nnz: float, seed: int):
+    """(natural-order keys, shape): R-MAT with edge factor 16; SBM with 100 blocks, degree 24, 2% outside edges."""
+    if kind == "rmat":
+        scale = max(8, int(round(np.log2(nnz / 16 / 0.85))))  # ~15% of R-MAT draws are duplicates
+        return rmat_keys(xp, scale, 16, seed)
+    if kind == "sbm":
+        n = int(nnz / 24)  # 2% of edges leave their community: the halo a community order can save
+        return sbm_keys(xp, n, 100, 23.5, 0.5, seed)
+    raise SystemExit(f"unknown kind {kind!r}; expected rmat or sbm")
+
+
+def build_variants(xp, kind, nnz, orders, args):
+    """Yield (order name, METCF of A[perm], perm or None, info) with A = the randomly relabelled graph."""
+    t0 = time.perf_counter()
+    keys, shape = make_graph(xp, kind, nnz, args.seed)
+    n = shape[0]
+    q = xp.asarray(np.random.default_rng(args.seed + 7).permutation(n))  # node v gets label q[v]
+    A_keys = relabel(xp, keys, shape, q)
+    del keys
+    gen_s = time.perf_counter() - t0
+    for order in orders:
+        t0 = time.perf_counter()
+        if order == "none":
+            perm, k = None, A_keys
+        elif order == "natural":  # position i holds A's row q[i], i.e. node i: the generator's own order
+            perm = _host(q).astype(np.int64)
+            k = _rows_reordered(xp, A_keys, shape, perm)
+        elif order == "tca":
+            if int(A_keys.shape[0]) > args.tca_max_nnz:
+                print(f"  skip tca on {kind}: {int(A_keys.shape[0]):,} nnz > --tca-max-nnz", flush=True)
+                continue
+            perm = _tca_perm(A_keys, shape)
+            k = _rows_reordered(xp, A_keys, shape, perm)
+        else:
+            raise SystemExit(f"unknown order {order!r}; expected none, natural or tca")
+        M = metcf_from_keys(xp, k, shape, seed=args.seed)
+        del k
+        _free(xp)
+        info = {"kind": kind, "order": order, "shape": list(shape), "nnz": M.nnz, "n_blocks": M.n_blocks,
+                "mean_nnz_tc": M.mean_nnz_tc, "gen_s": gen_s, "convert_s": time.perf_counter() - t0}
+        yield order, M, perm, info
+
+
+def _rows_reordered(xp, keys, shape, perm):
+    """Keys of A[perm] (rows only): row perm[i] moves to i."""
+    n_cols = int(shape[1])
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(perm.shape[0])
+    rows, cols = keys // n_cols, keys % n_cols
+    return xp.sort(xp.asarray(inv)[rows] * n_cols + cols)
+
+
+def _tca_perm(keys, shape):
+    import scipy.sparse as sp
+    from tasks.reorder import reorder
+    k = _host(keys)
+    rows, cols = np.divmod(k, shape[1])
+    A = sp.csr_array((np.ones(k.shape[0], np.float32), (rows, cols)), shape=shape)
+    return reorder(A, "tca")
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def _free(xp):
+    if xp.__name__ == "cupy":
+        xp.get_default_memory_pool().free_all_blocks()
+
+
+def rel_err(C, ref) -> float:
+    """||C - ref||_F / ||ref||_F in float64, row chunks (C may be GBs)."""
+    num = den = 0.0
+    step = 1 << 18
+    for r in range(0, C.shape[0], step):
+        a, b = C[r:r + step].astype(np.float64), ref[r:r + step].astype(np.float64)
+        num += float(((a - b) ** 2).sum())
+        den += float((b ** 2).sum())
+    return (num / den) ** 0.5 if den else float(num > 0)
+
+
+def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log):
+    """All P for one matrix variant; returns rows for the table/JSON."""
+    rows, C1 = [], None
+    spmm_kw = {} if args.autotune else {"autotune": False}
+    plans = {P: make_plan(M, P, perm=perm) for P in gpu_counts}
+    key = f"{info['order']}-bench"
+    t0 = time.perf_counter()
+    persist_plan(M, plans[max(gpu_counts)], store, key, n_cols_b=args.n_cols)  # finest shards; others read ranges
+    persist_s = time.perf_counter() - t0
+    T1 = R1 = None
+    for P in gpu_counts:
+        plan = plans[P]
+        row = {**info, "P": P, "persist_s": persist_s, "shard_blocks": plan.n_blocks.tolist()}
+        try:
+            C, tm = run_oneshot(plan, B, client, store=store, perm_key=key, repeats=args.repeats, spmm_kw=spmm_kw)
+            kernel = max(t["kernel_ms"] for t in tm)
+            T1 = kernel if P == 1 else T1
+            timing_runs = max(t["kernel_ms"] * t["repeats"] for t in tm)
+            row.update(kernel_ms=kernel, kernel_ms_per_gpu=[t["kernel_ms"] for t in tm],
+                       kernel_eff=(T1 / (P * kernel)) if T1 else None, e2e_ms=tm[0]["wall_ms"] - timing_runs,
+                       kernels=[t["kernel"] for t in tm], gpus=[t["gpu"] for t in tm],
+                       bytes_in=[t["bytes_in"] for t in tm], send_all=[t["send_all"] for t in tm],
+                       **{f"{s}_ms": max(t[f"{s}_ms"] for t in tm) for s in ("load", "h2d", "plan", "d2h")},
+                       gather_ms=sum(t["gather_ms"] for t in tm))
+            if P == 1:
+                C1 = C
+            else:
+                row["oneshot_rel_err"] = rel_err(C, C1) if C1 is not None else None
+            del C
+            ds = DistributedSpmm(plan, client, M=M, spmm_kw=spmm_kw)
+            try:
+                ds.scatter(B)
+                ds.run()  # warm-up: kernel selection / autotune for this N
+                for _ in range(args.iters):
+                    parts = ds.run()
+                hist = ds.history[1:]
+                it = float(np.median([h["iteration_ms"] for h in hist]))
+                R1 = it if P == 1 else R1
+                last = hist[-1]["shards"]
+                row.update(transport=ds.transport, transport_reason=ds.transport_reason, iter_ms=it,
+                           iter_exchange_ms=float(np.median([h["exchange_ms"] for h in hist])),
+                           iter_kernel_ms=float(np.median([h["kernel_ms"] for h in hist])),
+                           iter_eff=(R1 / (P * it)) if R1 else None,
+                           halo_recv_bytes=[s["halo_bytes_recv"] for s in last],
+                           halo_sent_bytes=[s["halo_bytes_sent"] for s in last])
+                if P > 1 and C1 is not None:
+                    row["resident_rel_err"] = rel_err(parts.gather(), C1)
+            finally:
+                ds.close()
+        except Exception as err:  # keep going: one failing configuration must not hide the others
+            row["error"] = f"{type(err).__name__}: {err}"
+            log(traceback.format_exc())
+        rows.append(row)
+        log(json.dumps({k: v for k, v in row.items() if not isinstance(v, list)}, default=str))
+    return rows
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for mod in ("numpy", "scipy", "pyarrow", "cupy", "dask", "distributed", "dask_cuda", "torch"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:
+            out[mod] = None
+    return out
+
+
+def _mega(n) -> str:
+    return f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M"
+
+
+def fmt_table(rows) -> str:
+    head = ("kind", "order", "nnz", "P", "kern ms", "eff", "e2e ms", "load", "h2d", "d2h", "gather",
+            "iter ms", "xchg", "it eff", "via", "halo MB/gpu", "err")
+    lines = [" | ".join(f"{h:>9}" for h in head)]
+    f = lambda v, p=1: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
+    for r in rows:
+        if "error" in r:
+            lines.append(" | ".join(f"{x:>9}" for x in (r["kind"], r["order"], _mega(r["nnz"]),
+                                                        r["P"])) + " | ERROR " + r["error"][:120])
+            continue
+        halo = max(r.get("halo_recv_bytes") or [0]) / 2**20
+        err = max(r.get("oneshot_rel_err") or 0.0, r.get("resident_rel_err") or 0.0)
+        vals = (r["kind"], r["order"], _mega(r["nnz"]), r["P"], f(r.get("kernel_ms"), 2),
+                f(r.get("kernel_eff"), 3), f(r.get("e2e_ms"), 0), f(r.get("load_ms"), 0), f(r.get("h2d_ms"), 0),
+                f(r.get("d2h_ms"), 0), f(r.get("gather_ms"), 0), f(r.get("iter_ms"), 2),
+                f(r.get("iter_exchange_ms"), 2), f(r.get("iter_eff"), 3), r.get("transport", "-"), f"{halo:.1f}",
+                "-" if r["P"] == 1 else f"{err:.1e}")
+        lines.append(" | ".join(f"{v:>9}" for v in vals))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    if args.cpu:
+        xp, n_gpus = np, 0
+    else:
+        import cupy as xp
+        n_gpus = count_gpus()
+        if n_gpus == 0:
+            raise SystemExit("no CUDA GPU found; use --cpu for the logic smoke test")
+    gpu_counts = [int(x) for x in args.gpus.split(",")] if args.gpus else \
+        [p for p in (1, 2, 4) if p <= max(n_gpus, 2 if args.cpu else 1)]
+    log_lines: list[str] = []
+
+    def log(msg):
+        log_lines.append(msg)
+        print(msg, file=sys.stderr, flush=True)
+
+    root = Path(args.data_root) if args.data_root else Path(tempfile.mkdtemp(prefix="tcspmm-mgpu-"))
+    rows, skipped = [], []
+
+    def write_json():
+        doc = {"benchmark": "multi_gpu", "command": " ".join([sys.executable, *sys.argv]),
+               "date": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": platform.node(),
+               "gpus": sorted({g for r in rows for g in r.get("gpus", [])}), "versions": versions(),
+               "args": vars(args), "wall_s": time.perf_counter() - started, "rows": rows, "skipped": skipped,
+               "targets": {"kernel_eff": 0.95, "iter_eff_2gpu_100M": 0.75}}
+        machine = "cpu" if args.cpu else (doc["gpus"][0].replace(" ", "_") if doc["gpus"] else platform.node())
+        out = Path(args.out) if args.out else Path(__file__).parent / "results" / \
+            f"multi_gpu-{machine}-{dt.date.today().isoformat()}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        return out, doc
+
+    with cluster_client(n_workers=max(gpu_counts), gpu=not args.cpu) as client:
+        log(f"cluster: {len(client.scheduler_info()['workers'])} workers, GPU counts {gpu_counts}")
+        for kind in args.kinds.split(","):
+            for nnz in (float(x) for x in args.nnz.split(",")):
+                if time.perf_counter() - started > args.budget_s:
+                    skipped.append(f"{kind} {nnz:.0e}: over --budget-s {args.budget_s:.0f}")
+                    log(f"skip {skipped[-1]}")
+                    continue
+                store = BlockStore(root).matrix(f"gen.{kind}.{int(nnz)}")
+                for order, M, perm, info in build_variants(xp, kind, nnz, args.orders.split(","), args):
+                    log(f"{kind} {order}: {M.shape[0]:,} rows, {M.nnz:,} nnz, {M.n_blocks:,} TC blocks "
+                        f"(gen {info['gen_s']:.1f}s, convert {info['convert_s']:.1f}s)")
+                    B = _host(xp.random.default_rng(args.seed).standard_normal((M.shape[1], args.n_cols),
+                                                                                 dtype=xp.float32))
+                    _free(xp)
+                    rows += bench_variant(client, M, perm, info, B, gpu_counts, store, args, log)
+                    del M, B
+                    write_json()
+                    if time.perf_counter() - started > args.budget_s:
+                        skipped.append(f"{kind} {nnz:.0e}: orders after {order} over --budget-s")
+                        log(f"skip {skipped[-1]}")
+                        break
+    out, doc = write_json()
+    bad = [r for r in rows if "error" in r or max(r.get("oneshot_rel_err") or 0, r.get("resident_rel_err") or 0)
+           > TF32_RTOL]
+    print(f"\nwrote {out} ({doc['wall_s']:.0f} s); {len(bad)} failing rows; skipped: {skipped or 'none'}")
+    print(fmt_table(rows))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

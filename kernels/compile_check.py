@@ -1,0 +1,68 @@
+"""Offline compile check: nvcc-compiles every kernels/cuda/*.cu for sm_80 and sm_90 with the -D options of
+kernels/config.py and prints ptxas's resource report (registers, shared memory, spills).
+
+``python -m kernels.compile_check [--arch sm_80 --arch sm_90]``: exit 0 when all compile (or when nvcc is
+absent: it prints why it skipped), 1 when any fails or spills to local memory.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kernels.config import CONFIG
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+ARCHS = ("sm_80", "sm_90")
+
+
+def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list[dict]:
+    """Compile each .cu for each arch; returns one dict per (file, arch): ok, spills, report. [] without nvcc."""
+    nvcc = nvcc or shutil.which("nvcc")
+    if nvcc is None:
+        return []
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for cu in sorted(CUDA_DIR.glob("*.cu")):
+            for arch in archs:
+                cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
+                       *CONFIG.defines(), str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}.o")]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                report = proc.stdout + proc.stderr
+                spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", report)]
+                stack = [int(x) for x in re.findall(r"(\d+) bytes stack frame", report)]
+                res = {"file": cu.name, "arch": arch, "ok": proc.returncode == 0, "spill_bytes": sum(spills),
+                       "stack_bytes": sum(stack), "command": " ".join(cmd), "report": report}
+                results.append(res)
+                if verbose:
+                    regs = re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", report, re.S)
+                    print(f"{cu.name} {arch}: {'ok' if res['ok'] else 'FAILED'}; spills {res['spill_bytes']} B, "
+                          f"stack {res['stack_bytes']} B; registers {dict((k, int(v)) for k, v in regs)}")
+                    if not res["ok"]:
+                        print(report)
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", action="append", help="sm_XX (repeatable); default sm_80 and sm_90")
+    args = ap.parse_args(argv)
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        print("compile_check: skipped, nvcc is not on PATH (install the CUDA toolkit to check kernels/cuda offline)")
+        return 0
+    results = check(tuple(args.arch or ARCHS), nvcc=nvcc)
+    if not results:
+        print(f"compile_check: no .cu files in {CUDA_DIR}")
+        return 1
+    bad = [r for r in results if not r["ok"] or r["spill_bytes"]]
+    print(f"compile_check: {len(results) - len(bad)}/{len(results)} compiled without spills with {nvcc}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+// C = A @ B for a sparse A (M x K) in ME-TCF and dense row-major B (K x N) and C (M x N), fp32 in and out,
+// TF32 Tensor Core products with fp32 accumulation (DTC-SpMM, ASPLOS'24, sections 4.4 and 4.5.1).
+//
+// Kernels:
+//   metcf_spmm_window   1 block = one 16-row window x blockDim.x columns (blockIdx.y picks the column chunk);
+//                       1 warp = 32 columns (4 register-remapped n8 tiles); lane l owns rows l/4 and l/4+8.
+//                       Every window's block writes its 16 x chunk slice of C (zeros for an empty window).
+//   metcf_spmm_balanced strict balance: 1 block = work item i = global TC blocks
+//                       [i*BPI, min((i+1)*BPI, n_blocks)) (BPI = CFG_BLOCKS_PER_ITEM, kernels.formats.metcf.
+//                       balanced_items), which may span several windows. A window lying inside one item is
+//                       written to C directly; a window cut by an item boundary writes its partial sum to
+//                       workspace slot part_ptr[w] + (i - row_window_offset[w] / BPI) (16 x N floats each).
+//   metcf_combine       1 block = one window that no single item owns (split or empty); C rows = sum of its
+//                       workspace slots in slot order (zeros for none): fixed order, no atomics, so two calls
+//                       give bit-identical C.
+// Input contract: see metcf_tile.cuh; item_window and part_ptr as built by kernels/launch.py (int64).
+// All offsets and C/B indexing are int64 (rows x N beyond 2^31 is safe).
+#include "metcf_tile.cuh"
+
+// The A-tile pipeline shared by both SpMM kernels: for each TC block b in [b_begin, b_end) (uniform across the
+// thread block): acc += tile(b) x B-slice, then after(b, acc). Stage k % CFG_TILE_STAGES holds block
+// b_begin + k; block b+1 is fetched with cp.async while block b's B loads and mma run. A stage is zeroed two
+// iterations after its last read, so one barrier per block orders: zero -> barrier -> cp.async -> wait ->
+// barrier -> read, and every read of a stage before its next zeroing.
+template <class After>
+__device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
+                                              const unsigned char* __restrict__ tc_local_id,
+                                              const float* __restrict__ data, const int* __restrict__ a_to_b,
+                                              const float* __restrict__ B, i64 N, i64 n0, bool active, bool vec,
+                                              float (&acc)[4][4], After after) {
+  if (b_begin >= b_end) return;
+  const int lane = threadIdx.x & 31;
+  zero_tile(s, 0);
+  __syncthreads();
+  fetch_tile_async(s, 0, b_begin, tc_offset, tc_local_id, data, a_to_b);
+  int cur = 0;
+  for (i64 b = b_begin; b < b_end; ++b) {
+    const int nxt = (cur + 1 == CFG_TILE_STAGES) ? 0 : cur + 1;
+    const bool has_next = b + 1 < b_end;
+    if (has_next) zero_tile(s, nxt);  // last read CFG_TILE_STAGES - 1 >= 2 iterations ago, before a barrier
+    cp_async_wait_all();
+    __syncthreads();  // stage cur landed for all threads; stage nxt zeroed by all threads
+    if (has_next) fetch_tile_async(s, nxt, b + 1, tc_offset, tc_local_id, data, a_to_b);
+    if (active) warp_tile_mma(acc, s, cur, B, N, n0, vec, lane);
+    after(b, acc);
+    cur = nxt;
+  }
+}
+
+struct NoFlush {
+  __device__ void operator()(i64, float (&)[4][4]) const {}
+};
+
+extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32)
+    metcf_spmm_window(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
+                      const unsigned char* __restrict__ tc_local_id, const float* __restrict__ data,
+                      const int* __restrict__ a_to_b, const float* __restrict__ B, float* __restrict__ C, i64 M,
+                      i64 N, int vec_ok) {
+  __shared__ TileStages s;
+  const i64 w = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const i64 n0 = (i64)blockIdx.y * blockDim.x + 32 * warp;  // this warp's first column
+  const bool active = n0 < N;
+  const bool vec = vec_ok != 0 && n0 + CFG_WARP_COLS <= N;
+  float acc[4][4];  // [n8 tile t][mma D register]: rows g, g+8 x remapped columns (see metcf_tile.cuh)
+  zero_acc(acc);
+  tile_pipeline(s, row_window_offset[w], row_window_offset[w + 1], tc_offset, tc_local_id, data, a_to_b, B, N, n0,
+                active, vec, acc, NoFlush());
+  const i64 row0 = w * CFG_WINDOW_ROWS;
+  const int rows = (int)min((i64)CFG_WINDOW_ROWS, M - row0);
+  if (active) store_acc(C + row0 * N, acc, rows, N, n0, vec, lane);
+}
+
+extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32)
+    metcf_spmm_balanced(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
+                        const unsigned char* __restrict__ tc_local_id, const float* __restrict__ data,
+                        const int* __restrict__ a_to_b, const i64* __restrict__ item_window,
+                        const i64* __restrict__ part_ptr, const float* __restrict__ B, float* __restrict__ C,
+                        float* __restrict__ workspace, i64 M, i64 N, i64 n_blocks, int vec_ok) {
+  __shared__ TileStages s;
+  const i64 item = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const i64 n0 = (i64)blockIdx.y * blockDim.x + 32 * warp;
+  const bool active = n0 < N;
+  const bool vec = vec_ok != 0 && n0 + CFG_WARP_COLS <= N;
+  const i64 b_begin = item * CFG_BLOCKS_PER_ITEM;
+  const i64 b_end = min(b_begin + (i64)CFG_BLOCKS_PER_ITEM, n_blocks);
+  i64 w = item_window[item];  // window of block b_begin
+  i64 w_begin = row_window_offset[w], w_end = row_window_offset[w + 1];
+  float acc[4][4];  // [n8 tile t][mma D register], as in metcf_spmm_window
+  zero_acc(acc);
+  auto flush = [&](i64 b, float (&a)[4][4]) {
+    if (b + 1 != w_end && b + 1 != b_end) return;  // window w continues inside this item
+    if (active) {
+      if (w_begin >= b_begin && w_end <= b_end) {  // the whole window is in this item: write C
+        const i64 row0 = w * CFG_WINDOW_ROWS;
+        store_acc(C + row0 * N, a, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec, lane);
+      } else {  // a piece of a split window: its workspace slot, summed later by metcf_combine
+        const i64 slot = part_ptr[w] + (item - w_begin / CFG_BLOCKS_PER_ITEM);
+        store_acc(workspace + slot * CFG_WINDOW_ROWS * N, a, CFG_WINDOW_ROWS, N, n0, vec, lane);
+      }
+    }
+    zero_acc(a);
+    if (b + 1 < b_end) {  // advance to the window of block b + 1, skipping windows without blocks
+      do { ++w; } while (row_window_offset[w + 1] <= b + 1);
+      w_begin = row_window_offset[w];
+      w_end = row_window_offset[w + 1];
+    }
+  };
+  tile_pipeline(s, b_begin, b_end, tc_offset, tc_local_id, data, a_to_b, B, N, n0, active, vec, acc, flush);
+}
+
+extern "C" __global__ void __launch_bounds__(CFG_COMBINE_THREADS)
+    metcf_combine(const i64* __restrict__ windows, const i64* __restrict__ part_ptr,
+                  const float* __restrict__ workspace, float* __restrict__ C, i64 M, i64 N) {
+  const i64 w = windows[blockIdx.x];
+  const i64 s0 = part_ptr[w], s1 = part_ptr[w + 1];
+  const i64 row0 = w * CFG_WINDOW_ROWS;
+  const i64 elems = min((i64)CFG_WINDOW_ROWS, M - row0) * N;  // C[row0 + r][n] at offset r * N + n
+  const i64 slot_elems = (i64)CFG_WINDOW_ROWS * N;
+  for (i64 e = (i64)blockIdx.y * blockDim.x + threadIdx.x; e < elems; e += (i64)gridDim.y * blockDim.x) {
+    float sum = 0.0f;
+    for (i64 slot = s0; slot < s1; ++slot) sum += workspace[slot * slot_elems + e];  // slot order: fixed
+    C[row0 * N + e] = sum;
+  }
+}

@@ -1,0 +1,142 @@
+// Shared pieces of the ME-TCF SpMM kernels: one 16x8 sparse A tile times a 8x32 slice of B per warp with
+// TF32 mma.sync.m16n8k8, A tiles staged through shared memory with cp.async, B straight into registers.
+//
+// Register remapping (DTC-SpMM section 4.4.1): a warp owns 32 columns n0..n0+31 of B and C as four n8 tiles;
+// column j (0..7) of tile t is the actual column n0 + 4*j + t. The mma B fragment of lane (g = lane/4,
+// q = lane%4) is rows q and q+4, column j = g of each tile, i.e. B[k][n0+4g+t] for t = 0..3: one float4
+// per B row. Its C fragment is rows g and g+8, tile columns 2q and 2q+1 = actual columns n0+8q+t and
+// n0+8q+4+t: 8 contiguous columns per row, written as two float4.
+//
+// Input contract (checked by kernels/launch.py): docs/CONTRACTS.md ME-TCF arrays with row_window_offset and
+// tc_offset as int64, sparse_a_to_b as int32 (-1 = padding), tc_local_id uint8 (r*8+c), data float32;
+// B row-major [K, N] float32, C row-major [M, N] float32; vec != 0 only when N % 4 == 0 and B, C are
+// 16-byte aligned. A non-finite value in a referenced row of B reaches all 16 rows of its window (a dense
+// 16x8 tile multiplies it by the tile's zeros); padding slots (-1) never read B.
+#pragma once
+
+#if !defined(CFG_WINDOW_ROWS) || !defined(CFG_BLOCK_COLS) || !defined(CFG_WARP_COLS) || \
+    !defined(CFG_MAX_WARPS) || !defined(CFG_TILE_STAGES) || !defined(CFG_BLOCKS_PER_ITEM) || \
+    !defined(CFG_COMBINE_THREADS)
+#error "compile with the -D options of kernels/config.py (KernelConfig.defines())"
+#endif
+static_assert(CFG_WINDOW_ROWS == 16, "mma.m16n8k8 needs 16-row windows (KernelConfig.window_rows)");
+static_assert(CFG_BLOCK_COLS == 8, "mma.m16n8k8 needs 8-column TC blocks (KernelConfig.block_cols)");
+static_assert(CFG_WARP_COLS == 32, "the float4 register remapping covers 4 n8 tiles = 32 columns per warp");
+static_assert(CFG_MAX_WARPS >= 1 && CFG_MAX_WARPS <= 32, "KernelConfig.max_warps must be 1..32");
+static_assert(CFG_TILE_STAGES >= 3, "one barrier per TC block needs >= 3 tile buffers (KernelConfig)");
+static_assert(CFG_BLOCKS_PER_ITEM >= 1, "KernelConfig.blocks_per_item must be >= 1");
+
+typedef long long i64;
+#define TILE_ELEMS (CFG_WINDOW_ROWS * CFG_BLOCK_COLS)  // 128 slots of one 16x8 TC block
+
+// Slot (r, c) of a 16x8 tile lives at (c/4)*64 + r*4 + c%4, so the mma A fragment register k of lane l is
+// element k*32 + l: conflict-free shared loads (row-major r*8+c would put lanes g and g+4 on one bank).
+__device__ __forceinline__ int tile_slot(int local_id) {
+  const int r = local_id >> 3, c = local_id & 7;
+  return ((c >> 2) << 6) + (r << 2) + (c & 3);
+}
+
+struct TileStages {
+  float a[CFG_TILE_STAGES][TILE_ELEMS];     // [stage][128]: permuted 16x8 A tile (tile_slot), zero-filled
+  int col[CFG_TILE_STAGES][CFG_BLOCK_COLS];  // [stage][8]: sparse_a_to_b row of the block, -1 = padding
+};
+
+// Plain equivalent: *(float*)dst_smem = *(const float*)src_gmem; issued now, completed by cp_async_wait_all.
+__device__ __forceinline__ void cp_async4(void* dst_smem, const void* src_gmem) {
+  const unsigned dst = (unsigned)__cvta_generic_to_shared(dst_smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src_gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Plain equivalent: wait until every cp.async this thread issued has landed in shared memory.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Plain equivalent: x with its mantissa rounded to 10 bits (round to nearest, ties away), as a bit pattern.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// Plain equivalent, with g = lane/4, q = lane%4, A the 16x8 tile, Bt the 8x8 tile, D the 16x8 accumulator:
+//   for i in 0..15, j in 0..7: D[i][j] += sum_k A[i][k] * Bt[k][j]
+// a = {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, b = {Bt[q][g], Bt[q+4][g]},
+// d = {D[g][2q], D[g][2q+1], D[g+8][2q], D[g+8][2q+1]}.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void zero_tile(TileStages& s, int stage) {
+  for (int i = threadIdx.x; i < TILE_ELEMS; i += blockDim.x) s.a[stage][i] = 0.0f;
+}
+
+// All threads: scatter block b's nonzeros into the (already zeroed) stage, plus its 8 column ids; async.
+__device__ __forceinline__ void fetch_tile_async(TileStages& s, int stage, i64 b, const i64* __restrict__ tc_offset,
+                                                 const unsigned char* __restrict__ tc_local_id,
+                                                 const float* __restrict__ data, const int* __restrict__ a_to_b) {
+  const i64 begin = tc_offset[b], end = tc_offset[b + 1];
+  for (i64 i = begin + threadIdx.x; i < end; i += blockDim.x)
+    cp_async4(&s.a[stage][tile_slot(tc_local_id[i])], data + i);
+  if (threadIdx.x < CFG_BLOCK_COLS) cp_async4(&s.col[stage][threadIdx.x], a_to_b + b * CFG_BLOCK_COLS + threadIdx.x);
+  cp_async_commit();
+}
+
+// One B row segment: v[t] = B[col][n + t] for t = 0..3, zeros for padding (col < 0) or past N.
+__device__ __forceinline__ void load_b4(float (&v)[4], const float* __restrict__ B, int col, i64 n_cols_b, i64 n,
+                                        bool vec) {
+  if (col < 0) {
+    v[0] = v[1] = v[2] = v[3] = 0.0f;
+  } else if (vec) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(B + (i64)col * n_cols_b + n));
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+  } else {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) v[t] = (n + t < n_cols_b) ? __ldg(B + (i64)col * n_cols_b + n + t) : 0.0f;
+  }
+}
+
+// One warp, one TC block: acc[t] += A_tile (16x8) x B[cols][n0 + 4j + t] (8 x 8) for the 4 remapped tiles.
+__device__ __forceinline__ void warp_tile_mma(float (&acc)[4][4], const TileStages& s, int stage,
+                                              const float* __restrict__ B, i64 N, i64 n0, bool vec, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  float b_lo[4], b_hi[4];  // [t]: B[col[q]][n0+4g+t], B[col[q+4]][n0+4g+t]
+  load_b4(b_lo, B, s.col[stage][q], N, n0 + 4 * g, vec);
+  load_b4(b_hi, B, s.col[stage][q + 4], N, n0 + 4 * g, vec);
+  unsigned a[4];  // mma A fragment: tile rows g, g+8 x columns q, q+4 (see tile_slot)
+#pragma unroll
+  for (int k = 0; k < 4; ++k) a[k] = to_tf32(s.a[stage][k * 32 + lane]);
+#pragma unroll
+  for (int t = 0; t < 4; ++t) mma_tf32(acc[t], a, to_tf32(b_lo[t]), to_tf32(b_hi[t]));
+}
+
+// Write a warp's 16x32 accumulator (remapped) to dst rows 0..rows-1 (row stride N), columns n0..n0+31 (< N).
+__device__ __forceinline__ void store_acc(float* __restrict__ dst, const float (&acc)[4][4], int rows, i64 N,
+                                          i64 n0, bool vec, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  const i64 n = n0 + 8 * q;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // h = 0: row g (acc[t][0], acc[t][1]); h = 1: row g + 8 (acc[t][2], acc[t][3])
+    const int r = g + 8 * h;
+    if (r >= rows) continue;
+    float* row = dst + (i64)r * N;
+    if (vec) {
+      *reinterpret_cast<float4*>(row + n) = make_float4(acc[0][2 * h], acc[1][2 * h], acc[2][2 * h], acc[3][2 * h]);
+      *reinterpret_cast<float4*>(row + n + 4) =
+          make_float4(acc[0][2 * h + 1], acc[1][2 * h + 1], acc[2][2 * h + 1], acc[3][2 * h + 1]);
+    } else {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        if (n + t < N) row[n + t] = acc[t][2 * h];
+        if (n + 4 + t < N) row[n + 4 + t] = acc[t][2 * h + 1];
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void zero_acc(float (&acc)[4][4]) {
+#pragma unroll
+  for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+}

@@ -1,0 +1,159 @@
+"""Baseline: cuSPARSE generic SpMM, C = A @ B with A in CSR (fp32 values), B and C dense row-major
+(CUSPARSE_ORDER_ROW), through CuPy's low-level bindings (cupy_backends.cuda.libs.cusparse) plus ctypes for
+cusparseSpMM_preprocess and cusparseDnMatSetValues (no CuPy 14.2 binding), loaded from the same libcusparse
+CuPy already has in the process. Not cupyx.scipy.sparse's ``@`` (column-major C, default algorithm only).
+
+`CusparseSpmm(A).tune(B)` times CSR_ALG1/2/3 (preprocess where it applies, warm-up, CUDA events) and keeps the
+fastest per N; `.run(B, out=None)` then uses it. Handle, descriptors and buffers are cached per N.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from kernels.indexing import index_dtype
+
+# cusparseSpMMAlg_t values (cusparse.h): ALG1 any layout; ALG2 and ALG3 row-major, ALG3 with preprocessing.
+ALGORITHMS = {"CSR_ALG1": 4, "CSR_ALG2": 6, "CSR_ALG3": 12}
+PREPROCESS = {"CSR_ALG3"}
+CUDA_R_32F = 0  # cudaDataType_t (library_types.h)
+
+
+def _libcusparse() -> ctypes.CDLL:
+    """The libcusparse this process already loaded for CuPy (found in /proc/self/maps), so handles match."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "libcusparse.so" in line:
+                lib = ctypes.CDLL(line.split()[-1])
+                vp, i = ctypes.c_void_p, ctypes.c_int
+                lib.cusparseSpMM_preprocess.argtypes = [vp, i, i, vp, vp, vp, vp, vp, i, i, vp]
+                lib.cusparseSpMM_preprocess.restype = i
+                lib.cusparseDnMatSetValues.argtypes = [vp, vp]
+                lib.cusparseDnMatSetValues.restype = i
+                return lib
+    raise RuntimeError("libcusparse is not loaded in this process; create a cuSPARSE handle through CuPy first")
+
+
+class CusparseSpmm:
+    """cuSPARSE SpMM for one CSR matrix on the current device (scipy CSR in; uploaded once)."""
+
+    def __init__(self, A, *, algorithms=tuple(ALGORITHMS)):
+        import cupy
+        import scipy.sparse as sp
+        from cupy_backends.cuda.libs import cusparse
+
+        A = sp.csr_array(A)
+        self._cs, self._cupy = cusparse, cupy
+        self.shape = (int(A.shape[0]), int(A.shape[1]))
+        self.nnz = int(A.nnz)
+        idx = index_dtype(max(self.shape), self.nnz)  # cuSPARSE needs one index type for indptr and indices
+        self.indptr = cupy.asarray(A.indptr.astype(idx, copy=False))
+        self.indices = cupy.asarray(A.indices.astype(idx, copy=False))
+        self.data = cupy.asarray(A.data.astype(np.float32, copy=False))
+        itype = cusparse.CUSPARSE_INDEX_32I if idx == np.int32 else cusparse.CUSPARSE_INDEX_64I
+        self.handle = cupy.cuda.device.get_cusparse_handle()
+        self._lib = _libcusparse()
+        self._alpha, self._beta = np.ones(1, np.float32), np.zeros(1, np.float32)
+        self.descr_a = cusparse.createCsr(self.shape[0], self.shape[1], self.nnz, self.indptr.data.ptr,
+                                          self.indices.data.ptr, self.data.data.ptr, itype, itype,
+                                          cusparse.CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F)
+        self.algorithms = tuple(algorithms)
+        self._per_n: dict[int, dict] = {}  # N -> {"b", "c": descriptors, "ptrs", "buffers": {alg: buf}, "failed"}
+        self.best: dict[int, str] = {}  # N -> fastest algorithm name
+        self.timings: dict[int, dict] = {}  # N -> {alg: median ms}
+
+    def _state(self, N: int, B, C) -> dict:
+        cs, cupy = self._cs, self._cupy
+        st = self._per_n.get(N)
+        if st is None:
+            st = {"b": cs.createDnMat(self.shape[1], N, N, B.data.ptr, CUDA_R_32F, cs.CUSPARSE_ORDER_ROW),
+                  "c": cs.createDnMat(self.shape[0], N, N, C.data.ptr, CUDA_R_32F, cs.CUSPARSE_ORDER_ROW),
+                  "ptrs": (B.data.ptr, C.data.ptr), "buffers": {}, "failed": {}}
+            self._per_n[N] = st
+        elif st["ptrs"] != (B.data.ptr, C.data.ptr):
+            for key, arr in (("b", B), ("c", C)):
+                self._check(self._lib.cusparseDnMatSetValues(st[key], arr.data.ptr), "cusparseDnMatSetValues")
+            st["ptrs"] = (B.data.ptr, C.data.ptr)
+        return st
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} returned cusparseStatus_t {status}")
+
+    def _prepare(self, st: dict, alg: str):
+        """Buffer (and preprocessing for ALG3) for one algorithm; raises if cuSPARSE refuses the algorithm."""
+        if alg in st["buffers"]:
+            return st["buffers"][alg]
+        cs, cupy = self._cs, self._cupy
+        op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+        args = (self.handle, op, op, self._alpha.ctypes.data, self.descr_a, st["b"], self._beta.ctypes.data, st["c"],
+                CUDA_R_32F, ALGORITHMS[alg])
+        size = cs.spMM_bufferSize(*args)
+        buf = cupy.empty(max(int(size), 1), dtype=cupy.uint8)
+        if alg in PREPROCESS:
+            self._check(self._lib.cusparseSpMM_preprocess(*args, buf.data.ptr), f"cusparseSpMM_preprocess({alg})")
+        st["buffers"][alg] = buf
+        return buf
+
+    def _check_b(self, B, out):
+        cupy = self._cupy
+        if not isinstance(B, cupy.ndarray) or B.dtype != cupy.float32 or B.ndim != 2 or not B.flags.c_contiguous:
+            raise TypeError("B must be a C-contiguous 2-D cupy float32 array")
+        if B.shape[0] != self.shape[1]:
+            raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {self.shape[1]}")
+        N = int(B.shape[1])
+        if out is None:
+            out = cupy.empty((self.shape[0], N), dtype=cupy.float32)
+        elif out.shape != (self.shape[0], N) or out.dtype != cupy.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be C-contiguous float32 {(self.shape[0], N)}, got {out.dtype} {out.shape}")
+        return out, N
+
+    def run(self, B, out=None, algorithm: str | None = None):
+        """C = A @ B with `algorithm` (default: the tuned best for this N, else CSR_ALG2)."""
+        out, N = self._check_b(B, out)
+        if self.nnz == 0 or N == 0:
+            out.fill(0)
+            return out
+        alg = algorithm or self.best.get(N, "CSR_ALG2")
+        st = self._state(N, B, out)
+        buf = self._prepare(st, alg)
+        cs = self._cs
+        op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+        cs.spMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, st["b"], self._beta.ctypes.data, st["c"],
+                CUDA_R_32F, ALGORITHMS[alg], buf.data.ptr)
+        return out
+
+    def tune(self, B, out=None, repeats: int = 20, warmup: int = 3) -> dict:
+        """Median ms of each algorithm on this B (CUDA events); keeps the fastest in self.best[N]."""
+        from kernels.launch import median_ms
+
+        out, N = self._check_b(B, out)
+        times, errors = {}, {}
+        for alg in self.algorithms:
+            try:
+                times[alg] = median_ms(lambda: self.run(B, out, alg), repeats=repeats, warmup=warmup)
+            except Exception as err:  # cuSPARSE refuses some algorithm/layout/size combinations
+                errors[alg] = f"{type(err).__name__}: {err}"
+        if not times:
+            raise RuntimeError(f"every cuSPARSE algorithm failed: {errors}")
+        self.best[N] = min(times, key=times.get)
+        self.timings[N] = {"ms": times, "errors": errors, "best": self.best[N]}
+        return self.timings[N]
+
+    def close(self) -> None:
+        cs = self._cs
+        for st in self._per_n.values():
+            cs.destroyDnMat(st["b"])
+            cs.destroyDnMat(st["c"])
+        self._per_n.clear()
+        if self.descr_a:
+            cs.destroySpMat(self.descr_a)
+            self.descr_a = 0
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the bindings may be gone already
+            pass

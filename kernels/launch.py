@@ -1,0 +1,240 @@
+"""Thin launchers for kernels/cuda/metcf_spmm.cu: check (dtype, contiguity, shape, 64-bit limits), allocate,
+launch with grid/block as named locals. CuPy is imported lazily; the module compiles once per (device, arch,
+options) through NVRTC (cupy.RawModule). CuPy passes ``-arch`` for the current device itself; the cache key
+holds it so two devices of different arch each get their own module.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kernels.config import CONFIG, KernelConfig
+from kernels.formats.metcf import METCF, balanced_items
+from kernels.indexing import INT32_MAX
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+SOURCE = "metcf_spmm.cu"
+MAX_GRID_Y = 65535
+
+
+def cuda_source(name: str = SOURCE) -> str:
+    """The .cu text with its local ``#include "x.cuh"`` lines inlined: CuPy's on-disk kernel cache keys on the
+    source string and options only, so an edited header must change the string."""
+    text = (CUDA_DIR / name).read_text()
+    return re.sub(r'#include "([\w.]+)"', lambda m: cuda_source(m.group(1)), text)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(device_id: int, arch: str, options: tuple[str, ...]):
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        mod = cupy.RawModule(code=cuda_source(), options=options, backend="nvrtc")
+        mod.compile()
+    return mod
+
+
+def module(config: KernelConfig = CONFIG):
+    """The compiled RawModule for the current device (sm_80 or newer)."""
+    import cupy
+
+    dev = cupy.cuda.Device()
+    arch = str(dev.compute_capability)
+    if int(arch) < 80:
+        raise RuntimeError(f"the TF32 mma.m16n8k8 kernels need sm_80 or newer, found sm_{arch}")
+    return _compiled(int(dev.id), arch, ("-std=c++17", *config.defines()))
+
+
+@dataclass
+class DeviceMETCF:
+    """ME-TCF arrays on the device in the dtypes the kernels take (int64 offsets, int32 column ids)."""
+
+    shape: tuple[int, int]
+    row_window_offset: object  # cupy int64 [n_windows + 1]
+    tc_offset: object  # cupy int64 [n_blocks + 1]
+    tc_local_id: object  # cupy uint8 [nnz]
+    sparse_a_to_b: object  # cupy int32 [n_blocks * 8]
+    data: object  # cupy float32 [nnz]
+    row_window_offset_host: np.ndarray  # int64 copy, for the selector and the balance metadata
+    _balance: dict | None = field(default=None, repr=False)
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.row_window_offset_host.shape[0]) - 1
+
+    @property
+    def n_blocks(self) -> int:
+        return int(self.row_window_offset_host[-1])
+
+    @property
+    def nnz(self) -> int:
+        return int(self.data.shape[0])
+
+
+def upload(M: METCF) -> DeviceMETCF:
+    """Copy a host METCF to the current device, casting to the kernel dtypes."""
+    import cupy
+
+    return from_device_arrays(M.shape, *(cupy.asarray(a) for a in (M.row_window_offset, M.tc_offset, M.tc_local_id,
+                                                                     M.sparse_a_to_b, M.data)))
+
+
+def from_device_arrays(shape, row_window_offset, tc_offset, tc_local_id, sparse_a_to_b, data) -> DeviceMETCF:
+    """Wrap ME-TCF arrays already on the device (e.g. from kernels.formats.metcf_gpu), casting dtypes."""
+    import cupy
+
+    n_rows, n_cols = (int(s) for s in shape)
+    if n_cols > INT32_MAX:
+        raise ValueError(f"A has {n_cols} columns; the kernels take int32 column ids (<= {INT32_MAX}), and B "
+                         f"would need {n_cols} rows")
+    n_windows = -(-n_rows // 16)
+    if row_window_offset.shape[0] != n_windows + 1:
+        raise ValueError(f"row_window_offset has {row_window_offset.shape[0]} entries, expected "
+                         f"ceil(M / 16) + 1 = {n_windows + 1}")
+    rwo = cupy.ascontiguousarray(row_window_offset, dtype=cupy.int64)
+    rwo_host = cupy.asnumpy(rwo)  # synchronize!
+    return DeviceMETCF(
+        shape=(n_rows, n_cols), row_window_offset=rwo,
+        tc_offset=cupy.ascontiguousarray(tc_offset, dtype=cupy.int64),
+        tc_local_id=cupy.ascontiguousarray(tc_local_id, dtype=cupy.uint8),
+        sparse_a_to_b=cupy.ascontiguousarray(sparse_a_to_b, dtype=cupy.int32).reshape(-1),
+        data=cupy.ascontiguousarray(data, dtype=cupy.float32), row_window_offset_host=rwo_host)
+
+
+def balance_metadata(dm: DeviceMETCF, config: KernelConfig = CONFIG) -> dict:
+    """Strict-balance work items (kernels.formats.metcf.balanced_items) and the workspace slot layout.
+
+    Window w's blocks [rwo[w], rwo[w+1]) touch items first = rwo[w] // BPI .. last = (rwo[w+1] - 1) // BPI.
+    A window touching >= 2 items is split: it gets (last - first + 1) workspace slots from part_ptr[w].
+    Windows touching != 1 item (split or empty) are finished by metcf_combine.
+    """
+    if dm._balance is not None:
+        return dm._balance
+    import cupy
+
+    bpi = config.blocks_per_item
+    rwo = dm.row_window_offset_host
+    item_window, item_begin = balanced_items(rwo, bpi)
+    if not np.array_equal(item_begin, np.arange(item_window.shape[0], dtype=np.int64) * bpi):
+        raise AssertionError("balanced_items no longer returns items at multiples of blocks_per_item; "
+                             "metcf_spmm_balanced recomputes item starts as item * BPI")
+    nonempty = rwo[1:] > rwo[:-1]
+    count = np.where(nonempty, (rwo[1:] - 1) // bpi - rwo[:-1] // bpi + 1, 0)
+    part_ptr = np.zeros(dm.n_windows + 1, dtype=np.int64)
+    np.cumsum(np.where(count >= 2, count, 0), out=part_ptr[1:])
+    combine = np.flatnonzero(count != 1).astype(np.int64)
+    dm._balance = {"item_window": cupy.asarray(item_window.astype(np.int64)), "part_ptr": cupy.asarray(part_ptr),
+                   "combine_windows": cupy.asarray(combine), "n_items": int(item_window.shape[0]),
+                   "n_slots": int(part_ptr[-1]), "n_combine": int(combine.shape[0])}
+    return dm._balance
+
+
+def _check_b_out(dm: DeviceMETCF, B, out):
+    import cupy
+
+    if not isinstance(B, cupy.ndarray) or B.dtype != cupy.float32 or B.ndim != 2 or not B.flags.c_contiguous:
+        raise TypeError(f"B must be a C-contiguous 2-D cupy float32 array, got "
+                        f"{type(B).__name__} {getattr(B, 'dtype', None)} ndim={getattr(B, 'ndim', None)}")
+    n_rows, n_cols = dm.shape
+    if B.shape[0] != n_cols:
+        raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {n_cols}")
+    N = int(B.shape[1])
+    if N < 1:
+        raise ValueError("B has 0 columns, expected N >= 1")
+    if out is None:
+        out = cupy.empty((n_rows, N), dtype=cupy.float32)
+    elif out.dtype != cupy.float32 or out.shape != (n_rows, N) or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 of shape {(n_rows, N)}, got {out.dtype} {out.shape}")
+    vec_ok = N % 4 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
+    return out, N, vec_ok
+
+
+def _spmm_block(N: int, config: KernelConfig) -> tuple[int, int]:
+    """(threads per block, column chunks): ceil(N/32) warps up to max_warps, each covering 32 columns."""
+    warps = min(config.max_warps, -(-N // config.warp_cols))
+    threads = 32 * warps
+    chunks = -(-N // threads)
+    if chunks > MAX_GRID_Y:
+        raise ValueError(f"N = {N} needs {chunks} column chunks, more than gridDim.y = {MAX_GRID_Y}")
+    return threads, chunks
+
+
+def spmm_window(dm: DeviceMETCF, B, out=None, config: KernelConfig = CONFIG):
+    """C = A @ B, one thread block per (16-row window, column chunk). Writes every element of out."""
+    import cupy
+
+    out, N, vec_ok = _check_b_out(dm, B, out)
+    if dm.n_windows == 0:
+        return out
+    threads, chunks = _spmm_block(N, config)
+    grid, block = (dm.n_windows, chunks), (threads,)
+    module(config).get_function("metcf_spmm_window")(
+        grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, dm.data, dm.sparse_a_to_b, B, out,
+                      np.int64(dm.shape[0]), np.int64(N), np.int32(vec_ok)))
+    return out
+
+
+def workspace_elems(dm: DeviceMETCF, N: int, config: KernelConfig = CONFIG) -> int:
+    """float32 elements of the strict-balance workspace for N columns (16 x N per split-window slot)."""
+    return balance_metadata(dm, config)["n_slots"] * config.window_rows * int(N)
+
+
+def spmm_balanced(dm: DeviceMETCF, B, out=None, workspace=None, config: KernelConfig = CONFIG):
+    """C = A @ B with strict balance (BPI TC blocks per thread block) and a deterministic combine pass."""
+    import cupy
+
+    out, N, vec_ok = _check_b_out(dm, B, out)
+    if dm.n_windows == 0:
+        return out
+    meta = balance_metadata(dm, config)
+    ws_elems = workspace_elems(dm, N, config)
+    if workspace is None or workspace.size < ws_elems or workspace.dtype != cupy.float32:
+        workspace = cupy.empty(max(ws_elems, 1), dtype=cupy.float32)
+    threads, chunks = _spmm_block(N, config)
+    mod = module(config)
+    if meta["n_items"]:
+        grid, block = (meta["n_items"], chunks), (threads,)
+        mod.get_function("metcf_spmm_balanced")(
+            grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, dm.data, dm.sparse_a_to_b,
+                          meta["item_window"], meta["part_ptr"], B, out, workspace, np.int64(dm.shape[0]),
+                          np.int64(N), np.int64(dm.n_blocks), np.int32(vec_ok)))
+    if meta["n_combine"]:
+        cthreads = config.combine_threads
+        grid, block = (meta["n_combine"], min(MAX_GRID_Y, -(-config.window_rows * N // cthreads))), (cthreads,)
+        mod.get_function("metcf_combine")(
+            grid, block, (meta["combine_windows"], meta["part_ptr"], workspace, out, np.int64(dm.shape[0]),
+                          np.int64(N)))
+    return out
+
+
+# Device timing with CUDA events: warm-up, then the median of `repeats` single-call timings.
+def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
+    """Median milliseconds of fn() on the current stream, each call bracketed by its own pair of events."""
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()  # synchronize!
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def copy_bandwidth_gbs(n_bytes: int = 1 << 30, repeats: int = 10) -> float:
+    """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written (METHOD.md)."""
+    import cupy
+
+    src = cupy.ones(n_bytes // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    ms = median_ms(lambda: cupy.copyto(dst, src), repeats=repeats, warmup=2)
+    del src, dst
+    return 2 * n_bytes / (ms * 1e-3) / 1e9

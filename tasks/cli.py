@@ -1,0 +1,43 @@
+"""Command-line plumbing shared by the flows: one-line errors for bad input, exit codes, the data root."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from configs.errors import InputError
+
+
+def data_root(path: str | None = None) -> str:
+    """The data root: an explicit path, else env ``TCSPMM_DATA``, else ``./data``."""
+    return str(Path(path or os.environ.get("TCSPMM_DATA") or "data").resolve())
+
+
+class _OneLineInputErrors(logging.Filter):
+    """Drop the traceback from log records about bad input: the message already names the source and problem."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], InputError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def run_cli(run: Callable[[], object]) -> int:
+    """Run ``run()``; bad input prints ``error: <message>`` (one line) on stderr and returns 1."""
+    one_line = _OneLineInputErrors()
+    for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:
+        handler.addFilter(one_line)
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).addFilter(one_line)
+    try:
+        run()
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0

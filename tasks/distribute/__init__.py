@@ -1,0 +1,20 @@
+"""Multi-GPU SpMM: partition plans, one-shot tasks, resident actors, the default Dask cluster.
+
+- `make_plan(M, n_parts, perm=None) -> PartitionPlan` (plan.py, plain NumPy) and `persist_plan` (Parquet shards
+  plus ``plans/<P>-<hash>.json``);
+- `run_oneshot(plan, B, client, ...) -> (C, timings)` (oneshot.py): one pinned task per shard, C in original order;
+- `DistributedSpmm(plan, client, ...)` (resident.py): one actor per shard, halo exchange by NCCL or Dask;
+- `cluster_client(address=None, n_workers=None)` (cluster.py): dask-cuda when GPUs are present, else CPU workers;
+- `runs_rows`, `markdown_table`, `resident_rows` (report.py): timing tables for the runs table and artifacts.
+
+Imports stay light: Dask is imported by the functions that need it, never by workers' shard code paths here.
+"""
+from tasks.distribute.cluster import cluster_client, make_cluster
+from tasks.distribute.oneshot import ShardFailedError, ShardRef, run_oneshot, run_shard
+from tasks.distribute.plan import PartitionPlan, make_plan, persist_plan, shard_metcf
+from tasks.distribute.report import markdown_table, resident_rows, runs_rows
+from tasks.distribute.resident import CParts, DistributedSpmm
+
+__all__ = ["PartitionPlan", "make_plan", "persist_plan", "shard_metcf", "run_oneshot", "run_shard", "ShardRef",
+           "ShardFailedError", "DistributedSpmm", "CParts", "cluster_client", "make_cluster", "runs_rows",
+           "markdown_table", "resident_rows"]

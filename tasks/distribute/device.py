@@ -1,0 +1,132 @@
+"""What a worker runs on its device: move a shard there, build its SpMM plan, time the kernel.
+
+Shared by the one-shot tasks and the resident actors. Runs inside Dask workers: imports neither Prefect nor Dask.
+Under dask-cuda each worker sees one GPU (``CUDA_VISIBLE_DEVICES`` set per worker), so "the GPU" is device 0.
+"""
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+
+from kernels.formats.metcf import METCF
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # ImportError, or CUDARuntimeError without a driver
+        return False
+
+
+def device_name(on_gpu: bool) -> str:
+    if on_gpu:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    return f"cpu:{socket.gethostname()}"
+
+
+class Timer:
+    """Wall time of a region in ms: CUDA events on the current stream on GPU, perf_counter on CPU."""
+
+    def __init__(self, on_gpu: bool):
+        self.on_gpu = on_gpu
+        self.ms = 0.0
+
+    def __enter__(self):
+        if self.on_gpu:
+            import cupy
+            self._start, self._stop = cupy.cuda.Event(), cupy.cuda.Event()
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.on_gpu:
+            import cupy
+            self._stop.record()
+            self._stop.synchronize()  # synchronize!
+            self.ms = float(cupy.cuda.get_elapsed_time(self._start, self._stop))
+        else:
+            self.ms = (time.perf_counter() - self._t0) * 1e3
+        return False
+
+
+class _ReferencePlan:
+    """Stand-in with SpmmPlan's interface (NumPy reference) for when ``kernels.spmm`` is not importable."""
+
+    def __init__(self, A: METCF, *, device="cpu", dtype=np.float32):
+        self.A, self.dtype = A, np.dtype(dtype)
+        self.choice = {"kernel": "reference", "reason": "kernels.spmm not importable", "predicted_ms": None}
+
+    def run(self, B):
+        from kernels.reference import metcf_spmm
+        return metcf_spmm(self.A, B).astype(self.dtype)
+
+
+class _EmptyPlan:
+    """A shard without TC blocks (empty rows, or no rows at all): C is zeros, no kernel launch."""
+
+    choice = {"kernel": "empty", "reason": "shard has no TC blocks", "predicted_ms": 0.0}
+
+    def __init__(self, n_rows: int, on_gpu: bool):
+        self.n_rows, self.on_gpu = int(n_rows), on_gpu
+
+    def run(self, B):
+        xp = np
+        if self.on_gpu:
+            import cupy as xp
+        return xp.zeros((self.n_rows, B.shape[1]), dtype=np.float32)
+
+
+def make_spmm_plan(S: METCF, on_gpu: bool, dtype=np.float32, spmm_kw: dict | None = None):
+    """``kernels.spmm.SpmmPlan(S, device=..., **spmm_kw)`` on this worker's device (its own kernel selector)."""
+    if S.n_blocks == 0:
+        return _EmptyPlan(S.shape[0], on_gpu)
+    try:
+        from kernels.spmm import SpmmPlan
+    except ImportError:
+        if on_gpu:
+            raise
+        return _ReferencePlan(S, dtype=dtype)
+    return SpmmPlan(S, device="gpu" if on_gpu else "cpu", dtype=dtype, **(spmm_kw or {}))
+
+
+def to_device(x: np.ndarray, on_gpu: bool):
+    if on_gpu:
+        import cupy
+        return cupy.asarray(x)
+    return x
+
+
+def to_host(x) -> np.ndarray:
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def time_kernel(plan, B, on_gpu: bool, repeats: int):
+    """``repeats`` >= 1: one warm-up run (its C is returned) then ``repeats`` timed runs; ``repeats`` <= 0: one
+    timed run only (the resident iterations, already warm). Returns (C, median ms, all ms)."""
+    if repeats <= 0:
+        with Timer(on_gpu) as t:
+            C = plan.run(B)
+        return C, t.ms, [t.ms]
+    C = plan.run(B)
+    times = []
+    for _ in range(int(repeats)):
+        with Timer(on_gpu) as t:
+            plan.run(B)
+        times.append(t.ms)
+    return C, float(np.median(times)), times
+
+
+def release_device_memory(on_gpu: bool) -> None:
+    """Return CuPy's cached blocks to the driver (other processes share the GPU, e.g. the benchmark driver)."""
+    if on_gpu:
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()

@@ -1,0 +1,196 @@
+"""One-shot distributed SpMM: one task per shard, pinned one per worker, C gathered in the original row order.
+
+Each task (``run_shard``, module-level and pure: a shard reference or the shard's arrays, plus the B rows it
+references) loads its shard, moves it to its worker's GPU, builds ``kernels.spmm.SpmmPlan`` there (so every GPU
+runs its own kernel selector), times the kernel, and returns its block of C as a host array with a timings dict.
+
+Faults: tasks are submitted without Dask retries; the driver resubmits a failed shard once on another worker with
+freshly scattered inputs (a shard's inputs are durable: its Parquet file, or the driver's arrays), and a shard that
+fails twice raises `ShardFailedError` naming the shard and the worker. C is written to Parquet only after every
+shard succeeded (``store.write_result``: atomic per block, manifest last), so a failed run leaves no C behind.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+
+import numpy as np
+
+from configs.errors import InputError
+from kernels.formats.metcf import METCF
+from tasks.distribute import device as dev
+from tasks.distribute.plan import PartitionPlan, metcf_from_arrays, remap_columns, shard_metcf
+
+
+class ShardFailedError(InputError, RuntimeError):
+    """A shard failed on two workers. Both an ``InputError`` (the CLI prints the one-line message and exits 1)
+    and a ``RuntimeError`` (it is a run-time failure, not bad input)."""
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """Where a worker reads its shard: windows [w0, w1) of ``fmt``/``perm_key`` in a ``storage.MatrixStore``."""
+
+    store: object
+    fmt: str
+    perm_key: str
+    w0: int
+    w1: int
+
+
+def load_shard(shard) -> tuple[METCF, float, int]:
+    """(METCF of the shard, load ms, bytes read) from a ShardRef (Parquet) or an in-memory METCF."""
+    t0 = time.perf_counter()
+    if isinstance(shard, ShardRef):
+        S = metcf_from_arrays(shard.store.read_format(shard.fmt, shard.perm_key, shard.w0, shard.w1))
+    else:
+        S = shard
+    return S, (time.perf_counter() - t0) * 1e3, S.nbytes
+
+
+def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, repeats: int = 20,
+              device: str = "auto", spmm_kw: dict | None = None) -> tuple[np.ndarray, dict]:
+    """C_k = A_k @ B for shard k; returns (C_k host array [rows of shard k, N], timings dict).
+
+    ``B_rows``: all of B when ``cols`` is None, else ``B[cols]`` (the shard's halo rows, ``cols`` sorted), in
+    which case the shard's columns are renamed to positions in ``cols`` before the kernel runs. ``spmm_kw`` goes
+    to ``SpmmPlan`` (e.g. ``autotune=False``). ``kernel_ms`` is the median of ``repeats`` runs after a warm-up.
+    """
+    on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
+    S, load_ms, bytes_read = load_shard(shard)
+    if cols is not None:
+        S = remap_columns(S, cols, np.arange(cols.shape[0], dtype=np.int64), cols.shape[0])
+    with dev.Timer(on_gpu) as h2d:
+        B_dev = dev.to_device(np.ascontiguousarray(B_rows, dtype=np.float32), on_gpu)
+    t0 = time.perf_counter()
+    plan = dev.make_spmm_plan(S, on_gpu, spmm_kw=spmm_kw)
+    plan_ms = (time.perf_counter() - t0) * 1e3
+    C_dev, kernel_ms, _ = dev.time_kernel(plan, B_dev, on_gpu, max(int(repeats), 1))
+    with dev.Timer(on_gpu) as d2h:
+        C = dev.to_host(C_dev)
+    choice = str(plan.choice.get("kernel"))
+    del C_dev, B_dev, plan
+    dev.release_device_memory(on_gpu)
+    timings = {"shard": int(k), "worker": _worker_address(), "host": socket.gethostname(),
+               "gpu": dev.device_name(on_gpu), "kernel": choice, "load_ms": load_ms,
+               "h2d_ms": h2d.ms, "plan_ms": plan_ms, "kernel_ms": kernel_ms, "d2h_ms": d2h.ms,
+               "bytes_in": int(bytes_read + B_rows.nbytes), "bytes_out": int(C.nbytes), "n_blocks": S.n_blocks,
+               "nnz": S.nnz, "b_rows": int(B_rows.shape[0]), "repeats": int(repeats)}
+    return C, timings
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker  # only inside a worker; keeps this module importable without Dask
+        return get_worker().address
+    except (ImportError, ValueError):
+        return "local"
+
+
+def _workers(client) -> list[str]:
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise InputError("the Dask cluster has no workers; start some or pass n_workers")
+    return workers
+
+
+def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None = None, store=None,
+                perm_key: str = "none", fmt: str = "metcf", out: str | None = None, repeats: int = 20,
+                device: str = "auto", shard_fn=None, meta: dict | None = None, spmm_kw: dict | None = None
+                ) -> tuple[np.ndarray, list[dict]]:
+    """C = A @ B over the cluster, C in the ORIGINAL row order (``C[plan.shard_rows(k)] = C_k``).
+
+    Shards come from ``store`` (a ``storage.MatrixStore`` holding ``fmt``/``perm_key`` written with
+    ``persist_plan``; each worker reads only its file) or, without a store, from ``M`` (each shard scattered once
+    to its worker). ``out``: a run id; C is then also written with ``store.write_result(out, C)`` after every shard
+    succeeded. ``shard_fn`` replaces `run_shard` (same signature; fault injection in tests); ``spmm_kw`` goes to
+    every shard's ``SpmmPlan``.
+
+    Returns ``(C float32 [M, N], timings)``: one dict per shard (see `run_shard`) plus driver-side ``attempts``,
+    ``gather_ms`` (fetching its block and placing it into C), ``send_all``, ``wall_ms`` (from scattering the
+    inputs to the last block placed) and
+    ``write_ms`` (0 without ``out``).
+    """
+    from distributed import as_completed  # the driver's import; workers never need it
+
+    B = np.asarray(B)
+    if B.ndim != 2 or B.shape[0] != plan.shape[1]:
+        raise InputError(f"B has shape {B.shape}, expected ({plan.shape[1]}, N) for A of shape {plan.shape}")
+    if store is None and M is None:
+        raise InputError("run_oneshot needs the shards: pass store= (Parquet) or M= (in memory)")
+    if out is not None and store is None:
+        raise InputError("run_oneshot(out=...) writes C through a store: pass store=")
+    fn = shard_fn or run_shard
+    workers = _workers(client)
+    send_all = plan.send_all(B.shape[1], B.dtype.itemsize)
+    B32 = np.ascontiguousarray(B, dtype=np.float32)
+    t_start = time.perf_counter()
+    full_b: dict = {}  # worker -> future of all of B, shared by that worker's shards on their first attempt
+
+    def inputs(k: int, worker: str, retry: bool):
+        """Shard k's inputs scattered to ``worker`` (fresh keys on a retry, so it never reuses lost data)."""
+        if store is not None:
+            shard = ShardRef(store, fmt, perm_key, int(plan.partptr[k]), int(plan.partptr[k + 1]))
+        else:
+            shard = client.scatter(shard_metcf(M, plan, k), workers=[worker], hash=False)
+        if send_all[k]:
+            if retry or worker not in full_b:
+                full_b[worker] = client.scatter(B32, workers=[worker], hash=False)
+            return shard, full_b[worker], None
+        cols = plan.halo_cols[k]  # scattered too: a graph carrying MBs of arrays makes Dask warn and slows it
+        rows, cols = client.scatter([B32[cols], cols], workers=[worker], hash=False)
+        return shard, rows, cols
+
+    def submit(k: int, worker: str, retry: bool = False):
+        shard, rows, cols = inputs(k, worker, retry)
+        return client.submit(fn, k, shard, rows, cols, repeats=repeats, device=device, spmm_kw=spmm_kw,
+                             workers=[worker],
+                             allow_other_workers=True, pure=False, key=f"spmm-shard-{k}-{time.monotonic_ns()}")
+
+    owner: dict = {}
+    attempts = [0] * plan.n_parts
+    futures = []
+    for k in range(plan.n_parts):
+        w = workers[k % len(workers)]
+        f = submit(k, w)
+        owner[f.key], attempts[k] = (k, w), 1
+        futures.append(f)
+    C = np.empty((plan.shape[0], B.shape[1]), dtype=np.float32)
+    timings: list = [None] * plan.n_parts
+    ac = as_completed(futures)
+    for f in ac:
+        k, w = owner.pop(f.key)
+        t0 = time.perf_counter()
+        try:
+            C_k, t = f.result()  # fetches C_k from the worker
+        except Exception as err:  # a task error, a killed worker, or lost inputs
+            f.release()
+            if attempts[k] >= 2:
+                client.cancel([x for x in futures if x.key in owner])
+                why = ("its worker died or lost the shard's inputs; " if isinstance(err, CancelledError)
+                       or type(err).__name__ == "KilledWorker" else "")
+                raise ShardFailedError(f"shard {k} (windows {int(plan.partptr[k])}..{int(plan.partptr[k + 1])}) "
+                                       f"failed twice, last on worker {w}: {why}{type(err).__name__}: {err}"
+                                       ) from err
+            alive = [x for x in _workers(client) if x != w] or _workers(client)
+            w2 = alive[k % len(alive)]
+            g = submit(k, w2, retry=True)
+            owner[g.key], attempts[k] = (k, w2), attempts[k] + 1
+            futures.append(g)
+            ac.add(g)
+            continue
+        C[plan.shard_rows(k)] = C_k
+        t.update(attempts=attempts[k], gather_ms=(time.perf_counter() - t0) * 1e3, send_all=bool(send_all[k]))
+        timings[k] = t
+        f.release()
+    wall_ms = (time.perf_counter() - t_start) * 1e3
+    write_ms = 0.0
+    if out is not None:
+        t0 = time.perf_counter()
+        store.write_result(out, C, meta={"plan": plan.fingerprint(), "n_parts": plan.n_parts, **(meta or {})})
+        write_ms = (time.perf_counter() - t0) * 1e3
+    for t in timings:
+        t.update(wall_ms=wall_ms, write_ms=write_ms)
+    return C, timings

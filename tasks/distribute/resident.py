@@ -1,0 +1,276 @@
+"""Resident (iterative) distributed SpMM: one Dask Actor per shard keeps A_k, B_k and C_k on its worker's device.
+
+B and C are row-partitioned by the plan (shard k holds ``B[plan.shard_rows(k)]``, the rows a GNN layer's features
+would have there). An iteration moves only halo rows: each shard receives from each peer the rows it references
+(``plan.exchange_lists``), then runs its kernel on the extended B = [rows from lower peers | own rows | rows from
+higher peers] and leaves C_k in place. ``step()`` feeds C back as the next B (square A; power-method-like use).
+
+Data plane: on GPUs with one actor per worker, NCCL through CuPy (``cupy.cuda.nccl``: the unique id made by
+rank 0, ``NcclCommunicator(P, uid, rank)`` created concurrently in every actor, grouped ``send``/``recv`` between
+each pair of shards, device buffers). Otherwise (CPU, or NCCL unavailable) the actors pull the rows from each
+other through Dask actor calls with NumPy arrays: same rows, same order, same results. The transport used and
+the reason are in ``DistributedSpmm.transport``.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from tasks.distribute import device as dev
+from tasks.distribute.oneshot import ShardRef, load_shard
+from tasks.distribute.plan import PartitionPlan, exchange_lists, remap_columns, shard_metcf
+
+NCCL_INIT_TIMEOUT_S = 120
+
+
+class ShardActor:
+    """Shard k on one worker: A_k renamed into its extended-B rows, the extended B buffer, C_k."""
+
+    def __init__(self, k: int, shard, layout: tuple, device: str = "auto", spmm_kw: dict | None = None):
+        """``layout`` = (halo_cols, `exchange_lists` dict, sends {peer: own rows to send, in the peer's order})."""
+        halo_cols, layout, sends = layout
+        self.k = int(k)
+        self.on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
+        S, self.load_ms, _ = load_shard(shard)
+        S = remap_columns(S, halo_cols, layout["ext_index"], layout["n_ext"])
+        self.n_own, self.off, self.n_ext = S.shape[0], layout["own_offset"], layout["n_ext"]
+        self.recv = [(int(p), int(idx.shape[0]), int(start)) for p, idx, start in layout["recv"]]
+        self.sends = {int(p): dev.to_device(idx, self.on_gpu) for p, idx in sends.items()}
+        self.plan = dev.make_spmm_plan(S, self.on_gpu, spmm_kw=spmm_kw)
+        self.kernel = str(self.plan.choice.get("kernel"))
+        self.B_ext = self.C = None
+        self.peers: list = []
+        self.comm = None
+
+    # ---- setup ------------------------------------------------------------------------------------------------
+    def info(self) -> dict:
+        from tasks.distribute.oneshot import _worker_address
+        return {"shard": self.k, "worker": _worker_address(), "gpu": dev.device_name(self.on_gpu),
+                "kernel": self.kernel, "load_ms": self.load_ms, "n_own": self.n_own, "n_ext": self.n_ext}
+
+    def set_peers(self, peers: list) -> None:
+        self.peers = list(peers)
+
+    def nccl_uid(self):
+        """A fresh NCCL unique id (rank 0 makes it; raises when CuPy has no NCCL)."""
+        from cupy.cuda import nccl
+        return nccl.get_unique_id()
+
+    def init_nccl(self, uid, n_ranks: int) -> None:
+        """Join the communicator; blocks until all ranks have joined (call on every actor concurrently)."""
+        import os
+
+        from cupy.cuda import nccl
+
+        from tasks.distribute.cluster import SAFE_GPU_ENV
+        os.environ.update(SAFE_GPU_ENV)  # NCCL reads NCCL_NVLS_ENABLE=0 at communicator creation: no multicast
+        self.comm = nccl.NcclCommunicator(int(n_ranks), uid, self.k)
+
+    def set_B(self, B_k) -> None:
+        """Own rows of B [n_own, N] (host or device array); allocates the extended B on first use / new N."""
+        B_k = dev.to_device(np.asarray(B_k, dtype=np.float32) if not hasattr(B_k, "__cuda_array_interface__")
+                            else B_k, self.on_gpu)
+        if B_k.shape[0] != self.n_own:
+            raise ValueError(f"shard {self.k}: B part has {B_k.shape[0]} rows, expected {self.n_own}")
+        if self.B_ext is None or self.B_ext.shape[1] != B_k.shape[1]:
+            xp = _xp(self.on_gpu)
+            self.B_ext = xp.zeros((self.n_ext, B_k.shape[1]), dtype=np.float32)
+        self.B_ext[self.off:self.off + self.n_own] = B_k
+
+    def advance(self) -> None:
+        """C becomes the next B (square A)."""
+        self.B_ext[self.off:self.off + self.n_own] = self.C
+
+    # ---- exchange -----------------------------------------------------------------------------------------------
+    def _own(self):
+        return self.B_ext[self.off:self.off + self.n_own]
+
+    async def pull(self, dst: int) -> np.ndarray:
+        """Host copy of the own rows shard ``dst`` needs, in ``dst``'s receive order."""
+        return dev.to_host(self._own()[self.sends[dst]])
+
+    async def exchange_host(self) -> dict:
+        """Pull every peer's rows concurrently through Dask actor calls into the extended B."""
+        t0 = time.perf_counter()
+        parts = await asyncio.gather(*(self.peers[p].pull(self.k) for p, _, _ in self.recv))
+        for (p, n, start), rows in zip(self.recv, parts):
+            self.B_ext[start:start + n] = dev.to_device(rows, self.on_gpu)
+        return self._exchange_stats((time.perf_counter() - t0) * 1e3, "dask")
+
+    def exchange_nccl(self) -> dict:
+        """Grouped NCCL send/recv of the halo rows with every peer, device buffers only."""
+        import cupy
+        from cupy.cuda import nccl
+        stream = cupy.cuda.get_current_stream()
+        n_cols = self.B_ext.shape[1]
+        own = self._own()
+        with dev.Timer(True) as t:
+            bufs = {p: cupy.ascontiguousarray(own[idx]) for p, idx in self.sends.items()}
+            nccl.groupStart()
+            for p, buf in bufs.items():
+                self.comm.send(buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, p, stream.ptr)
+            for p, n, start in self.recv:
+                view = self.B_ext[start:start + n]  # contiguous rows of a C-ordered buffer
+                self.comm.recv(view.data.ptr, n * n_cols, nccl.NCCL_FLOAT32, p, stream.ptr)
+            nccl.groupEnd()
+        return self._exchange_stats(t.ms, "nccl")
+
+    def _exchange_stats(self, ms: float, transport: str) -> dict:
+        row_bytes = 4 * self.B_ext.shape[1]
+        return {"shard": self.k, "exchange_ms": ms, "transport": transport,
+                "halo_bytes_recv": sum(n for _, n, _ in self.recv) * row_bytes,
+                "halo_bytes_sent": sum(int(i.shape[0]) for i in self.sends.values()) * row_bytes}
+
+    # ---- compute ------------------------------------------------------------------------------------------------
+    def compute(self, repeats: int = 0) -> dict:
+        """C_k = A_k @ extended B: one timed run (``repeats`` > 0: a warm-up then the median of that many)."""
+        self.C, kernel_ms, _ = dev.time_kernel(self.plan, self.B_ext, self.on_gpu, repeats)
+        return {"shard": self.k, "kernel_ms": kernel_ms}
+
+    def iterate_nccl(self, repeats: int = 0) -> tuple[dict, dict]:
+        """`exchange_nccl` then `compute` in one actor call (one driver round trip per iteration)."""
+        return self.exchange_nccl(), self.compute(repeats)
+
+    def get_C(self) -> np.ndarray:
+        return dev.to_host(self.C)
+
+    def get_B(self) -> np.ndarray:
+        return dev.to_host(self._own())
+
+
+def _xp(on_gpu: bool):
+    if on_gpu:
+        import cupy
+        return cupy
+    return np
+
+
+class DistributedSpmm:
+    """Resident SpMM over a cluster: ``DistributedSpmm(plan, client, M=... | store=...)``.
+
+    ``run(B_parts)`` -> `CParts` (C left on the workers; ``.gather()`` fetches it in the original row order);
+    ``step()`` runs again with C as the next B. ``history`` holds one dict per iteration: ``exchange_ms`` (max over
+    shards), ``kernel_ms`` (max), ``iteration_ms`` (driver wall time) and per shard ``shards`` rows (halo bytes
+    sent/received, exchange ms, kernel ms). ``transport``: "nccl" or "dask" plus ``transport_reason``.
+    ``repeats`` = 0 times the one kernel run of each iteration; ``spmm_kw`` goes to each shard's ``SpmmPlan``.
+    """
+
+    def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
+                 fmt: str = "metcf", device: str = "auto", transport: str = "auto", repeats: int = 0,
+                 spmm_kw: dict | None = None):
+        if M is None and store is None:
+            raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
+        from tasks.distribute.oneshot import _workers
+        self.plan, self.client, self.repeats = plan, client, int(repeats)
+        P = plan.n_parts
+        layouts = [exchange_lists(plan, k) for k in range(P)]
+        sends = [dict() for _ in range(P)]
+        for k, lay in enumerate(layouts):
+            for p, idx, _ in lay["recv"]:
+                sends[p][k] = idx  # p sends these own rows to k, in k's receive order
+        workers = _workers(client)
+        self.workers = [workers[k % len(workers)] for k in range(P)]
+        futures = []
+        for k in range(P):
+            if store is not None:
+                shard = ShardRef(store, fmt, perm_key, int(plan.partptr[k]), int(plan.partptr[k + 1]))
+            else:
+                shard = client.scatter(shard_metcf(M, plan, k), workers=[self.workers[k]], hash=False)
+            layout = client.scatter((plan.halo_cols[k], layouts[k], sends[k]), workers=[self.workers[k]],
+                                    hash=False)
+            futures.append(client.submit(ShardActor, k, shard, layout, device, spmm_kw, actor=True,
+                                         workers=[self.workers[k]], pure=False))
+        self.actors = [f.result() for f in futures]
+        self._futures = futures
+        _wait([a.set_peers(self.actors) for a in self.actors])
+        self.info = _wait([a.info() for a in self.actors])
+        self.transport, self.transport_reason = self._pick_transport(transport)
+        self.history: list = []
+
+    def _pick_transport(self, transport: str) -> tuple[str, str]:
+        if transport == "dask":
+            return "dask", "requested"
+        on_gpu = all(not i["gpu"].startswith("cpu:") for i in self.info)
+        one_per_worker = len(set(self.workers)) == len(self.workers)
+        if not on_gpu or not one_per_worker:
+            if transport == "nccl":
+                raise RuntimeError("transport='nccl' needs one GPU actor per worker")
+            return "dask", "CPU workers" if not on_gpu else "more shards than workers"
+        try:
+            uid = self.actors[0].nccl_uid().result()
+        except Exception as err:  # CuPy built without NCCL, or libnccl not found
+            if transport == "nccl":
+                raise
+            return "dask", f"NCCL unavailable: {type(err).__name__}: {err}"
+        try:
+            _wait([a.init_nccl(uid, len(self.actors)) for a in self.actors], timeout=NCCL_INIT_TIMEOUT_S)
+        except TimeoutError as err:  # the actors' threads stay blocked in init: no fallback on these actors
+            self.close()
+            raise RuntimeError(f"NCCL communicator init did not finish in {NCCL_INIT_TIMEOUT_S} s on workers "
+                               f"{self.workers}; retry with transport='dask'") from err
+        return "nccl", "one GPU per worker"
+
+    def scatter(self, B: np.ndarray) -> None:
+        """Place B (original row order, [n_rows, N]) on the shards: shard k gets ``B[plan.shard_rows(k)]``."""
+        self.load([np.asarray(B)[self.plan.shard_rows(k)] for k in range(self.plan.n_parts)])
+
+    def load(self, B_parts: list) -> None:
+        """Set each shard's own B rows (host arrays, or Dask futures of them)."""
+        if len(B_parts) != self.plan.n_parts:
+            raise ValueError(f"got {len(B_parts)} B parts, expected n_parts = {self.plan.n_parts}")
+        _wait([a.set_B(b) for a, b in zip(self.actors, B_parts)])
+
+    def run(self, B_parts: list | None = None) -> "CParts":
+        """One iteration: halo exchange, then every shard's kernel. ``B_parts=None`` uses the resident B."""
+        if B_parts is not None:
+            self.load(B_parts)
+        t0 = time.perf_counter()
+        if self.transport == "nccl":
+            ex, ker = zip(*_wait([a.iterate_nccl(self.repeats) for a in self.actors]))
+        else:
+            ex = _wait([a.exchange_host() for a in self.actors])
+            ker = _wait([a.compute(self.repeats) for a in self.actors])
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        shards = [{**e, **c, "worker": w} for e, c, w in zip(ex, ker, self.workers)]
+        self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms,
+                             "exchange_ms": max((s["exchange_ms"] for s in shards), default=0.0),
+                             "kernel_ms": max((s["kernel_ms"] for s in shards), default=0.0), "shards": shards})
+        return CParts(self)
+
+    def step(self) -> "CParts":
+        """C becomes B, then `run` (square A)."""
+        _wait([a.advance() for a in self.actors])
+        return self.run()
+
+    def close(self) -> None:
+        """Release the actors (their device memory is freed with them)."""
+        self.client.cancel(self._futures)
+        self.actors = []
+
+
+class CParts:
+    """C left on the workers after a `DistributedSpmm.run`; fetch with `gather` or `parts`."""
+
+    def __init__(self, owner: DistributedSpmm):
+        self.owner = owner
+        self.stats = owner.history[-1]
+
+    def parts(self) -> list[np.ndarray]:
+        """Host copies of the C row blocks, shard order (block k = C[plan.shard_rows(k)])."""
+        return _wait([a.get_C() for a in self.owner.actors])
+
+    def gather(self) -> np.ndarray:
+        """C [n_rows, N] float32 in the ORIGINAL row order."""
+        plan = self.owner.plan
+        parts = self.parts()
+        C = np.empty((plan.shape[0], parts[0].shape[1] if parts else 0), dtype=np.float32)
+        for k, C_k in enumerate(parts):
+            C[plan.shard_rows(k)] = C_k
+        return C
+
+
+def _wait(actor_futures: list, timeout: float | None = None) -> list:
+    """Results of actor calls issued together (they run concurrently on their workers)."""
+    return [f.result(timeout=timeout) for f in actor_futures]

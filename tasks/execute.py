@@ -1,0 +1,99 @@
+"""The SpMM stage: C = A @ B for a stored, converted matrix, on one device or sharded over a Dask cluster.
+
+B is dense, row-major, drawn from ``np.random.default_rng(seed)`` (so runs are reproducible and never zeros).
+C comes back in the original row order (``C[perm] = C_reordered``) and is checked against SciPy's float64 CSR
+product in the same run; the relative error and the tolerance are part of the result.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+
+from configs.errors import InputError
+from storage import BlockStore
+from tasks.stages import DTYPES, METCF, _jsonable, dask_client
+
+# TF32 inputs (10-bit mantissa) accumulated in fp32: about 1e-3 of ||ref||; fp32 CPU paths land far below.
+REL_TOL = {"tf32": 2e-3, "fp32": 1e-5}
+
+
+def dense_b(n_rows: int, n_cols: int, seed: int, dtype=np.float32) -> np.ndarray:
+    """The dense right-hand side B [n_rows, n_cols], row-major, standard normal."""
+    return np.random.default_rng(seed).standard_normal((n_rows, n_cols), dtype=np.float32).astype(dtype, copy=False)
+
+
+def parse_devices(devices: str | int) -> str | int:
+    """``auto`` (one GPU when present, else CPU), ``cpu``, ``all`` (every GPU / worker) or a positive count."""
+    if isinstance(devices, int) or str(devices).isdigit():
+        count = int(devices)
+        if count < 1:
+            raise InputError(f"--devices {devices}: need at least 1 device")
+        return count
+    if devices not in ("auto", "cpu", "all"):
+        raise InputError(f"--devices {devices!r}: expected auto, cpu, all or a count")
+    return devices
+
+
+def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, n_cols_b: int = 128,
+             dtype: str = "float32", devices: str | int = "auto", mode: str = "oneshot", seed: int = 0,
+             scheduler: str | None = None, repeats: int = 20, save_c: bool = False) -> dict:
+    """Run one SpMM and return timings, the kernel chosen, the baseline's time and the correctness check."""
+    from kernels.formats.metcf import METCF as METCFArrays
+    from kernels.spmm import SpmmPlan
+
+    if n_cols_b < 1:
+        raise InputError(f"-N {n_cols_b}: the dense B needs at least one column")
+    devices = parse_devices(devices)
+    mstore = BlockStore(data_root).matrix(matrix_id)
+    A = mstore.read_csr()
+    perm = mstore.read_perm(perm_key)
+    B = dense_b(A.shape[1], n_cols_b, seed, DTYPES[dtype])
+    t0 = time.perf_counter()
+    if devices in ("auto", "cpu", 1):
+        M = METCFArrays(**mstore.read_format(METCF, format_key))
+        plan = SpmmPlan(M, device="cpu" if devices == "cpu" else "auto")
+        C_reordered = plan.run(B)
+        C = np.empty_like(C_reordered)
+        C[perm] = C_reordered
+        bench = plan.benchmark(B, repeats=repeats)
+        result = {"kernel": plan.choice.get("kernel"), "device": plan.choice.get("device", "cpu"),
+                  "kernel_ms": bench["median_ms"], "choice": plan.choice, "baseline": bench.get("baseline", {}),
+                  "per_device": []}
+    else:
+        from tasks.distribute import make_plan, run_oneshot, DistributedSpmm
+
+        if scheduler is None:
+            raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
+        M = METCFArrays(**mstore.read_format(METCF, format_key))
+        with dask_client(scheduler) as client:
+            n_parts = len(client.scheduler_info()["workers"]) if devices == "all" else devices
+            plan = make_plan(M, n_parts)
+            if mode == "resident":
+                dist = DistributedSpmm(plan, client)
+                C_reordered, timings = dist.run_full(B, repeats=repeats)
+                dist.close()
+            else:
+                C_reordered, timings = run_oneshot(plan, B, client, repeats=repeats)
+        C = np.empty_like(C_reordered)
+        C[perm] = C_reordered
+        kernel_ms = max(t["kernel_ms"] for t in timings)
+        result = {"kernel": ",".join(sorted({str(t.get("kernel")) for t in timings})), "device": f"{n_parts} workers",
+                  "kernel_ms": kernel_ms, "choice": {"mode": mode, "n_parts": n_parts}, "baseline": {},
+                  "per_device": timings}
+    result["wall_ms"] = (time.perf_counter() - t0) * 1e3
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    rel_err = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), np.finfo(np.float64).tiny))
+    tol = REL_TOL["tf32"] if "cpu" not in str(result["kernel"]) else REL_TOL["fp32"]
+    if not np.isfinite(rel_err) or rel_err > tol:
+        raise RuntimeError(f"{matrix_id}: SpMM result differs from the float64 reference: "
+                           f"relative error {rel_err:.3g} > {tol:g} (kernel {result['kernel']})")
+    flops = 2.0 * A.nnz * n_cols_b
+    result.update(rel_err=rel_err, tolerance=tol, n_cols_b=n_cols_b, nnz=int(A.nnz),
+                  gflops=flops / (result["kernel_ms"] * 1e6) if result["kernel_ms"] > 0 else float("nan"))
+    if save_c:
+        run_id = uuid.uuid4().hex[:12]
+        mstore.write_result(run_id, C)
+        result["result_run_id"] = run_id
+    return _jsonable(result)

@@ -1,0 +1,68 @@
+"""IGB homogeneous graphs: ``edge_index.npy`` from the extracted archive to an adjacency matrix.
+
+Orientation (PyG convention): ``A[dst, src] = 1`` for every edge ``src -> dst``, so row i of ``A @ X`` sums the
+features of the sources of i's incoming edges (message passing from sources to destinations). Column 0 of
+``edge_index`` is the source, column 1 the destination. ``n`` is the row count of ``node_feat.npy`` (header only,
+memory-mapped) when present, else the largest id + 1. Values are float32 ones; repeated edges sum.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from configs.errors import FetchError, InputError
+from tasks.fetch.spec import RawMatrix
+from tasks.parse.archive import extract_tar
+from tasks.parse.csr import coo_to_csr
+
+
+def extract(raw: RawMatrix, data_root: Path) -> Path:
+    """The extracted archive folder (``data_root/extracted/<sha256>``), extracting it on first use."""
+    if raw.kind != "igb" or raw.path is None:
+        raise InputError(f"{raw.spec}: not an IGB matrix")
+    return extract_tar(raw.path, raw.sha256, data_root, raw.source_url)
+
+
+def load_igb(raw: RawMatrix, data_root: Path) -> tuple[sp.csr_array, dict]:
+    """Adjacency ``A[dst, src]`` of the citation graph, and meta (nodes, edges, orientation, members)."""
+    root = extract(raw, data_root)
+    member = raw.params["edge_index"]
+    path = root / member
+    if not path.is_file():
+        raise FetchError(f"archive {raw.source_url} has no member {member}")
+    try:
+        edges = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:
+        raise InputError(f"{raw.source_url}: {member} is not a readable .npy file: {err}") from err
+    if edges.ndim != 2 or edges.shape[1] != 2 or edges.dtype.kind not in "iu":
+        raise InputError(f"{raw.source_url}: {member} has shape {edges.shape} dtype {edges.dtype}, "
+                         f"expected integer [E, 2]")
+    src, dst = np.asarray(edges[:, 0], dtype=np.int64), np.asarray(edges[:, 1], dtype=np.int64)
+    n_nodes = node_count(root / raw.params["node_feat"])
+    low = int(min(src.min(), dst.min())) if src.size else 0
+    high = int(max(src.max(), dst.max())) if src.size else -1
+    if n_nodes is None:
+        n_nodes = high + 1
+    if low < 0 or high >= n_nodes:
+        bad = low if low < 0 else high
+        raise InputError(f"{raw.source_url}: {member} holds node id {bad}, outside [0, {n_nodes}) "
+                         f"(the row count of node_feat.npy)")
+    A = coo_to_csr(dst, src, np.ones(src.size, dtype=np.float32), (n_nodes, n_nodes))
+    meta = {"field": "pattern", "symmetry": "general", "orientation": "A[dst, src]", "edges": int(src.size),
+            "nonzero_entries": int(A.nnz)}
+    return A, meta
+
+
+def node_count(feat_path: Path) -> int | None:
+    """Rows of ``node_feat.npy`` read from its header (memory-mapped, no data read); None when absent."""
+    if not feat_path.is_file():
+        return None
+    return int(np.load(feat_path, mmap_mode="r", allow_pickle=False).shape[0])
+
+
+def load_features(raw: RawMatrix, data_root: Path) -> np.ndarray | None:
+    """Node features ``[N, F]`` float32, memory-mapped from the extracted archive; None when it has none."""
+    path = extract(raw, data_root) / raw.params["node_feat"]
+    return np.load(path, mmap_mode="r", allow_pickle=False) if path.is_file() else None

@@ -1,0 +1,120 @@
+"""Public reordering API: ``reorder``, ``reorder_checked``, ``auto_reorder``.
+
+Direction, once: ``perm[new] = old``. ``A[perm]`` is the reordered matrix (rows only); results come back by
+``C = empty; C[perm] = A[perm] @ B``. No function mutates A.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from kernels.formats.metrics import tc_stats
+from tasks.reorder import greedy, simple, tca
+
+METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree", "none")
+
+# Rough single-core cost per nonzero (ns), measured on generated matrices (benchmarks/reorder.py, 2-core VM);
+# auto_reorder skips a method whose estimate nnz * cost exceeds max_cost seconds.
+COST_NS_PER_NNZ = {"none": 0.0, "degree": 1.0, "rcm": 150.0, "tca": 150.0, "rowshuffle": 150.0, "jaccard": 150.0}
+
+
+def canonical_csr(A) -> sp.csr_matrix:
+    """CSR with sorted, duplicate-free rows (a copy when A is not already so; A is never modified)."""
+    if not sp.issparse(A):
+        raise TypeError(f"reorder needs a scipy.sparse matrix, got {type(A).__name__}")
+    C = sp.csr_matrix(A)
+    if not C.has_canonical_format:
+        C = C.copy()
+        C.sum_duplicates()
+    return C
+
+
+def reorder(A, method: str, *, seed: int = 0, client=None, **params) -> np.ndarray:
+    """Row permutation of A by ``method`` (one of METHODS): int64 ``perm`` with ``perm[new] = old``.
+
+    ``client``: a ``distributed.Client``; only ``tca`` uses it (block functions on workers, same result).
+    ``params`` go to the method: tca (`tca.tca_order`: n_hashes, bands, band_rows, pair_window, cluster_rows,
+    sm_count, hub_nnz; with a client also block_rows, pair_shard), rowshuffle (slot_rows, threshold, k_cols,
+    bin_len), jaccard (tau, max_cluster, scan).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown reorder method {method!r}; expected one of {', '.join(METHODS)}")
+    A = canonical_csr(A)
+    if method == "none":
+        return simple.none_order(A)
+    if method == "degree":
+        return simple.degree_order(A)
+    if method == "rcm":
+        return simple.rcm_order(A)
+    if method == "rowshuffle":
+        return greedy.rowshuffle_order(A, **params)
+    if method == "jaccard":
+        return greedy.jaccard_order(A, seed=seed, **params)
+    block_rows = params.pop("block_rows", 1 << 16)
+    pair_shard = params.pop("pair_shard", 1 << 21)
+    if client is not None:
+        from tasks.reorder.sharded import DaskBackend
+        backend = DaskBackend(client, A.indptr, A.indices, block_rows=block_rows, pair_shard=pair_shard)
+    else:
+        backend = tca.LocalBackend(A.indptr, A.indices, block_rows=block_rows, pair_shard=pair_shard,
+                                   n_threads=params.pop("n_threads", None))
+    try:
+        return tca.tca_order(A.indptr, A.indices, A.shape[1], seed=seed, backend=backend, **params)
+    finally:
+        getattr(backend, "close", lambda: None)()
+
+
+def reorder_checked(A, method: str, *, seed: int = 0, client=None, stats_before: dict | None = None,
+                    **params) -> tuple[np.ndarray, dict, dict, bool]:
+    """``reorder`` with the guarantee that TC blocks never grow.
+
+    Returns (perm, stats_before, stats_after, applied). ``applied`` is True only when the method strictly lowers
+    `tc_stats`' n_tc_blocks; otherwise perm is the identity and stats_after == stats_before.
+    """
+    A = canonical_csr(A)
+    before = stats_before if stats_before is not None else tc_stats(A)
+    perm = reorder(A, method, seed=seed, client=client, **params)
+    after = tc_stats(A[perm]) if method != "none" else before
+    if after["n_tc_blocks"] < before["n_tc_blocks"]:
+        return perm, before, after, True
+    return simple.none_order(A), before, before, False
+
+
+def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: float = 600.0,
+                 params: dict | None = None) -> tuple[str, np.ndarray, dict]:
+    """Pick the method with the fewest TC blocks among ``candidates`` cheap enough for A.
+
+    A method is skipped when its estimated single-core time nnz * COST_NS_PER_NNZ exceeds ``max_cost`` seconds.
+    ``none`` is kept unless a method strictly lowers n_tc_blocks. ``params``: {method: kwargs}. Returns
+    (method, perm, report); report = {"chosen", "reason", "methods": {name: {n_tc_blocks, mean_nnz_tc, seconds}
+    or {skipped: why}}}.
+    """
+    A = canonical_csr(A)
+    candidates = list(candidates) if candidates is not None else [m for m in METHODS if m != "none"]
+    params = params or {}
+    base = tc_stats(A)
+    methods = {"none": {"n_tc_blocks": base["n_tc_blocks"], "mean_nnz_tc": base["mean_nnz_tc"], "seconds": 0.0}}
+    best, best_perm, best_blocks = "none", simple.none_order(A), base["n_tc_blocks"]
+    for m in candidates:
+        if m == "none":
+            continue
+        if m not in METHODS:
+            raise ValueError(f"unknown reorder method {m!r}; expected one of {', '.join(METHODS)}")
+        est = A.nnz * COST_NS_PER_NNZ[m] * 1e-9
+        if est > max_cost:
+            methods[m] = {"skipped": f"estimated {est:.0f} s > max_cost {max_cost:.0f} s for nnz={A.nnz}"}
+            continue
+        t0 = time.perf_counter()
+        perm = reorder(A, m, seed=seed, client=client, **params.get(m, {}))
+        seconds = time.perf_counter() - t0
+        s = tc_stats(A[perm])
+        methods[m] = {"n_tc_blocks": s["n_tc_blocks"], "mean_nnz_tc": s["mean_nnz_tc"], "seconds": seconds}
+        if s["n_tc_blocks"] < best_blocks:
+            best, best_perm, best_blocks = m, perm, s["n_tc_blocks"]
+    if best == "none":
+        reason = f"no candidate lowered TC blocks below none ({base['n_tc_blocks']})"
+    else:
+        reason = f"{best}: {best_blocks} TC blocks vs {base['n_tc_blocks']} for none (fewest among candidates)"
+    return best, best_perm, {"chosen": best, "reason": reason, "methods": methods}

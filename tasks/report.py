@@ -1,0 +1,54 @@
+"""The report stage: one table of each stage's wall time plus the SpMM's GFLOP/s, and the runs-table rows."""
+from __future__ import annotations
+
+import json
+import time
+
+from storage import BlockStore
+
+STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
+
+
+def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
+    """Runs-table rows (one per stage) from the stage results the flow collected."""
+    ingest, order, conv, mult = (results.get(k, {}) for k in ("ingest", "reorder", "convert", "spmm"))
+    ms = {"fetch": ingest.get("fetch_ms"), "parse": ingest.get("parse_ms"), "reorder": order.get("ms"),
+          "convert": conv.get("ms"), "spmm": mult.get("wall_ms")}
+    extra = {
+        "fetch": {"source_url": ingest.get("source_url"), "shape": ingest.get("shape"), "nnz": ingest.get("nnz")},
+        "parse": {"reused": ingest.get("reused")},
+        "reorder": {k: order.get(k) for k in ("method", "applied", "why", "reused", "before", "after")},
+        "convert": {k: conv.get(k) for k in ("format", "reused", "n_tc_blocks", "mean_nnz_tc", "metcf_bytes",
+                                             "csr_bytes")},
+        "spmm": {k: mult.get(k) for k in ("kernel_ms", "rel_err", "choice", "baseline", "per_device")},
+    }
+    now = time.time()
+    return [
+        {
+            "run_id": run_id, "matrix_id": matrix_id, "stage": stage, "device": str(mult.get("device", "")),
+            "kernel": str(mult.get("kernel", "")) if stage == "spmm" else "",
+            "ms": float(ms[stage]) if ms[stage] is not None else float("nan"),
+            "gflops": float(mult.get("gflops", float("nan"))) if stage == "spmm" else float("nan"),
+            "n_cols_b": int(mult.get("n_cols_b", 0)), "reorder": str(order.get("applied", order.get("method", ""))),
+            "error": "", "extra": json.dumps(extra[stage], default=str), "timestamp": now,
+        }
+        for stage in STAGES
+    ]
+
+
+def format_table(rows: list[dict]) -> str:
+    """A fixed-width text table: stage, wall ms, GFLOP/s (SpMM only), kernel, detail."""
+    lines = [f"{'stage':<9} {'wall ms':>10} {'GFLOP/s':>9}  {'kernel':<22} detail"]
+    for row in rows:
+        extra = json.loads(row["extra"])
+        detail = ", ".join(f"{k}={v}" for k, v in extra.items()
+                           if k in ("reused", "applied", "why", "n_tc_blocks", "mean_nnz_tc", "rel_err", "nnz",
+                                    "shape") and v is not None)
+        gflops = "" if row["gflops"] != row["gflops"] else f"{row['gflops']:.2f}"
+        lines.append(f"{row['stage']:<9} {row['ms']:>10.1f} {gflops:>9}  {row['kernel']:<22} {detail}")
+    return "\n".join(lines)
+
+
+def write_report(data_root: str, rows: list[dict]) -> str:
+    BlockStore(data_root).append_runs(rows)
+    return format_table(rows)

@@ -1,0 +1,149 @@
+"""The pipeline's stages as plain functions over the block store.
+
+Each stage takes ids, keys and paths, reads its input from the store, writes its output to the store and returns a
+small dict (what the next stage needs plus what the report shows). A stage whose output is already complete in the
+store returns at once with ``reused=True``: a second run with unchanged inputs recomputes nothing.
+
+No Prefect here (``tasks/steps.py`` wraps these as Prefect tasks); Dask only through a scheduler address that the
+flow owns.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from configs.errors import InputError
+from storage import BlockStore, perm_key as make_perm_key
+
+METCF = "metcf"
+FORMATS = (METCF,)
+DTYPES = {"float32": np.float32}
+
+
+@contextlib.contextmanager
+def dask_client(address: str | None) -> Iterator[object | None]:
+    """A client for the flow's cluster (``None`` address: no Dask, run in-process)."""
+    if not address:
+        yield None
+        return
+    from distributed import Client
+
+    with Client(address, set_as_default=False, timeout="60s") as client:
+        yield client
+
+
+@contextlib.contextmanager
+def flow_cluster(scheduler: str | None, devices: str | int = "auto") -> Iterator[str]:
+    """The flow's Dask cluster, as a scheduler address: ``scheduler`` when given (left running), else a local
+    cluster started here and stopped on exit: one worker per GPU (dask-cuda) for ``--devices all`` or a count
+    when GPUs are present, else CPU worker processes (for sharded reordering and the CPU reference)."""
+    if scheduler:
+        yield scheduler
+        return
+    from tasks.distribute.cluster import make_cluster
+
+    single = str(devices) in ("auto", "cpu", "1")
+    n_workers = min(os.cpu_count() or 1, 8) if single else (None if devices == "all" else int(devices))
+    with make_cluster(n_workers, gpu=False if single else None) as cluster:
+        yield cluster.scheduler_address
+
+
+def _elapsed_ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1e3
+
+
+def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode: str | None = None) -> dict:
+    """Fetch ``spec`` (cached download or generator) and store its canonical CSR; reuse it when already stored."""
+    from tasks.fetch import fetch
+    from tasks.parse import load_matrix
+
+    t0 = time.perf_counter()
+    raw = fetch(spec, Path(data_root))
+    fetch_ms = _elapsed_ms(t0)
+    mstore = BlockStore(data_root).matrix(raw.matrix_id)
+    reused = mstore.has_csr()
+    t1 = time.perf_counter()
+    if not reused:
+        parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode)
+        mstore.write_csr(parsed.csr, parsed.meta)
+    meta = mstore.csr_meta()
+    return {
+        "matrix_id": raw.matrix_id,
+        "spec": spec,
+        "source_url": raw.source_url,
+        "shape": tuple(int(s) for s in meta["shape"]),
+        "nnz": int(meta["nnz"]),
+        "fetch_ms": fetch_ms,
+        "parse_ms": _elapsed_ms(t1),
+        "reused": reused,
+    }
+
+
+def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, scheduler: str | None = None,
+            sm_count: int = 132) -> dict:
+    """Compute (or reuse) the row permutation; never apply one that increases the TC block count over ``none``."""
+    from tasks.reorder import METHODS, auto_reorder, reorder_checked
+
+    if method not in (*METHODS, "auto"):
+        raise InputError(f"--reorder {method!r} is not a method; choose one of {', '.join((*METHODS, 'auto'))}")
+    params = {"seed": seed, "sm_count": sm_count} if method in ("tca", "auto") else {"seed": seed}
+    key = make_perm_key(method, params)
+    mstore = BlockStore(data_root).matrix(matrix_id)
+    t0 = time.perf_counter()
+    if mstore.has_perm(key):
+        meta = mstore.perm_meta(key)
+        return {"perm_key": key, "method": method, "reused": True, "ms": _elapsed_ms(t0), **meta.get("report", {})}
+    A = mstore.read_csr()
+    with dask_client(scheduler) as client:
+        if method == "auto":
+            applied, perm, report = auto_reorder(A, seed=seed, client=client, sm_count=sm_count)
+        else:
+            extra = {"sm_count": sm_count} if method == "tca" else {}
+            perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, **extra)
+            applied = method if ok else "none"
+            report = {"before": before, "after": after,
+                      "why": "applied" if ok else f"{method} did not reduce TC blocks; kept the input order"}
+    report = {"applied": applied, **report}
+    mstore.write_perm(key, perm, {"method": method, "params": params, "report": _jsonable(report)})
+    return {"perm_key": key, "method": method, "reused": False, "ms": _elapsed_ms(t0), **_jsonable(report)}
+
+
+def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, dtype: str = "float32") -> dict:
+    """Convert the reordered matrix to ``fmt`` and store it in row-window-range blocks (reused when stored)."""
+    from kernels.formats.metcf import csr_to_metcf, metcf_stats
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r} is not supported; choose one of {', '.join(FORMATS)}")
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+    mstore = BlockStore(data_root).matrix(matrix_id)
+    fkey = f"{perm_key}-{dtype}"
+    t0 = time.perf_counter()
+    if mstore.has_format(fmt, fkey):
+        return {"format": fmt, "format_key": fkey, "reused": True, "ms": _elapsed_ms(t0),
+                **mstore.format_meta(fmt, fkey).get("stats", {})}
+    A = mstore.read_csr()
+    perm = mstore.read_perm(perm_key)
+    A = A[perm].astype(DTYPES[dtype])
+    M = csr_to_metcf(A)
+    stats = _jsonable(metcf_stats(M, A_csr_nbytes=A.indptr.nbytes + A.indices.nbytes + A.data.nbytes))
+    mstore.write_format(fmt, fkey, M, {"perm_key": perm_key, "dtype": dtype, "stats": stats})
+    return {"format": fmt, "format_key": fkey, "reused": False, "ms": _elapsed_ms(t0), **stats}
+
+
+def _jsonable(obj):
+    """Plain JSON types for reports (NumPy scalars and arrays become Python numbers and lists)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj

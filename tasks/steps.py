@@ -1,0 +1,47 @@
+"""Prefect task wrappers around the plain stages: a few typed lines each.
+
+Caching: the block store is the cache (each stage returns at once when its output is complete there, checked
+against the manifest), so Prefect's own result cache is off (``NO_CACHE``): a second, Prefect-side cache could
+return keys whose files were since deleted. Retries only where I/O can fail transiently (the download).
+"""
+from __future__ import annotations
+
+from prefect import task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from tasks import execute, report, stages
+
+
+@task(name="ingest", retries=2, retry_delay_seconds=[2, 10], cache_policy=NO_CACHE)
+def ingest(spec: str, data_root: str, drop_zeros: bool = False, complex_mode: str | None = None) -> dict:
+    return stages.ingest(spec, data_root, drop_zeros=drop_zeros, complex_mode=complex_mode)
+
+
+@task(name="reorder", cache_policy=NO_CACHE)
+def reorder(matrix_id: str, method: str, data_root: str, seed: int, scheduler: str | None) -> dict:
+    return stages.reorder(matrix_id, method, data_root, seed=seed, scheduler=scheduler)
+
+
+@task(name="convert", cache_policy=NO_CACHE)
+def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str) -> dict:
+    return stages.convert(matrix_id, perm_key, data_root, fmt=fmt, dtype=dtype)
+
+
+@task(name="spmm", cache_policy=NO_CACHE)
+def spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, n_cols_b: int, dtype: str,
+         devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool) -> dict:
+    return execute.run_spmm(matrix_id, perm_key, format_key, data_root, n_cols_b=n_cols_b, dtype=dtype,
+                            devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c)
+
+
+@task(name="report", cache_policy=NO_CACHE)
+def write_report(data_root: str, run_id: str, matrix_id: str, results: dict) -> str:
+    rows = report.stage_rows(run_id, matrix_id, results)
+    table = report.write_report(data_root, rows)
+    create_table_artifact(
+        key=f"spmm-{matrix_id.lower().replace('.', '-').replace('_', '-')}"[:64],
+        table=[{k: row[k] for k in ("stage", "ms", "gflops", "kernel", "device", "reorder")} for row in rows],
+        description=f"tcspmm run {run_id} on {matrix_id}: wall time per stage and the SpMM's GFLOP/s",
+    )
+    return table

@@ -1,0 +1,182 @@
+"""GPU ME-TCF SpMM kernels (window and strict-balance) and SpmmPlan against the float64 reference."""
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from kernels import launch  # noqa: E402
+from kernels.config import KernelConfig  # noqa: E402
+from kernels.formats.metcf import csr_to_metcf  # noqa: E402
+from kernels.reference import csr_spmm  # noqa: E402
+from kernels.spmm import SpmmPlan  # noqa: E402
+
+# TF32 keeps 10 mantissa bits (unit roundoff 2^-11 ~ 4.9e-4 per rounded operand); with fp32 accumulation the
+# norm-wise error of a sum of products lands near 3e-4, so 1e-3 passes real results and fails any wrong index.
+TF32_RTOL = 1e-3
+FIXTURES = Path(__file__).resolve().parents[2] / ".fixtures" / "suitesparse" / "MM"
+SPLIT_CONFIG = KernelConfig(blocks_per_item=3)  # tiny items: every multi-block window is split across items
+
+
+def random_csr(n_rows, n_cols, nnz_per_row, rng, *, empty_cols=0.2):
+    """Random CSR whose last `empty_cols` fraction of columns is empty (B's NaN rows go there)."""
+    used = max(1, int(n_cols * (1 - empty_cols)))
+    counts = rng.poisson(nnz_per_row, n_rows).clip(0, used)
+    rows = np.repeat(np.arange(n_rows), counts)
+    cols = np.concatenate([rng.choice(used, c, replace=False) for c in counts]) if counts.sum() else np.zeros(0, int)
+    A = sp.csr_array((rng.standard_normal(rows.size).astype(np.float32), (rows, cols)), shape=(n_rows, n_cols))
+    A.sum_duplicates()
+    return A
+
+
+def dense_b(A, N, rng):
+    """Random B with NaN in every row that no nonzero of A references (a padding read would spread it)."""
+    B = rng.standard_normal((A.shape[1], N)).astype(np.float32)
+    unused = np.setdiff1d(np.arange(A.shape[1]), np.unique(A.indices))
+    B[unused] = np.nan
+    return B
+
+
+def check(A, N, rng, *, kernels=("window", "balanced"), config=None):
+    M = csr_to_metcf(A)
+    dm = launch.upload(M)
+    B = dense_b(A, N, rng)
+    ref = csr_spmm(A, np.nan_to_num(B, nan=0.0))
+    Bd = cupy.asarray(B)
+    for kernel in kernels:
+        outs = []
+        for _ in range(2):
+            out = cupy.full((A.shape[0], N), np.nan, dtype=cupy.float32)  # poison: every element must be written
+            if kernel == "window":
+                launch.spmm_window(dm, Bd, out, **({"config": config} if config else {}))
+            else:
+                launch.spmm_balanced(dm, Bd, out, **({"config": config} if config else {}))
+            outs.append(cupy.asnumpy(out))
+        C = outs[0]
+        assert np.isfinite(C).all(), f"{kernel}: {np.count_nonzero(~np.isfinite(C))} unwritten/NaN elements"
+        err = np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30)
+        assert err < TF32_RTOL or np.linalg.norm(ref) == 0, f"{kernel} N={N}: relative error {err:.2e}"
+        assert np.array_equal(outs[0], outs[1]), f"{kernel}: two calls differ"
+
+
+@pytest.mark.parametrize("N", [1, 7, 32, 128, 256, 512])
+def test_random_rectangular(N):
+    rng = np.random.default_rng(N)
+    check(random_csr(333, 517, 9, rng), N, rng)
+
+
+@pytest.mark.parametrize("N", [7, 128])
+def test_split_windows_small_items(N):
+    rng = np.random.default_rng(10 + N)
+    check(random_csr(400, 300, 20, rng), N, rng, kernels=("balanced",), config=SPLIT_CONFIG)
+
+
+def test_empty_rows_and_windows():
+    #  rows 0..15   x . x .      window 0: 2 nonzeros
+    #  rows 16..63  . . . .      windows 1-3: empty (must come out as zeros)
+    #  rows 64..70  . x . x      window 4: 7 rows (M = 71 is not a multiple of 16)
+    rng = np.random.default_rng(3)
+    A = random_csr(71, 90, 6, rng).tolil()
+    A[16:64] = 0
+    A = sp.csr_array(A)
+    A.eliminate_zeros()
+    for N in (1, 33, 128):
+        check(A, N, rng)
+        check(A, N, rng, kernels=("balanced",), config=SPLIT_CONFIG)
+
+
+def test_hub_rows():
+    # One row with 6000 nonzeros: its window owns ~750 TC blocks (a 'hub' window); the rest stay sparse.
+    rng = np.random.default_rng(4)
+    A = random_csr(500, 20000, 3, rng).tolil()
+    A[37, rng.choice(16000, 6000, replace=False)] = rng.standard_normal(6000)
+    A = sp.csr_array(A)
+    for N in (32, 128, 200):
+        check(A, N, rng)
+
+
+def test_no_nonzeros():
+    A = sp.csr_array((40, 30), dtype=np.float32)
+    rng = np.random.default_rng(5)
+    for kernel in ("window", "balanced"):
+        dm = launch.upload(csr_to_metcf(A))
+        out = cupy.full((40, 8), np.nan, dtype=cupy.float32)
+        getattr(launch, f"spmm_{kernel}")(dm, cupy.asarray(rng.standard_normal((30, 8)).astype(np.float32)), out)
+        assert cupy.all(out == 0)
+
+
+def test_unaligned_b_scalar_path():
+    rng = np.random.default_rng(6)
+    A = random_csr(100, 64, 8, rng)
+    dm = launch.upload(csr_to_metcf(A))
+    B = rng.standard_normal((64, 64)).astype(np.float32)
+    raw = cupy.empty(B.size + 1, dtype=cupy.float32)
+    Bd = raw[1:].reshape(64, 64)  # 4-byte offset: float4 loads would fault or misread
+    Bd[...] = cupy.asarray(B)
+    for kernel in ("window", "balanced"):
+        C = cupy.asnumpy(getattr(launch, f"spmm_{kernel}")(dm, Bd))
+        ref = csr_spmm(A, B)
+        assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
+
+
+def fixture_matrices():
+    out = []
+    for path in sorted(FIXTURES.glob("*/*.tar.gz")):
+        with tarfile.open(path) as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith(".mtx"))
+            A = scipy.io.mmread(io.BytesIO(tar.extractfile(member).read()))
+        if np.iscomplexobj(A.data):
+            continue  # young1c: complex values, no complex kernel
+        out.append(pytest.param(sp.csr_array(A, dtype=np.float32), id=path.name.removesuffix(".tar.gz")))
+    return out
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="needs .fixtures (a copy of ../shared/fixtures)")
+@pytest.mark.parametrize("A", fixture_matrices() if FIXTURES.exists() else [])
+def test_fixture_matrices(A):
+    rng = np.random.default_rng(7)
+    for N in (7, 128):
+        check(A, N, rng)
+
+
+def test_plan_numpy_cupy_vector_and_choice():
+    rng = np.random.default_rng(8)
+    A = random_csr(1000, 800, 12, rng)
+    plan = SpmmPlan(A)
+    B = rng.standard_normal((800, 64)).astype(np.float32)
+    ref = csr_spmm(A, B)
+    C = plan.run(B)
+    assert isinstance(C, np.ndarray) and np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
+    Cd = plan.run(cupy.asarray(B))
+    assert isinstance(Cd, cupy.ndarray)
+    assert {"kernel", "reason", "predicted_ms"} <= set(plan.choice)
+    v = plan.run(B[:, 0])
+    assert v.shape == (1000,) and np.linalg.norm(v - ref[:, 0]) / np.linalg.norm(ref[:, 0]) < TF32_RTOL
+    for kernel in ("metcf-window", "metcf-balanced", "cusparse"):
+        out = cupy.full((1000, 64), np.nan, dtype=cupy.float32)
+        plan.run(cupy.asarray(B), out, kernel=kernel)
+        assert np.linalg.norm(cupy.asnumpy(out) - ref) / np.linalg.norm(ref) < TF32_RTOL, kernel
+    bench = plan.benchmark(B, repeats=5, warmup=2)
+    assert bench["median_ms"] > 0
+
+
+def test_plan_autotune_records_measurements():
+    rng = np.random.default_rng(9)
+    A = random_csr(3000, 3000, 10, rng)
+    plan = SpmmPlan(A, autotune=True)
+    B = rng.standard_normal((3000, 128)).astype(np.float32)
+    C = plan.run(B)
+    assert set(plan.choice["measured_ms"]) == {"metcf-window", "metcf-balanced", "cusparse"}
+    assert plan.choice["kernel"] == min(plan.choice["measured_ms"], key=plan.choice["measured_ms"].get)
+    ref = csr_spmm(A, B)
+    assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL

@@ -1,0 +1,72 @@
+"""Selector on the CPU: list-scheduling makespan, balance on skewed windows only, cuSPARSE on tiny TC blocks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.selector import Calibration, DeviceModel, choose, list_schedule_makespan, predict
+
+H100_LIKE = DeviceModel(name="test-gpu", sm_count=132, blocks_per_sm_plain=9, blocks_per_sm_balanced=7,
+                        copy_gbs=2900.0)
+CAL = Calibration()
+
+
+def rwo_from_blocks(blocks):
+    return np.concatenate([[0], np.cumsum(blocks)]).astype(np.int64)
+
+
+def test_list_schedule_small_case():
+    # 2 slots, jobs 3 3 2 2 2 in order: slot A 3,2,2 (ends 7), slot B 3,2 (ends 5)
+    assert list_schedule_makespan([3, 3, 2, 2, 2], 2) == 7
+    assert list_schedule_makespan([], 4) == 0.0
+    assert list_schedule_makespan([5, 1], 8) == 5
+
+
+def test_merged_schedule_close_to_exact():
+    costs = np.random.default_rng(0).pareto(1.5, 400_000) + 1
+    exact = list_schedule_makespan(costs, 1188, exact=True)
+    merged = list_schedule_makespan(costs, 1188, exact=False)
+    assert abs(merged - exact) / exact < 0.01
+
+
+def test_balance_chosen_on_skewed_not_on_uniform():
+    rng = np.random.default_rng(1)
+    uniform = np.full(200_000, 6)
+    pred_u = predict(rwo_from_blocks(uniform), int(uniform.sum()) * 40, (16 * uniform.size, 10**6), 128,
+                     H100_LIKE, CAL)
+    assert pred_u["approximation_ratio"] < 1.05
+    assert choose(pred_u, CAL)["kernel"] == "metcf-window"
+    skewed = rng.poisson(2, 20_000)
+    skewed[::2000] = 20_000  # a few hub windows, each far longer than the balanced makespan
+    pred_s = predict(rwo_from_blocks(skewed), int(skewed.sum()) * 40, (16 * skewed.size, 10**6), 128,
+                     H100_LIKE, CAL)
+    assert pred_s["approximation_ratio"] > 5
+    assert pred_s["balanced_ms"] < pred_s["plain_ms"]
+    assert choose(pred_s, CAL)["kernel"] == "metcf-balanced"
+
+
+def test_cusparse_chosen_when_tc_blocks_nearly_empty():
+    blocks = np.full(100_000, 8)
+    rwo = rwo_from_blocks(blocks)
+    sparse_tc = predict(rwo, int(1.2 * blocks.sum()), (16 * blocks.size, 10**6), 128, H100_LIKE, CAL)
+    assert choose(sparse_tc, CAL)["kernel"] == "cusparse"
+    dense_tc = predict(rwo, int(60 * blocks.sum()), (16 * blocks.size, 10**6), 128, H100_LIKE, CAL)
+    assert choose(dense_tc, CAL)["kernel"] == "metcf-window"
+    assert choose(sparse_tc, CAL, allow_cusparse=False)["kernel"] == "metcf-window"
+
+
+def test_forced_balance_and_reason_text():
+    pred = predict(rwo_from_blocks(np.full(1000, 4)), 4000 * 60, (16000, 5000), 64, H100_LIKE, CAL)
+    choice = choose(pred, CAL, balance=True, allow_cusparse=False)
+    assert choice["kernel"] == "metcf-balanced" and "forced" in choice["reason"]
+    assert choice["predicted_ms"] == pytest.approx(pred["balanced_ms"])
+
+
+def test_calibration_file_loaded(tmp_path):
+    import json
+
+    (tmp_path / "calibration-test-gpu.json").write_text(json.dumps({"calibration": {"block_us": 0.5,
+                                                                                    "balance_threshold": 1.5}}))
+    cal = Calibration.load("Test GPU", tmp_path)
+    assert cal.block_us == 0.5 and cal.balance_threshold == 1.5 and cal.source == "calibration-test-gpu.json"
+    assert Calibration.load("other", tmp_path).source == "defaults"

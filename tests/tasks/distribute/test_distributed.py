@@ -1,0 +1,205 @@
+"""One-shot and resident SpMM on a 2-process CPU LocalCluster: results vs the float64 reference, gather order,
+retries after a killed worker, and the named error after two failures."""
+from __future__ import annotations
+
+import os
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from kernels.formats.metcf import csr_to_metcf
+from storage import BlockStore
+from tasks.distribute import (DistributedSpmm, ShardFailedError, cluster_client, make_plan, persist_plan,
+                              run_oneshot, run_shard)
+
+pytestmark = [
+    # distributed logs (not warns) on worker death; these come from its own shutdown of killed workers' comms.
+    pytest.mark.filterwarnings("ignore:.*Restarting worker.*:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*coroutine.*was never awaited:RuntimeWarning"),
+]
+
+# The fault-injecting shard functions below run on the workers; this test module is not importable there
+# (--import-mode=importlib), so cloudpickle ships it by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+# float32 kernels vs the float64 reference: ~1e-6 relative per product, summed over ~30 terms per row.
+RTOL, ATOL = 1e-5, 1e-5
+
+
+@pytest.fixture(scope="module")
+def client():
+    with cluster_client(n_workers=2, gpu=False) as c:
+        yield c
+
+
+def graph(n=333, nnz=5000, seed=0):
+    """Square power-law-ish graph: 333 rows (21 windows, the last one partial), float32 values."""
+    rng = np.random.default_rng(seed)
+    rows = np.minimum((rng.pareto(1.1, nnz) * 5).astype(np.int64), n - 1)
+    rows = rng.permutation(n)[rows]
+    A = sp.csr_array((rng.standard_normal(nnz).astype(np.float32), (rows, rng.integers(0, n, nnz))), shape=(n, n))
+    A.sum_duplicates()
+    return A
+
+
+@pytest.fixture(scope="module")
+def case():
+    rng = np.random.default_rng(1)
+    A = graph()
+    perm = rng.permutation(A.shape[0])  # a non-trivial reordering: C must still come back in original order
+    M = csr_to_metcf(A[perm])
+    B = rng.standard_normal((A.shape[1], 12)).astype(np.float32)
+    return A, perm, M, B, A.astype(np.float64) @ B.astype(np.float64)
+
+
+@pytest.mark.parametrize("n_parts", [2, 3])
+def test_oneshot_in_memory_matches_reference(client, case, n_parts):
+    A, perm, M, B, C_ref = case
+    plan = make_plan(M, n_parts, perm=perm)
+    C, timings = run_oneshot(plan, B, client, M=M, repeats=1)
+    np.testing.assert_allclose(C, C_ref, rtol=RTOL, atol=ATOL)
+    assert [t["shard"] for t in timings] == list(range(n_parts))
+    assert {t["worker"] for t in timings} == set(client.scheduler_info()["workers"])
+    for t in timings:
+        assert t["kernel_ms"] >= 0 and t["bytes_out"] == plan.n_rows[t["shard"]] * 12 * 4 and t["attempts"] == 1
+
+
+def test_oneshot_halo_rows_only(client):
+    """Block-diagonal A: each shard gets only its halo rows of B (not all of B), columns renamed on the worker."""
+    rng = np.random.default_rng(2)
+    A = sp.block_diag([graph(96, 800, s) for s in range(3)], format="csr").astype(np.float32)
+    M = csr_to_metcf(A)
+    plan = make_plan(M, 3)
+    B = rng.standard_normal((A.shape[1], 4)).astype(np.float32)
+    C, timings = run_oneshot(plan, B, client, M=M, repeats=1)
+    np.testing.assert_allclose(C, A @ B, rtol=RTOL, atol=ATOL)
+    assert not any(t["send_all"] for t in timings)
+    assert all(t["b_rows"] == len(plan.halo_cols[t["shard"]]) < A.shape[1] for t in timings)
+
+
+def test_oneshot_from_parquet_writes_result(client, case, tmp_path):
+    A, perm, M, B, C_ref = case
+    plan = make_plan(M, 2, perm=perm)
+    store = BlockStore(tmp_path).matrix("gen.case")
+    persist_plan(M, plan, store, "rowshuffle-000000000001", n_cols_b=B.shape[1])
+    C, timings = run_oneshot(plan, B, client, store=store, perm_key="rowshuffle-000000000001", out="run1",
+                             repeats=2)
+    np.testing.assert_allclose(C, C_ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(store.read_result("run1"), C)
+    assert all(t["load_ms"] > 0 and t["write_ms"] > 0 for t in timings)
+
+
+@pytest.mark.parametrize("use_perm", [False, True])
+def test_resident_three_iterations(client, case, use_perm):
+    A, perm, _, B, _ = case
+    M = csr_to_metcf(A[perm] if use_perm else A)
+    plan = make_plan(M, 3, perm=perm if use_perm else None)
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    ds = DistributedSpmm(plan, client, M=M)
+    try:
+        assert ds.transport == "dask"
+        parts = ds.run([B[plan.shard_rows(k)] for k in range(3)])
+        want = A64 @ B64
+        np.testing.assert_allclose(parts.gather(), want, rtol=RTOL, atol=ATOL)
+        for _ in range(2):
+            parts = ds.step()
+            want = A64 @ want
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * scale)
+        for k, C_k in enumerate(parts.parts()):
+            np.testing.assert_allclose(C_k, want[plan.shard_rows(k)], rtol=1e-4, atol=1e-5 * scale)
+        assert len(ds.history) == 3
+        row_bytes = 4 * B.shape[1]
+        for s in ds.history[-1]["shards"]:
+            assert s["halo_bytes_recv"] == plan.remote_mask(s["shard"]).sum() * row_bytes
+        sent = sum(s["halo_bytes_sent"] for s in ds.history[-1]["shards"])
+        assert sent == sum(s["halo_bytes_recv"] for s in ds.history[-1]["shards"])
+    finally:
+        ds.close()
+
+
+def test_resident_from_parquet(client, case, tmp_path):
+    A, perm, M, B, C_ref = case
+    plan = make_plan(M, 2, perm=perm)
+    store = BlockStore(tmp_path).matrix("gen.case")
+    persist_plan(M, plan, store, "rowshuffle-000000000001")
+    ds = DistributedSpmm(plan, client, store=store, perm_key="rowshuffle-000000000001")
+    try:
+        ds.scatter(B)
+        np.testing.assert_allclose(ds.run().gather(), C_ref, rtol=RTOL, atol=ATOL)
+    finally:
+        ds.close()
+
+
+def kill_once(k, shard, B_rows, cols, *, marker, **kw):
+    """Shard 0 kills its worker process the first time (marker file absent), then runs normally."""
+    if k == 0 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return run_shard(k, shard, B_rows, cols, **kw)
+
+
+def always_fail(k, shard, B_rows, cols, **kw):
+    if k == 1:
+        raise RuntimeError("injected failure")
+    return run_shard(k, shard, B_rows, cols, **kw)
+
+
+def test_retry_after_killed_worker(client, case, tmp_path):
+    A, perm, M, B, C_ref = case
+    plan = make_plan(M, 2, perm=perm)
+    marker = str(tmp_path / "killed")
+
+    def fn(*args, **kw):
+        return kill_once(*args, marker=marker, **kw)
+
+    C, timings = run_oneshot(plan, B, client, M=M, repeats=1, shard_fn=fn)
+    assert os.path.exists(marker)
+    np.testing.assert_allclose(C, C_ref, rtol=RTOL, atol=ATOL)
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker for the next tests
+
+
+def test_shard_failing_twice_raises_named_error_and_writes_nothing(client, case, tmp_path):
+    A, perm, M, B, _ = case
+    plan = make_plan(M, 2, perm=perm)
+    store = BlockStore(tmp_path).matrix("gen.case")
+    persist_plan(M, plan, store, "none-000000000000")
+    with pytest.raises(ShardFailedError, match=r"shard 1 .*failed twice, last on worker tcp://.*injected failure"):
+        run_oneshot(plan, B, client, store=store, perm_key="none-000000000000", out="bad", repeats=1,
+                    shard_fn=always_fail)
+    assert not store.has_result("bad")
+    assert not (store.folder / "results" / "bad").exists() or not any((store.folder / "results" / "bad").iterdir())
+
+
+def test_timing_reports(client, case, tmp_path):
+    from tasks.distribute import markdown_table, runs_rows
+    A, perm, M, B, _ = case
+    plan = make_plan(M, 2, perm=perm)
+    _, timings = run_oneshot(plan, B, client, M=M, repeats=1)
+    rows = runs_rows(timings, run_id="r1", matrix_id="gen.case", n_cols_b=B.shape[1], reorder="rowshuffle")
+    BlockStore(tmp_path).append_runs(rows)  # the rows fit the runs schema
+    assert BlockStore(tmp_path).read_runs().num_rows == 2
+    table = markdown_table(timings)
+    assert table.count("\n| ") == 2 and "slowest GPU" in table  # one line per shard after the header
+
+
+def test_more_shards_than_windows_and_empty_rows(client):
+    """4 shards over 2 windows (two shards own nothing) and a shard whose rows are all empty."""
+    rng = np.random.default_rng(9)
+    A = sp.lil_array((40, 40), dtype=np.float32)
+    A[0:5, :] = rng.standard_normal((5, 40)).astype(np.float32)  # rows 16..39 stay empty
+    A = sp.csr_array(A)
+    M = csr_to_metcf(A)
+    B = rng.standard_normal((40, 3)).astype(np.float32)
+    plan = make_plan(M, 4)
+    C, _ = run_oneshot(plan, B, client, M=M, repeats=1)
+    np.testing.assert_allclose(C, A @ B, rtol=RTOL, atol=ATOL)
+    ds = DistributedSpmm(plan, client, M=M)
+    try:
+        ds.scatter(B)
+        np.testing.assert_allclose(ds.run().gather(), A @ B, rtol=RTOL, atol=ATOL)
+    finally:
+        ds.close()
