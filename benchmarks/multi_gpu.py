@@ -69,10 +69,11 @@ def parse_args(argv=None):
 
 
 def make_graph(xp, kind: str, nnz: float, seed: int):
-    """(natural-order keys, shape): R-MAT with edge factor 16; SBM with 100 blocks, degree 24, 2% outside edges."""
+    """(natural-order keys, shape): R-MAT with edge factor 16..48 (few rows, so B and C stay a few GB at N=256);
+    SBM with 100 blocks, degree 24, 2% of edges between blocks."""
     if kind == "rmat":
-        scale = max(8, int(round(np.log2(nnz / 16 / 0.85))))  # ~15% of R-MAT draws are duplicates
-        return rmat_keys(xp, scale, 16, seed)
+        scale = max(8, int(np.ceil(np.log2(nnz / 48 / 0.85))))  # ~15% of R-MAT draws are duplicates
+        return rmat_keys(xp, scale, max(16, int(round(nnz / 2**scale / 0.85))), seed)
     if kind == "sbm":
         n = int(nnz / 24)  # 2% of edges leave their community: the halo a community order can save
         return sbm_keys(xp, n, 100, 23.5, 0.5, seed)

@@ -27,9 +27,9 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
     """C = A @ B for one matrix spec; returns each stage's result and the report table."""
     root = resolve_data_root(data_root)
     run_id = uuid.uuid4().hex[:12]
+    ingested = steps.ingest(matrix, root, drop_zeros, complex_mode)
+    matrix_id = ingested["matrix_id"]
     with flow_cluster(scheduler, devices) as address:
-        ingested = steps.ingest(matrix, root, drop_zeros, complex_mode)
-        matrix_id = ingested["matrix_id"]
         ordered = steps.reorder(matrix_id, reorder, root, seed, address)
         converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype)
         multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,

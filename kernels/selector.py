@@ -157,16 +157,13 @@ def choose(pred: dict, cal: Calibration, *, balance="auto", allow_cusparse: bool
 def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
     """The current CuPy device's SM count, the two SpMM kernels' occupancy and its copy bandwidth."""
     import cupy
-    from cupy_backends.cuda.api import driver
 
     from kernels.launch import copy_bandwidth_gbs, module
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     mod = module(config)
-    per_sm = {}
-    for name in ("metcf_spmm_window", "metcf_spmm_balanced"):
-        fn = mod.get_function(name)
-        per_sm[name] = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, config.threads, 0))
+    per_sm = {name: resident_blocks(mod.get_function(name), config.threads)
+              for name in ("metcf_spmm_window", "metcf_spmm_balanced")}
     return DeviceModel(name=props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
                        sm_count=int(props["multiProcessorCount"]),
                        blocks_per_sm_plain=per_sm["metcf_spmm_window"],
@@ -174,10 +171,22 @@ def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
                        copy_gbs=_cached_copy_gbs(int(cupy.cuda.Device().id), copy_bandwidth_gbs))
 
 
+def resident_blocks(kernel, threads: int) -> int:
+    """Resident thread blocks per SM of a CuPy RawKernel: the driver's occupancy query, else the register rule
+    (sm_80/sm_90: 64K registers, 256-register warp granularity, 2048 threads and 32 blocks per SM)."""
+    try:
+        from cupy_backends.cuda.api import driver
+
+        return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0))
+    except Exception:  # older/newer CuPy without the query or the .kernel handle
+        regs_per_warp = -(-int(kernel.num_regs) * 32 // 256) * 256
+        return max(1, min(32, 2048 // threads, 65536 // (regs_per_warp * (threads // 32))))
+
+
 _COPY_GBS: dict[int, float] = {}
 
 
 def _cached_copy_gbs(device_id: int, measure) -> float:
     if device_id not in _COPY_GBS:
-        _COPY_GBS[device_id] = measure(1 << 28)
+        _COPY_GBS[device_id] = measure(1 << 30)
     return _COPY_GBS[device_id]

@@ -24,6 +24,16 @@ def dense_b(n_rows: int, n_cols: int, seed: int, dtype=np.float32) -> np.ndarray
     return np.random.default_rng(seed).standard_normal((n_rows, n_cols), dtype=np.float32).astype(dtype, copy=False)
 
 
+def load_metcf(mstore, format_key: str):
+    """The stored ME-TCF arrays of a matrix as a ``METCF``."""
+    from dataclasses import fields
+
+    from kernels.formats.metcf import METCF as METCFArrays
+
+    arrays = mstore.read_format(METCF, format_key)
+    return METCFArrays(**{f.name: arrays[f.name] for f in fields(METCFArrays)})
+
+
 def parse_devices(devices: str | int) -> str | int:
     """``auto`` (one GPU when present, else CPU), ``cpu``, ``all`` (every GPU / worker) or a positive count."""
     if isinstance(devices, int) or str(devices).isdigit():
@@ -40,7 +50,6 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
              dtype: str = "float32", devices: str | int = "auto", mode: str = "oneshot", seed: int = 0,
              scheduler: str | None = None, repeats: int = 20, save_c: bool = False) -> dict:
     """Run one SpMM and return timings, the kernel chosen, the baseline's time and the correctness check."""
-    from kernels.formats.metcf import METCF as METCFArrays
     from kernels.spmm import SpmmPlan
 
     if n_cols_b < 1:
@@ -52,7 +61,7 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
     B = dense_b(A.shape[1], n_cols_b, seed, DTYPES[dtype])
     t0 = time.perf_counter()
     if devices in ("auto", "cpu", 1):
-        M = METCFArrays(**mstore.read_format(METCF, format_key))
+        M = load_metcf(mstore, format_key)
         plan = SpmmPlan(M, device="cpu" if devices == "cpu" else "auto")
         C_reordered = plan.run(B)
         C = np.empty_like(C_reordered)
@@ -66,7 +75,7 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
 
         if scheduler is None:
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
-        M = METCFArrays(**mstore.read_format(METCF, format_key))
+        M = load_metcf(mstore, format_key)
         with dask_client(scheduler) as client:
             n_parts = len(client.scheduler_info()["workers"]) if devices == "all" else devices
             plan = make_plan(M, n_parts)

@@ -41,7 +41,7 @@ def format_table(rows: list[dict]) -> str:
     lines = [f"{'stage':<9} {'wall ms':>10} {'GFLOP/s':>9}  {'kernel':<22} detail"]
     for row in rows:
         extra = json.loads(row["extra"])
-        detail = ", ".join(f"{k}={v}" for k, v in extra.items()
+        detail = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()
                            if k in ("reused", "applied", "why", "n_tc_blocks", "mean_nnz_tc", "rel_err", "nnz",
                                     "shape") and v is not None)
         gflops = "" if row["gflops"] != row["gflops"] else f"{row['gflops']:.2f}"

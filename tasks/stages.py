@@ -10,6 +10,7 @@ flow owns.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -49,7 +50,9 @@ def flow_cluster(scheduler: str | None, devices: str | int = "auto") -> Iterator
 
     single = str(devices) in ("auto", "cpu", "1")
     n_workers = min(os.cpu_count() or 1, 8) if single else (None if devices == "all" else int(devices))
-    with make_cluster(n_workers, gpu=False if single else None) as cluster:
+    # The workers' and scheduler's INFO lines would bury the report; warnings still show.
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    with make_cluster(n_workers, gpu=False if single else None, silence_logs=logging.WARNING) as cluster:
         yield cluster.scheduler_address
 
 
@@ -101,7 +104,8 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
     A = mstore.read_csr()
     with dask_client(scheduler) as client:
         if method == "auto":
-            applied, perm, report = auto_reorder(A, seed=seed, client=client, sm_count=sm_count)
+            applied, perm, report = auto_reorder(A, seed=seed, client=client, params={"tca": {"sm_count": sm_count}})
+            report["why"] = report.pop("reason")
         else:
             extra = {"sm_count": sm_count} if method == "tca" else {}
             perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, **extra)

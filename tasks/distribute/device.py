@@ -58,18 +58,6 @@ class Timer:
         return False
 
 
-class _ReferencePlan:
-    """Stand-in with SpmmPlan's interface (NumPy reference) for when ``kernels.spmm`` is not importable."""
-
-    def __init__(self, A: METCF, *, device="cpu", dtype=np.float32):
-        self.A, self.dtype = A, np.dtype(dtype)
-        self.choice = {"kernel": "reference", "reason": "kernels.spmm not importable", "predicted_ms": None}
-
-    def run(self, B):
-        from kernels.reference import metcf_spmm
-        return metcf_spmm(self.A, B).astype(self.dtype)
-
-
 class _EmptyPlan:
     """A shard without TC blocks (empty rows, or no rows at all): C is zeros, no kernel launch."""
 
@@ -89,12 +77,7 @@ def make_spmm_plan(S: METCF, on_gpu: bool, dtype=np.float32, spmm_kw: dict | Non
     """``kernels.spmm.SpmmPlan(S, device=..., **spmm_kw)`` on this worker's device (its own kernel selector)."""
     if S.n_blocks == 0:
         return _EmptyPlan(S.shape[0], on_gpu)
-    try:
-        from kernels.spmm import SpmmPlan
-    except ImportError:
-        if on_gpu:
-            raise
-        return _ReferencePlan(S, dtype=dtype)
+    from kernels.spmm import SpmmPlan
     return SpmmPlan(S, device="gpu" if on_gpu else "cpu", dtype=dtype, **(spmm_kw or {}))
 
 

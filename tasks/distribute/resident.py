@@ -127,7 +127,7 @@ class ShardActor:
     def compute(self, repeats: int = 0) -> dict:
         """C_k = A_k @ extended B: one timed run (``repeats`` > 0: a warm-up then the median of that many)."""
         self.C, kernel_ms, _ = dev.time_kernel(self.plan, self.B_ext, self.on_gpu, repeats)
-        return {"shard": self.k, "kernel_ms": kernel_ms}
+        return {"shard": self.k, "kernel_ms": kernel_ms, "kernel": str(self.plan.choice.get("kernel"))}
 
     def iterate_nccl(self, repeats: int = 0) -> tuple[dict, dict]:
         """`exchange_nccl` then `compute` in one actor call (one driver round trip per iteration)."""

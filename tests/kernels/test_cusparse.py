@@ -60,7 +60,8 @@ def test_torch_cross_check():
     A = _matrix(4)
     B = np.random.default_rng(5).standard_normal((A.shape[1], 32)).astype(np.float32)
     At = torch.sparse_csr_tensor(torch.from_numpy(A.indptr.astype(np.int64)), torch.from_numpy(A.indices.astype(np.int64)),
-                                 torch.from_numpy(A.data), size=A.shape, device="cuda")
+                                 torch.from_numpy(A.data), size=A.shape, device="cuda",
+                                 check_invariants=True)
     Ct = (At @ torch.from_numpy(B).cuda()).cpu().numpy()
     C = cupy.asnumpy(CusparseSpmm(A).run(cupy.asarray(B)))
     assert np.linalg.norm(C - Ct) / np.linalg.norm(Ct) < FP32_RTOL

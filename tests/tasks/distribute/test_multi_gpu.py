@@ -83,3 +83,24 @@ def test_resident_two_gpus_three_iterations(client, case):
         print("transport:", ds.transport, ds.transport_reason)
     finally:
         ds.close()
+
+
+def test_resident_exchanges_through_nccl(client, case):
+    """With CuPy's NCCL present, the halo exchange must use it (device buffers, no host copies)."""
+    try:
+        from cupy.cuda import nccl
+        nccl.get_unique_id()
+    except Exception as err:  # CuPy without NCCL, or libnccl.so.2 not found
+        pytest.skip(f"needs CuPy with NCCL: {type(err).__name__}: {err}")
+    from tasks.distribute import DistributedSpmm, make_plan
+    M, perm, B = case
+    plan = make_plan(M, 2, perm=perm)
+    ds = DistributedSpmm(plan, client, M=M, transport="nccl")
+    try:
+        ds.scatter(B)
+        parts = ds.run()
+        assert ds.transport == "nccl"
+        assert {s["transport"] for s in parts.stats["shards"]} == {"nccl"}
+        assert rel(parts.gather(), single_gpu(M, perm, B)) < TF32_RTOL
+    finally:
+        ds.close()

@@ -1,0 +1,277 @@
+"""SpMM benchmark on one GPU: ME-TCF TC kernels (window, strict balance) vs the best cuSPARSE CSR algorithm.
+
+    PYTHONPATH=. python3 benchmarks/spmm.py [--calibrate] [--suite quick|full] [--out-dir DIR] [--budget-s S]
+
+Matrices: fixture matrices (.fixtures) and seeded generators (tasks.fetch.generators: rmat, sbm, mesh, banded,
+longrow) from ~1M to 100M+ nonzeros. Orders: "none" (the generator's shuffled labels: the ORIGINAL matrix),
+"tca" (tasks.reorder, only below --tca-max-nnz so it finishes in time), "natural" (the generator's own order,
+labelled as the ideal). Per (matrix, order, N): median ms of >= 20 timed runs after warm-up (CUDA events) of
+each kernel, GFLOP/s (2 nnz N), speedup of the selected path over the best cuSPARSE algorithm on the original
+and on the same matrix, % of the memory floor (A, B, C moved once at the device-to-device copy bandwidth
+measured in this run), MeanNnzTC/128, the selector's AR and choice. Correctness is checked in the same run on
+fresh random B (a 2048-row sample against float64 SciPy). --calibrate first fits kernels.selector's constants on
+uniform matrices and writes calibration-<device>.json next to the results. JSON and a table, the table last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kernels import launch, selector  # noqa: E402
+from kernels.cusparse import CusparseSpmm  # noqa: E402
+from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
+
+SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen to fit one ~6-minute device call
+    "quick": [("rmat-s17", "rmat", "scale=17&edge_factor=16"), ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2")],
+    "full": [("rmat-s17", "rmat", "scale=17&edge_factor=16"),
+             ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2"),
+             ("rmat-s20", "rmat", "scale=20&edge_factor=16"),
+             ("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2"),
+             ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27"),
+             ("banded-1M", "banded", "n=1000000&bandwidth=8"),
+             ("longrow-40k", "longrow", "rows=40000&min_row_nnz=300&max_row_nnz=600"),
+             ("mesh3d-160", "mesh", "nx=160&ny=160&nz=160&stencil=27")],
+}
+FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
+NS = (128, 256, 512)
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def fixture(name: str):
+    path = REPO / ".fixtures" / "suitesparse" / "MM" / f"{name}.tar.gz"
+    if not path.exists():
+        return None
+    with tarfile.open(path) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".mtx"))
+        return sp.csr_array(scipy.io.mmread(io.BytesIO(tar.extractfile(member).read())), dtype=np.float32)
+
+
+def generated(kind: str, params: str, shuffle: int):
+    from tasks.fetch.generators import generate
+
+    return generate(kind, f"{params}&seed=1&shuffle={shuffle}")
+
+
+class Case:
+    """One matrix in one order on the device: ME-TCF (GPU conversion), cuSPARSE op, selector predictions."""
+
+    def __init__(self, A, device_model, cal):
+        import cupy
+
+        self.A, self.nnz, self.shape = A, int(A.nnz), tuple(int(s) for s in A.shape)
+        d = [cupy.asarray(x) for x in (A.indptr, A.indices, A.data)]
+        conv = lambda: csr_to_metcf_gpu(d[0], d[1], d[2], self.shape)  # noqa: E731
+        self.convert_ms = launch.median_ms(conv, repeats=3, warmup=1)
+        a = conv()
+        self.dm = launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
+                                            a["sparse_a_to_b"], a["data"])
+        self.metcf_bytes = int(sum(x.nbytes for x in (a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
+                                                       a["sparse_a_to_b"], a["data"])))
+        del a, d
+        self.cus = CusparseSpmm(A)
+        self.device_model, self.cal = device_model, cal
+        self.ws = None
+
+    def run(self, kernel, B, out):
+        if kernel == "metcf-window":
+            return launch.spmm_window(self.dm, B, out)
+        if kernel == "metcf-balanced":
+            need = launch.workspace_elems(self.dm, B.shape[1])
+            if self.ws is None or self.ws.size < need:
+                import cupy
+
+                self.ws = cupy.empty(max(need, 1), dtype=cupy.float32)
+            return launch.spmm_balanced(self.dm, B, out, self.ws)
+        return self.cus.run(B, out)
+
+    def measure(self, N, repeats):
+        import cupy
+
+        B = cupy.random.default_rng(N).standard_normal((self.shape[1], N), dtype=cupy.float32)
+        out = cupy.empty((self.shape[0], N), dtype=cupy.float32)
+        times = {k: launch.median_ms(lambda k=k: self.run(k, B, out), repeats=repeats, warmup=5)
+                 for k in ("metcf-window", "metcf-balanced")}
+        tuned = self.cus.tune(B, out, repeats=repeats, warmup=3)
+        times["cusparse"] = tuned["ms"][tuned["best"]]
+        pred = selector.predict(self.dm.row_window_offset_host, self.nnz, self.shape, N, self.device_model,
+                                self.cal)
+        choice = selector.choose(pred, self.cal)
+        return times, tuned, pred, choice
+
+    def check(self, N, rng):
+        """Max relative error (norm-wise, 2048 sampled rows) of each kernel on a fresh B; NaN-poisoned C."""
+        import cupy
+
+        B = rng.standard_normal((self.shape[1], N)).astype(np.float32)
+        rows = np.sort(rng.choice(self.shape[0], min(2048, self.shape[0]), replace=False))
+        ref = self.A[rows].astype(np.float64) @ B.astype(np.float64)
+        Bd, errs = cupy.asarray(B), {}
+        for k in ("metcf-window", "metcf-balanced", "cusparse"):
+            out = cupy.full((self.shape[0], N), np.nan, dtype=cupy.float32)
+            C = cupy.asnumpy(self.run(k, Bd, out)[cupy.asarray(rows)])
+            errs[k] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30)) if np.isfinite(C).all() \
+                else float("nan")
+        return errs
+
+
+def calibrate(out_dir: Path, device_model) -> dict:
+    """Fit Calibration on uniform matrices (AR ~ 1): window kernel, balanced kernel and cuSPARSE at N 128/256."""
+    from tasks.fetch.generators import generate
+
+    rows_tc, rows_cus, ratios, samples = [], [], [], []
+    slots = device_model.sm_count * device_model.blocks_per_sm_plain
+    for deg in (2, 8, 32):
+        A = generate("uniform", f"rows={1 << 18}&nnz={deg << 18}&seed=2")
+        case = Case(A, device_model, selector.Calibration())
+        for N in (128, 256):
+            times, tuned, pred, _ = case.measure(N, 20)
+            chunks = pred["column_chunks"]
+            rows_tc.append(([1.0, pred["n_windows"] * chunks / slots, pred["n_blocks"] * chunks / slots],
+                            times["metcf-window"] * 1e3))
+            rows_cus.append(([1.0, A.nnz * N / 1e3, A.shape[0] * N / 1e3], times["cusparse"] * 1e3))
+            ratios.append(times["metcf-balanced"] / times["metcf-window"])
+            samples.append({"deg": deg, "N": N, "nnz": int(A.nnz), "n_blocks": pred["n_blocks"], **times})
+            log(f"calibrate uniform deg={deg} N={N}: {times}")
+    fit = lambda rows: np.linalg.lstsq(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),  # noqa: E731
+                                       rcond=None)[0]
+    launch_us, tb_us, block_us = (max(float(x), 0.0) for x in fit(rows_tc))
+    a_us, b_ns, c_ns = (max(float(x), 0.0) for x in fit(rows_cus))
+    cal = {"launch_us": launch_us, "tb_us": tb_us, "block_us": block_us,
+           "balance_threshold": max(1.0, float(np.median(ratios))), "cus_a_us": a_us, "cus_b_ns": b_ns,
+           "cus_c_ns": c_ns}
+    doc = {"device": device_model.name, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "method": "least squares of measured ms on uniform matrices (rows 2^18, 2/8/32 nnz per row, N 128/256); "
+                     "balance_threshold = median(balanced / window) there (AR ~ 1, so the overhead to win back)",
+           "calibration": cal, "samples": samples}
+    path = out_dir / f"calibration-{selector.slug(device_model.name)}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    log(f"calibration -> {path}: {cal}")
+    return cal
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=sorted(SUITES), default="full")
+    ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--ns", type=int, nargs="+", default=list(NS))
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--tca-max-nnz", type=int, default=5_000_000)
+    ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new matrices after this")
+    args = ap.parse_args(argv)
+    import cupy
+
+    t_start = time.time()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    dev = selector.device_model()
+    copy_gbs = dev.copy_gbs
+    log(f"device {dev.name}: {dev.sm_count} SMs, resident blocks/SM window {dev.blocks_per_sm_plain} "
+        f"balanced {dev.blocks_per_sm_balanced}, copy {copy_gbs:.0f} GB/s")
+    cal = selector.Calibration(**calibrate(args.out_dir, dev), source="this run") if args.calibrate else \
+        selector.Calibration.load(dev.name, args.out_dir)
+    rng = np.random.default_rng(0)
+    matrices = [(f"fixture:{n}", "fixture", lambda n=n: fixture(n), None) for n in FIXTURES]
+    matrices += [(label, kind, lambda k=kind, p=params: generated(k, p, 1), lambda k=kind, p=params: generated(k, p, 0))
+                 for label, kind, params in SUITES[args.suite]]
+    rows = []
+    for label, kind, make, make_natural in matrices:
+        if time.time() - t_start > args.budget_s:
+            log(f"budget reached: skipping {label} and the rest")
+            break
+        t0 = time.time()
+        A = make()
+        if A is None:
+            continue
+        log(f"{label}: {A.shape} nnz {A.nnz} generated in {time.time() - t0:.1f}s")
+        orders = [("none", A)]
+        if A.nnz <= args.tca_max_nnz:
+            from tasks.reorder import reorder
+
+            t0 = time.time()
+            perm = reorder(A, "tca", seed=0)
+            orders.append(("tca", A[perm]))
+            log(f"  tca in {time.time() - t0:.1f}s")
+        if make_natural is not None:
+            orders.append(("natural(ideal)", make_natural()))
+        base_cus = {}
+        for order, Ao in orders:
+            case = Case(sp.csr_array(Ao), dev, cal)
+            errs = case.check(128, rng)
+            for N in args.ns:
+                times, tuned, pred, choice = case.measure(N, args.repeats)
+                if order == "none":
+                    base_cus[N] = times["cusparse"]
+                sel_ms = times[choice["kernel"]]
+                best_tc = min(times["metcf-window"], times["metcf-balanced"])
+                floor_ms = (case.metcf_bytes + 4 * N * (case.shape[0] + case.shape[1])) / (copy_gbs * 1e6)
+                rows.append({
+                    "matrix": label, "kind": kind, "order": order, "shape": case.shape, "nnz": case.nnz, "N": N,
+                    "mean_nnz_tc": pred["mean_nnz_tc"], "tc_util": pred["mean_nnz_tc"] / 128,
+                    "n_blocks": pred["n_blocks"], "ar": pred["approximation_ratio"], "ms": times,
+                    "cusparse_algs_ms": tuned["ms"], "cusparse_best": tuned["best"], "selected": choice["kernel"],
+                    "selected_ms": sel_ms, "selector_reason": choice["reason"], "predicted": pred,
+                    "gflops_selected": 2 * case.nnz * N / (sel_ms * 1e-3) / 1e9,
+                    "speedup_vs_original_cusparse": base_cus[N] / sel_ms,
+                    "speedup_vs_same_cusparse": times["cusparse"] / sel_ms,
+                    "tc_speedup_vs_same_cusparse": times["cusparse"] / best_tc,
+                    "memory_floor_ms": floor_ms, "floor_pct_selected": 100 * floor_ms / sel_ms,
+                    "convert_gpu_ms": case.convert_ms, "convert_over_spmm": case.convert_ms / sel_ms,
+                    "rel_err_n128": errs})
+                log(f"  {order} N={N}: {({k: round(v, 3) for k, v in times.items()})} sel {choice['kernel']} "
+                    f"AR {pred['approximation_ratio']:.2f} err {errs}")
+            case.cus.close()
+            del case
+            cupy.get_default_memory_pool().free_all_blocks()
+    meta = {"device": dev.name, "sm_count": dev.sm_count, "copy_gbs": copy_gbs,
+            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
+            "cupy": cupy.__version__, "command": " ".join(sys.argv), "calibration": cal.__dict__,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": time.time() - t_start}
+    path = args.out_dir / f"spmm-{selector.slug(dev.name)}-{dt.date.today().isoformat()}.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=float))
+    print_table(rows, path)
+    return 0
+
+
+def geomean(x):
+    x = [v for v in x if v > 0]
+    return float(np.exp(np.mean(np.log(x)))) if x else float("nan")
+
+
+def print_table(rows, path):
+    hdr = (f"{'matrix':<22}{'order':<15}{'nnz':>11}{'N':>5}{'MeanTC':>7}{'AR':>6}{'win ms':>9}{'bal ms':>9}"
+           f"{'cus ms':>9}{'selected':>15}{'vsOrig':>7}{'vsSame':>7}{'floor%':>7}{'err':>9}")
+    print(hdr)
+    for r in rows:
+        print(f"{r['matrix'][:21]:<22}{r['order'][:14]:<15}{r['nnz']:>11}{r['N']:>5}{r['mean_nnz_tc']:>7.1f}"
+              f"{r['ar']:>6.2f}{r['ms']['metcf-window']:>9.3f}{r['ms']['metcf-balanced']:>9.3f}"
+              f"{r['ms']['cusparse']:>9.3f}{r['selected']:>15}{r['speedup_vs_original_cusparse']:>7.2f}"
+              f"{r['speedup_vs_same_cusparse']:>7.2f}{r['floor_pct_selected']:>7.1f}"
+              f"{max(r['rel_err_n128'].values()):>9.1e}")
+    reordered = [r for r in rows if r["order"] != "none"]
+    for N in sorted({r["N"] for r in rows}):
+        sel = [r for r in reordered if r["N"] == N]
+        big = [r for r in sel if r["nnz"] >= 10_000_000]
+        print(f"N={N}: geomean speedup (reordered, vs original cuSPARSE) {geomean([r['speedup_vs_original_cusparse'] for r in sel]):.2f}x; "
+              f"10M+ nnz {geomean([r['speedup_vs_original_cusparse'] for r in big]):.2f}x; "
+              f"min vs same-matrix cuSPARSE {min((r['speedup_vs_same_cusparse'] for r in rows if r['N'] == N), default=float('nan')):.2f}x")
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
