@@ -7,7 +7,7 @@ shuffle=0): ``sbm`` (communities of 256 rows, 14 neighbours inside + 2 outside: 
 edge_factor 16), ``mesh`` (3D 7-point stencil), ``longrow`` (300-600 nonzeros per row, 80% inside one of >= 8 column
 communities: long rows), each at about the requested nnz; plus the SuiteSparse fixtures (tarballs under .fixtures or
 /work/shared/fixtures) with ``--fixtures``. Each (matrix, method) runs in a fresh subprocess that memory-maps the
-matrix from a temporary .npz, so ``peak_rss_mb`` is that process's ru_maxrss (the matrix itself included; with
+matrix from a temporary .npz, so ``peak_rss_mb`` is that process's VmHWM (the matrix itself included; with
 ``--workers`` the Dask worker processes are not counted). ``--workers N`` runs TCA's block functions on a
 ``distributed.LocalCluster(N workers, 1 thread each)``; otherwise they run on threads in the process. A method is
 skipped (with the reason in the table) when nnz * api.COST_NS_PER_NNZ / cores would exceed ``--max-seconds``. The
@@ -87,6 +87,16 @@ def fixtures():
             yield f"{tgz.parent.name}/{tgz.name[:-7]}", sp.csr_matrix(A)
 
 
+def _vm_kb(field: str) -> float:
+    """VmHWM / VmRSS of this process in kB (Linux). ru_maxrss would be wrong here: Linux keeps it across execve,
+    so a child would report the (large) benchmark parent's RSS at fork time."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(float(ln.split()[1]) for ln in f if ln.startswith(field + ":"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def child(path: str, method: str, seed: int, workers: int) -> None:
     """One measurement in this (fresh) process; prints a JSON line."""
     from tasks.reorder import reorder
@@ -98,11 +108,11 @@ def child(path: str, method: str, seed: int, workers: int) -> None:
         import distributed
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
         client = distributed.Client(cluster)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss0 = _vm_kb("VmRSS") / 1024
     t0 = time.perf_counter()
     perm = reorder(A, method, seed=seed, client=client)
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _vm_kb("VmHWM") / 1024
     if client is not None:
         client.close()
         cluster.close()

@@ -18,6 +18,7 @@ class KernelConfig:
     tile_stages: int = 3  # shared-memory A-tile buffers; >= 3 lets the main loop use one barrier per TC block
     blocks_per_item: int = 32  # strict balance: TC blocks per thread block (DTC-SpMM section 4.5.1 uses 32)
     combine_threads: int = 256  # threads per block of the partial-sum combine kernel
+    prefetch_b: bool = True  # load block b+1's B fragments before block b's mma (see docs/kernels-notes.md)
 
     def __post_init__(self) -> None:
         if (self.window_rows, self.block_cols, self.warp_cols) != (16, 8, 32):
@@ -46,7 +47,7 @@ class KernelConfig:
         return (f"-DCFG_WINDOW_ROWS={self.window_rows}", f"-DCFG_BLOCK_COLS={self.block_cols}",
                 f"-DCFG_WARP_COLS={self.warp_cols}", f"-DCFG_MAX_WARPS={self.max_warps}",
                 f"-DCFG_TILE_STAGES={self.tile_stages}", f"-DCFG_BLOCKS_PER_ITEM={self.blocks_per_item}",
-                f"-DCFG_COMBINE_THREADS={self.combine_threads}")
+                f"-DCFG_COMBINE_THREADS={self.combine_threads}", f"-DCFG_PREFETCH_B={int(self.prefetch_b)}")
 
 
 CONFIG = KernelConfig()

@@ -63,30 +63,34 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
     if devices in ("auto", "cpu", 1):
         M = load_metcf(mstore, format_key)
         plan = SpmmPlan(M, device="cpu" if devices == "cpu" else "auto")
-        C_reordered = plan.run(B)
-        C = np.empty_like(C_reordered)
-        C[perm] = C_reordered
+        C = np.empty((A.shape[0], n_cols_b), dtype=np.float32)
+        C[perm] = plan.run(B)  # back to the original row order
         bench = plan.benchmark(B, repeats=repeats)
         result = {"kernel": plan.choice.get("kernel"), "device": plan.choice.get("device", "cpu"),
                   "kernel_ms": bench["median_ms"], "choice": plan.choice, "baseline": bench.get("baseline", {}),
                   "per_device": []}
     else:
-        from tasks.distribute import make_plan, run_oneshot, DistributedSpmm
+        from tasks.distribute import DistributedSpmm, make_plan, persist_plan, run_oneshot
 
         if scheduler is None:
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
         M = load_metcf(mstore, format_key)
         with dask_client(scheduler) as client:
-            n_parts = len(client.scheduler_info()["workers"]) if devices == "all" else devices
-            plan = make_plan(M, n_parts)
+            n_parts = len(client.scheduler_info()["workers"]) if devices == "all" else int(devices)
+            plan = make_plan(M, n_parts, perm=perm)
+            # Each shard in its own Parquet file: a worker reads only its shard.
+            shard_key = f"{format_key}-p{n_parts}"
+            persist_plan(M, plan, mstore, shard_key)
             if mode == "resident":
-                dist = DistributedSpmm(plan, client)
-                C_reordered, timings = dist.run_full(B, repeats=repeats)
-                dist.close()
+                dist = DistributedSpmm(plan, client, store=mstore, perm_key=shard_key, repeats=repeats)
+                try:
+                    dist.scatter(B)
+                    C = dist.run().gather()
+                    timings = dist.history[-1]["shards"]
+                finally:
+                    dist.close()
             else:
-                C_reordered, timings = run_oneshot(plan, B, client, repeats=repeats)
-        C = np.empty_like(C_reordered)
-        C[perm] = C_reordered
+                C, timings = run_oneshot(plan, B, client, store=mstore, perm_key=shard_key, repeats=repeats)
         kernel_ms = max(t["kernel_ms"] for t in timings)
         result = {"kernel": ",".join(sorted({str(t.get("kernel")) for t in timings})), "device": f"{n_parts} workers",
                   "kernel_ms": kernel_ms, "choice": {"mode": mode, "n_parts": n_parts}, "baseline": {},

@@ -34,7 +34,9 @@ def dask_client(address: str | None) -> Iterator[object | None]:
         return
     from distributed import Client
 
-    with Client(address, set_as_default=False, timeout="60s") as client:
+    # as_current: Dask actors (resident SpMM) find their client through get_client(); scoped to this thread, so
+    # concurrent subflows of the catalog flow keep their own clients.
+    with Client(address, set_as_default=False, timeout="60s") as client, client.as_current():
         yield client
 
 

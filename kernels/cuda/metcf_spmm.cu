@@ -21,7 +21,9 @@
 // thread block): acc += tile(b) x B-slice, then after(b, acc). Stage k % CFG_TILE_STAGES holds block
 // b_begin + k; block b+1 is fetched with cp.async while block b's B loads and mma run. A stage is zeroed two
 // iterations after its last read, so one barrier per block orders: zero -> barrier -> cp.async -> wait ->
-// barrier -> read, and every read of a stage before its next zeroing.
+// barrier -> read, and every read of a stage before its next zeroing. With CFG_PREFETCH_B the B fragments of
+// block b+1 are loaded (column ids straight from global memory) before block b's mma, so a warp keeps two
+// blocks of B gathers in flight instead of waiting a full memory latency per block.
 template <class After>
 __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
                                               const unsigned char* __restrict__ tc_local_id,
@@ -29,10 +31,15 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
                                               const float* __restrict__ B, i64 N, i64 n0, bool active, bool vec,
                                               float (&acc)[4][4], After after) {
   if (b_begin >= b_end) return;
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, q = lane & 3;
+  const i64 n_lane = n0 + 4 * (lane >> 2);  // first of this lane's 4 B/C columns in each remapped tile
   zero_tile(s, 0);
   __syncthreads();
   fetch_tile_async(s, 0, b_begin, tc_offset, tc_local_id, data, a_to_b);
+  float b_lo[4], b_hi[4];  // [t]: B[col[q]][n_lane + t], B[col[q + 4]][n_lane + t] of the block computed next
+#if CFG_PREFETCH_B
+  if (active) load_b_block(b_lo, b_hi, B, a_to_b, b_begin, q, N, n_lane, vec);
+#endif
   int cur = 0;
   for (i64 b = b_begin; b < b_end; ++b) {
     const int nxt = (cur + 1 == CFG_TILE_STAGES) ? 0 : cur + 1;
@@ -41,7 +48,19 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
     cp_async_wait_all();
     __syncthreads();  // stage cur landed for all threads; stage nxt zeroed by all threads
     if (has_next) fetch_tile_async(s, nxt, b + 1, tc_offset, tc_local_id, data, a_to_b);
-    if (active) warp_tile_mma(acc, s, cur, B, N, n0, vec, lane);
+    if (active) {
+#if CFG_PREFETCH_B
+      float c_lo[4], c_hi[4];  // [t]: this block's B rows, loaded one iteration ago
+#pragma unroll
+      for (int t = 0; t < 4; ++t) { c_lo[t] = b_lo[t]; c_hi[t] = b_hi[t]; }
+      if (has_next) load_b_block(b_lo, b_hi, B, a_to_b, b + 1, q, N, n_lane, vec);  // in flight during the mma
+      warp_tile_mma(acc, s, cur, c_lo, c_hi, lane);
+#else
+      load_b4(b_lo, B, s.col[cur][q], N, n_lane, vec);
+      load_b4(b_hi, B, s.col[cur][q + 4], N, n_lane, vec);
+      warp_tile_mma(acc, s, cur, b_lo, b_hi, lane);
+#endif
+    }
     after(b, acc);
     cur = nxt;
   }

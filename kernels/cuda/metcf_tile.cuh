@@ -16,7 +16,7 @@
 
 #if !defined(CFG_WINDOW_ROWS) || !defined(CFG_BLOCK_COLS) || !defined(CFG_WARP_COLS) || \
     !defined(CFG_MAX_WARPS) || !defined(CFG_TILE_STAGES) || !defined(CFG_BLOCKS_PER_ITEM) || \
-    !defined(CFG_COMBINE_THREADS)
+    !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B)
 #error "compile with the -D options of kernels/config.py (KernelConfig.defines())"
 #endif
 static_assert(CFG_WINDOW_ROWS == 16, "mma.m16n8k8 needs 16-row windows (KernelConfig.window_rows)");
@@ -25,6 +25,7 @@ static_assert(CFG_WARP_COLS == 32, "the float4 register remapping covers 4 n8 ti
 static_assert(CFG_MAX_WARPS >= 1 && CFG_MAX_WARPS <= 32, "KernelConfig.max_warps must be 1..32");
 static_assert(CFG_TILE_STAGES >= 3, "one barrier per TC block needs >= 3 tile buffers (KernelConfig)");
 static_assert(CFG_BLOCKS_PER_ITEM >= 1, "KernelConfig.blocks_per_item must be >= 1");
+static_assert(CFG_PREFETCH_B == 0 || CFG_PREFETCH_B == 1, "KernelConfig.prefetch_b is a bool");
 
 typedef long long i64;
 #define TILE_ELEMS (CFG_WINDOW_ROWS * CFG_BLOCK_COLS)  // 128 slots of one 16x8 TC block
@@ -39,6 +40,7 @@ __device__ __forceinline__ int tile_slot(int local_id) {
 struct TileStages {
   float a[CFG_TILE_STAGES][TILE_ELEMS];     // [stage][128]: permuted 16x8 A tile (tile_slot), zero-filled
   int col[CFG_TILE_STAGES][CFG_BLOCK_COLS];  // [stage][8]: sparse_a_to_b row of the block, -1 = padding
+                                             // (filled only without CFG_PREFETCH_B)
 };
 
 // Plain equivalent: *(float*)dst_smem = *(const float*)src_gmem; issued now, completed by cp_async_wait_all.
@@ -80,7 +82,9 @@ __device__ __forceinline__ void fetch_tile_async(TileStages& s, int stage, i64 b
   const i64 begin = tc_offset[b], end = tc_offset[b + 1];
   for (i64 i = begin + threadIdx.x; i < end; i += blockDim.x)
     cp_async4(&s.a[stage][tile_slot(tc_local_id[i])], data + i);
+#if !CFG_PREFETCH_B
   if (threadIdx.x < CFG_BLOCK_COLS) cp_async4(&s.col[stage][threadIdx.x], a_to_b + b * CFG_BLOCK_COLS + threadIdx.x);
+#endif
   cp_async_commit();
 }
 
@@ -98,13 +102,19 @@ __device__ __forceinline__ void load_b4(float (&v)[4], const float* __restrict__
   }
 }
 
-// One warp, one TC block: acc[t] += A_tile (16x8) x B[cols][n0 + 4j + t] (8 x 8) for the 4 remapped tiles.
+// One warp's B fragments of block b, column ids read from global memory (no shared-memory round trip, so
+// they can be issued one block ahead): lo[t] = B[a_to_b[b][q]][n + t], hi[t] = B[a_to_b[b][q+4]][n + t].
+__device__ __forceinline__ void load_b_block(float (&lo)[4], float (&hi)[4], const float* __restrict__ B,
+                                             const int* __restrict__ a_to_b, i64 b, int q, i64 N, i64 n, bool vec) {
+  const int c_lo = __ldg(a_to_b + b * CFG_BLOCK_COLS + q), c_hi = __ldg(a_to_b + b * CFG_BLOCK_COLS + q + 4);
+  load_b4(lo, B, c_lo, N, n, vec);
+  load_b4(hi, B, c_hi, N, n, vec);
+}
+
+// One warp, one TC block: acc[t] += A_tile (16x8) x Bt_t (8x8) for the 4 remapped n8 tiles, where
+// Bt_t[k][j] = B[col[k]][n0 + 4j + t]; b_lo/b_hi are this lane's rows q and q+4 of the four Bt_t.
 __device__ __forceinline__ void warp_tile_mma(float (&acc)[4][4], const TileStages& s, int stage,
-                                              const float* __restrict__ B, i64 N, i64 n0, bool vec, int lane) {
-  const int g = lane >> 2, q = lane & 3;
-  float b_lo[4], b_hi[4];  // [t]: B[col[q]][n0+4g+t], B[col[q+4]][n0+4g+t]
-  load_b4(b_lo, B, s.col[stage][q], N, n0 + 4 * g, vec);
-  load_b4(b_hi, B, s.col[stage][q + 4], N, n0 + 4 * g, vec);
+                                              const float (&b_lo)[4], const float (&b_hi)[4], int lane) {
   unsigned a[4];  // mma A fragment: tile rows g, g+8 x columns q, q+4 (see tile_slot)
 #pragma unroll
   for (int k = 0; k < 4; ++k) a[k] = to_tf32(s.a[stage][k * 32 + lane]);

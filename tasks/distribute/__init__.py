@@ -5,7 +5,9 @@
 - `run_oneshot(plan, B, client, ...) -> (C, timings)` (oneshot.py): one pinned task per shard, C in original order;
 - `DistributedSpmm(plan, client, ...)` (resident.py): one actor per shard, halo exchange by NCCL or Dask;
 - `cluster_client(address=None, n_workers=None)` (cluster.py): dask-cuda when GPUs are present, else CPU workers;
-- `runs_rows`, `markdown_table`, `resident_rows` (report.py): timing tables for the runs table and artifacts.
+- `runs_rows`, `markdown_table`, `resident_rows` (report.py): timing tables for the runs table and artifacts;
+- device.py (what a worker does on its GPU: timers, SpmmPlan, transfers) and synth.py (R-MAT/SBM graphs straight
+  to ME-TCF with CuPy, for the scaling benchmark).
 
 Imports stay light: Dask is imported by the functions that need it, never by workers' shard code paths here.
 """

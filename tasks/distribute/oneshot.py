@@ -159,7 +159,7 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None =
         futures.append(f)
     C = np.empty((plan.shape[0], B.shape[1]), dtype=np.float32)
     timings: list = [None] * plan.n_parts
-    ac = as_completed(futures)
+    ac = as_completed(futures, loop=client.loop)  # the passed client, not a default one
     for f in ac:
         k, w = owner.pop(f.key)
         t0 = time.perf_counter()

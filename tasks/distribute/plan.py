@@ -218,6 +218,44 @@ def remap_columns(S: METCF, cols: np.ndarray, local: np.ndarray, n_cols_local: i
                  out.astype(index_dtype(n_cols_local)), S.data)
 
 
+def split_columns(S: METCF, keep_col: np.ndarray) -> METCF:
+    """The part of S whose columns have ``keep_col[col]`` True, same shape, re-condensed into TC blocks.
+
+    Kept slots keep their relative order within each window (so a canonical S gives a canonical part); the
+    parts for a mask and its complement sum to S: ``S @ B == part(mask) @ B + part(~mask) @ B``.
+    """
+    nb = S.n_blocks
+    flat = S.sparse_a_to_b.reshape(-1).astype(np.int64)
+    keep_slot = flat >= 0
+    keep_slot[keep_slot] = keep_col[flat[keep_slot]]
+    kept = np.flatnonzero(keep_slot)
+    slot_window = np.repeat(S.block_window().astype(np.int64), WIDTH)[kept]
+    per_window = np.bincount(slot_window, minlength=S.n_windows)
+    rank = np.arange(kept.shape[0], dtype=np.int64) - (np.cumsum(per_window) - per_window)[slot_window]
+    bpw = -(-per_window // WIDTH)
+    new_block = (np.cumsum(bpw) - bpw)[slot_window] + rank // WIDTH
+    n_blocks = int(bpw.sum())
+    sab = np.full(n_blocks * WIDTH, -1, dtype=np.int64)
+    sab[new_block * WIDTH + rank % WIDTH] = flat[kept]
+    slot_block = np.full(nb * WIDTH, -1, dtype=np.int64)
+    slot_block[kept] = new_block
+    slot_c = np.zeros(nb * WIDTH, dtype=np.int64)
+    slot_c[kept] = rank % WIDTH
+    nz_slot = np.repeat(np.arange(nb, dtype=np.int64), np.diff(S.tc_offset)) * WIDTH + (S.tc_local_id & 7)
+    nz_keep = keep_slot[nz_slot]
+    nz_slot = nz_slot[nz_keep]
+    blocks = slot_block[nz_slot]
+    lid = (S.tc_local_id[nz_keep].astype(np.int64) >> 3) * WIDTH + slot_c[nz_slot]
+    order = np.argsort(blocks * (WINDOW * WIDTH) + lid)  # unique per nonzero: canonical (block, r, c) order
+    nnz = int(order.shape[0])
+    rwo = np.zeros(S.n_windows + 1, dtype=index_dtype(n_blocks))
+    np.cumsum(bpw, out=rwo[1:])
+    tco = np.zeros(n_blocks + 1, dtype=index_dtype(nnz))
+    np.cumsum(np.bincount(blocks, minlength=n_blocks), out=tco[1:])
+    return METCF(S.shape, rwo, tco, lid[order].astype(np.uint8), sab.reshape(n_blocks, WIDTH).astype(
+        S.sparse_a_to_b.dtype), S.data[nz_keep][order])
+
+
 def exchange_lists(plan: PartitionPlan, k: int) -> dict:
     """Resident layout of shard k's extended B (own rows plus the halo rows received from peers).
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from tasks.distribute import device as dev
 from tasks.distribute.oneshot import ShardRef, load_shard
-from tasks.distribute.plan import PartitionPlan, exchange_lists, remap_columns, shard_metcf
+from tasks.distribute.plan import PartitionPlan, exchange_lists, remap_columns, shard_metcf, split_columns
 
 NCCL_INIT_TIMEOUT_S = 120
 
@@ -40,6 +40,8 @@ class ShardActor:
         self.sends = {int(p): dev.to_device(idx, self.on_gpu) for p, idx in sends.items()}
         self.plan = dev.make_spmm_plan(S, self.on_gpu, spmm_kw=spmm_kw)
         self.kernel = str(self.plan.choice.get("kernel"))
+        self.S, self.spmm_kw = S, spmm_kw  # kept to build the own/remote split on demand
+        self.overlap, self.plan_own, self.plan_rem, self._streams = False, None, None, None
         self.B_ext = self.C = None
         self.peers: list = []
         self.comm = None
@@ -78,6 +80,16 @@ class ShardActor:
             xp = _xp(self.on_gpu)
             self.B_ext = xp.zeros((self.n_ext, B_k.shape[1]), dtype=np.float32)
         self.B_ext[self.off:self.off + self.n_own] = B_k
+
+    def set_overlap(self, on: bool) -> None:
+        """Split A_k into the columns of its own rows and the halo columns (two plans) so that the own part's
+        kernel runs while the halo rows are in flight; C_k = C_own + C_halo."""
+        self.overlap = bool(on)
+        if self.overlap and self.plan_own is None:
+            own = np.zeros(self.n_ext, dtype=bool)
+            own[self.off:self.off + self.n_own] = True
+            self.plan_own = dev.make_spmm_plan(split_columns(self.S, own), self.on_gpu, spmm_kw=self.spmm_kw)
+            self.plan_rem = dev.make_spmm_plan(split_columns(self.S, ~own), self.on_gpu, spmm_kw=self.spmm_kw)
 
     def advance(self) -> None:
         """C becomes the next B (square A)."""
@@ -125,13 +137,57 @@ class ShardActor:
 
     # ---- compute ------------------------------------------------------------------------------------------------
     def compute(self, repeats: int = 0) -> dict:
-        """C_k = A_k @ extended B: one timed run (``repeats`` > 0: a warm-up then the median of that many)."""
-        self.C, kernel_ms, _ = dev.time_kernel(self.plan, self.B_ext, self.on_gpu, repeats)
-        return {"shard": self.k, "kernel_ms": kernel_ms, "kernel": str(self.plan.choice.get("kernel"))}
+        """C_k = A_k @ extended B: one timed run (``repeats`` > 0: a warm-up then the median of that many).
+        With overlap set (host transport) the two parts run one after the other: same result, tests the split."""
+        if self.overlap:
+            with dev.Timer(self.on_gpu) as t:
+                C = self.plan_own.run(self.B_ext)
+                C += self.plan_rem.run(self.B_ext)
+            self.C, kernel_ms = C, t.ms
+        else:
+            self.C, kernel_ms, _ = dev.time_kernel(self.plan, self.B_ext, self.on_gpu, repeats)
+        return {"shard": self.k, "kernel_ms": kernel_ms, "kernel": self._kernels()}
 
     def iterate_nccl(self, repeats: int = 0) -> tuple[dict, dict]:
-        """`exchange_nccl` then `compute` in one actor call (one driver round trip per iteration)."""
-        return self.exchange_nccl(), self.compute(repeats)
+        """One iteration in one actor call (one driver round trip): `exchange_nccl` then `compute`, or with
+        overlap the own-column kernel on a compute stream while NCCL moves the halo on a comm stream."""
+        if not self.overlap:
+            return self.exchange_nccl(), self.compute(repeats)
+        import cupy
+        from cupy.cuda import nccl
+        if self._streams is None:
+            # Blocking streams: anything a library still runs on the legacy default stream stays ordered.
+            self._streams = (cupy.cuda.Stream(), cupy.cuda.Stream())
+        s_comm, s_comp = self._streams
+        ev = [cupy.cuda.Event() for _ in range(4)]
+        ev[0].record(s_comp)
+        ev[1].record(s_comm)
+        with s_comm:
+            own = self._own()
+            bufs = {p: cupy.ascontiguousarray(own[idx]) for p, idx in self.sends.items()}
+            nccl.groupStart()
+            for p, buf in bufs.items():
+                self.comm.send(buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, p, s_comm.ptr)
+            for p, n, start in self.recv:
+                view = self.B_ext[start:start + n]
+                self.comm.recv(view.data.ptr, n * view.shape[1], nccl.NCCL_FLOAT32, p, s_comm.ptr)
+            nccl.groupEnd()
+        ev[2].record(s_comm)
+        with s_comp:
+            C = self.plan_own.run(self.B_ext)  # reads only own rows: no conflict with the rows being received
+            s_comp.wait_event(ev[2])
+            C += self.plan_rem.run(self.B_ext)
+        ev[3].record(s_comp)
+        ev[3].synchronize()  # synchronize!
+        self.C = C
+        ex = self._exchange_stats(float(cupy.cuda.get_elapsed_time(ev[1], ev[2])), "nccl")
+        ms = float(cupy.cuda.get_elapsed_time(ev[0], ev[3]))
+        return {**ex, "overlap": True}, {"shard": self.k, "kernel_ms": ms, "kernel": self._kernels()}
+
+    def _kernels(self) -> str:
+        if self.overlap:
+            return f"{self.plan_own.choice.get('kernel')}+{self.plan_rem.choice.get('kernel')}"
+        return str(self.plan.choice.get("kernel"))
 
     def get_C(self) -> np.ndarray:
         return dev.to_host(self.C)
@@ -159,7 +215,7 @@ class DistributedSpmm:
 
     def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
                  fmt: str = "metcf", device: str = "auto", transport: str = "auto", repeats: int = 0,
-                 spmm_kw: dict | None = None):
+                 spmm_kw: dict | None = None, overlap: bool = False):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
         from tasks.distribute.oneshot import _workers
@@ -188,6 +244,15 @@ class DistributedSpmm:
         self.info = _wait([a.info() for a in self.actors])
         self.transport, self.transport_reason = self._pick_transport(transport)
         self.history: list = []
+        self.overlap = False
+        if overlap:
+            self.set_overlap(True)
+
+    def set_overlap(self, on: bool) -> None:
+        """Overlap each iteration's halo exchange with the kernel over the shard's own columns (see
+        `ShardActor.set_overlap`); builds the split plans on first use."""
+        _wait([a.set_overlap(on) for a in self.actors])
+        self.overlap = bool(on)
 
     def _pick_transport(self, transport: str) -> tuple[str, str]:
         if transport == "dask":
@@ -234,7 +299,7 @@ class DistributedSpmm:
             ker = _wait([a.compute(self.repeats) for a in self.actors])
         wall_ms = (time.perf_counter() - t0) * 1e3
         shards = [{**e, **c, "worker": w} for e, c, w in zip(ex, ker, self.workers)]
-        self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms,
+        self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms, "overlap": self.overlap,
                              "exchange_ms": max((s["exchange_ms"] for s in shards), default=0.0),
                              "kernel_ms": max((s["kernel_ms"] for s in shards), default=0.0), "shards": shards})
         return CParts(self)
@@ -251,14 +316,20 @@ class DistributedSpmm:
 
 
 class CParts:
-    """C left on the workers after a `DistributedSpmm.run`; fetch with `gather` or `parts`."""
+    """C left on the workers after a `DistributedSpmm.run`; fetch with `gather` or `parts` before the next
+    `run`/`step` replaces it (a stale handle raises RuntimeError instead of returning a later C)."""
 
     def __init__(self, owner: DistributedSpmm):
         self.owner = owner
         self.stats = owner.history[-1]
+        self.iteration = self.stats["iteration"]
 
     def parts(self) -> list[np.ndarray]:
         """Host copies of the C row blocks, shard order (block k = C[plan.shard_rows(k)])."""
+        latest = self.owner.history[-1]["iteration"] if self.owner.history else None
+        if latest != self.iteration or not self.owner.actors:
+            raise RuntimeError(f"C of iteration {self.iteration} was replaced by iteration {latest} (or the actors "
+                               "were closed); gather it before the next run")
         return _wait([a.get_C() for a in self.owner.actors])
 
     def gather(self) -> np.ndarray:

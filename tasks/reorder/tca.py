@@ -25,6 +25,7 @@ driver concatenates block results in row / pair order.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -134,10 +135,16 @@ def tca_order(indptr, indices, n_cols: int, *, seed: int = 0, backend=None, n_ha
     pair_window = pair_window or (4 if long_rows else 2)
     if bands * band_rows > n_hashes:
         raise ValueError(f"bands * band_rows = {bands * band_rows} exceeds n_hashes = {n_hashes}")
+    clock = [time.perf_counter()]
     sig = backend.minhash(mh.hash_params(n_hashes, seed))
+    clock.append(time.perf_counter())
     # Hierarchy I: rows -> clusters of <= cluster_rows rows.
     pairs = candidate_pairs(backend, sig, valid, bands, band_rows, pair_window)
-    root = mh.merge_pairs(n, pairs, backend.jaccard(pairs), cluster_rows)
+    clock.append(time.perf_counter())
+    similarity = backend.jaccard(pairs)
+    clock.append(time.perf_counter())
+    root = mh.merge_pairs(n, pairs, similarity, cluster_rows)
+    clock.append(time.perf_counter())
     rows = np.flatnonzero(valid)
     unit_of_row, n_units = _units(root, rows)
     by_unit = rows[np.argsort(unit_of_row, kind="stable")]
@@ -149,6 +156,7 @@ def tca_order(indptr, indices, n_cols: int, *, seed: int = 0, backend=None, n_ha
                              pair_window)
     groot = mh.merge_pairs(n_units, upairs, mh.signature_similarity(usig, upairs), sm_count)
     group_units = np.bincount(groot, minlength=n_units)
+    clock.append(time.perf_counter())
     loner = (group_units[groot] == 1) & (unit_rows == 1)
     full = unit_rows == cluster_rows
     # Unit order: class (0 full, 1 partial, 2 loner), then group, then first MinHash value, then unit id.
@@ -171,4 +179,7 @@ def tca_order(indptr, indices, n_cols: int, *, seed: int = 0, backend=None, n_ha
                      groups=int(np.count_nonzero(group_units)), cluster_pairs=int(upairs.shape[0]),
                      loners=int(loner.sum()), hubs=int(hubs.size), empty_rows=int(empty.sum()),
                      bands=int(bands), pair_window=int(pair_window))
+        clock.append(time.perf_counter())
+        phases = ("minhash", "lsh_pairs", "jaccard", "merge", "hierarchy2", "order")
+        stats["seconds"] = {k: round(b - a, 3) for k, a, b in zip(phases, clock[:-1], clock[1:])}
     return np.concatenate([body, np.flatnonzero(empty), hubs]).astype(np.int64)

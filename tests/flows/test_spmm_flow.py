@@ -68,3 +68,11 @@ def test_cli_malformed_local_file(tmp_path, data_root):
     assert len(errors) == 1 and "bad.mtx" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not list(Path(data_root).rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "resident"])
+def test_sharded_run_on_a_cpu_cluster_matches_one_device(prefect_harness, data_root, mode):
+    out = spmm_flow(matrix=GEN, n_cols_b=8, reorder="degree", devices="2", mode=mode, data_root=str(data_root))
+    assert out["spmm"]["rel_err"] < 1e-5
+    assert out["spmm"]["choice"] == {"mode": mode, "n_parts": 2}
+    assert len(out["spmm"]["per_device"]) == 2

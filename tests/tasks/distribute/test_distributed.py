@@ -203,3 +203,28 @@ def test_more_shards_than_windows_and_empty_rows(client):
         np.testing.assert_allclose(ds.run().gather(), A @ B, rtol=RTOL, atol=ATOL)
     finally:
         ds.close()
+
+
+def test_resident_overlap_split_gives_the_same_result(client, case):
+    """Overlap mode (own-column part + halo part, summed) equals the plain iteration, over 3 steps."""
+    A, perm, M, B, _ = case
+    plan = make_plan(M, 2, perm=perm)
+    ds = DistributedSpmm(plan, client, M=M, overlap=True)
+    try:
+        ds.scatter(B)
+        want = A.astype(np.float64) @ B.astype(np.float64)
+        np.testing.assert_allclose(ds.run().gather(), want, rtol=RTOL, atol=ATOL)
+        for _ in range(2):
+            parts = ds.step()
+            want = A.astype(np.float64) @ want
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * scale)
+        assert all(h["overlap"] for h in ds.history)
+        ds.set_overlap(False)
+        prev = parts.gather()
+        nxt = ds.step()
+        np.testing.assert_allclose(nxt.gather(), A @ prev, rtol=1e-4, atol=1e-4 * np.abs(A @ prev).max())
+        with pytest.raises(RuntimeError, match="replaced"):
+            parts.gather()  # a handle to an older iteration's C
+    finally:
+        ds.close()

@@ -23,7 +23,7 @@ def clients():
 def _client(n, processes):
     cluster = distributed.LocalCluster(n_workers=n, processes=processes, threads_per_worker=1,
                                        dashboard_address=None)
-    return cluster, distributed.Client(cluster)
+    return cluster, distributed.Client(cluster, timeout=60)  # generous: startup is slow on a loaded 2-core box
 
 
 @pytest.fixture(scope="module")
