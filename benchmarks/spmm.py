@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kernels import launch, selector  # noqa: E402
+from kernels.config import KernelConfig  # noqa: E402
 from kernels.cusparse import CusparseSpmm  # noqa: E402
 from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
 
@@ -38,15 +39,17 @@ SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen
     "quick": [("rmat-s17", "rmat", "scale=17&edge_factor=16"), ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2")],
     "full": [("rmat-s17", "rmat", "scale=17&edge_factor=16"),
              ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2"),
-             ("rmat-s20", "rmat", "scale=20&edge_factor=16"),
-             ("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2"),
-             ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27"),
+             ("mesh3d-160", "mesh", "nx=160&ny=160&nz=160&stencil=27"),
              ("banded-1M", "banded", "n=1000000&bandwidth=8"),
+             ("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2"),
+             ("rmat-s20", "rmat", "scale=20&edge_factor=16"),
              ("longrow-40k", "longrow", "rows=40000&min_row_nnz=300&max_row_nnz=600"),
-             ("mesh3d-160", "mesh", "nx=160&ny=160&nz=160&stencil=27")],
+             ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27")],
 }
 FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
 NS = (128, 256, 512)
+V0 = KernelConfig(prefetch_b=False)  # B loaded after the barrier: the default since run 4 (docs/kernels-notes.md)
+AUTOTUNE_MIN_NNZ = 1 << 20  # as kernels.spmm: SpmmPlan times the candidates from here on and keeps the fastest
 
 
 def log(*a):
@@ -91,6 +94,8 @@ class Case:
     def run(self, kernel, B, out):
         if kernel == "metcf-window":
             return launch.spmm_window(self.dm, B, out)
+        if kernel == "metcf-window-v0":  # column kept for comparison with older JSONs (same as default now)
+            return launch.spmm_window(self.dm, B, out, V0)
         if kernel == "metcf-balanced":
             need = launch.workspace_elems(self.dm, B.shape[1])
             if self.ws is None or self.ws.size < need:
@@ -109,10 +114,40 @@ class Case:
                  for k in ("metcf-window", "metcf-balanced")}
         tuned = self.cus.tune(B, out, repeats=repeats, warmup=3)
         times["cusparse"] = tuned["ms"][tuned["best"]]
+        if N == 128:  # version comparison and the torch cross-check baseline at N = 128 only (time budget)
+            times["metcf-window-v0"] = launch.median_ms(lambda: self.run("metcf-window-v0", B, out),
+                                                        repeats=repeats, warmup=5)
+            times.update(self.torch_ms(B, repeats))
         pred = selector.predict(self.dm.row_window_offset_host, self.nnz, self.shape, N, self.device_model,
                                 self.cal)
         choice = selector.choose(pred, self.cal)
         return times, tuned, pred, choice
+
+    def torch_ms(self, B, repeats):
+        """torch.sparse.mm (CSR, fp32) on the same B: a second baseline; {} without torch/CUDA."""
+        try:
+            import torch
+        except ImportError:
+            return {}
+        if not torch.cuda.is_available():
+            return {}
+        A = self.A
+        with torch.sparse.check_sparse_tensor_invariants(False):
+            At = torch.sparse_csr_tensor(torch.as_tensor(A.indptr.astype(np.int64)),
+                                         torch.as_tensor(A.indices.astype(np.int64)), torch.as_tensor(A.data),
+                                         size=A.shape, device="cuda")
+        Bt = torch.as_tensor(B, device="cuda")
+        for _ in range(5):
+            torch.sparse.mm(At, Bt)
+        ts = []
+        for _ in range(repeats):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            torch.sparse.mm(At, Bt)
+            e1.record()
+            e1.synchronize()  # synchronize!
+            ts.append(e0.elapsed_time(e1))
+        return {"torch": float(np.median(ts))}
 
     def check(self, N, rng):
         """Max relative error (norm-wise, 2048 sampled rows) of each kernel on a fresh B; NaN-poisoned C."""
@@ -172,9 +207,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--ns", type=int, nargs="+", default=list(NS))
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--tca-max-nnz", type=int, default=5_000_000)
+    ap.add_argument("--tca-max-nnz", type=int, default=25_000_000)
+    ap.add_argument("--table-from", type=Path, help="reprint the table of a results JSON and exit (no GPU)")
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new matrices after this")
     args = ap.parse_args(argv)
+    if args.table_from:
+        print_table(json.loads(args.table_from.read_text())["rows"], args.table_from)
+        return 0
     import cupy
 
     t_start = time.time()
@@ -190,6 +229,11 @@ def main(argv=None) -> int:
     matrices += [(label, kind, lambda k=kind, p=params: generated(k, p, 1), lambda k=kind, p=params: generated(k, p, 0))
                  for label, kind, params in SUITES[args.suite]]
     rows = []
+    meta = {"device": dev.name, "sm_count": dev.sm_count, "copy_gbs": copy_gbs,
+            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
+            "cupy": cupy.__version__, "command": " ".join(sys.argv), "calibration": cal.__dict__,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    path = args.out_dir / f"spmm-{selector.slug(dev.name)}-{dt.date.today().isoformat()}.json"
     for label, kind, make, make_natural in matrices:
         if time.time() - t_start > args.budget_s:
             log(f"budget reached: skipping {label} and the rest")
@@ -217,14 +261,18 @@ def main(argv=None) -> int:
                 times, tuned, pred, choice = case.measure(N, args.repeats)
                 if order == "none":
                     base_cus[N] = times["cusparse"]
-                sel_ms = times[choice["kernel"]]
+                cands = {k: times[k] for k in ("metcf-window", "metcf-balanced", "cusparse")}
+                # SpmmPlan's policy: autotune (fastest measured) from AUTOTUNE_MIN_NNZ, else the model's choice
+                selected = min(cands, key=cands.get) if case.nnz >= AUTOTUNE_MIN_NNZ else choice["kernel"]
+                sel_ms = times[selected]
                 best_tc = min(times["metcf-window"], times["metcf-balanced"])
                 floor_ms = (case.metcf_bytes + 4 * N * (case.shape[0] + case.shape[1])) / (copy_gbs * 1e6)
                 rows.append({
                     "matrix": label, "kind": kind, "order": order, "shape": case.shape, "nnz": case.nnz, "N": N,
                     "mean_nnz_tc": pred["mean_nnz_tc"], "tc_util": pred["mean_nnz_tc"] / 128,
                     "n_blocks": pred["n_blocks"], "ar": pred["approximation_ratio"], "ms": times,
-                    "cusparse_algs_ms": tuned["ms"], "cusparse_best": tuned["best"], "selected": choice["kernel"],
+                    "cusparse_algs_ms": tuned["ms"], "cusparse_best": tuned["best"], "selected": selected,
+                    "model_choice": choice["kernel"], "model_predicted_ms": choice["predicted_ms"],
                     "selected_ms": sel_ms, "selector_reason": choice["reason"], "predicted": pred,
                     "gflops_selected": 2 * case.nnz * N / (sel_ms * 1e-3) / 1e9,
                     "speedup_vs_original_cusparse": base_cus[N] / sel_ms,
@@ -233,19 +281,20 @@ def main(argv=None) -> int:
                     "memory_floor_ms": floor_ms, "floor_pct_selected": 100 * floor_ms / sel_ms,
                     "convert_gpu_ms": case.convert_ms, "convert_over_spmm": case.convert_ms / sel_ms,
                     "rel_err_n128": errs})
-                log(f"  {order} N={N}: {({k: round(v, 3) for k, v in times.items()})} sel {choice['kernel']} "
-                    f"AR {pred['approximation_ratio']:.2f} err {errs}")
+                log(f"  {order} N={N}: {({k: round(v, 3) for k, v in times.items()})} sel {selected} "
+                    f"(model {choice['kernel']}) AR {pred['approximation_ratio']:.2f} err {errs}")
             case.cus.close()
             del case
             cupy.get_default_memory_pool().free_all_blocks()
-    meta = {"device": dev.name, "sm_count": dev.sm_count, "copy_gbs": copy_gbs,
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "cupy": cupy.__version__, "command": " ".join(sys.argv), "calibration": cal.__dict__,
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": time.time() - t_start}
-    path = args.out_dir / f"spmm-{selector.slug(dev.name)}-{dt.date.today().isoformat()}.json"
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=float))
+        write(path, meta, rows, t_start)  # after every matrix, so a cut-off run keeps what it measured
+    write(path, meta, rows, t_start)
     print_table(rows, path)
     return 0
+
+
+def write(path, meta, rows, t_start):
+    path.write_text(json.dumps({"meta": {**meta, "wall_s": time.time() - t_start}, "rows": rows}, indent=1,
+                               default=float))
 
 
 def geomean(x):
@@ -253,14 +302,26 @@ def geomean(x):
     return float(np.exp(np.mean(np.log(x)))) if x else float("nan")
 
 
+def short(kernel):
+    return {"metcf-window": "window", "metcf-balanced": "balanced", "cusparse": "cusparse"}.get(kernel, kernel)
+
+
+def extra(r):
+    ms = r["ms"]
+    if "metcf-window-v0" not in ms:
+        return "-"
+    return f"{ms['metcf-window-v0']:.3f}/{ms['torch']:.3f}" if "torch" in ms else f"{ms['metcf-window-v0']:.3f}/-"
+
+
 def print_table(rows, path):
     hdr = (f"{'matrix':<22}{'order':<15}{'nnz':>11}{'N':>5}{'MeanTC':>7}{'AR':>6}{'win ms':>9}{'bal ms':>9}"
-           f"{'cus ms':>9}{'selected':>15}{'vsOrig':>7}{'vsSame':>7}{'floor%':>7}{'err':>9}")
+           f"{'cus ms':>9}{'v0/torch@128':>15}{'model':>9}{'selected':>15}{'vsOrig':>7}{'vsSame':>7}{'floor%':>7}{'err':>9}")
     print(hdr)
     for r in rows:
         print(f"{r['matrix'][:21]:<22}{r['order'][:14]:<15}{r['nnz']:>11}{r['N']:>5}{r['mean_nnz_tc']:>7.1f}"
               f"{r['ar']:>6.2f}{r['ms']['metcf-window']:>9.3f}{r['ms']['metcf-balanced']:>9.3f}"
-              f"{r['ms']['cusparse']:>9.3f}{r['selected']:>15}{r['speedup_vs_original_cusparse']:>7.2f}"
+              f"{r['ms']['cusparse']:>9.3f}{extra(r):>15}{short(r.get('model_choice', r['selected'])):>9}"
+              f"{r['selected']:>15}{r['speedup_vs_original_cusparse']:>7.2f}"
               f"{r['speedup_vs_same_cusparse']:>7.2f}{r['floor_pct_selected']:>7.1f}"
               f"{max(r['rel_err_n128'].values()):>9.1e}")
     reordered = [r for r in rows if r["order"] != "none"]

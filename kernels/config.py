@@ -18,7 +18,12 @@ class KernelConfig:
     tile_stages: int = 3  # shared-memory A-tile buffers; >= 3 lets the main loop use one barrier per TC block
     blocks_per_item: int = 32  # strict balance: TC blocks per thread block (DTC-SpMM section 4.5.1 uses 32)
     combine_threads: int = 256  # threads per block of the partial-sum combine kernel
-    prefetch_b: bool = True  # load block b+1's B fragments before block b's mma (see docs/kernels-notes.md)
+    min_blocks_per_sm: int = 8  # __launch_bounds__ minimum: caps registers at 64 (balanced kernel: 90 -> 64, no
+    # spills, 5 -> 8 resident blocks per SM on sm_90 per ptxas; ptxas -v in docs/kernels-notes.md)
+    # Load block b+1's B fragments (column ids from global) before block b's mma. Off: measured 5-10% SLOWER on
+    # H100 at N = 128 (mesh3d-160 natural 7.66 vs 7.19 ms, banded natural 0.656 vs 0.594, sbm-1M tca 2.86 vs
+    # 2.60; docs/kernels-notes.md, version v1); kept as a switch for other GPUs.
+    prefetch_b: bool = False
 
     def __post_init__(self) -> None:
         if (self.window_rows, self.block_cols, self.warp_cols) != (16, 8, 32):
@@ -29,6 +34,9 @@ class KernelConfig:
             raise ValueError(f"max_warps is {self.max_warps}, expected 1..32")
         if self.tile_stages < 3:
             raise ValueError(f"tile_stages is {self.tile_stages}, expected >= 3 (one-barrier pipeline)")
+        if not 1 <= self.min_blocks_per_sm * self.max_warps <= 64:
+            raise ValueError(f"min_blocks_per_sm x max_warps = {self.min_blocks_per_sm * self.max_warps}, "
+                             "expected 1..64 warps per SM")
         if self.blocks_per_item < 1:
             raise ValueError(f"blocks_per_item is {self.blocks_per_item}, expected >= 1")
 
@@ -47,7 +55,8 @@ class KernelConfig:
         return (f"-DCFG_WINDOW_ROWS={self.window_rows}", f"-DCFG_BLOCK_COLS={self.block_cols}",
                 f"-DCFG_WARP_COLS={self.warp_cols}", f"-DCFG_MAX_WARPS={self.max_warps}",
                 f"-DCFG_TILE_STAGES={self.tile_stages}", f"-DCFG_BLOCKS_PER_ITEM={self.blocks_per_item}",
-                f"-DCFG_COMBINE_THREADS={self.combine_threads}", f"-DCFG_PREFETCH_B={int(self.prefetch_b)}")
+                f"-DCFG_COMBINE_THREADS={self.combine_threads}", f"-DCFG_PREFETCH_B={int(self.prefetch_b)}",
+                f"-DCFG_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
 
 
 CONFIG = KernelConfig()

@@ -50,7 +50,7 @@ def module(config: KernelConfig = CONFIG):
 
 
 @dataclass
-class DeviceMETCF:
+class KernelArrays:
     """ME-TCF arrays on the device in the dtypes the kernels take (int64 offsets, int32 column ids)."""
 
     shape: tuple[int, int]
@@ -75,7 +75,7 @@ class DeviceMETCF:
         return int(self.data.shape[0])
 
 
-def upload(M: METCF) -> DeviceMETCF:
+def upload(M: METCF) -> KernelArrays:
     """Copy a host METCF to the current device, casting to the kernel dtypes."""
     import cupy
 
@@ -83,7 +83,7 @@ def upload(M: METCF) -> DeviceMETCF:
                                                                      M.sparse_a_to_b, M.data)))
 
 
-def from_device_arrays(shape, row_window_offset, tc_offset, tc_local_id, sparse_a_to_b, data) -> DeviceMETCF:
+def from_device_arrays(shape, row_window_offset, tc_offset, tc_local_id, sparse_a_to_b, data) -> KernelArrays:
     """Wrap ME-TCF arrays already on the device (e.g. from kernels.formats.metcf_gpu), casting dtypes."""
     import cupy
 
@@ -97,7 +97,7 @@ def from_device_arrays(shape, row_window_offset, tc_offset, tc_local_id, sparse_
                          f"ceil(M / 16) + 1 = {n_windows + 1}")
     rwo = cupy.ascontiguousarray(row_window_offset, dtype=cupy.int64)
     rwo_host = cupy.asnumpy(rwo)  # synchronize!
-    return DeviceMETCF(
+    return KernelArrays(
         shape=(n_rows, n_cols), row_window_offset=rwo,
         tc_offset=cupy.ascontiguousarray(tc_offset, dtype=cupy.int64),
         tc_local_id=cupy.ascontiguousarray(tc_local_id, dtype=cupy.uint8),
@@ -105,7 +105,7 @@ def from_device_arrays(shape, row_window_offset, tc_offset, tc_local_id, sparse_
         data=cupy.ascontiguousarray(data, dtype=cupy.float32), row_window_offset_host=rwo_host)
 
 
-def balance_metadata(dm: DeviceMETCF, config: KernelConfig = CONFIG) -> dict:
+def balance_metadata(dm: KernelArrays, config: KernelConfig = CONFIG) -> dict:
     """Strict-balance work items (kernels.formats.metcf.balanced_items) and the workspace slot layout.
 
     Window w's blocks [rwo[w], rwo[w+1]) touch items first = rwo[w] // BPI .. last = (rwo[w+1] - 1) // BPI.
@@ -133,7 +133,7 @@ def balance_metadata(dm: DeviceMETCF, config: KernelConfig = CONFIG) -> dict:
     return dm._balance
 
 
-def _check_b_out(dm: DeviceMETCF, B, out):
+def _check_b_out(dm: KernelArrays, B, out):
     import cupy
 
     if not isinstance(B, cupy.ndarray) or B.dtype != cupy.float32 or B.ndim != 2 or not B.flags.c_contiguous:
@@ -163,7 +163,7 @@ def _spmm_block(N: int, config: KernelConfig) -> tuple[int, int]:
     return threads, chunks
 
 
-def spmm_window(dm: DeviceMETCF, B, out=None, config: KernelConfig = CONFIG):
+def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG):
     """C = A @ B, one thread block per (16-row window, column chunk). Writes every element of out."""
     import cupy
 
@@ -178,12 +178,12 @@ def spmm_window(dm: DeviceMETCF, B, out=None, config: KernelConfig = CONFIG):
     return out
 
 
-def workspace_elems(dm: DeviceMETCF, N: int, config: KernelConfig = CONFIG) -> int:
+def workspace_elems(dm: KernelArrays, N: int, config: KernelConfig = CONFIG) -> int:
     """float32 elements of the strict-balance workspace for N columns (16 x N per split-window slot)."""
     return balance_metadata(dm, config)["n_slots"] * config.window_rows * int(N)
 
 
-def spmm_balanced(dm: DeviceMETCF, B, out=None, workspace=None, config: KernelConfig = CONFIG):
+def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelConfig = CONFIG):
     """C = A @ B with strict balance (BPI TC blocks per thread block) and a deterministic combine pass."""
     import cupy
 

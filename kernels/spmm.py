@@ -19,6 +19,7 @@ from kernels.formats.metcf import METCF, csr_to_metcf, metcf_to_csr
 
 AUTOTUNE_MIN_NNZ = 1 << 20  # autotune="auto": on from ~1M nonzeros, where one tuning pass (~10 runs of each
 # candidate) costs less than a few hundred later calls that a 5-20% better choice saves
+AUTOTUNE_MIN_AR = 1.05  # autotune times the balanced kernel only when the simulated schedule is this imbalanced
 
 
 def gpu_available() -> bool:
@@ -111,6 +112,8 @@ class SpmmPlan:
         if B is not None and self.autotune:
             cands = {"auto": ["metcf-window", "metcf-balanced", "cusparse"], True: ["metcf-balanced", "cusparse"],
                      False: ["metcf-window", "cusparse"]}[self.balance]
+            if self.balance == "auto" and pred["approximation_ratio"] < AUTOTUNE_MIN_AR:
+                cands.remove("metcf-balanced")  # nothing to balance; saves its 16 x N per split window workspace
             measured = {k: self._time(k, B, repeats=10, warmup=3) for k in cands}
             best = min(measured, key=measured.get)
             choice.update({"kernel": best, "measured_ms": measured, "predicted_kernel": choice["kernel"],

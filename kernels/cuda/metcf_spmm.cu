@@ -22,8 +22,8 @@
 // b_begin + k; block b+1 is fetched with cp.async while block b's B loads and mma run. A stage is zeroed two
 // iterations after its last read, so one barrier per block orders: zero -> barrier -> cp.async -> wait ->
 // barrier -> read, and every read of a stage before its next zeroing. With CFG_PREFETCH_B the B fragments of
-// block b+1 are loaded (column ids straight from global memory) before block b's mma, so a warp keeps two
-// blocks of B gathers in flight instead of waiting a full memory latency per block.
+// block b+1 are loaded (column ids straight from global memory) before block b's mma; off by default: 5-10%
+// slower on H100, where the kernel is bound by its B-gather bytes, not latency (docs/kernels-notes.md, v1).
 template <class After>
 __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
                                               const unsigned char* __restrict__ tc_local_id,
@@ -70,7 +70,7 @@ struct NoFlush {
   __device__ void operator()(i64, float (&)[4][4]) const {}
 };
 
-extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32)
+extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_PER_SM)
     metcf_spmm_window(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
                       const unsigned char* __restrict__ tc_local_id, const float* __restrict__ data,
                       const int* __restrict__ a_to_b, const float* __restrict__ B, float* __restrict__ C, i64 M,
@@ -90,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32)
   if (active) store_acc(C + row0 * N, acc, rows, N, n0, vec, lane);
 }
 
-extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32)
+extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_PER_SM)
     metcf_spmm_balanced(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
                         const unsigned char* __restrict__ tc_local_id, const float* __restrict__ data,
                         const int* __restrict__ a_to_b, const i64* __restrict__ item_window,

@@ -16,7 +16,7 @@
 
 #if !defined(CFG_WINDOW_ROWS) || !defined(CFG_BLOCK_COLS) || !defined(CFG_WARP_COLS) || \
     !defined(CFG_MAX_WARPS) || !defined(CFG_TILE_STAGES) || !defined(CFG_BLOCKS_PER_ITEM) || \
-    !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B)
+    !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B) || !defined(CFG_MIN_BLOCKS_PER_SM)
 #error "compile with the -D options of kernels/config.py (KernelConfig.defines())"
 #endif
 static_assert(CFG_WINDOW_ROWS == 16, "mma.m16n8k8 needs 16-row windows (KernelConfig.window_rows)");
@@ -26,6 +26,8 @@ static_assert(CFG_MAX_WARPS >= 1 && CFG_MAX_WARPS <= 32, "KernelConfig.max_warps
 static_assert(CFG_TILE_STAGES >= 3, "one barrier per TC block needs >= 3 tile buffers (KernelConfig)");
 static_assert(CFG_BLOCKS_PER_ITEM >= 1, "KernelConfig.blocks_per_item must be >= 1");
 static_assert(CFG_PREFETCH_B == 0 || CFG_PREFETCH_B == 1, "KernelConfig.prefetch_b is a bool");
+static_assert(CFG_MIN_BLOCKS_PER_SM >= 1 && CFG_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
+              "KernelConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
 
 typedef long long i64;
 #define TILE_ELEMS (CFG_WINDOW_ROWS * CFG_BLOCK_COLS)  // 128 slots of one 16x8 TC block

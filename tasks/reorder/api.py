@@ -15,9 +15,10 @@ from tasks.reorder import greedy, simple, tca
 
 METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree", "none")
 
-# Rough single-core cost per nonzero (ns), measured on generated matrices (benchmarks/reorder.py, 2-core VM);
+# Rough single-core cost per nonzero (ns), rounded up from benchmarks/reorder.py at 10M nnz on a loaded 2-core VM
+# (rowshuffle 0.8 us, jaccard 0.8-1.0 us, rcm 0.6 us, tca 0.7-1.0 us with 1-2 threads, degree 35 ns);
 # auto_reorder skips a method whose estimate nnz * cost exceeds max_cost seconds.
-COST_NS_PER_NNZ = {"none": 0.0, "degree": 1.0, "rcm": 150.0, "tca": 150.0, "rowshuffle": 150.0, "jaccard": 150.0}
+COST_NS_PER_NNZ = {"none": 0.0, "degree": 40.0, "rcm": 700.0, "tca": 1000.0, "rowshuffle": 1000.0, "jaccard": 1000.0}
 
 
 def canonical_csr(A) -> sp.csr_matrix:
@@ -36,7 +37,7 @@ def reorder(A, method: str, *, seed: int = 0, client=None, **params) -> np.ndarr
 
     ``client``: a ``distributed.Client``; only ``tca`` uses it (block functions on workers, same result).
     ``params`` go to the method: tca (`tca.tca_order`: n_hashes, bands, band_rows, pair_window, cluster_rows,
-    sm_count, hub_nnz; with a client also block_rows, pair_shard), rowshuffle (slot_rows, threshold, k_cols,
+    sm_count, hub_nnz, stats; block_rows, pair_shard, n_threads), rowshuffle (slot_rows, threshold, k_cols,
     bin_len), jaccard (tau, max_cluster, scan).
     """
     if method not in METHODS:
@@ -54,12 +55,13 @@ def reorder(A, method: str, *, seed: int = 0, client=None, **params) -> np.ndarr
         return greedy.jaccard_order(A, seed=seed, **params)
     block_rows = params.pop("block_rows", 1 << 16)
     pair_shard = params.pop("pair_shard", 1 << 21)
+    n_threads = params.pop("n_threads", None)  # local threads; ignored with a client (workers decide)
     if client is not None:
         from tasks.reorder.sharded import DaskBackend
         backend = DaskBackend(client, A.indptr, A.indices, block_rows=block_rows, pair_shard=pair_shard)
     else:
         backend = tca.LocalBackend(A.indptr, A.indices, block_rows=block_rows, pair_shard=pair_shard,
-                                   n_threads=params.pop("n_threads", None))
+                                   n_threads=n_threads)
     try:
         return tca.tca_order(A.indptr, A.indices, A.shape[1], seed=seed, backend=backend, **params)
     finally:
@@ -82,7 +84,7 @@ def reorder_checked(A, method: str, *, seed: int = 0, client=None, stats_before:
     return simple.none_order(A), before, before, False
 
 
-def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: float = 600.0,
+def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: float = 300.0,
                  params: dict | None = None) -> tuple[str, np.ndarray, dict]:
     """Pick the method with the fewest TC blocks among ``candidates`` cheap enough for A.
 

@@ -10,9 +10,9 @@ an empty row's signature is all 0xFFFFFFFF.
 
 Candidate pairs (LSH banding, b bands x r rows): a band's key is its r signature values (combined by a 64-bit
 multiply-xor mix to 32 bits when r > 1). Rows are sorted by (band key, next signature value, row) and each row
-is paired only with the next ``w`` rows of the same bucket in that order. So one band emits at most ``n * w`` pairs whatever
-its bucket sizes (a 100k-row bucket gives <= 100k * w pairs, not 5e9), and the neighbours it pairs are the ones
-agreeing on more hashes. Rows flagged invalid (empty rows, hubs) emit no pairs.
+is paired only with the next ``w`` rows of the same bucket in that order. So one band emits at most ``n * w``
+pairs whatever its bucket sizes (a 100k-row bucket gives <= 100k * w pairs, not 5e9), and the neighbours it
+pairs are the ones agreeing on more hashes. Rows flagged invalid (empty rows, hubs) emit no pairs.
 """
 from __future__ import annotations
 

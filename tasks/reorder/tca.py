@@ -116,8 +116,9 @@ def _units(root: np.ndarray, members: np.ndarray):
 
 
 def tca_order(indptr, indices, n_cols: int, *, seed: int = 0, backend=None, n_hashes: int = 32,
-              bands: int | None = None, band_rows: int = 1, pair_window: int | None = None, cluster_rows: int = 16, sm_count: int = 132,
-              hub_nnz: int = 10_000, stats: dict | None = None) -> np.ndarray:
+              bands: int | None = None, band_rows: int = 1, pair_window: int | None = None,
+              cluster_rows: int = 16, sm_count: int = 132, hub_nnz: int = 10_000,
+              stats: dict | None = None) -> np.ndarray:
     """TCA permutation (``perm[new] = old``, int64) of the CSR rows (indptr, indices with sorted rows).
 
     ``bands`` / ``pair_window`` default to 8 / 2, or 16 / 4 when the mean length of the clustered rows is at least

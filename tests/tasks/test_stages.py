@@ -1,0 +1,47 @@
+"""The stages over the store, without Prefect: fixtures fetched from the local mirror, parsed, stored, read back."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configs.errors import InputError
+from storage import BlockStore
+from tasks import stages
+from tasks.fetch import fetch
+from tasks.parse import load_matrix
+
+FIXTURES = ["Newman/karate", "LPnetlib/lp_e226", "HB/young1c", "SNAP/email-Enron", "igb:tiny"]
+
+
+@pytest.mark.parametrize("spec", FIXTURES)
+def test_ingest_reads_back_from_parquet_exactly_what_was_parsed(mirror, data_root, spec):
+    complex_mode = "real" if spec == "HB/young1c" else None
+    out = stages.ingest(spec, str(data_root), complex_mode=complex_mode)
+    parsed = load_matrix(fetch(spec, Path(data_root)), complex_mode=complex_mode)
+    stored = BlockStore(data_root).matrix(out["matrix_id"]).read_csr()
+    assert stored.shape == parsed.csr.shape == tuple(out["shape"])
+    assert stored.nnz == parsed.csr.nnz == out["nnz"]
+    np.testing.assert_array_equal(stored.indptr, parsed.csr.indptr)
+    np.testing.assert_array_equal(stored.indices, parsed.csr.indices)
+    np.testing.assert_array_equal(stored.data, parsed.csr.data)  # bit-exact values, same dtype
+    assert stored.data.dtype == parsed.csr.data.dtype
+    again = stages.ingest(spec, str(data_root), complex_mode=complex_mode)
+    assert again["reused"] and again["matrix_id"] == out["matrix_id"]
+
+
+def test_reorder_never_applies_a_method_that_adds_tc_blocks(data_root):
+    out = stages.ingest("gen:uniform?rows=2000&cols=3000&density=0.002&seed=4", str(data_root))
+    for method in ("degree", "rcm", "tca"):
+        order = stages.reorder(out["matrix_id"], method, str(data_root))
+        assert order["after"]["n_tc_blocks"] <= order["before"]["n_tc_blocks"]
+        perm = BlockStore(data_root).matrix(out["matrix_id"]).read_perm(order["perm_key"])
+        assert np.array_equal(np.sort(perm), np.arange(2000))
+
+
+def test_unknown_reorder_method_and_format_are_input_errors(data_root):
+    out = stages.ingest("gen:banded?n=100&bandwidth=3&density=1&seed=0", str(data_root))
+    with pytest.raises(InputError, match="--reorder 'metis'"):
+        stages.reorder(out["matrix_id"], "metis", str(data_root))
+    order = stages.reorder(out["matrix_id"], "none", str(data_root))
+    with pytest.raises(InputError, match="--format 'bcsr'"):
+        stages.convert(out["matrix_id"], order["perm_key"], str(data_root), fmt="bcsr")
