@@ -18,8 +18,7 @@ python3 -m pip download -q --only-binary=:all: --python-version "$pyver" --imple
 provided="numpy scipy pyarrow pandas pillow cuda_core cuda_bindings cuda_pathfinder cupy_cuda13x nvidia_ml_py
 numba numba_cuda llvmlite pyyaml pygments regex click cloudpickle fsspec jinja2 markupsafe msgpack packaging psutil
 sortedcontainers toolz typing_extensions urllib3 requests idna certifi charset_normalizer anyio h11 httpcore httpx
-rich markdown_it_py mdurl six python_dateutil attrs typer shellingham uvloop bokeh contourpy narwhals xyzservices
-tzdata pytz"
+rich markdown_it_py mdurl six python_dateutil attrs typer shellingham uvloop bokeh contourpy narwhals xyzservices"
 for name in $provided; do
     rm -f "$dest"/"$name"-[0-9]*.whl
 done

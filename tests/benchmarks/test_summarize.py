@@ -1,0 +1,169 @@
+"""benchmarks/summarize.py on synthetic result folders: the Targets math, newest-file choice and "not run"."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "summarize.py"
+
+
+@pytest.fixture(scope="module")
+def summarize():
+    spec = importlib.util.spec_from_file_location("bench_summarize", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def spmm_row(matrix, order, N, nnz, orig, same, tc=0.5, mean_nnz_tc=8.0):
+    return {"matrix": matrix, "kind": "gen", "order": order, "shape": [1000, 1000], "nnz": nnz, "N": N,
+            "mean_nnz_tc": mean_nnz_tc, "ar": 1.0, "ms": {"metcf-window": 2.0, "metcf-balanced": 3.0, "cusparse": 1.0},
+            "cusparse_best": "CSR_ALG2", "selected": "cusparse", "selected_ms": 1.0,
+            "speedup_vs_original_cusparse": orig, "speedup_vs_same_cusparse": same, "tc_speedup_vs_same_cusparse": tc,
+            "memory_floor_ms": 0.2, "floor_pct_selected": 20.0, "convert_over_spmm": 3.0,
+            "rel_err_n128": {"metcf-window": 1e-4, "cusparse": 1e-7}}
+
+
+def reorder_row(matrix, method, nnz, seconds, none_mntc, mntc, none_blocks=100, blocks=80):
+    return {"matrix": matrix, "method": method, "shape": [10, 10], "nnz": nnz, "none_blocks": none_blocks,
+            "none_mean_nnz_tc": none_mntc, "natural_blocks": None, "natural_mean_nnz_tc": None, "seconds": seconds,
+            "peak_rss_mb": 100.0, "blocks": blocks, "mean_nnz_tc": mntc, "gain_vs_none": none_blocks / blocks}
+
+
+def mgpu_row(order, P, kernel_eff, iter_eff, overlap, halo):
+    return {"kind": "sbm", "order": order, "shape": [4_000_000, 4_000_000], "nnz": 100_000_000, "P": P,
+            "kernel_ms": 10.0, "kernel_eff": kernel_eff, "e2e_ms": 900.0, "iter_ms": 11.0, "iter_exchange_ms": 1.0,
+            "iter_eff": iter_eff, "iter_eff_overlap": overlap, "transport": "nccl",
+            "halo_recv_bytes": [halo] * P, "resident_rel_err": 1e-6 if P > 1 else None}
+
+
+def write(folder: Path, name: str, doc: dict) -> None:
+    (folder / name).write_text(json.dumps(doc))
+
+
+@pytest.fixture
+def results(tmp_path):
+    d = tmp_path / "results"
+    d.mkdir()
+    spmm_meta = {"device": "Test GPU", "cupy": "1.0", "command": "benchmarks/spmm.py --suite quick",
+                 "date": "2026-01-02T00:00:00+00:00", "calibration": {"balance_threshold": 1.5}}
+    rows = [spmm_row("a", "none", 128, 1000, 1.0, 1.0), spmm_row("a", "tca", 128, 1000, 1.0, 1.0),
+            spmm_row("big", "tca", 128, 20_000_000, 4.0, 1.2, tc=1.3, mean_nnz_tc=40.0),
+            spmm_row("a", "tca", 256, 1000, 1.0, 0.9), spmm_row("big", "natural(ideal)", 256, 20_000_000, 2.25, 1.0)]
+    write(d, "spmm-test-gpu-2026-01-02.json", {"meta": spmm_meta, "rows": rows})
+    old = {**spmm_meta, "date": "2026-01-01T00:00:00+00:00", "command": "OLD COMMAND"}
+    write(d, "spmm-test-gpu-2026-01-01.json", {"meta": old, "rows": [spmm_row("z", "tca", 128, 10, 9.0, 9.0)]})
+    write(d, "spmm-test-gpu-2026-01-01-v0.json", {"meta": old, "rows": rows[:2]})
+    write(d, "reorder-w16-2026-01-02.json", {
+        "meta": {"date": "2026-01-02T00:00:00+00:00", "command": "benchmarks/reorder.py --sizes 1M,100M --workers 16",
+                 "cpu_count": 16, "cpu_model": "Test CPU", "python": "3.11"},
+        "rows": [reorder_row("sbm-1M", "tca", 1_000_000, 1.0, 8.0, 12.0),
+                 reorder_row("sbm-100M", "tca", 100_000_000, 100.0, 8.0, 12.0),
+                 reorder_row("longrow-1M", "tca", 1_000_000, 2.0, 10.0, 15.0),
+                 reorder_row("sbm-1M", "rowshuffle", 1_000_000, 1.0, 8.0, 7.0, blocks=120)]})
+    write(d, "multi_gpu-Test_GPU-2026-01-02.json", {
+        "benchmark": "multi_gpu", "command": "python benchmarks/multi_gpu.py", "date": "2026-01-02T00:00:00",
+        "machine": "host1", "gpus": ["Test GPU"], "versions": {"python": "3.11", "cupy": "1.0"}, "skipped": [],
+        "targets": {"kernel_eff": 0.95, "iter_eff_2gpu_100M": 0.75},
+        "rows": [mgpu_row("none", 1, 1.0, 1.0, None, 0), mgpu_row("none", 2, 0.97, 0.70, 0.80, 200),
+                 mgpu_row("natural", 1, 1.0, 1.0, None, 0), mgpu_row("natural", 2, 0.93, 0.76, None, 50)]})
+    return d
+
+
+def target(md: str, section: str, prefix: str) -> list[str]:
+    """Cells of the Targets row starting with ``prefix`` in the section titled ``section``."""
+    body = md.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    line = next(ln for ln in body.splitlines() if ln.startswith("| " + prefix))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_geomean(summarize):
+    assert summarize.geo([1.0, 4.0]) == pytest.approx(2.0)
+    assert summarize.geo([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    assert summarize.geo([]) is None and summarize.geo([0.0, None]) is None
+
+
+def test_targets_from_rows(summarize, results, tmp_path):
+    out = tmp_path / "docs" / "benchmarks.md"
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    md = out.read_text()
+    # spmm: N=128 reordered = tca 1.0 and 4.0 -> 2.00x (met); N=256 = 1.0 and 2.25 -> 1.50x (missed)
+    row = target(md, "SpMM", "geomean speedup vs ORIGINAL-matrix cuSPARSE, reordered cases, N=128")
+    assert row[2].startswith("2.00x over 2 cases") and row[3] == "**met**"
+    row = target(md, "SpMM", "geomean speedup vs ORIGINAL-matrix cuSPARSE, reordered cases, N=256")
+    assert row[2].startswith("1.50x over 2 cases") and row[3] == "**missed**"
+    row = target(md, "SpMM", "same, reordered cases with nnz ≥ 10M, N=128")
+    assert row[2].startswith("4.00x over 1 cases") and row[3] == "**met**"
+    row = target(md, "SpMM", "min speedup of the selected path vs SAME-matrix cuSPARSE")
+    assert row[2].startswith("0.90x (a tca N=256") and row[3] == "**missed**"
+    assert "in 1 of 5 (matrix, order, N) cases (big tca); all of them have MeanNnzTC ≥ 40.0" in md
+    # newest file chosen, the older one listed, the -v0 file mentioned as the earlier version
+    assert "`spmm-test-gpu-2026-01-02.json`" in md and "OLD COMMAND" not in md.split("Earlier kernel version")[0]
+    assert "Older files not summarized: `spmm-test-gpu-2026-01-01.json`" in md
+    assert "Earlier kernel version: `spmm-test-gpu-2026-01-01-v0.json`" in md
+    assert "How to reproduce: `PYTHONPATH=. python3 benchmarks/spmm.py --suite quick`" in md
+    # reorder: 100 s at 100M on 16 cores (met); 1M -> 100M: t x100 for nnz x100 -> k = 1.00 (met)
+    row = target(md, "Reordering", "tca time at 100M nnz on 16 cores")
+    assert "sbm-100M 100 s on 16 cores, --workers 16" == row[2] and row[3] == "**met**"
+    row = target(md, "Reordering", "near-linear growth")
+    assert "k=1.00" in row[2] and row[3] == "**met**"
+    row = target(md, "Reordering", "tca MeanNnzTC gain vs none, sbm")
+    assert "sbm-1M 1.50x" in row[2] and row[3] == "**met**"
+    row = target(md, "Reordering", "tca MeanNnzTC gain vs none, longrow")
+    assert "longrow-1M 1.50x" in row[2] and row[3] == "**missed**"
+    row = target(md, "Reordering", "no applied method increases TC blocks")
+    assert "raw permutations that would raise blocks: 1 of 4, tca 0" in row[2] and row[3] == "**met**"
+    # multi_gpu: kernel eff min 93% (missed); resident best-of at P=2: 0.80 and 0.76 (met); halo 400/100 = 4x
+    row = target(md, "Multi-GPU", "kernel-only strong-scaling efficiency")
+    assert row[2].startswith("min 93.0% (sbm natural") and row[3] == "**missed**"
+    assert target(md, "Multi-GPU", "resident per-iteration efficiency")[3] == "**met**"
+    row = target(md, "Multi-GPU", "halo shrink from reordering")
+    assert "natural: 4.00x" in row[2] and row[3] == "**met**"
+    # families without files say so
+    for title in ("Selector calibration", "CSR → ME-TCF conversion", "MatrixMarket parse throughput"):
+        assert md.split(f"## {title}", 1)[1].lstrip().startswith("Status: not run yet")
+
+
+def test_empty_results_say_not_run(results, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "bench.md"
+    subprocess.run([sys.executable, str(SCRIPT), "--results", str(empty), "--out", str(out)], check=True,
+                   capture_output=True)
+    md = out.read_text()
+    sections = md.split("\n## ")[1:]
+    assert len(sections) == 6
+    for sec in sections:
+        assert "Status: not run yet" in sec
+        for line in sec.splitlines():
+            if line.startswith("| ") and not line.startswith("| target"):
+                assert line.rstrip().endswith("| not run |"), line
+    assert not list(tmp_path.glob(".tmp-*")), "the atomic write left a temp file"
+
+
+def test_convert_parse_and_missing_multi_gpu(summarize, results, tmp_path):
+    (results / "multi_gpu-Test_GPU-2026-01-02.json").unlink()
+    machine = {"cpu": "Test CPU", "cores": 2, "python": "3.11", "device": "CPU only (no GPU used)"}
+    write(results, "convert-2026-01-02.json", {
+        "benchmark": "convert", "date": "2026-01-02T00:00:00", "command": "python benchmarks/convert.py",
+        "machine": machine, "rows": [{"size": "1m", "matrix": "gen:rmat", "nnz": 1_000_000, "cpu_s": 0.5,
+                                      "cpu_mnnz_per_s": 2.0, "cpu_peak_mb": 10.0, "inverse_s": 0.1,
+                                      "mean_nnz_tc": 8.25, "n_blocks": 5, "blocks_per_window_max": 7,
+                                      "metcf_over_csr": 1.125}]})
+    write(results, "parse-2026-01-02.json", {
+        "benchmark": "parse", "date": "2026-01-02T00:00:00", "command": "python benchmarks/parse.py",
+        "matrix": "gen:rmat", "nnz": 6_000_000, "text_mb": 160.0, "fmm_read_coo_s": 0.8, "fmm_mb_per_s": 200.0,
+        "read_mtx_s": 1.6, "read_mtx_mb_per_s": 100.0, "threads": 1, "repeats": 2, "machine": machine})
+    out = tmp_path / "b.md"
+    summarize.main(["--results", str(results), "--out", str(out)])
+    md = out.read_text()
+    assert "| 1m | `gen:rmat` | 1.00M | 0.500 | 2.00 | 10 | 0.100 | 8.25 | 5 | 7 | 1.125 |" in md
+    assert "| `gen:rmat` | 6.00M | 160.0 | 0.8 (200.0) | 1.6 (100.0) | 1 | 2 |" in md
+    mgpu = md.split("## Multi-GPU", 1)[1].split("\n## ", 1)[0]
+    assert "Status: not run yet" in mgpu and mgpu.count("| not run |") == 3
