@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+from machine import cpu_model  # noqa: E402  (benchmarks/ is the script folder)
 import scipy  # noqa: E402
 
 from kernels.formats.metcf import csr_to_metcf, metcf_stats, metcf_to_csr  # noqa: E402
@@ -39,16 +40,6 @@ def build(params: dict):
     from tasks.fetch.generators import generate
 
     return generate("rmat", dict(params))
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def time_cpu(A, repeats: int) -> dict:
@@ -123,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {"benchmark": "convert", "date": datetime.datetime.now().isoformat(timespec="seconds"),
               "command": " ".join([sys.executable, *sys.argv]), "repeats": args.repeats, "rows": rows,
-              "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+              "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
                           "numpy": np.__version__, "scipy": scipy.__version__,
                           "device": rows[0].get("gpu_name", "CPU only (no GPU used)") if rows else None}}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -24,21 +24,12 @@ sys.path.insert(0, str(REPO))
 
 import fast_matrix_market as fmm  # noqa: E402
 import numpy as np  # noqa: E402
+from machine import cpu_model  # noqa: E402  (benchmarks/ is the script folder)
 import scipy  # noqa: E402
 
 from tasks.fetch import fetch  # noqa: E402
 from tasks.parse import load_matrix  # noqa: E402
 from tasks.parse.mtx import read_mtx  # noqa: E402
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _best(fn, repeats: int) -> tuple[float, object]:
@@ -77,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
         "fmm_read_coo_s": round(fmm_s, 3), "fmm_mb_per_s": round(size_mb / fmm_s, 1),
         "read_mtx_s": round(full_s, 3), "read_mtx_mb_per_s": round(size_mb / full_s, 1),
         "threads": 1, "repeats": args.repeats,
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "device": "CPU only (no GPU used)",
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "device": "CPU only (no GPU used)",
                     "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
                     "fast_matrix_market": fmm.__version__},
     }

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels.formats.metrics import tc_stats  # noqa: E402
+from machine import cpu_model  # noqa: E402  (benchmarks/ is the script folder)
 from tasks.reorder import METHODS  # noqa: E402
 from tasks.reorder.api import COST_NS_PER_NNZ  # noqa: E402
 
@@ -201,10 +202,8 @@ def main(argv=None) -> None:
             del A
     import numba
     import scipy
-    cpu_model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
-                     platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-            "cpu_count": os.cpu_count(), "cpu_model": cpu_model, "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "cpu_model": cpu_model(), "python": platform.python_version(),
             "numpy": np.__version__, "scipy": scipy.__version__, "numba": numba.__version__,
             "wall_seconds": time.time() - t0}
     tag = args.tag or f"{args.sizes.replace(',', '_')}-w{args.workers}"

@@ -7,41 +7,10 @@ import scipy.sparse as sp
 
 from kernels.formats.metcf import csr_to_metcf
 from kernels.reference import csr_spmm, metcf_spmm
+from kernel_cases import empty_windows, explicit_zeros, hub_row, random_csr
 
 # Both sides sum the same float64 products per row (different chunking/order only): 1e-12 relative is ~1e4 ulp.
 RTOL = 1e-12
-
-
-def random_csr(shape, nnz, seed, index_dtype=np.int32):
-    rng = np.random.default_rng(seed)
-    n_rows, n_cols = shape
-    flat = rng.choice(n_rows * n_cols, size=min(nnz, n_rows * n_cols), replace=False)
-    rows, cols = np.divmod(flat.astype(np.int64), n_cols)
-    A = sp.csr_array((rng.standard_normal(len(rows)), (rows, cols)), shape=shape)
-    A.indices, A.indptr = A.indices.astype(index_dtype), A.indptr.astype(index_dtype)
-    return A
-
-
-def empty_windows():
-    A = random_csr((100, 50), 600, seed=2).tolil()
-    A[16:48] = 0  # windows 1 and 2 entirely empty
-    A[5] = 0
-    A = sp.csr_array(A)
-    A.eliminate_zeros()
-    return A
-
-
-def hub_row():
-    """Row 17 holds 40,000 nonzeros (5,000 blocks in window 1)."""
-    A = random_csr((33, 100_000), 500, seed=3).tolil()
-    A[17, np.random.default_rng(4).choice(100_000, 40_000, replace=False)] = 1.5
-    return sp.csr_array(A)
-
-
-def explicit_zeros():
-    A = random_csr((50, 70), 400, seed=5)
-    A.data[::3] = 0.0
-    return A
 
 
 CASES = {

@@ -1,0 +1,40 @@
+"""Matrices that hit the edge cases of 16x8 tiling, shared by the kernels tests (CPU and GPU)."""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def random_csr(shape, nnz, seed, index_dtype=np.int32):
+    """Random distinct positions, normal values; canonical CSR with the given index dtype."""
+    rng = np.random.default_rng(seed)
+    n_rows, n_cols = shape
+    flat = rng.choice(n_rows * n_cols, size=min(nnz, n_rows * n_cols), replace=False) if n_rows * n_cols else []
+    rows, cols = np.divmod(np.asarray(flat, dtype=np.int64), max(n_cols, 1))
+    A = sp.csr_array((rng.standard_normal(len(rows)), (rows, cols)), shape=shape)
+    A.sum_duplicates()
+    A.indices, A.indptr = A.indices.astype(index_dtype), A.indptr.astype(index_dtype)
+    return A
+
+
+def empty_windows():
+    A = random_csr((100, 50), 600, seed=2).tolil()
+    A[16:48] = 0  # windows 1 and 2 entirely empty
+    A[5] = 0
+    A[99] = 0
+    A = sp.csr_array(A)
+    A.eliminate_zeros()
+    return A
+
+
+def hub_row():
+    """Row 17 holds 40,000 nonzeros: window 1 spans 5,000 blocks (one row, 8 per block)."""
+    A = random_csr((33, 100_000), 500, seed=3).tolil()
+    A[17, np.random.default_rng(4).choice(100_000, 40_000, replace=False)] = 1.5
+    return sp.csr_array(A)
+
+
+def explicit_zeros():
+    A = random_csr((50, 70), 400, seed=5)
+    A.data[::3] = 0.0  # stored zeros must survive the round trip
+    return A
