@@ -9,6 +9,14 @@ from storage import BlockStore
 STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
 
 
+def _before_after(order: dict, key: str) -> str | None:
+    """``"before -> after"`` of a TC-block metric around the reordering (None when the stage did not report it)."""
+    before, after = (order.get("before") or {}).get(key), (order.get("after") or {}).get(key)
+    if before is None or after is None:
+        return None
+    return f"{before:.4g} -> {after:.4g}" if isinstance(before, float) else f"{before} -> {after}"
+
+
 def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
     """Runs-table rows (one per stage) from the stage results the flow collected."""
     ingest, order, conv, mult = (results.get(k, {}) for k in ("ingest", "reorder", "convert", "spmm"))
@@ -17,7 +25,8 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
     extra = {
         "fetch": {"source_url": ingest.get("source_url"), "shape": ingest.get("shape"), "nnz": ingest.get("nnz")},
         "parse": {"reused": ingest.get("reused")},
-        "reorder": {k: order.get(k) for k in ("method", "applied", "why", "reused", "before", "after")},
+        "reorder": {**{k: order.get(k) for k in ("method", "applied", "why", "reused", "before", "after", "methods")},
+                    "tc_blocks": _before_after(order, "n_tc_blocks"), "mean_nnz_tc": _before_after(order, "mean_nnz_tc")},
         "convert": {k: conv.get(k) for k in ("format", "reused", "n_tc_blocks", "mean_nnz_tc", "metcf_bytes",
                                              "csr_bytes")},
         "spmm": {k: mult.get(k) for k in ("kernel_ms", "rel_err", "choice", "baseline", "per_device")},
@@ -42,7 +51,7 @@ def format_table(rows: list[dict]) -> str:
     for row in rows:
         extra = json.loads(row["extra"])
         detail = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()
-                           if k in ("reused", "applied", "why", "n_tc_blocks", "mean_nnz_tc", "rel_err", "nnz",
+                           if k in ("reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc", "rel_err", "nnz",
                                     "shape") and v is not None)
         gflops = "" if row["gflops"] != row["gflops"] else f"{row['gflops']:.2f}"
         lines.append(f"{row['stage']:<9} {row['ms']:>10.1f} {gflops:>9}  {row['kernel']:<22} {detail}")

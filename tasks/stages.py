@@ -52,8 +52,13 @@ def flow_cluster(scheduler: str | None, devices: str | int = "auto") -> Iterator
 
     single = str(devices) in ("auto", "cpu", "1")
     n_workers = min(os.cpu_count() or 1, 8) if single else (None if devices == "all" else int(devices))
-    # The workers' and scheduler's INFO lines would bury the report; warnings still show.
-    logging.getLogger("distributed").setLevel(logging.WARNING)
+    # The scheduler's and workers' INFO lines would bury the report; warnings still show. Worker processes read
+    # the level from the environment when they import distributed; this process's loggers are set here.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    import distributed  # noqa: F401  (configures its loggers on import)
+
+    for name in ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]:
+        logging.getLogger(name).setLevel(logging.WARNING)
     with make_cluster(n_workers, gpu=False if single else None, silence_logs=logging.WARNING) as cluster:
         yield cluster.scheduler_address
 
@@ -108,6 +113,7 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
         if method == "auto":
             applied, perm, report = auto_reorder(A, seed=seed, client=client, params={"tca": {"sm_count": sm_count}})
             report["why"] = report.pop("reason")
+            report["before"], report["after"] = report["methods"]["none"], report["methods"][applied]
         else:
             extra = {"sm_count": sm_count} if method == "tca" else {}
             perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, **extra)
