@@ -42,8 +42,8 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flows/spmm.py", description=__doc__.split("\n")[0])
-    p.add_argument("--matrix", required=True,
-                   help="Group/Name (SuiteSparse), igb:tiny|small|medium, a .mtx/.mtx.gz/.tar.gz path, or gen:<kind>?k=v")
+    p.add_argument("--matrix", required=True, help="Group/Name (SuiteSparse), igb:tiny|small|medium, "
+                   "a .mtx/.mtx.gz/.tar.gz path, or gen:<kind>?k=v")
     p.add_argument("-N", "--n-cols", dest="n_cols_b", type=int, default=128, help="columns of the dense B")
     p.add_argument("--dtype", default="float32", help="value type of A, B and C (float32; TF32 on Tensor Cores)")
     p.add_argument("--reorder", default="auto", help="tca|rowshuffle|jaccard|rcm|degree|none|auto")

@@ -7,6 +7,9 @@ import time
 from storage import BlockStore
 
 STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
+# What the printed table shows per stage (the runs table keeps everything in ``extra``).
+DETAIL_KEYS = ("reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc", "rel_err", "nnz", "shape",
+               "cusparse_original_ms", "cusparse_reordered_ms")
 
 
 def _before_after(order: dict, key: str) -> str | None:
@@ -26,10 +29,12 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
         "fetch": {"source_url": ingest.get("source_url"), "shape": ingest.get("shape"), "nnz": ingest.get("nnz")},
         "parse": {"reused": ingest.get("reused")},
         "reorder": {**{k: order.get(k) for k in ("method", "applied", "why", "reused", "before", "after", "methods")},
-                    "tc_blocks": _before_after(order, "n_tc_blocks"), "mean_nnz_tc": _before_after(order, "mean_nnz_tc")},
+                    "tc_blocks": _before_after(order, "n_tc_blocks"),
+                    "mean_nnz_tc": _before_after(order, "mean_nnz_tc")},
         "convert": {k: conv.get(k) for k in ("format", "reused", "n_tc_blocks", "mean_nnz_tc", "metcf_bytes",
                                              "csr_bytes")},
-        "spmm": {k: mult.get(k) for k in ("kernel_ms", "rel_err", "choice", "baseline", "per_device")},
+        "spmm": {**{k: mult.get(k) for k in ("kernel_ms", "rel_err", "choice", "baseline", "per_device")},
+                 **{f"cusparse_{key}_ms": base["median_ms"] for key, base in (mult.get("baseline") or {}).items()}},
     }
     now = time.time()
     return [
@@ -51,8 +56,7 @@ def format_table(rows: list[dict]) -> str:
     for row in rows:
         extra = json.loads(row["extra"])
         detail = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()
-                           if k in ("reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc", "rel_err", "nnz",
-                                    "shape") and v is not None)
+                           if k in DETAIL_KEYS and v is not None)
         gflops = "" if row["gflops"] != row["gflops"] else f"{row['gflops']:.2f}"
         lines.append(f"{row['stage']:<9} {row['ms']:>10.1f} {gflops:>9}  {row['kernel']:<22} {detail}")
     return "\n".join(lines)
