@@ -21,7 +21,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu and not multi_gpu"
 
-compile-check:
+compile-check: $(STAMP)
 	$(PY) -m kernels.compile_check
 
 test-gpu: $(STAMP)

@@ -168,7 +168,18 @@ def spmm_targets(rows) -> list[tuple]:
     w = min(rows, key=lambda r: r["speedup_vs_same_cusparse"], default=None)
     meas = f"{f(w['speedup_vs_same_cusparse'])}x ({w['matrix']} {w['order']} N={w['N']}; {len(rows)} rows)" \
         if w else "–"
-    return out + [(*SPMM_SAME[:2], meas, status(w["speedup_vs_same_cusparse"] >= SPMM_SAME[2] if w else None))]
+    out.append((*SPMM_SAME[:2], meas, status(w["speedup_vs_same_cusparse"] >= SPMM_SAME[2] if w else None)))
+    # The flow (tasks/execute.py) also times cuSPARSE on the ORIGINAL order and runs it when faster than every path
+    # on the reordered matrix: its speedup over that baseline is max(1, x orig), computed from the same rows.
+    for n in sorted({r["N"] for r in rows if r["N"] in (128, 256)}):
+        sel = [r for r in rows if r["order"] != "none" and r["N"] == n]
+        fb = [max(1.0, r["speedup_vs_original_cusparse"]) for r in sel]
+        below = [r for r in sel if r["speedup_vs_original_cusparse"] < SPMM_SAME[2]]
+        out.append((f"with the flow's original-order fallback, reordered cases, N={n}: geomean (min) vs "
+                    "ORIGINAL-matrix cuSPARSE", "≥ 1.8x (≥ 0.95x)",
+                    f"{f(geo(fb))}x (min {f(min(fb, default=None))}x) over {len(sel)} cases; without the fallback "
+                    f"{len(below)} cases fall below 0.95x", status(geo(fb) >= 1.8 if fb else None)))
+    return out
 
 
 def where_time_goes(rows, meta) -> str:

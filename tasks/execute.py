@@ -38,6 +38,74 @@ def cusparse_baseline(A, B: np.ndarray, repeats: int) -> dict:
     return {"algorithm": timings["best"], "median_ms": timings["ms"][timings["best"]], "all_ms": timings["ms"]}
 
 
+def _run_one_device(A, perm: np.ndarray, M, B: np.ndarray, device: str, repeats: int) -> tuple[np.ndarray, dict]:
+    """The selector's path on the reordered matrix, except where cuSPARSE on the ORIGINAL order is faster (a
+    reordering that packs TC blocks can still cost cuSPARSE its cache locality): then that runs instead, so the
+    pipeline is never slower than what a user has without it."""
+    from kernels.spmm import SpmmPlan
+
+    plan = SpmmPlan(M, device=device)
+    C = np.empty((A.shape[0], B.shape[1]), dtype=np.float32)
+    C[perm] = plan.run(B)  # back to the original row order
+    bench = plan.benchmark(B, repeats=repeats)
+    result = {"kernel": plan.choice.get("kernel"), "device": plan.choice.get("device", "cpu"),
+              "kernel_ms": bench["median_ms"], "choice": plan.choice, "baseline": {}, "per_device": []}
+    if plan.device != "gpu":
+        return C, result
+    baseline = result["baseline"]  # what a user has without us, and what the kernel alone is worth
+    for key, matrix in (("original", A), ("reordered", A[perm])):
+        baseline[key] = cusparse_baseline(matrix, B, repeats)
+        baseline[key]["speedup"] = baseline[key]["median_ms"] / bench["median_ms"]
+    if baseline["original"]["median_ms"] < bench["median_ms"]:
+        C = cusparse_product(A, B, baseline["original"]["algorithm"])
+        result["choice"] = {**plan.choice, "kernel": "cusparse-original-order",
+                            "reason": f"cuSPARSE {baseline['original']['algorithm']} on the original order "
+                                      f"({baseline['original']['median_ms']:.4g} ms) beat {plan.choice['kernel']} "
+                                      f"on the reordered matrix ({bench['median_ms']:.4g} ms)"}
+        result.update(kernel="cusparse-original-order", kernel_ms=baseline["original"]["median_ms"])
+    return C, result
+
+
+def _run_sharded(mstore, format_key: str, perm: np.ndarray, M, B: np.ndarray, devices, mode: str, scheduler: str,
+                 repeats: int) -> tuple[np.ndarray, dict]:
+    """Row-window shards over the cluster's workers (one per GPU), one-shot or resident; C in original order."""
+    from tasks.distribute import DistributedSpmm, make_plan, persist_plan, run_oneshot
+
+    with dask_client(scheduler) as client:
+        n_parts = len(client.scheduler_info()["workers"]) if devices == "all" else int(devices)
+        plan = make_plan(M, n_parts, perm=perm)
+        # Each shard in its own Parquet file: a worker reads only its shard.
+        shard_key = f"{format_key}-p{n_parts}"
+        persist_plan(M, plan, mstore, shard_key)
+        if mode == "resident":
+            dist = DistributedSpmm(plan, client, store=mstore, perm_key=shard_key, repeats=repeats)
+            try:
+                dist.scatter(B)
+                C = dist.run().gather()
+                timings = dist.history[-1]["shards"]
+            finally:
+                dist.close()
+        else:
+            C, timings = run_oneshot(plan, B, client, store=mstore, perm_key=shard_key, repeats=repeats)
+    result = {"kernel": ",".join(sorted({str(t.get("kernel")) for t in timings})), "device": f"{n_parts} workers",
+              "kernel_ms": max(t["kernel_ms"] for t in timings), "choice": {"mode": mode, "n_parts": n_parts},
+              "baseline": {}, "per_device": timings}
+    return C, result
+
+
+def cusparse_product(A, B: np.ndarray, algorithm: str) -> np.ndarray:
+    """C = A @ B by cuSPARSE's ``algorithm`` (row-major B and C), back on the host."""
+    import cupy
+
+    from kernels.cusparse import CusparseSpmm
+
+    op = CusparseSpmm(A)
+    try:
+        return cupy.asnumpy(op.run(cupy.asarray(B, dtype=cupy.float32), algorithm=algorithm))  # synchronize!
+    finally:
+        op.close()
+
+
 def load_metcf(mstore, format_key: str):
     """The stored ME-TCF arrays of a matrix as a ``METCF``."""
     from dataclasses import fields
@@ -64,56 +132,21 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
              dtype: str = "float32", devices: str | int = "auto", mode: str = "oneshot", seed: int = 0,
              scheduler: str | None = None, repeats: int = 20, save_c: bool = False) -> dict:
     """Run one SpMM and return timings, the kernel chosen, the baseline's time and the correctness check."""
-    from kernels.spmm import SpmmPlan
-
     if n_cols_b < 1:
         raise InputError(f"-N {n_cols_b}: the dense B needs at least one column")
     devices = parse_devices(devices)
     mstore = BlockStore(data_root).matrix(matrix_id)
     A = mstore.read_csr()
     perm = mstore.read_perm(perm_key)
+    M = load_metcf(mstore, format_key)
     B = dense_b(A.shape[1], n_cols_b, seed, DTYPES[dtype])
     t0 = time.perf_counter()
     if devices in ("auto", "cpu", 1):
-        M = load_metcf(mstore, format_key)
-        plan = SpmmPlan(M, device="cpu" if devices == "cpu" else "auto")
-        C = np.empty((A.shape[0], n_cols_b), dtype=np.float32)
-        C[perm] = plan.run(B)  # back to the original row order
-        bench = plan.benchmark(B, repeats=repeats)
-        baseline = {}
-        if plan.device == "gpu":  # what a user has without us, and what the kernel alone is worth
-            for key, matrix in (("original", A), ("reordered", A[perm])):
-                baseline[key] = cusparse_baseline(matrix, B, repeats)
-                baseline[key]["speedup"] = baseline[key]["median_ms"] / bench["median_ms"]
-        result = {"kernel": plan.choice.get("kernel"), "device": plan.choice.get("device", "cpu"),
-                  "kernel_ms": bench["median_ms"], "choice": plan.choice, "baseline": baseline,
-                  "per_device": []}
+        C, result = _run_one_device(A, perm, M, B, "cpu" if devices == "cpu" else "auto", repeats)
     else:
-        from tasks.distribute import DistributedSpmm, make_plan, persist_plan, run_oneshot
-
         if scheduler is None:
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
-        M = load_metcf(mstore, format_key)
-        with dask_client(scheduler) as client:
-            n_parts = len(client.scheduler_info()["workers"]) if devices == "all" else int(devices)
-            plan = make_plan(M, n_parts, perm=perm)
-            # Each shard in its own Parquet file: a worker reads only its shard.
-            shard_key = f"{format_key}-p{n_parts}"
-            persist_plan(M, plan, mstore, shard_key)
-            if mode == "resident":
-                dist = DistributedSpmm(plan, client, store=mstore, perm_key=shard_key, repeats=repeats)
-                try:
-                    dist.scatter(B)
-                    C = dist.run().gather()
-                    timings = dist.history[-1]["shards"]
-                finally:
-                    dist.close()
-            else:
-                C, timings = run_oneshot(plan, B, client, store=mstore, perm_key=shard_key, repeats=repeats)
-        kernel_ms = max(t["kernel_ms"] for t in timings)
-        result = {"kernel": ",".join(sorted({str(t.get("kernel")) for t in timings})), "device": f"{n_parts} workers",
-                  "kernel_ms": kernel_ms, "choice": {"mode": mode, "n_parts": n_parts}, "baseline": {},
-                  "per_device": timings}
+        C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats)
     result["wall_ms"] = (time.perf_counter() - t0) * 1e3
     ref = A.astype(np.float64) @ B.astype(np.float64)
     rel_err = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), np.finfo(np.float64).tiny))

@@ -1,0 +1,66 @@
+"""The SpMM stage's decisions, with the GPU pieces replaced by CPU stand-ins that report chosen timings."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import kernels.spmm
+from tasks import execute
+
+
+class FakeGpuPlan:
+    """Stands in for SpmmPlan on a GPU: the product of the reordered matrix, timed at ``KERNEL_MS``."""
+    KERNEL_MS = 2.0
+
+    def __init__(self, M, device):
+        self.M, self.device = M, "gpu"
+        self.choice = {"kernel": "metcf-window", "reason": "model", "device": "fake"}
+
+    def run(self, B):
+        return (self.M @ B).astype(np.float32)
+
+    def benchmark(self, B, repeats):
+        return {"median_ms": self.KERNEL_MS}
+
+
+@pytest.fixture
+def problem():
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=np.random.default_rng(1), dtype=np.float32)
+    perm = np.random.default_rng(2).permutation(300)
+    B = execute.dense_b(200, 16, seed=3)
+    return A, perm, B
+
+
+@pytest.mark.parametrize("original_ms, expect", [(1.0, "cusparse-original-order"), (3.0, "metcf-window")])
+def test_one_device_never_slower_than_cusparse_on_the_original_order(monkeypatch, problem, original_ms, expect):
+    A, perm, B = problem
+    monkeypatch.setattr(kernels.spmm, "SpmmPlan", FakeGpuPlan)
+    timed = {}
+
+    def fake_baseline(matrix, B, repeats):
+        key = "original" if (matrix != A).nnz == 0 else "reordered"
+        timed[key] = True
+        return {"algorithm": "CSR_ALG2", "median_ms": original_ms if key == "original" else 2.5}
+
+    monkeypatch.setattr(execute, "cusparse_baseline", fake_baseline)
+    monkeypatch.setattr(execute, "cusparse_product", lambda A, B, algorithm: (A @ B).astype(np.float32))
+    C, result = execute._run_one_device(A, perm, A[perm], B, "auto", repeats=3)
+    assert timed == {"original": True, "reordered": True}
+    assert result["kernel"] == expect
+    assert result["kernel_ms"] == min(original_ms, FakeGpuPlan.KERNEL_MS)
+    assert result["baseline"]["reordered"]["speedup"] == pytest.approx(2.5 / FakeGpuPlan.KERNEL_MS)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)  # original row order either way
+
+
+def test_cpu_path_reports_no_baseline(problem):
+    from kernels.formats.metcf import csr_to_metcf
+
+    A, perm, B = problem
+    C, result = execute._run_one_device(A, perm, csr_to_metcf(A[perm]), B, "cpu", repeats=2)
+    assert result["kernel"] == "cpu-reference" and result["baseline"] == {}
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad, message", [("0", "at least 1"), ("many", "expected auto, cpu, all")])
+def test_bad_devices_are_input_errors(bad, message):
+    with pytest.raises(execute.InputError, match=message):
+        execute.parse_devices(bad)
