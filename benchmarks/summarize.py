@@ -150,20 +150,25 @@ def older_note(older) -> list[str]:
 # ---------------------------------------------------------------------------------------------- spmm
 
 # (target, threshold text, threshold, N, min nnz); speedup of the selected path vs cuSPARSE on the ORIGINAL matrix
-SPMM_TARGETS = [(f"geomean speedup vs ORIGINAL-matrix cuSPARSE, reordered cases, N={n}", "≥ 1.8x", 1.8, n, 0)
+# "Reordered" = what the pipeline does (tca); the generator's natural order is an ideal shown beside it, not a case.
+SPMM_TARGETS = [(f"geomean speedup vs ORIGINAL-matrix cuSPARSE, tca-reordered cases, N={n}", "≥ 1.8x", 1.8, n, 0)
                 for n in (128, 256)]
-SPMM_TARGETS += [(f"same, reordered cases with nnz ≥ 10M, N={n}", "≥ 1.4x", 1.4, n, 10_000_000) for n in (128, 256)]
-SPMM_SAME = ("min speedup of the selected path vs SAME-matrix cuSPARSE (all rows)", "≥ 0.95x", 0.95)
+SPMM_TARGETS += [(f"same, tca-reordered cases with nnz ≥ 10M, N={n}", "≥ 1.4x", 1.4, n, 10_000_000)
+                 for n in (128, 256)]
+SPMM_SAME = ("min speedup of the selected path vs SAME-matrix cuSPARSE (all rows; the benchmark selects the "
+             "fastest measured candidate, so this only shows the selector can fall back)", "≥ 0.95x", 0.95)
 
 
 def spmm_targets(rows) -> list[tuple]:
     out = []
     for name, text, lim, n, min_nnz in SPMM_TARGETS:
-        sel = [r for r in rows if r["order"] != "none" and r["N"] == n and r["nnz"] >= min_nnz]
+        sel = [r for r in rows if r["order"] == "tca" and r["N"] == n and r["nnz"] >= min_nnz]
+        ideal = [r for r in rows if r["order"] == "natural(ideal)" and r["N"] == n and r["nnz"] >= min_nnz]
         g = geo(r["speedup_vs_original_cusparse"] for r in sel)
-        tca = geo(r["speedup_vs_original_cusparse"] for r in sel if r["order"] == "tca")
-        meas = (f"{f(g)}x over {len(sel)} cases ({', '.join(sorted({r['order'] for r in sel}))}); tca alone "
-                f"{f(tca)}x") if sel else "–"
+        worst = min(sel, key=lambda r: r["speedup_vs_original_cusparse"], default=None)
+        meas = (f"{f(g)}x over {len(sel)} cases (min {f(worst['speedup_vs_original_cusparse'])}x, "
+                f"{worst['matrix']}); natural order (ideal) {f(geo(r['speedup_vs_original_cusparse'] for r in ideal))}x"
+                f" over {len(ideal)}") if sel else "–"
         out.append((name, text, meas, status(None if g is None else g >= lim)))
     w = min(rows, key=lambda r: r["speedup_vs_same_cusparse"], default=None)
     meas = f"{f(w['speedup_vs_same_cusparse'])}x ({w['matrix']} {w['order']} N={w['N']}; {len(rows)} rows)" \
@@ -172,11 +177,11 @@ def spmm_targets(rows) -> list[tuple]:
     # The flow (tasks/execute.py) also times cuSPARSE on the ORIGINAL order and runs it when faster than every path
     # on the reordered matrix: its speedup over that baseline is max(1, x orig), computed from the same rows.
     for n in sorted({r["N"] for r in rows if r["N"] in (128, 256)}):
-        sel = [r for r in rows if r["order"] != "none" and r["N"] == n]
+        sel = [r for r in rows if r["order"] == "tca" and r["N"] == n]
         fb = [max(1.0, r["speedup_vs_original_cusparse"]) for r in sel]
         below = [r for r in sel if r["speedup_vs_original_cusparse"] < SPMM_SAME[2]]
-        out.append((f"with the flow's original-order fallback, reordered cases, N={n}: geomean (min) vs "
-                    "ORIGINAL-matrix cuSPARSE", "≥ 1.8x (≥ 0.95x)",
+        out.append((f"with the flow's original-order fallback (not yet run on a GPU), tca-reordered cases, N={n}: "
+                    "geomean (min) vs ORIGINAL-matrix cuSPARSE", "≥ 1.8x (≥ 0.95x)",
                     f"{f(geo(fb))}x (min {f(min(fb, default=None))}x) over {len(sel)} cases; without the fallback "
                     f"{len(below)} cases fall below 0.95x", status(geo(fb) >= 1.8 if fb else None)))
     return out
@@ -394,7 +399,9 @@ def mgpu_targets(run) -> list[tuple]:
             halo.setdefault((r["kind"], r["shape"][0], r["P"]), {})[r["order"]] = sum(r["halo_recv_bytes"])
     shrink = [(k, o, h["none"] / b if b else math.inf) for k, h in halo.items() if "none" in h
               for o, b in h.items() if o != "none"]
-    meas = "; ".join(f"{k[0]} {mnnz(k[1])} rows P={k[2]} {o}: {x:.2f}x" for k, o, x in shrink)
+    ideal = " (the ideal order, not a reordering method)"
+    meas = "; ".join(f"{k[0]} {mnnz(k[1])} rows P={k[2]} {o}{ideal if o == 'natural' else ''}: {x:.2f}x"
+                     for k, o, x in shrink)
     return out + [(*MGPU_TARGETS[2], meas or "–", status(min(x for *_, x in shrink) > 1 if shrink else None))]
 
 
@@ -404,16 +411,19 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
     run, rows = runs[0], []
     for r in run.rows:
         if "error" in r:
-            rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], "ERROR: " + r["error"][:80], *("",) * 9))
+            rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], "ERROR: " + r["error"][:80], *("",) * 10))
             continue
         err = max(r.get(k) or 0.0 for k in ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err"))
         rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("kernel_ms")), f(r.get("kernel_eff"), 3),
                      f(r.get("e2e_ms"), 0), f(r.get("iter_ms")), f(r.get("iter_exchange_ms")), f(r.get("iter_eff"), 3),
                      f(r.get("iter_eff_overlap"), 3), r.get("transport", "–"),
-                     f"{max(r.get('halo_recv_bytes') or [0]) / 2**20:.1f}", "–" if r["P"] == 1 else f"{err:.1e}"))
+                     f"{max(r.get('halo_recv_bytes') or [0]) / 2**20:.1f}", "–" if r["P"] == 1 else f"{err:.1e}",
+                     ",".join(sorted(set(r.get("kernels") or []))) or "–"))
     out = ["## Multi-GPU strong scaling", ""] + env(run)
     out += table(("kind", "order", "nnz", "P", "kernel ms", "kernel eff", "e2e ms", "iter ms", "exchange ms",
-                  "iter eff", "overlap eff", "via", "halo MB/GPU", "max rel err"), rows)
+                  "iter eff", "overlap eff", "via", "halo MB/GPU", "max rel err", "kernel per shard"), rows)
+    out += ["\"kernel per shard\" is what each shard's selector ran: where it says cusparse, the efficiencies are "
+            "those of cuSPARSE split over the GPUs, not of the Tensor Core kernel.", ""]
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     return out + older_note(older) + targets(mgpu_targets(run)) + [reproduce("multi_gpu", run), ""]
 

@@ -289,9 +289,9 @@ def metcf_to_csr(M: METCF) -> sp.csr_array:
     indptr/indices dtype ``index_dtype(max(shape), nnz)``)."""
     n_rows, n_cols = M.shape
     rows, cols, data = expand(M)
-    # ME-TCF order inside a window is (block, r, c); for a fixed row that is ascending col, so a stable sort on
-    # the row alone gives CSR order.
-    order = np.argsort(rows, kind="stable")
+    # Sort by (row, col): canonical ME-TCF already lists a row's columns ascending, but a METCF whose blocks were
+    # remapped (e.g. a shard's columns renumbered for its halo) need not, and the flags below promise sorted rows.
+    order = np.lexsort((cols, rows))
     idx = index_dtype(max(n_rows, n_cols), M.nnz)
     indptr = np.zeros(n_rows + 1, dtype=idx)
     np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
@@ -308,7 +308,8 @@ def balanced_items(row_window_offset: np.ndarray, blocks_per_tb: int, *, within_
     Default (the paper's strict balance): item i covers global blocks
     ``[i * blocks_per_tb, min((i + 1) * blocks_per_tb, n_blocks))`` -- every item but the last has exactly
     ``blocks_per_tb`` blocks, which may come from several windows; ``item_window[i]`` is the window of its first
-    block, and the kernel advances windows via ``row_window_offset`` (partial window sums need atomics).
+    block, and the kernel advances windows via ``row_window_offset`` (a window split across items gets partial
+    sums, which a second pass combines in a fixed order: no atomics).
     ``within_windows=True``: each window's blocks are cut into items of <= ``blocks_per_tb`` blocks that never
     cross a window (windows without blocks get no item). Either way item ends are ``item_block_begin[1:]`` plus
     n_blocks, items are in block order, and every block is covered exactly once.
@@ -332,7 +333,8 @@ def balanced_items(row_window_offset: np.ndarray, blocks_per_tb: int, *, within_
 
 
 def balance(M: METCF, blocks_per_tb: int = 32, *, within_windows: bool = False) -> dict:
-    """The strict-balance split of `balanced_items` as a dict the balanced CUDA kernel consumes.
+    """The strict-balance split of `balanced_items` as a dict with explicit item ends (for inspection and tests;
+    the CUDA launcher derives its own slot layout from `balanced_items` in ``kernels.launch.balance_metadata``).
 
     Keys: ``item_window``, ``item_block_start``, ``item_block_end`` (half-open block range per item),
     ``n_items``, ``blocks_per_tb``, ``within_windows``, ``max_blocks_per_item``.

@@ -233,3 +233,19 @@ def test_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         M.data = None  # type: ignore[misc]
     assert isinstance(M, METCF)
+
+
+def test_metcf_to_csr_sorts_rows_of_a_non_canonical_metcf():
+    """Blocks whose slot columns are not ascending (as after a shard's column remap) still give sorted CSR rows."""
+    A = random_csr((40, 30), 300, seed=11)
+    M = csr_to_metcf(A)
+    flipped = M.sparse_a_to_b.copy()
+    flipped[:, :] = np.where(M.sparse_a_to_b >= 0, A.shape[1] - 1 - M.sparse_a_to_b, -1)  # descending columns
+    B = metcf_to_csr(dataclasses.replace(M, sparse_a_to_b=flipped))
+    expected = sp.csr_array(A[:, ::-1])
+    expected.sort_indices()
+    assert B.has_sorted_indices
+    for r in range(A.shape[0]):
+        row = slice(B.indptr[r], B.indptr[r + 1])
+        assert np.all(np.diff(B.indices[row]) > 0)
+    np.testing.assert_allclose(B.toarray(), expected.toarray())
