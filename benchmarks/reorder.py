@@ -135,6 +135,7 @@ def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> N
         for m in methods:
             row = {"matrix": name, "method": m, "shape": list(A.shape), "nnz": int(A.nnz),
                    "none_blocks": base["n_tc_blocks"], "none_mean_nnz_tc": base["mean_nnz_tc"],
+                   "none_bcsr_blocks": base["bcsr_blocks"],
                    "natural_blocks": natural["n_tc_blocks"] if natural else None,
                    "natural_mean_nnz_tc": natural["mean_nnz_tc"] if natural else None}
             est = A.nnz * COST_NS_PER_NNZ[m] * 1e-9 / (cores if m == "tca" else 1)
@@ -146,7 +147,7 @@ def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> N
                     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=True)
                     res = json.loads(out.stdout.strip().splitlines()[-1])
                     s = res.pop("stats")
-                    row.update(res, blocks=s["n_tc_blocks"], mean_nnz_tc=s["mean_nnz_tc"],
+                    row.update(res, blocks=s["n_tc_blocks"], mean_nnz_tc=s["mean_nnz_tc"], bcsr_blocks=s["bcsr_blocks"],
                                bpw_min=s["blocks_per_window_min"], bpw_max=s["blocks_per_window_max"],
                                bpw_cv=s["blocks_per_window_cv"], l2_cols=s["l2_distinct_cols_per_group"],
                                gain_vs_none=base["n_tc_blocks"] / max(s["n_tc_blocks"], 1))

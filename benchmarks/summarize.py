@@ -363,6 +363,16 @@ def reorder_section(runs, v0, older) -> list[str]:
         out += table(("matrix", *methods, "tca peak MB"),
                      [(m, *(cell(by.get((m, x)), "seconds", secs) for x in methods),
                        cell(by.get((m, "tca")), "peak_rss_mb", lambda v: f(v, 0))) for m in mats])
+        if any("bcsr_blocks" in r for r in run.rows):
+            out += ["BCSR 16x8 blocks (aligned, no condensing) and TC blocks per window (max / cv) after each method:",
+                    ""]
+            def spread(r):
+                return f"{r['bpw_max']} / {f(r['bpw_cv'])}" if r and "bpw_max" in r else cell(r, "-", str)
+
+            out += table(("matrix", "none BCSR", *(f"{x} BCSR" for x in methods), *(f"{x} spread" for x in methods)),
+                         [(m, r.get("none_bcsr_blocks", "–"),
+                           *(cell(by.get((m, x)), "bcsr_blocks", str) for x in methods),
+                           *(spread(by.get((m, x))) for x in methods)) for m, r in mats.items()])
         skipped = [f"{r['matrix']} {r['method']}: {r['skipped']}" for r in run.rows if "skipped" in r]
         out += (["Skipped: " + "; ".join(skipped), ""] if skipped else []) + [reproduce("reorder", run), ""]
     out += older_note(older) + [f"Targets over the files above ({', '.join(f'`{r.path.name}`' for r in runs)}):", ""]
