@@ -162,7 +162,10 @@ def load_catalog(path: str | os.PathLike | None = None) -> list[str]:
     return [s.strip() for s in specs]
 
 
-def data_root(env: Mapping[str, str] | None = None) -> Path:
-    """The data root: ``TCSPMM_DATA`` or ``./data``."""
+def data_root(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """The data root, decided here only: ``path`` when given, else ``TCSPMM_DATA`` (when set and not empty), else
+    ``./data``."""
+    if path:
+        return Path(path)
     env = os.environ if env is None else env
     return Path(env.get("TCSPMM_DATA") or "data")

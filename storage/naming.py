@@ -28,9 +28,9 @@ def validate_id(value: str, what: str = "matrix_id") -> str:
 
 def default_data_root(data_root: str | os.PathLike | None = None) -> Path:
     """``data_root`` if given, else env ``TCSPMM_DATA``, else ``./data``."""
-    if data_root is not None:
-        return Path(data_root)
-    return Path(os.environ.get("TCSPMM_DATA", "./data"))
+    from configs import data_root as resolve
+
+    return resolve(data_root)
 
 
 def jsonable(obj: Any) -> Any:

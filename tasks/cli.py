@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
-from pathlib import Path
 from typing import Callable
 
+from configs import data_root as resolve_data_root
 from configs.errors import InputError
 
 
 def data_root(path: str | None = None) -> str:
-    """The data root: an explicit path, else env ``TCSPMM_DATA``, else ``./data``."""
-    return str(Path(path or os.environ.get("TCSPMM_DATA") or "data").resolve())
+    """The data root (``configs.data_root``) as an absolute path, so tasks and workers agree on it."""
+    return str(resolve_data_root(path).resolve())
 
 
 class _OneLineInputErrors(logging.Filter):

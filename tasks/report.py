@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from storage import BlockStore
 
@@ -36,7 +35,6 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
         "spmm": {**{k: mult.get(k) for k in ("kernel_ms", "rel_err", "choice", "baseline", "per_device")},
                  **{f"cusparse_{key}_ms": base["median_ms"] for key, base in (mult.get("baseline") or {}).items()}},
     }
-    now = time.time()
     return [
         {
             "run_id": run_id, "matrix_id": matrix_id, "stage": stage, "device": str(mult.get("device", "")),
@@ -44,7 +42,7 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
             "ms": float(ms[stage]) if ms[stage] is not None else float("nan"),
             "gflops": float(mult.get("gflops", float("nan"))) if stage == "spmm" else float("nan"),
             "n_cols_b": int(mult.get("n_cols_b", 0)), "reorder": str(order.get("applied", order.get("method", ""))),
-            "error": "", "extra": json.dumps(extra[stage], default=str), "timestamp": now,
+            "error": "", "extra": json.dumps(extra[stage], default=str),
         }
         for stage in STAGES
     ]

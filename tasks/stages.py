@@ -67,6 +67,12 @@ def _elapsed_ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def variant_id(matrix_id: str, *, drop_zeros: bool = False, complex_mode: str | None = None) -> str:
+    """The stored matrix's id: the source's id plus the parse options that change its values, so a matrix parsed
+    with ``--complex abs`` is never reused for ``--complex real`` (or for no conversion, which must still refuse)."""
+    return matrix_id + (f".complex-{complex_mode}" if complex_mode else "") + (".nozeros" if drop_zeros else "")
+
+
 def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode: str | None = None) -> dict:
     """Fetch ``spec`` (cached download or generator) and store its canonical CSR; reuse it when already stored."""
     from tasks.fetch import fetch
@@ -75,15 +81,17 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
     t0 = time.perf_counter()
     raw = fetch(spec, Path(data_root))
     fetch_ms = _elapsed_ms(t0)
-    mstore = BlockStore(data_root).matrix(raw.matrix_id)
+    matrix_id = variant_id(raw.matrix_id, drop_zeros=drop_zeros, complex_mode=complex_mode)
+    mstore = BlockStore(data_root).matrix(matrix_id)
     reused = mstore.has_csr()
     t1 = time.perf_counter()
     if not reused:
-        parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode)
-        mstore.write_csr(parsed.csr, parsed.meta)
+        parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode, data_root=data_root)
+        mstore.write_csr(parsed.csr, {**parsed.meta, "matrix_id": matrix_id, "drop_zeros": drop_zeros,
+                                      "complex_mode": complex_mode})
     meta = mstore.csr_meta()
     return {
-        "matrix_id": raw.matrix_id,
+        "matrix_id": matrix_id,
         "spec": spec,
         "source_url": raw.source_url,
         "shape": tuple(int(s) for s in meta["shape"]),

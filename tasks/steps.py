@@ -2,7 +2,9 @@
 
 Caching: the block store is the cache (each stage returns at once when its output is complete there, checked
 against the manifest), so Prefect's own result cache is off (``NO_CACHE``): a second, Prefect-side cache could
-return keys whose files were since deleted. Retries only where I/O can fail transiently (the download).
+return keys whose files were since deleted. No Prefect retries: the download retries transient HTTP errors itself
+(``tasks/fetch/http.py``, with backoff), and bad input (a malformed file, an unknown id, a checksum mismatch) must
+fail at once rather than three times.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks import execute, report, stages
 
 
-@task(name="ingest", retries=2, retry_delay_seconds=[2, 10], cache_policy=NO_CACHE)
+@task(name="ingest", cache_policy=NO_CACHE)
 def ingest(spec: str, data_root: str, drop_zeros: bool = False, complex_mode: str | None = None) -> dict:
     return stages.ingest(spec, data_root, drop_zeros=drop_zeros, complex_mode=complex_mode)
 

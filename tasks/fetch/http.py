@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import http.client
 import json
@@ -34,7 +35,7 @@ from typing import Any
 
 from configs import HttpConfig
 from configs.errors import FetchError
-from storage.atomic import TEMP_PREFIX, atomic_write_bytes
+from storage.atomic import STALE_TEMP_S, TEMP_PREFIX, atomic_write_bytes, sweep_temp
 
 INDEX_NAME = "index.json"
 USER_AGENT = "tcspmm/0.1 (+https://github.com/)"
@@ -92,6 +93,7 @@ def download(url: str, data_root: str | os.PathLike, *, http_config: HttpConfig 
     cfg = http_config or HttpConfig()
     folder = cache_dir(data_root)
     folder.mkdir(parents=True, exist_ok=True)
+    sweep_temp(folder, older_than_s=STALE_TEMP_S)  # partial downloads of killed runs
     fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX + "download.", dir=folder)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -103,9 +105,15 @@ def download(url: str, data_root: str | os.PathLike, *, http_config: HttpConfig 
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         target = folder / digests["sha256"]
+        existed = target.exists()  # the same content under another URL: keep it whatever happens below
         os.replace(tmp, target)
         entry = CacheEntry(url, target, digests["sha256"], digests["md5"], target.stat().st_size)
-        _record(data_root, entry)
+        try:
+            _record(data_root, entry)
+        except BaseException:
+            if not existed:  # an unindexed cache file would be an orphan
+                target.unlink(missing_ok=True)
+            raise
         return entry
     except OSError as err:
         raise _os_error(url, folder, err) from err
@@ -120,10 +128,14 @@ def _os_error(url: str, folder: Path, err: OSError) -> FetchError:
 
 
 def _record(data_root: str | os.PathLike, entry: CacheEntry) -> None:
-    index = read_index(data_root)
-    index[entry.url] = {"sha256": entry.sha256, "md5": entry.md5, "size_bytes": entry.size_bytes}
-    payload = json.dumps(index, indent=1, sort_keys=True).encode()
-    atomic_write_bytes(cache_dir(data_root) / INDEX_NAME, payload)
+    """Add ``entry`` to the cache index under an exclusive lock (concurrent downloads of the catalog flow would
+    otherwise each rewrite the index from a stale read and drop each other's entries)."""
+    folder = cache_dir(data_root)
+    with open(folder / (INDEX_NAME + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        index = read_index(data_root)
+        index[entry.url] = {"sha256": entry.sha256, "md5": entry.md5, "size_bytes": entry.size_bytes}
+        atomic_write_bytes(folder / INDEX_NAME, json.dumps(index, indent=1, sort_keys=True).encode())
 
 
 def _digests(path: Path) -> dict[str, str]:

@@ -95,5 +95,6 @@ def local_stem(path: Path) -> str:
 
 
 def safe_id(text: str) -> str:
-    """Filesystem-safe matrix_id component: anything outside ``[A-Za-z0-9_.+-]`` becomes ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
+    """Filesystem-safe matrix_id component: anything outside ``[A-Za-z0-9_.-]`` (what ``storage`` accepts as an
+    id) becomes ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)

@@ -99,7 +99,7 @@ def _mtx_file(raw: RawMatrix, root: Path) -> tuple[Path, str]:
     name = raw.path.name
     stem = local_stem(raw.path)
     if name.endswith(".mtx.gz"):
-        return gunzip(raw.path, raw.sha256, root, str(raw.path), f"{stem}.mtx"), name
+        return gunzip(raw.path, raw.sha256, root, str(raw.path)), name
     if name.endswith(".tar.gz"):
         chosen: list[str] = []
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from configs.errors import FetchError
-from storage.atomic import TEMP_PREFIX
+from storage.atomic import STALE_TEMP_S, TEMP_PREFIX, sweep_temp
 
 Select = Callable[[list[tarfile.TarInfo]], list[tarfile.TarInfo]]
 
@@ -39,14 +39,17 @@ def extract_tar(archive: Path, sha256: str, data_root: str | os.PathLike, label:
     return _materialize(sha256, data_root, label, fill)
 
 
-def gunzip(archive: Path, sha256: str, data_root: str | os.PathLike, label: str, name: str) -> Path:
-    """Decompress a ``.gz`` file once into ``extracted/<sha256>/<name>``; return that file's path."""
+GUNZIPPED = "matrix.mtx"  # one fixed name: the folder is keyed by content, which several file names may share
+
+
+def gunzip(archive: Path, sha256: str, data_root: str | os.PathLike, label: str) -> Path:
+    """Decompress a ``.gz`` file once into ``extracted/<sha256>/matrix.mtx``; return that file's path."""
 
     def fill(tmp: Path) -> None:
-        with gzip.open(archive, "rb") as src, open(tmp / name, "wb") as dst:
+        with gzip.open(archive, "rb") as src, open(tmp / GUNZIPPED, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 22)
 
-    return _materialize(sha256, data_root, label, fill) / name
+    return _materialize(sha256, data_root, label, fill) / GUNZIPPED
 
 
 def _materialize(sha256: str, data_root: str | os.PathLike, label: str, fill: Callable[[Path], None]) -> Path:
@@ -54,6 +57,7 @@ def _materialize(sha256: str, data_root: str | os.PathLike, label: str, fill: Ca
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temp(target.parent, older_than_s=STALE_TEMP_S)  # extractions of killed runs
     tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX + sha256[:16] + ".", dir=target.parent))
     try:
         fill(tmp)

@@ -67,6 +67,7 @@ def test_cli_malformed_local_file(tmp_path, data_root):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "bad.mtx" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+    assert "Retry" not in proc.stderr  # bad input fails at once, not after task retries
     assert not list(Path(data_root).rglob("*.parquet"))
 
 

@@ -45,3 +45,42 @@ def test_unknown_reorder_method_and_format_are_input_errors(data_root):
     order = stages.reorder(out["matrix_id"], "none", str(data_root))
     with pytest.raises(InputError, match="--format 'bcsr'"):
         stages.convert(out["matrix_id"], order["perm_key"], str(data_root), fmt="bcsr")
+
+
+def test_parse_options_are_part_of_the_stored_matrix(mirror, data_root):
+    from configs.errors import InputError
+
+    real = stages.ingest("HB/young1c", str(data_root), complex_mode="real")
+    modulus = stages.ingest("HB/young1c", str(data_root), complex_mode="abs")
+    assert real["matrix_id"] != modulus["matrix_id"] and not modulus["reused"]
+    store = BlockStore(data_root)
+    assert not np.array_equal(store.matrix(real["matrix_id"]).read_csr().data,
+                              store.matrix(modulus["matrix_id"]).read_csr().data)
+    with pytest.raises(InputError, match="complex"):  # no conversion chosen: still refused
+        stages.ingest("HB/young1c", str(data_root))
+
+
+def test_runs_table_timestamps_are_now(data_root):
+    import datetime as dt
+
+    from tasks.report import stage_rows
+
+    BlockStore(data_root).append_runs(stage_rows("r1", "m", {"spmm": {"wall_ms": 1.0, "n_cols_b": 4}}))
+    stamps = BlockStore(data_root).read_runs().column("timestamp").to_pylist()
+    now = dt.datetime.now(dt.timezone.utc)
+    assert all(abs((now - t.replace(tzinfo=t.tzinfo or dt.timezone.utc)).total_seconds()) < 120 for t in stamps)
+
+
+def test_local_archive_extracts_under_the_runs_data_root(tmp_path, monkeypatch, data_root):
+    import gzip
+
+    monkeypatch.delenv("TCSPMM_DATA", raising=False)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    path = cwd / "small.mtx.gz"
+    path.write_bytes(gzip.compress(b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 2 3.5\n"))
+    out = stages.ingest(str(path), str(data_root))
+    assert out["nnz"] == 1
+    assert not (cwd / "data").exists()  # nothing in the working directory's default root
+    assert list(Path(data_root).glob("extracted/*"))

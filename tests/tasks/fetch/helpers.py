@@ -29,7 +29,7 @@ def assert_clean(data_root: Path, *, allowed_urls: set[str] | None = None) -> No
     if not cache.exists():
         return
     index = json.loads((cache / "index.json").read_text()) if (cache / "index.json").exists() else {}
-    files = {p.name for p in cache.iterdir() if p.name != "index.json"}
+    files = {p.name for p in cache.iterdir() if p.name not in ("index.json", "index.json.lock")}
     assert files == {rec["sha256"] for rec in index.values()}
     if allowed_urls is not None:
         assert set(index) <= allowed_urls, set(index) - allowed_urls
