@@ -31,7 +31,7 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
     matrix_id = ingested["matrix_id"]
     with flow_cluster(scheduler, devices) as address:
         ordered = steps.reorder(matrix_id, reorder, root, seed, address)
-        converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype)
+        converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype, address)
         multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,
                                 devices, mode, seed, address, save_c)
     results = {"ingest": ingested, "reorder": ordered, "convert": converted, "spmm": multiplied}

@@ -133,9 +133,12 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
     return {"perm_key": key, "method": method, "reused": False, "ms": _elapsed_ms(t0), **_jsonable(report)}
 
 
-def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, dtype: str = "float32") -> dict:
-    """Convert the reordered matrix to ``fmt`` and store it in row-window-range blocks (reused when stored)."""
+def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, dtype: str = "float32",
+            scheduler: str | None = None) -> dict:
+    """Convert the reordered matrix to ``fmt`` and store it in row-window-range blocks (reused when stored).
+    Large matrices are converted in window-aligned row blocks on the flow's Dask workers."""
     from kernels.formats.metcf import csr_to_metcf, metcf_stats
+    from tasks.convert import SHARD_MIN_NNZ, convert_on_cluster
 
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r} is not supported; choose one of {', '.join(FORMATS)}")
@@ -150,7 +153,8 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, 
     A = mstore.read_csr()
     perm = mstore.read_perm(perm_key)
     A = A[perm].astype(DTYPES[dtype])
-    M = csr_to_metcf(A)
+    with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client:
+        M = csr_to_metcf(A) if client is None else convert_on_cluster(A, client)
     stats = _jsonable(metcf_stats(M, A_csr_nbytes=A.indptr.nbytes + A.indices.nbytes + A.data.nbytes))
     mstore.write_format(fmt, fkey, M, {"perm_key": perm_key, "dtype": dtype, "stats": stats})
     return {"format": fmt, "format_key": fkey, "reused": False, "ms": _elapsed_ms(t0), **stats}

@@ -26,8 +26,8 @@ def reorder(matrix_id: str, method: str, data_root: str, seed: int, scheduler: s
 
 
 @task(name="convert", cache_policy=NO_CACHE)
-def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str) -> dict:
-    return stages.convert(matrix_id, perm_key, data_root, fmt=fmt, dtype=dtype)
+def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str, scheduler: str | None) -> dict:
+    return stages.convert(matrix_id, perm_key, data_root, fmt=fmt, dtype=dtype, scheduler=scheduler)
 
 
 @task(name="spmm", cache_policy=NO_CACHE)

@@ -1,6 +1,6 @@
 """ME-TCF (DTC-SpMM, ASPLOS'24, section 4.2): CSR condensed into 16x8 Tensor-Core blocks per 16-row window.
 
-Public API: `METCF`, `csr_to_metcf`, `metcf_to_csr`, `balanced_items`, `balance`, `metcf_stats`.
+Public API: `METCF`, `csr_to_metcf`, `metcf_concat`, `metcf_to_csr`, `balanced_items`, `balance`, `metcf_stats`.
 The array contract is docs/CONTRACTS.md ("ME-TCF, our arrays"); CUDA kernels are written against it.
 Everything here is vectorized NumPy: no Python loop over rows, windows or blocks (only over window-range chunks,
 which bound the temporaries at about 100 bytes per nonzero of one chunk).
@@ -269,6 +269,29 @@ def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ) -> METCF:
     sab_dtype = index_dtype(n_cols)
     sparse_a_to_b = np.concatenate(slots) if slots else np.zeros((0, WIDTH), dtype=sab_dtype)
     return METCF((n_rows, n_cols), row_window_offset, tc_offset, local_id, sparse_a_to_b, data)
+
+
+def metcf_concat(pieces: list[METCF]) -> METCF:
+    """ME-TCF of the row-stacked matrix of ``pieces`` (consecutive row blocks of one matrix, converted apart):
+    equal, array by array, to `csr_to_metcf` of the stacked CSR. Every piece but the last must have a multiple
+    of 16 rows, so windows never straddle two pieces."""
+    if not pieces:
+        raise ValueError("metcf_concat needs at least one piece")
+    n_cols = int(pieces[0].shape[1])
+    for k, P in enumerate(pieces):
+        if int(P.shape[1]) != n_cols:
+            raise ValueError(f"piece {k} has {P.shape[1]} columns, expected {n_cols}")
+        if k < len(pieces) - 1 and int(P.shape[0]) % WINDOW:
+            raise ValueError(f"piece {k} has {P.shape[0]} rows, expected a multiple of {WINDOW} (all but the last)")
+    block_base = np.cumsum([0] + [P.n_blocks for P in pieces])
+    nnz_base = np.cumsum([0] + [P.nnz for P in pieces])
+    n_rows, n_blocks, nnz = sum(int(P.shape[0]) for P in pieces), int(block_base[-1]), int(nnz_base[-1])
+    rwo = np.concatenate([[0]] + [P.row_window_offset[1:].astype(np.int64) + b for P, b in zip(pieces, block_base)])
+    tco = np.concatenate([[0]] + [P.tc_offset[1:].astype(np.int64) + b for P, b in zip(pieces, nnz_base)])
+    return METCF((n_rows, n_cols), rwo.astype(index_dtype(n_blocks)), tco.astype(index_dtype(nnz)),
+                 np.concatenate([P.tc_local_id for P in pieces]),
+                 np.concatenate([P.sparse_a_to_b for P in pieces]).astype(index_dtype(n_cols), copy=False),
+                 np.concatenate([P.data for P in pieces]))
 
 
 def expand(M: METCF, w0: int = 0, w1: int | None = None):
