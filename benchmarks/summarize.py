@@ -307,15 +307,21 @@ def reorder_targets(runs) -> list[tuple]:
     else:
         out.append((*REORDER_TARGETS[0], "no 100M tca row", NOT_RUN))
     growth = []
-    for run in runs:
-        mine = [r for rn, r in tca if rn is run and size_of(r["matrix"])[0] and "seconds" in r]
+    # Pooled over the files of one set-up (core count and --workers), smallest to largest size.
+    def setup(run):
+        m = re.search(r"--workers[ =](\d+)", run.meta.get("command", ""))
+        return run.meta.get("cpu_count"), int(m.group(1)) if m else 0
+
+    for key in sorted({setup(run) for run in runs}, key=str):
+        cores = key[0]
+        mine = [r for rn, r in tca if setup(rn) == key and size_of(r["matrix"])[0] and "seconds" in r]
         for kind in dict.fromkeys(size_of(r["matrix"])[0] for r in mine):
             pts = sorted((size_of(r["matrix"])[1], r["nnz"], r["seconds"]) for r in mine
                          if size_of(r["matrix"])[0] == kind)
             if len(pts) >= 2:
                 (s0, n0, t0), (s1, n1, t1) = pts[0], pts[-1]
-                growth.append((kind + tag(run), s0, s1, 1e6 * t0 / n0, 1e6 * t1 / n1,
-                               math.log(t1 / t0) / math.log(n1 / n0), run.meta.get("cpu_count")))
+                growth.append((kind, s0, s1, 1e6 * t0 / n0, 1e6 * t1 / n1,
+                               math.log(t1 / t0) / math.log(n1 / n0), cores))
     if growth:
         meas = "; ".join(f"{k} {mnnz(a)}→{mnnz(b)}: {u0:.2f}→{u1:.2f} µs/nnz, k={kk:.2f} ({c} cores)"
                          for k, a, b, u0, u1, kk, c in growth)
