@@ -38,3 +38,16 @@ def explicit_zeros():
     A = random_csr((50, 70), 400, seed=5)
     A.data[::3] = 0.0  # stored zeros must survive the round trip
     return A
+
+
+# The shapes every ME-TCF test covers: remainders of 16 and 8, rectangular both ways, empty windows, nnz = 0,
+# a hub row spanning 5,000 blocks, stored zeros.
+BASE_CASES = {
+    "7x333": lambda: random_csr((7, 333), 333, seed=0),
+    "1000x37": lambda: random_csr((1000, 37), 3000, seed=1),
+    "37x5000": lambda: random_csr((37, 5000), 2000, seed=6),
+    "empty_windows": empty_windows,
+    "nnz0": lambda: sp.csr_array((40, 30)),
+    "hub_row": hub_row,
+    "explicit_zeros": explicit_zeros,
+}

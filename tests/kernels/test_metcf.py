@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from kernels.formats.metcf import (METCF, balance, balanced_items, csr_to_metcf, metcf_stats, metcf_to_csr)
-from kernel_cases import empty_windows, explicit_zeros, hub_row, random_csr
+from kernel_cases import BASE_CASES, empty_windows, hub_row, random_csr
 
 
 def int64_columns():
@@ -28,14 +28,8 @@ def huge_width():
 
 
 CASES = {
-    "7x333": lambda: random_csr((7, 333), 333, seed=0),
-    "1000x37": lambda: random_csr((1000, 37), 3000, seed=1),
-    "37x5000": lambda: random_csr((37, 5000), 2000, seed=6),
-    "empty_windows": empty_windows,
-    "nnz0": lambda: sp.csr_array((40, 30)),
+    **BASE_CASES,
     "zero_rows": lambda: sp.csr_array((0, 5)),
-    "hub_row": hub_row,
-    "explicit_zeros": explicit_zeros,
     "int64_columns": int64_columns,
     "huge_width": huge_width,
     "int64_indices_small": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64),

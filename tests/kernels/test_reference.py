@@ -7,20 +7,14 @@ import scipy.sparse as sp
 
 from kernels.formats.metcf import csr_to_metcf
 from kernels.reference import csr_spmm, metcf_spmm
-from kernel_cases import empty_windows, explicit_zeros, hub_row, random_csr
+from kernel_cases import BASE_CASES, random_csr
 
 # Both sides sum the same float64 products per row (different chunking/order only): 1e-12 relative is ~1e4 ulp.
 RTOL = 1e-12
 
 
 CASES = {
-    "7x333": lambda: random_csr((7, 333), 333, seed=0),
-    "1000x37": lambda: random_csr((1000, 37), 3000, seed=1),
-    "37x5000": lambda: random_csr((37, 5000), 2000, seed=6),
-    "empty_windows": empty_windows,
-    "nnz0": lambda: sp.csr_array((40, 30)),
-    "hub_row": hub_row,
-    "explicit_zeros": explicit_zeros,
+    **BASE_CASES,
     "int64_indices": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64),
     "float32_values": lambda: random_csr((90, 60), 700, seed=8).astype(np.float32),
 }
