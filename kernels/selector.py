@@ -9,9 +9,10 @@ the documented defaults below are used when no file exists):
   Plain kernel: one thread block per (window, column chunk). Strict balance: one per (item of
   ``blocks_per_item`` TC blocks, column chunk), plus the combine pass (its bytes at the copy bandwidth).
 - Balance is chosen when AR = makespan_plain / lower_bound exceeds ``balance_threshold``, where lower_bound =
-  total thread-block work / slots (the perfectly balanced makespan). The threshold is calibrated as the
-  measured time ratio balanced / plain on uniform matrices (AR ~ 1 there, so that ratio is exactly the
-  overhead balance must win back: the paper's 1.2 came from the same experiment on an RTX 4090).
+  the larger of total thread-block work / slots (the perfectly balanced makespan) and the cost of the largest
+  unsplittable piece (a thread block of min(largest window, blocks_per_item) TC blocks). The threshold is
+  calibrated as the measured time ratio balanced / plain on uniform matrices (AR ~ 1 there, so that ratio is
+  exactly the overhead balance must win back: the paper's 1.2 came from the same experiment on an RTX 4090).
 - cuSPARSE: ``cus_a_us + cus_b_ns * nnz * N / 1e3 + cus_c_ns * M * N / 1e3``, a least-squares fit of the best
   CSR algorithm's measured times; cuSPARSE is chosen when predicted below the chosen TC kernel.
 """
@@ -107,9 +108,12 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     plain_costs = np.tile(cal.tb_us + cal.block_us * blocks, chunks)
     slots_plain = device.sm_count * device.blocks_per_sm_plain
     makespan_plain = list_schedule_makespan(plain_costs, slots_plain)
+    # No schedule beats perfect balance, nor the largest piece that strict balance cannot split (a window of at
+    # most blocks_per_item blocks is one item): continuous in the largest window, so one window passing
+    # blocks_per_item does not turn AR from ~1 into ~17 on a small matrix.
     lower_bound = float(plain_costs.sum()) / slots_plain if plain_costs.size else 0.0
-    lower_bound = max(lower_bound, float(plain_costs.max()) if blocks.size and
-                      blocks.max() <= config.blocks_per_item else 0.0)
+    if blocks.size:
+        lower_bound = max(lower_bound, cal.tb_us + cal.block_us * min(int(blocks.max()), config.blocks_per_item))
     # Balanced: items of blocks_per_item TC blocks, then the combine pass over split windows' partials.
     bpi = config.blocks_per_item
     item_blocks = np.full(-(-n_blocks // bpi), bpi, dtype=np.float64)

@@ -70,3 +70,16 @@ def test_calibration_file_loaded(tmp_path):
     cal = Calibration.load("Test GPU", tmp_path)
     assert cal.block_us == 0.5 and cal.balance_threshold == 1.5 and cal.source == "calibration-test-gpu.json"
     assert Calibration.load("other", tmp_path).source == "defaults"
+
+
+def test_one_window_past_blocks_per_item_does_not_make_a_small_matrix_look_imbalanced():
+    """125 windows of 20 blocks, one of 32 or 33 (blocks_per_item = 32): the schedule barely changes, nor may AR."""
+    from kernels.config import CONFIG
+
+    ars = []
+    for hub in (CONFIG.blocks_per_item, CONFIG.blocks_per_item + 1):
+        blocks = np.full(125, 20)
+        blocks[7] = hub
+        pred = predict(rwo_from_blocks(blocks), int(blocks.sum()) * 30, (16 * blocks.size, 5000), 128, H100_LIKE, CAL)
+        ars.append(pred["approximation_ratio"])
+    assert abs(ars[1] - ars[0]) < 0.1 and ars[1] < CAL.balance_threshold
