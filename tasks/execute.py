@@ -107,13 +107,10 @@ def cusparse_product(A, B: np.ndarray, algorithm: str) -> np.ndarray:
 
 
 def load_metcf(mstore, format_key: str):
-    """The stored ME-TCF arrays of a matrix as a ``METCF``."""
-    from dataclasses import fields
+    """The stored ME-TCF arrays of a matrix as a ``METCF`` (as each shard's worker rebuilds its own)."""
+    from tasks.distribute.plan import metcf_from_arrays
 
-    from kernels.formats.metcf import METCF as METCFArrays
-
-    arrays = mstore.read_format(METCF, format_key)
-    return METCFArrays(**{f.name: arrays[f.name] for f in fields(METCFArrays)})
+    return metcf_from_arrays(mstore.read_format(METCF, format_key))
 
 
 def parse_devices(devices: str | int) -> str | int:

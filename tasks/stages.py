@@ -10,6 +10,7 @@ flow owns.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ import numpy as np
 
 from configs.errors import InputError
 from storage import BlockStore, perm_key as make_perm_key
+from storage.naming import dumps
 
 METCF = "metcf"
 FORMATS = (METCF,)
@@ -161,13 +163,6 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, 
 
 
 def _jsonable(obj):
-    """Plain JSON types for reports (NumPy scalars and arrays become Python numbers and lists)."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
+    """Plain JSON types for reports (NumPy scalars and arrays become Python numbers and lists), through the
+    store's own JSON encoding so both agree."""
+    return json.loads(dumps(obj))

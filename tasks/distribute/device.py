@@ -11,15 +11,7 @@ import time
 import numpy as np
 
 from kernels.formats.metcf import METCF
-
-
-def gpu_available() -> bool:
-    """True when CuPy imports and sees at least one CUDA device."""
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # ImportError, or CUDARuntimeError without a driver
-        return False
+from kernels.spmm import gpu_available  # noqa: F401  (re-exported: the tasks call dev.gpu_available())
 
 
 def device_name(on_gpu: bool) -> str:
