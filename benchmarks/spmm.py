@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kernels import launch, selector  # noqa: E402
-from kernels.config import KernelConfig  # noqa: E402
+from kernels.config import V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.cusparse import CusparseSpmm  # noqa: E402
 from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
 
@@ -48,7 +48,21 @@ SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen
 }
 FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
 NS = (128, 256, 512)
-V0 = KernelConfig(prefetch_b=False)  # B loaded after the barrier: the default since run 4 (docs/kernels-notes.md)
+V0 = V0_CONFIG  # v0: A tiles through shared memory, one barrier per TC block (docs/kernels-notes.md)
+SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2, v3)
+    "v0-smem": V0,
+    "v2-u1-mb8": KernelConfig(unroll=1, min_blocks_per_sm=8),
+    "v2-u2-mb6": KernelConfig(unroll=2, min_blocks_per_sm=6),
+    "v2-u1-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9),
+    "v3-w2-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9, windows_per_block=2),
+    "v3-w4-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9, windows_per_block=4),
+    "v3-w8x8-mb4": KernelConfig(unroll=1, max_warps=8, min_blocks_per_sm=4, balanced_min_blocks_per_sm=4,
+                                windows_per_block=8),
+}
+SWEEP_MATRICES = [("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2"),
+                  ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27"),
+                  ("banded-1M", "banded", "n=1000000&bandwidth=8"),
+                  ("longrow-40k", "longrow", "rows=40000&min_row_nnz=300&max_row_nnz=600")]
 AUTOTUNE_MIN_NNZ = 1 << 20  # as kernels.spmm: SpmmPlan times the candidates from here on and keeps the fastest
 
 
@@ -79,11 +93,16 @@ class Case:
 
         self.A, self.nnz, self.shape = A, int(A.nnz), tuple(int(s) for s in A.shape)
         d = [cupy.asarray(x) for x in (A.indptr, A.indices, A.data)]
-        conv = lambda: csr_to_metcf_gpu(d[0], d[1], d[2], self.shape)  # noqa: E731
+
+        def conv():  # CSR on the device -> the arrays the kernels read (ME-TCF + per-block bitmaps)
+            a = csr_to_metcf_gpu(d[0], d[1], d[2], self.shape)
+            dm = launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
+                                           a["sparse_a_to_b"], a["data"])
+            launch.bitmap(dm)
+            return a, dm
+
         self.convert_ms = launch.median_ms(conv, repeats=3, warmup=1)
-        a = conv()
-        self.dm = launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
-                                            a["sparse_a_to_b"], a["data"])
+        a, self.dm = conv()
         self.metcf_bytes = int(sum(x.nbytes for x in (a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
                                                        a["sparse_a_to_b"], a["data"])))
         del a, d
@@ -94,8 +113,10 @@ class Case:
     def run(self, kernel, B, out):
         if kernel == "metcf-window":
             return launch.spmm_window(self.dm, B, out)
-        if kernel == "metcf-window-v0":  # column kept for comparison with older JSONs (same as default now)
+        if kernel == "metcf-window-v0":  # the shared-memory version, for the same-run comparison
             return launch.spmm_window(self.dm, B, out, V0)
+        if kernel.startswith("sweep:"):
+            return launch.spmm_window(self.dm, B, out, SWEEP[kernel[6:]])
         if kernel == "metcf-balanced":
             need = launch.workspace_elems(self.dm, B.shape[1])
             if self.ws is None or self.ws.size < need:
@@ -170,13 +191,12 @@ def calibrate(out_dir: Path, device_model) -> dict:
     from tasks.fetch.generators import generate
 
     rows_tc, rows_cus, ratios, samples = [], [], [], []
-    slots = device_model.sm_count * device_model.blocks_per_sm_plain
     for deg in (2, 8, 32):
         A = generate("uniform", f"rows={1 << 18}&nnz={deg << 18}&seed=2")
         case = Case(A, device_model, selector.Calibration())
         for N in (128, 256):
             times, tuned, pred, _ = case.measure(N, 20)
-            chunks = pred["column_chunks"]
+            chunks, slots = pred["plain_column_chunks"], pred["plain_slots"]  # as selector.predict schedules
             rows_tc.append(([1.0, pred["n_windows"] * chunks / slots, pred["n_blocks"] * chunks / slots],
                             times["metcf-window"] * 1e3))
             rows_cus.append(([1.0, A.nnz * N / 1e3, A.shape[0] * N / 1e3], times["cusparse"] * 1e3))
@@ -208,6 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ns", type=int, nargs="+", default=list(NS))
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--tca-max-nnz", type=int, default=25_000_000)
+    ap.add_argument("--sweep", action="store_true", help="time the window-kernel variants of SWEEP on "
+                    "SWEEP_MATRICES (tca and natural order, N 128/256), check each, write kernel-sweep-*.json, exit")
     ap.add_argument("--table-from", type=Path, help="reprint the table of a results JSON and exit (no GPU)")
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new matrices after this")
     args = ap.parse_args(argv)
@@ -224,6 +246,8 @@ def main(argv=None) -> int:
         f"balanced {dev.blocks_per_sm_balanced}, copy {copy_gbs:.0f} GB/s")
     cal = selector.Calibration(**calibrate(args.out_dir, dev), source="this run") if args.calibrate else \
         selector.Calibration.load(dev.name, args.out_dir)
+    if args.sweep:
+        return sweep(args, dev, cal, t_start)
     rng = np.random.default_rng(0)
     matrices = [(f"fixture:{n}", "fixture", lambda n=n: fixture(n), None) for n in FIXTURES]
     matrices += [(label, kind, lambda k=kind, p=params: generated(k, p, 1), lambda k=kind, p=params: generated(k, p, 0))
@@ -289,6 +313,61 @@ def main(argv=None) -> int:
         write(path, meta, rows, t_start)  # after every matrix, so a cut-off run keeps what it measured
     write(path, meta, rows, t_start)
     print_table(rows, path)
+    return 0
+
+
+def sweep(args, dev, cal, t_start) -> int:
+    """Window-kernel variants (SWEEP) on the same matrices and B, each checked against float64 SciPy."""
+    import cupy
+
+    rng = np.random.default_rng(0)
+    rows = []
+    meta = {"device": dev.name, "sm_count": dev.sm_count, "cupy": cupy.__version__, "command": " ".join(sys.argv),
+            "configs": {k: c.__dict__ for k, c in SWEEP.items()},
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    path = args.out_dir / f"kernel-sweep-{selector.slug(dev.name)}-{dt.date.today().isoformat()}.json"
+    for label, kind, params in SWEEP_MATRICES:
+        if time.time() - t_start > args.budget_s:
+            log(f"budget reached: skipping {label} and the rest")
+            break
+        from tasks.reorder import reorder
+
+        A = generated(kind, params, 1)
+        for order, Ao in (("tca", A[reorder(A, "tca", seed=0)]), ("natural(ideal)", generated(kind, params, 0))):
+            case = Case(sp.csr_array(Ao), dev, cal)
+            for N in (128, 256):
+                B = rng.standard_normal((case.shape[1], N)).astype(np.float32)
+                sample = np.sort(rng.choice(case.shape[0], min(2048, case.shape[0]), replace=False))
+                ref = case.A[sample].astype(np.float64) @ B.astype(np.float64)
+                Bd = cupy.asarray(B)
+                out = cupy.full((case.shape[0], N), np.nan, dtype=cupy.float32)
+                row = {"matrix": label, "order": order, "nnz": case.nnz, "N": N, "ms": {}, "rel_err": {},
+                       "mean_nnz_tc": case.nnz / max(case.dm.n_blocks, 1)}
+                for name in SWEEP:
+                    k = f"sweep:{name}"
+                    out.fill(np.nan)
+                    C = cupy.asnumpy(case.run(k, Bd, out)[cupy.asarray(sample)])
+                    row["rel_err"][name] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30))
+                    row["ms"][name] = launch.median_ms(lambda k=k: case.run(k, Bd, out), repeats=args.repeats,
+                                                       warmup=5)
+                tuned = case.cus.tune(Bd, out, repeats=args.repeats, warmup=3)
+                row["ms"]["cusparse"] = tuned["ms"][tuned["best"]]
+                rows.append(row)
+                log(f"  {label} {order} N={N}: {({k: round(v, 3) for k, v in row['ms'].items()})} "
+                    f"err max {max(row['rel_err'].values()):.1e}")
+            case.cus.close()
+            del case
+            cupy.get_default_memory_pool().free_all_blocks()
+        path.write_text(json.dumps({"meta": {**meta, "wall_s": time.time() - t_start}, "rows": rows}, indent=1))
+    names = [*SWEEP, "cusparse"]
+    print(f"{'matrix':<14}{'order':<16}{'N':>5}{'MeanTC':>7}" + "".join(f"{n:>12}" for n in names) + f"{'max err':>9}")
+    for r in rows:
+        print(f"{r['matrix']:<14}{r['order'][:15]:<16}{r['N']:>5}{r['mean_nnz_tc']:>7.1f}"
+              + "".join(f"{r['ms'][n]:>12.3f}" for n in names) + f"{max(r['rel_err'].values()):>9.1e}")
+    for n in SWEEP:
+        print(f"{n}: geomean ms ratio vs v0-smem {geomean([r['ms'][n] / r['ms']['v0-smem'] for r in rows]):.3f}, "
+              f"vs cuSPARSE (same matrix) {geomean([r['ms']['cusparse'] / r['ms'][n] for r in rows]):.3f}x")
+    print(f"results: {path}")
     return 0
 
 

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernels.config import CONFIG
+from kernels.config import CONFIG, V0_CONFIG
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 ARCHS = ("sm_80", "sm_90")
@@ -28,19 +28,19 @@ def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for cu in sorted(CUDA_DIR.glob("*.cu")):
-            for arch in archs:
+            for arch, (cfg_name, cfg) in ((a, c) for a in archs for c in (("default", CONFIG), ("v0", V0_CONFIG))):
                 cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
-                       *CONFIG.defines(), str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}.o")]
+                       *cfg.defines(), str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}-{cfg_name}.o")]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 report = proc.stdout + proc.stderr
                 spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", report)]
                 stack = [int(x) for x in re.findall(r"(\d+) bytes stack frame", report)]
-                res = {"file": cu.name, "arch": arch, "ok": proc.returncode == 0, "spill_bytes": sum(spills),
+                res = {"file": cu.name, "arch": arch, "config": cfg_name, "ok": proc.returncode == 0, "spill_bytes": sum(spills),
                        "stack_bytes": sum(stack), "command": " ".join(cmd), "report": report}
                 results.append(res)
                 if verbose:
                     regs = re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", report, re.S)
-                    print(f"{cu.name} {arch}: {'ok' if res['ok'] else 'FAILED'}; spills {res['spill_bytes']} B, "
+                    print(f"{cu.name} {arch} {cfg_name}: {'ok' if res['ok'] else 'FAILED'}; spills {res['spill_bytes']} B, "
                           f"stack {res['stack_bytes']} B; registers {dict((k, int(v)) for k, v in regs)}")
                     if not res["ok"]:
                         print(report)

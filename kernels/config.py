@@ -18,12 +18,21 @@ class KernelConfig:
     tile_stages: int = 3  # shared-memory A-tile buffers; >= 3 lets the main loop use one barrier per TC block
     blocks_per_item: int = 32  # strict balance: TC blocks per thread block (DTC-SpMM section 4.5.1 uses 32)
     combine_threads: int = 256  # threads per block of the partial-sum combine kernel
-    min_blocks_per_sm: int = 8  # __launch_bounds__ minimum: caps registers at 64 (`python -m kernels.compile_check`
-    # on sm_90, nvcc 13.0: balanced 56, window 46, combine 32 registers, no spills; docs/kernels-notes.md)
+    min_blocks_per_sm: int = 9  # window kernel's __launch_bounds__ minimum: caps registers at 56 (`python -m
+    # kernels.compile_check` on sm_90, nvcc 13.0, v2 unroll 1: window 56 registers, no spills; docs/kernels-notes.md)
     # Load block b+1's B fragments (column ids from global) before block b's mma. Off: measured 5-10% SLOWER on
     # H100 at N = 128 (mesh3d-160 natural 7.66 vs 7.19 ms, banded natural 0.656 vs 0.594, sbm-1M tca 2.86 vs
     # 2.60; docs/kernels-notes.md, version v1); kept as a switch for other GPUs.
     prefetch_b: bool = False
+    # v2: A fragments from a per-block occupancy bitmap straight into registers (popcount addressing), no shared
+    # memory and no barriers; each warp issues the loads of `unroll` TC blocks before their mma and loads the
+    # next group's metadata meanwhile. False: v0's shared-memory A tiles (prefetch_b applies only there).
+    a_regs: bool = True
+    unroll: int = 1
+    # v2 window kernel: consecutive windows per thread block, one warp per (window, 32-column slice); with N
+    # <= 32 * max_warps / windows_per_block the block covers all of N. 1 = one window per block, as in v0.
+    windows_per_block: int = 1
+    balanced_min_blocks_per_sm: int = 8  # the balanced kernel's __launch_bounds__ minimum (64 registers)
 
     def __post_init__(self) -> None:
         if (self.window_rows, self.block_cols, self.warp_cols) != (16, 8, 32):
@@ -37,6 +46,15 @@ class KernelConfig:
         if not 1 <= self.min_blocks_per_sm * self.max_warps <= 64:
             raise ValueError(f"min_blocks_per_sm x max_warps = {self.min_blocks_per_sm * self.max_warps}, "
                              "expected 1..64 warps per SM")
+        if not 1 <= self.windows_per_block <= self.max_warps:
+            raise ValueError(f"windows_per_block is {self.windows_per_block}, expected 1..max_warps")
+        if self.windows_per_block > 1 and not self.a_regs:
+            raise ValueError("windows_per_block > 1 needs a_regs=True (the shared-memory v0 syncs the whole block)")
+        if not 1 <= self.balanced_min_blocks_per_sm * self.max_warps <= 64:
+            raise ValueError(f"balanced_min_blocks_per_sm x max_warps = "
+                             f"{self.balanced_min_blocks_per_sm * self.max_warps}, expected 1..64 warps per SM")
+        if not 1 <= self.unroll <= 8:
+            raise ValueError(f"unroll is {self.unroll}, expected 1..8 TC blocks per group")
         if self.blocks_per_item < 1:
             raise ValueError(f"blocks_per_item is {self.blocks_per_item}, expected >= 1")
 
@@ -56,7 +74,11 @@ class KernelConfig:
                 f"-DCFG_WARP_COLS={self.warp_cols}", f"-DCFG_MAX_WARPS={self.max_warps}",
                 f"-DCFG_TILE_STAGES={self.tile_stages}", f"-DCFG_BLOCKS_PER_ITEM={self.blocks_per_item}",
                 f"-DCFG_COMBINE_THREADS={self.combine_threads}", f"-DCFG_PREFETCH_B={int(self.prefetch_b)}",
-                f"-DCFG_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
+                f"-DCFG_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}", f"-DCFG_A_REGS={int(self.a_regs)}",
+                f"-DCFG_UNROLL={self.unroll}",
+                f"-DCFG_WINDOWS_PER_BLOCK={self.windows_per_block}",
+                f"-DCFG_BALANCED_MIN_BLOCKS_PER_SM={self.balanced_min_blocks_per_sm}")
 
 
 CONFIG = KernelConfig()
+V0_CONFIG = KernelConfig(a_regs=False, min_blocks_per_sm=8)  # the shared-memory version v0, as measured in run 4

@@ -61,6 +61,7 @@ class KernelArrays:
     data: object  # cupy float32 [nnz]
     row_window_offset_host: np.ndarray  # int64 copy, for the selector and the balance metadata
     _balance: dict | None = field(default=None, repr=False)
+    _bitmap: object = field(default=None, repr=False)  # cupy uint32 [n_blocks, 4], built by `bitmap`
 
     @property
     def n_windows(self) -> int:
@@ -103,6 +104,29 @@ def from_device_arrays(shape, row_window_offset, tc_offset, tc_local_id, sparse_
         tc_local_id=cupy.ascontiguousarray(tc_local_id, dtype=cupy.uint8),
         sparse_a_to_b=cupy.ascontiguousarray(sparse_a_to_b, dtype=cupy.int32).reshape(-1),
         data=cupy.ascontiguousarray(data, dtype=cupy.float32), row_window_offset_host=rwo_host)
+
+
+def bitmap(dm: KernelArrays, config: KernelConfig = CONFIG):
+    """The per-block occupancy bitmaps the register pipeline reads (uint32 [max(n_blocks, 1), 4], bit p of a
+    block set when it holds local id p), built once on the device by metcf_bitmap. Raises ValueError when some
+    block's local ids are not strictly increasing (not canonical ME-TCF: popcount addressing would be wrong)."""
+    if dm._bitmap is not None:
+        return dm._bitmap
+    import cupy
+
+    n_blocks = dm.n_blocks
+    words = cupy.zeros((max(n_blocks, 1), 4), dtype=cupy.uint32)
+    bad = cupy.zeros(1, dtype=cupy.int32)
+    if n_blocks:
+        threads = 256
+        grid = (min(-(-n_blocks // threads), 1 << 20),)
+        module(config).get_function("metcf_bitmap")(
+            grid, (threads,), (dm.tc_offset, dm.tc_local_id, words, bad, np.int64(n_blocks)))
+        if int(bad[0]):  # synchronize!
+            raise ValueError("ME-TCF is not canonical: some TC block's tc_local_id values are not strictly "
+                             "increasing (build it with kernels.formats.metcf.csr_to_metcf or metcf_gpu)")
+    dm._bitmap = words
+    return words
 
 
 def balance_metadata(dm: KernelArrays, config: KernelConfig = CONFIG) -> dict:
@@ -153,28 +177,30 @@ def _check_b_out(dm: KernelArrays, B, out):
     return out, N, vec_ok
 
 
-def _spmm_block(N: int, config: KernelConfig) -> tuple[int, int]:
-    """(threads per block, column chunks): ceil(N/32) warps up to max_warps, each covering 32 columns."""
-    warps = min(config.max_warps, -(-N // config.warp_cols))
-    threads = 32 * warps
-    chunks = -(-N // threads)
+def _spmm_block(N: int, config: KernelConfig, windows: int = 1) -> tuple[int, int]:
+    """(threads per block, column chunks) for `windows` windows per block: each window gets
+    min(ceil(N/32), max_warps // windows) warps of 32 columns; a chunk is the columns those warps cover."""
+    slices = max(1, min(config.max_warps // windows, -(-N // config.warp_cols)))
+    threads = 32 * windows * slices
+    chunks = -(-N // (config.warp_cols * slices))
     if chunks > MAX_GRID_Y:
         raise ValueError(f"N = {N} needs {chunks} column chunks, more than gridDim.y = {MAX_GRID_Y}")
     return threads, chunks
 
 
 def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG):
-    """C = A @ B, one thread block per (16-row window, column chunk). Writes every element of out."""
+    """C = A @ B, one thread block per (windows_per_block windows, column chunk). Writes every element of out."""
     import cupy
 
     out, N, vec_ok = _check_b_out(dm, B, out)
     if dm.n_windows == 0:
         return out
-    threads, chunks = _spmm_block(N, config)
-    grid, block = (dm.n_windows, chunks), (threads,)
+    wpb = config.windows_per_block
+    threads, chunks = _spmm_block(N, config, wpb)
+    grid, block = (-(-dm.n_windows // wpb), chunks), (threads,)
     module(config).get_function("metcf_spmm_window")(
-        grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, dm.data, dm.sparse_a_to_b, B, out,
-                      np.int64(dm.shape[0]), np.int64(N), np.int32(vec_ok)))
+        grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, bitmap(dm, config), dm.data,
+                      dm.sparse_a_to_b, B, out, np.int64(dm.shape[0]), np.int64(N), np.int32(vec_ok)))
     return out
 
 
@@ -199,8 +225,8 @@ def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelC
     if meta["n_items"]:
         grid, block = (meta["n_items"], chunks), (threads,)
         mod.get_function("metcf_spmm_balanced")(
-            grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, dm.data, dm.sparse_a_to_b,
-                          meta["item_window"], meta["part_ptr"], B, out, workspace, np.int64(dm.shape[0]),
+            grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, bitmap(dm, config), dm.data,
+                          dm.sparse_a_to_b, meta["item_window"], meta["part_ptr"], B, out, workspace, np.int64(dm.shape[0]),
                           np.int64(N), np.int64(dm.n_blocks), np.int32(vec_ok)))
     if meta["n_combine"]:
         cthreads = config.combine_threads

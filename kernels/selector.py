@@ -91,9 +91,10 @@ def list_schedule_makespan(costs, slots: int, *, exact: bool | None = None) -> f
     return max(free)
 
 
-def _chunks(N: int, config: KernelConfig) -> int:
-    warps = min(config.max_warps, -(-int(N) // config.warp_cols))
-    return -(-int(N) // (32 * warps))
+def _chunks(N: int, config: KernelConfig, windows: int = 1) -> int:
+    """Column chunks of a launch, as kernels.launch._spmm_block computes them."""
+    slices = max(1, min(config.max_warps // windows, -(-int(N) // config.warp_cols)))
+    return -(-int(N) // (config.warp_cols * slices))
 
 
 def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal: Calibration,
@@ -104,9 +105,12 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     blocks = np.diff(rwo)
     n_blocks = int(rwo[-1]) if rwo.size else 0
     chunks = _chunks(N, config)
-    # Plain: thread blocks in launch order (blockIdx.x fastest): windows of chunk 0, then of chunk 1, ...
-    plain_costs = np.tile(cal.tb_us + cal.block_us * blocks, chunks)
-    slots_plain = device.sm_count * device.blocks_per_sm_plain
+    # Plain: (window, column chunk) jobs in launch order (blockIdx.x fastest): windows of chunk 0, then of chunk
+    # 1, ...; a block of windows_per_block windows runs them as independent warps: that many slots per block.
+    wpb = config.windows_per_block
+    plain_chunks = _chunks(N, config, wpb)
+    plain_costs = np.tile(cal.tb_us + cal.block_us * blocks, plain_chunks)
+    slots_plain = device.sm_count * device.blocks_per_sm_plain * wpb
     makespan_plain = list_schedule_makespan(plain_costs, slots_plain)
     # No schedule beats perfect balance, nor the largest piece that strict balance cannot split (a window of at
     # most blocks_per_item blocks is one item): continuous in the largest window, so one window passing
@@ -130,6 +134,7 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     ar = makespan_plain / lower_bound if lower_bound > 0 else 1.0
     return {
         "N": int(N), "n_blocks": n_blocks, "n_windows": int(blocks.size), "column_chunks": chunks,
+        "plain_column_chunks": plain_chunks, "plain_slots": slots_plain,
         "mean_nnz_tc": nnz / n_blocks if n_blocks else 0.0,
         "plain_ms": (cal.launch_us + makespan_plain) / 1e3,
         "balanced_ms": (cal.launch_us + makespan_bal + combine_us) / 1e3,

@@ -2,8 +2,10 @@
 // TF32 Tensor Core products with fp32 accumulation (DTC-SpMM, ASPLOS'24, sections 4.4 and 4.5.1).
 //
 // Kernels:
-//   metcf_spmm_window   1 block = one 16-row window x blockDim.x columns (blockIdx.y picks the column chunk);
-//                       1 warp = 32 columns (4 register-remapped n8 tiles); lane l owns rows l/4 and l/4+8.
+//   metcf_spmm_window   1 block = CFG_WINDOWS_PER_BLOCK consecutive 16-row windows x a column chunk (blockIdx.y);
+//                       1 warp = one window x 32 columns (4 register-remapped n8 tiles); lane l owns rows l/4
+//                       and l/4+8. Warps of neighbouring windows share an SM, so B rows that consecutive
+//                       (reordered) windows have in common are served from L1.
 //                       Every window's block writes its 16 x chunk slice of C (zeros for an empty window).
 //   metcf_spmm_balanced strict balance: 1 block = work item i = global TC blocks
 //                       [i*BPI, min((i+1)*BPI, n_blocks)) (BPI = CFG_BLOCKS_PER_ITEM, kernels.formats.metcf.
@@ -66,37 +68,56 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
   }
 }
 
+// Both SpMM kernels run their blocks [b_begin, b_end) through one of the two pipelines (KernelConfig.a_regs):
+// v2 (default) reg_pipeline, A fragments from the bitmap into registers, no shared memory; v0 tile_pipeline,
+// A tiles through shared memory. Expects tc_offset, tc_local_id, bitmap, data, a_to_b, B, N, n0, lane, active,
+// vec and acc in scope.
+#if CFG_A_REGS
+#define RUN_PIPELINE(b_begin, b_end, after)                                                                      \
+  reg_pipeline((b_begin), (b_end), tc_offset, bitmap, data, a_to_b, B, N, n0 + 4 * (lane >> 2), active, vec, acc, \
+               after)
+#else
+#define RUN_PIPELINE(b_begin, b_end, after)                                                                   \
+  do {                                                                                                        \
+    __shared__ TileStages s;                                                                                  \
+    tile_pipeline(s, (b_begin), (b_end), tc_offset, tc_local_id, data, a_to_b, B, N, n0, active, vec, acc,    \
+                  after);                                                                                     \
+  } while (0)
+#endif
+
 struct NoFlush {
   __device__ void operator()(i64, float (&)[4][4]) const {}
 };
 
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_PER_SM)
     metcf_spmm_window(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
-                      const unsigned char* __restrict__ tc_local_id, const float* __restrict__ data,
-                      const int* __restrict__ a_to_b, const float* __restrict__ B, float* __restrict__ C, i64 M,
-                      i64 N, int vec_ok) {
-  __shared__ TileStages s;
-  const i64 w = blockIdx.x;
+                      const unsigned char* __restrict__ tc_local_id, const uint4* __restrict__ bitmap,
+                      const float* __restrict__ data, const int* __restrict__ a_to_b, const float* __restrict__ B,
+                      float* __restrict__ C, i64 M, i64 N, int vec_ok) {
+  // Warp -> (window, 32-column slice): a block holds CFG_WINDOWS_PER_BLOCK consecutive windows x `slices`
+  // consecutive slices (blockDim.x = 32 x CFG_WINDOWS_PER_BLOCK x slices, set by kernels/launch.py).
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const i64 n0 = (i64)blockIdx.y * blockDim.x + 32 * warp;  // this warp's first column
+  const int slices = (int)(blockDim.x >> 5) / CFG_WINDOWS_PER_BLOCK;
+  const i64 w = (i64)blockIdx.x * CFG_WINDOWS_PER_BLOCK + warp / slices;
+  if (w * CFG_WINDOW_ROWS >= M) return;  // only with CFG_WINDOWS_PER_BLOCK > 1 (no barrier below: v2 only)
+  const i64 n0 = ((i64)blockIdx.y * slices + warp % slices) * CFG_WARP_COLS;  // this warp's first column
   const bool active = n0 < N;
   const bool vec = vec_ok != 0 && n0 + CFG_WARP_COLS <= N;
   float acc[4][4];  // [n8 tile t][mma D register]: rows g, g+8 x remapped columns (see metcf_tile.cuh)
   zero_acc(acc);
-  tile_pipeline(s, row_window_offset[w], row_window_offset[w + 1], tc_offset, tc_local_id, data, a_to_b, B, N, n0,
-                active, vec, acc, NoFlush());
+  RUN_PIPELINE(row_window_offset[w], row_window_offset[w + 1], NoFlush());
   const i64 row0 = w * CFG_WINDOW_ROWS;
   const int rows = (int)min((i64)CFG_WINDOW_ROWS, M - row0);
   if (active) store_acc(C + row0 * N, acc, rows, N, n0, vec, lane);
 }
 
-extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_PER_SM)
+extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MIN_BLOCKS_PER_SM)
     metcf_spmm_balanced(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
-                        const unsigned char* __restrict__ tc_local_id, const float* __restrict__ data,
+                        const unsigned char* __restrict__ tc_local_id, const uint4* __restrict__ bitmap,
+                        const float* __restrict__ data,
                         const int* __restrict__ a_to_b, const i64* __restrict__ item_window,
                         const i64* __restrict__ part_ptr, const float* __restrict__ B, float* __restrict__ C,
                         float* __restrict__ workspace, i64 M, i64 N, i64 n_blocks, int vec_ok) {
-  __shared__ TileStages s;
   const i64 item = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 n0 = (i64)blockIdx.y * blockDim.x + 32 * warp;
@@ -126,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_
       w_end = row_window_offset[w + 1];
     }
   };
-  tile_pipeline(s, b_begin, b_end, tc_offset, tc_local_id, data, a_to_b, B, N, n0, active, vec, acc, flush);
+  RUN_PIPELINE(b_begin, b_end, flush);
 }
 
 extern "C" __global__ void __launch_bounds__(CFG_COMBINE_THREADS)
@@ -141,5 +162,29 @@ extern "C" __global__ void __launch_bounds__(CFG_COMBINE_THREADS)
     float sum = 0.0f;
     for (i64 slot = s0; slot < s1; ++slot) sum += workspace[slot * slot_elems + e];  // slot order: fixed
     C[row0 * N + e] = sum;
+  }
+}
+
+// The per-block occupancy bitmaps of the register pipeline (see metcf_tile.cuh): one thread per block ORs the
+// bits of its nonzeros' local ids. Sets *bad = 1 when a block's local ids are not strictly increasing (not
+// canonical ME-TCF: the popcount addressing would read the wrong values), so the launcher can refuse the input.
+extern "C" __global__ void metcf_bitmap(const i64* __restrict__ tc_offset,
+                                        const unsigned char* __restrict__ tc_local_id, uint4* __restrict__ bitmap,
+                                        int* __restrict__ bad, i64 n_blocks) {
+  for (i64 b = (i64)blockIdx.x * blockDim.x + threadIdx.x; b < n_blocks; b += (i64)gridDim.x * blockDim.x) {
+    unsigned w0 = 0u, w1 = 0u, w2 = 0u, w3 = 0u;
+    int prev = -1;
+    for (i64 i = tc_offset[b], end = tc_offset[b + 1]; i < end; ++i) {
+      const int p = tc_local_id[i];
+      if (p <= prev || p >= TILE_ELEMS) *bad = 1;
+      prev = p;
+      const unsigned bit = 1u << (p & 31);
+      const int word = p >> 5;
+      w0 |= word == 0 ? bit : 0u;
+      w1 |= word == 1 ? bit : 0u;
+      w2 |= word == 2 ? bit : 0u;
+      w3 |= word == 3 ? bit : 0u;
+    }
+    bitmap[b] = make_uint4(w0, w1, w2, w3);
   }
 }

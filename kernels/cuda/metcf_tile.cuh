@@ -16,7 +16,9 @@
 
 #if !defined(CFG_WINDOW_ROWS) || !defined(CFG_BLOCK_COLS) || !defined(CFG_WARP_COLS) || \
     !defined(CFG_MAX_WARPS) || !defined(CFG_TILE_STAGES) || !defined(CFG_BLOCKS_PER_ITEM) || \
-    !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B) || !defined(CFG_MIN_BLOCKS_PER_SM)
+    !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B) || !defined(CFG_MIN_BLOCKS_PER_SM) || \
+    !defined(CFG_A_REGS) || !defined(CFG_UNROLL) || !defined(CFG_WINDOWS_PER_BLOCK) || \
+    !defined(CFG_BALANCED_MIN_BLOCKS_PER_SM)
 #error "compile with the -D options of kernels/config.py (KernelConfig.defines())"
 #endif
 static_assert(CFG_WINDOW_ROWS == 16, "mma.m16n8k8 needs 16-row windows (KernelConfig.window_rows)");
@@ -26,6 +28,13 @@ static_assert(CFG_MAX_WARPS >= 1 && CFG_MAX_WARPS <= 32, "KernelConfig.max_warps
 static_assert(CFG_TILE_STAGES >= 3, "one barrier per TC block needs >= 3 tile buffers (KernelConfig)");
 static_assert(CFG_BLOCKS_PER_ITEM >= 1, "KernelConfig.blocks_per_item must be >= 1");
 static_assert(CFG_PREFETCH_B == 0 || CFG_PREFETCH_B == 1, "KernelConfig.prefetch_b is a bool");
+static_assert(CFG_A_REGS == 0 || CFG_A_REGS == 1, "KernelConfig.a_regs is a bool");
+static_assert(CFG_WINDOWS_PER_BLOCK >= 1 && CFG_WINDOWS_PER_BLOCK <= CFG_MAX_WARPS,
+              "KernelConfig.windows_per_block must be 1..max_warps");
+static_assert(CFG_A_REGS || CFG_WINDOWS_PER_BLOCK == 1, "several windows per block need the barrier-free v2");
+static_assert(CFG_BALANCED_MIN_BLOCKS_PER_SM >= 1 && CFG_BALANCED_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
+              "KernelConfig.balanced_min_blocks_per_sm x max_warps must fit 64 warps per SM");
+static_assert(CFG_UNROLL >= 1 && CFG_UNROLL <= 8, "KernelConfig.unroll must be 1..8");
 static_assert(CFG_MIN_BLOCKS_PER_SM >= 1 && CFG_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
 
@@ -151,4 +160,102 @@ __device__ __forceinline__ void store_acc(float* __restrict__ dst, const float (
 __device__ __forceinline__ void zero_acc(float (&acc)[4][4]) {
 #pragma unroll
   for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+}
+
+// ---- A fragments straight into registers (CFG_A_REGS, version v2, docs/kernels-notes.md) -----------------------
+// Per TC block, a 128-bit occupancy bitmap (uint4 {w0, w1, w2, w3}; bit p % 32 of word p / 32 is set when the
+// block holds local id p = r * 8 + c). Canonical ME-TCF keeps a block's nonzeros sorted by local id, so the
+// nonzero with local id p sits at data[tc_offset[b] + popc(bits below p)]: every lane finds its four A-fragment
+// elements with popcounts, without shared memory or barriers. Lane (g, q) needs (g, q), (g + 8, q), (g, q + 4),
+// (g + 8, q + 4): ids 8g + q (+ 4) in word g / 4 and 64 + 8g + q (+ 4) in word 2 + g / 4, bits 8 (g % 4) + q (+ 4).
+
+// What a lane needs of one block before it can issue the block's loads: its two B rows, its two bitmap words
+// and where those words' nonzeros start in data. Padding (col -1) and blocks past the end (m_* = 0) load nothing.
+struct BlockMeta {
+  int col_lo, col_hi;   // sparse_a_to_b[b][q], sparse_a_to_b[b][q + 4]
+  unsigned m_lo, m_hi;  // bitmap words holding rows g and g + 8
+  i64 base_lo, base_hi; // data index of the first nonzero of word m_lo / m_hi
+};
+
+__device__ __forceinline__ void load_meta(BlockMeta& m, i64 b, bool valid, const i64* __restrict__ tc_offset,
+                                          const uint4* __restrict__ bitmap, const int* __restrict__ a_to_b) {
+  if (!valid) {
+    m.col_lo = m.col_hi = -1;
+    m.m_lo = m.m_hi = 0u;
+    m.base_lo = m.base_hi = 0;
+    return;
+  }
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  m.col_lo = __ldg(a_to_b + b * CFG_BLOCK_COLS + q);
+  m.col_hi = __ldg(a_to_b + b * CFG_BLOCK_COLS + q + 4);
+  const uint4 w = __ldg(bitmap + b);
+  const i64 off = __ldg(tc_offset + b);
+  const bool upper = g >= 4;  // rows 4..7 (and 12..15) live in the second word of each half
+  const int c0 = __popc(w.x), c01 = c0 + __popc(w.y), c012 = c01 + __popc(w.z);
+  m.m_lo = upper ? w.y : w.x;
+  m.m_hi = upper ? w.w : w.z;
+  m.base_lo = off + (upper ? c0 : 0);
+  m.base_hi = off + (upper ? c012 : c01);
+}
+
+// A value of this lane's fragment: the nonzero at bit `bit` of word m (0 when the slot is empty).
+__device__ __forceinline__ float a_value(const float* __restrict__ data, unsigned m, i64 base, int bit) {
+  return ((m >> bit) & 1u) ? __ldg(data + base + __popc(m & ((1u << bit) - 1u))) : 0.0f;
+}
+
+// Issue one block's loads: a = the mma A fragment {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, lo/hi = B rows
+// col_lo/col_hi at this lane's 4 columns.
+__device__ __forceinline__ void load_block(float (&a)[4], float (&lo)[4], float (&hi)[4], const BlockMeta& m,
+                                           const float* __restrict__ data, const float* __restrict__ B, i64 N,
+                                           i64 n_lane, bool active, bool vec) {
+  const int lane = threadIdx.x & 31, bit = 8 * ((lane >> 2) & 3) + (lane & 3);
+  a[0] = a_value(data, m.m_lo, m.base_lo, bit);
+  a[1] = a_value(data, m.m_hi, m.base_hi, bit);
+  a[2] = a_value(data, m.m_lo, m.base_lo, bit + 4);
+  a[3] = a_value(data, m.m_hi, m.base_hi, bit + 4);
+  if (active) {
+    load_b4(lo, B, m.col_lo, N, n_lane, vec);
+    load_b4(hi, B, m.col_hi, N, n_lane, vec);
+  }
+}
+
+// acc[t] += A_tile x Bt_t for the 4 remapped n8 tiles, A fragment in registers (see warp_tile_mma).
+__device__ __forceinline__ void reg_tile_mma(float (&acc)[4][4], const float (&av)[4], const float (&lo)[4],
+                                             const float (&hi)[4]) {
+  unsigned a[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) a[k] = to_tf32(av[k]);
+#pragma unroll
+  for (int t = 0; t < 4; ++t) mma_tf32(acc[t], a, to_tf32(lo[t]), to_tf32(hi[t]));
+}
+
+// The barrier-free pipeline (CFG_A_REGS): each warp walks blocks [b_begin, b_end) in groups of CFG_UNROLL.
+// A group's loads (2 x CFG_UNROLL float4 of B, 4 x CFG_UNROLL A values) are all issued before its first mma,
+// and the next group's metadata is loaded while they are in flight, so a warp keeps one group of loads
+// outstanding instead of one block's (v0 waited on a barrier, a shared-memory column id and then B per block).
+// after(b, acc) runs after block b's mma, in block order, exactly as in tile_pipeline.
+template <class After>
+__device__ __forceinline__ void reg_pipeline(i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
+                                             const uint4* __restrict__ bitmap, const float* __restrict__ data,
+                                             const int* __restrict__ a_to_b, const float* __restrict__ B, i64 N,
+                                             i64 n_lane, bool active, bool vec, float (&acc)[4][4], After after) {
+  BlockMeta meta[CFG_UNROLL];
+#pragma unroll
+  for (int u = 0; u < CFG_UNROLL; ++u)
+    load_meta(meta[u], b_begin + u, b_begin + u < b_end, tc_offset, bitmap, a_to_b);
+  for (i64 b0 = b_begin; b0 < b_end; b0 += CFG_UNROLL) {
+    float av[CFG_UNROLL][4], lo[CFG_UNROLL][4], hi[CFG_UNROLL][4];
+#pragma unroll
+    for (int u = 0; u < CFG_UNROLL; ++u) load_block(av[u], lo[u], hi[u], meta[u], data, B, N, n_lane, active, vec);
+    const i64 nb = b0 + CFG_UNROLL;  // the next group's metadata, in flight during this group's mma
+#pragma unroll
+    for (int u = 0; u < CFG_UNROLL; ++u) load_meta(meta[u], nb + u, nb + u < b_end, tc_offset, bitmap, a_to_b);
+#pragma unroll
+    for (int u = 0; u < CFG_UNROLL; ++u) {
+      if (b0 + u < b_end) {  // uniform across the warp
+        if (active) reg_tile_mma(acc, av[u], lo[u], hi[u]);
+        after(b0 + u, acc);
+      }
+    }
+  }
 }

@@ -16,7 +16,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from kernels import launch  # noqa: E402
-from kernels.config import KernelConfig  # noqa: E402
+from kernels.config import V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.formats.metcf import csr_to_metcf  # noqa: E402
 from kernels.reference import csr_spmm  # noqa: E402
 from kernels.spmm import SpmmPlan  # noqa: E402
@@ -184,8 +184,46 @@ def test_plan_autotune_records_measurements():
     assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
 
 
-@pytest.mark.parametrize("N", [7, 128])
-def test_with_b_prefetch(N):
-    # KernelConfig(prefetch_b=True): B fragments of the next block loaded before this block's mma (not default)
+VARIANTS = {  # every pipeline the config can select (the default is v2 with unroll 2)
+    "v0-smem": V0_CONFIG,
+    "v0-smem-prefetch-b": KernelConfig(a_regs=False, prefetch_b=True, min_blocks_per_sm=8),
+    "v2-unroll1": KernelConfig(unroll=1, min_blocks_per_sm=8),
+    "v2-unroll3": KernelConfig(unroll=3, min_blocks_per_sm=4),
+    "v2-unroll4": KernelConfig(unroll=4, min_blocks_per_sm=4),
+    "v2-unroll4-split": KernelConfig(unroll=4, min_blocks_per_sm=4, blocks_per_item=3),
+    "v3-2-windows": KernelConfig(windows_per_block=2),
+    "v3-4-windows": KernelConfig(windows_per_block=4),
+    "v3-8-windows-8-warps": KernelConfig(max_warps=8, windows_per_block=8, min_blocks_per_sm=4,
+                                         balanced_min_blocks_per_sm=4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("N", [7, 128, 200])
+def test_pipeline_variants(name, N):
+    # windows of 1..~20 blocks: group sizes that do and do not divide the unroll; a hub window; empty windows
     rng = np.random.default_rng(20 + N)
-    check(random_csr(300, 400, 12, rng), N, rng, config=KernelConfig(prefetch_b=True))
+    check(random_csr(300, 400, 12, rng), N, rng, config=VARIANTS[name])
+    A = random_csr(200, 3000, 2, rng).tolil()
+    A[5, rng.choice(2400, 900, replace=False)] = rng.standard_normal(900)
+    A[32:80] = 0
+    A = sp.csr_array(A)
+    A.eliminate_zeros()
+    check(A, N, rng, config=VARIANTS[name])
+
+
+def test_bitmap_matches_local_ids_and_rejects_non_canonical():
+    rng = np.random.default_rng(30)
+    M = csr_to_metcf(random_csr(120, 300, 10, rng))
+    words = cupy.asnumpy(launch.bitmap(launch.upload(M)))
+    block = np.repeat(np.arange(M.n_blocks), np.diff(M.tc_offset))
+    expect = np.zeros((M.n_blocks, 4), dtype=np.uint32)
+    np.bitwise_or.at(expect, (block, M.tc_local_id >> 5), (np.uint32(1) << (M.tc_local_id & 31)).astype(np.uint32))
+    assert np.array_equal(words, expect)
+    lid = M.tc_local_id.copy()
+    first = int(np.flatnonzero(np.diff(M.tc_offset) >= 2)[0])
+    i = int(M.tc_offset[first])
+    lid[i], lid[i + 1] = lid[i + 1], lid[i]  # two nonzeros of one block out of order
+    bad = launch.upload(type(M)(M.shape, M.row_window_offset, M.tc_offset, lid, M.sparse_a_to_b, M.data))
+    with pytest.raises(ValueError, match="not canonical"):
+        launch.bitmap(bad)
