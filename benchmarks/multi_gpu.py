@@ -10,11 +10,17 @@ community order; ``tca`` = tasks.reorder's TCA when asked), and P in the GPU cou
   GPU; efficiency T_1 / (P * T_P);
 - one-shot end-to-end, from the shards' Parquet files to C gathered in the original row order, with the max per
   GPU of load / h2d / plan / kernel / d2h and the driver's gather; the timing repeats are subtracted;
-- resident: ``--iters`` iterations (after one warm-up) of halo exchange (NCCL when available) + kernel, per
-  iteration ms and halo bytes per GPU; efficiency against the P = 1 iteration.
+- resident: ``--iters`` iterations (after one warm-up) of halo exchange (NCCL when available) + kernel, one
+  driver call per iteration, per iteration ms and halo bytes per GPU; efficiency against the P = 1 iteration;
+- resident batched: the same iterations as one batch of ``--iters`` in one actor call per GPU
+  (``DistributedSpmm.iterate``, after a warm-up batch), so the Dask round trip is paid once per batch:
+  ``resident_batched_iter_ms`` = batch wall time / ``--iters``, efficiency against the P = 1 batched iteration;
+- at P > 1, with the overlapped halo exchange (per call) too.
 
-C of every P > 1 run (one-shot and resident) is checked against the single-GPU one-shot C (TF32: relative
-Frobenius error < 1e-3). Writes ``benchmarks/results/multi_gpu-<machine>-<date>.json`` and prints a table last.
+C of every P > 1 run (one-shot, resident, batched, overlapped) is checked against the single-GPU one-shot C (TF32:
+relative Frobenius error < 1e-3); a batch of 2 advancing iterations (C becomes B inside the call) is checked
+against a per-call iteration on the B it left. Writes ``benchmarks/results/multi_gpu-<machine>-<date>.json`` and
+prints a table last.
 ``--cpu``: the same pipeline with NumPy on CPU workers and tiny sizes (a smoke test of the logic, no timings).
 """
 from __future__ import annotations
@@ -36,9 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from storage import BlockStore  # noqa: E402
 from tasks.distribute import DistributedSpmm, cluster_client, make_plan, persist_plan, run_oneshot  # noqa: E402
 from tasks.distribute.cluster import count_gpus  # noqa: E402
+from tasks.distribute.device import to_host  # noqa: E402
 from tasks.distribute.synth import metcf_from_keys, relabel, rmat_keys, sbm_keys  # noqa: E402
 
 TF32_RTOL = 1e-3  # relative Frobenius error between two TF32 runs with different shard splits
+ERRS = ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
+        "resident_batched_advance_rel_err")  # each checked against TF32_RTOL
 
 
 def parse_args(argv=None):
@@ -94,7 +103,7 @@ def build_variants(xp, kind, nnz, orders, args):
         if order == "none":
             perm, k = None, A_keys
         elif order == "natural":  # position i holds A's row q[i], i.e. node i: the generator's own order
-            perm = _host(q).astype(np.int64)
+            perm = to_host(q).astype(np.int64)
             k = _rows_reordered(xp, A_keys, shape, perm)
         elif order == "tca":
             if int(A_keys.shape[0]) > args.tca_max_nnz:
@@ -124,14 +133,10 @@ def _rows_reordered(xp, keys, shape, perm):
 def _tca_perm(keys, shape):
     import scipy.sparse as sp
     from tasks.reorder import reorder
-    k = _host(keys)
+    k = to_host(keys)
     rows, cols = np.divmod(k, shape[1])
     A = sp.csr_array((np.ones(k.shape[0], np.float32), (rows, cols)), shape=shape)
     return reorder(A, "tca")
-
-
-def _host(x):
-    return x.get() if hasattr(x, "get") else np.asarray(x)
 
 
 def _free(xp):
@@ -159,7 +164,7 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log):
     t0 = time.perf_counter()
     persist_plan(M, plans[max(gpu_counts)], store, key, n_cols_b=args.n_cols)  # finest shards; others read ranges
     persist_s = time.perf_counter() - t0
-    T1 = R1 = None
+    T1 = R1 = RB1 = None
     for P in gpu_counts:
         plan = plans[P]
         row = {**info, "P": P, "persist_s": persist_s, "shard_blocks": plan.n_blocks.tolist()}
@@ -197,8 +202,11 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log):
                            halo_sent_bytes=[s["halo_bytes_sent"] for s in last])
                 if P > 1 and C1 is not None:
                     row["resident_rel_err"] = rel_err(parts.gather(), C1)
+                rb = bench_batched(ds, row, RB1, P, C1, args, log)
+                RB1 = rb if P == 1 else RB1
                 if P > 1:
                     bench_overlap(ds, row, R1, P, C1, args, log)
+                    check_batched_advance(ds, row, log)  # last: it moves the resident B on
             finally:
                 ds.close()
         except Exception as err:  # keep going: one failing configuration must not hide the others
@@ -207,6 +215,45 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log):
         rows.append(row)
         log(json.dumps({k: v for k, v in row.items() if not isinstance(v, list)}, default=str))
     return rows
+
+
+def bench_batched(ds, row, RB1, P, C1, args, log):
+    """``--iters`` resident iterations in one actor call per shard (after a warm-up batch), each multiplying the
+    resident B like the per-call loop (advance=False: the same work, B left as it was). Returns the batched ms
+    per iteration (None on failure)."""
+    try:
+        ds.iterate(args.iters, advance=False)  # warm-up batch
+        parts = ds.iterate(args.iters, advance=False)
+        hist = ds.history[-args.iters:]
+        it = hist[-1]["batch_ms"] / args.iters
+        RB1 = it if P == 1 else RB1
+        row.update(resident_batched_iters=args.iters, resident_batched_iter_ms=it,
+                   resident_batched_iter_eff=(RB1 / (P * it)) if RB1 else None,
+                   resident_batched_loop_ms=hist[-1]["batch_loop_ms"] / args.iters,
+                   resident_batched_exchange_ms=float(np.median([h["exchange_ms"] for h in hist])),
+                   resident_batched_kernel_ms=float(np.median([h["kernel_ms"] for h in hist])))
+        if P > 1 and C1 is not None:
+            row["resident_batched_rel_err"] = rel_err(parts.gather(), C1)
+        return it
+    except Exception as err:  # the per-call resident numbers stand on their own
+        row["batched_error"] = f"{type(err).__name__}: {err}"
+        log(traceback.format_exc())
+        return None
+
+
+def check_batched_advance(ds, row, log) -> None:
+    """A batch of 2 advancing iterations (C becomes B, halo exchange, kernel, all inside one call per shard) ends
+    with C = A @ B_left, B_left the B it advanced to; a per-call `run` then multiplies that same B with a fresh
+    exchange: the two C must agree (an in-batch exchange or kernel reading rows from before the advance would
+    not). The whole chain against NumPy is in tests/tasks/distribute (CPU) and test_multi_gpu.py (2 GPUs)."""
+    try:
+        if ds.overlap:
+            ds.set_overlap(False)
+        C_batched = ds.iterate(2).gather()
+        row["resident_batched_advance_rel_err"] = rel_err(C_batched, ds.run().gather())
+    except Exception as err:
+        row["batched_error"] = f"{type(err).__name__}: {err}"
+        log(traceback.format_exc())
 
 
 def bench_overlap(ds, row, R1, P, C1, args, log) -> None:
@@ -244,7 +291,7 @@ def _mega(n) -> str:
 
 def fmt_table(rows) -> str:
     head = ("kind", "order", "nnz", "P", "kern ms", "eff", "e2e ms", "load", "h2d", "d2h", "gather",
-            "iter ms", "xchg", "it eff", "ovl eff", "via", "halo MB/gpu", "err")
+            "iter ms", "xchg", "it eff", "ovl eff", "batch ms", "batch eff", "via", "halo MB/gpu", "err")
     lines = [" | ".join(f"{h:>9}" for h in head)]
     f = lambda v, p=1: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
     for r in rows:
@@ -253,11 +300,12 @@ def fmt_table(rows) -> str:
                                                         r["P"])) + " | ERROR " + r["error"][:120])
             continue
         halo = max(r.get("halo_recv_bytes") or [0]) / 2**20
-        err = max(r.get(k) or 0.0 for k in ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err"))
+        err = max(r.get(k) or 0.0 for k in ERRS)
         vals = (r["kind"], r["order"], _mega(r["nnz"]), r["P"], f(r.get("kernel_ms"), 2),
                 f(r.get("kernel_eff"), 3), f(r.get("e2e_ms"), 0), f(r.get("load_ms"), 0), f(r.get("h2d_ms"), 0),
                 f(r.get("d2h_ms"), 0), f(r.get("gather_ms"), 0), f(r.get("iter_ms"), 2),
                 f(r.get("iter_exchange_ms"), 2), f(r.get("iter_eff"), 3), f(r.get("iter_eff_overlap"), 3),
+                f(r.get("resident_batched_iter_ms"), 2), f(r.get("resident_batched_iter_eff"), 3),
                 r.get("transport", "-"), f"{halo:.1f}",
                 "-" if r["P"] == 1 else f"{err:.1e}")
         lines.append(" | ".join(f"{v:>9}" for v in vals))
@@ -310,8 +358,8 @@ def main(argv=None) -> int:
                 for order, M, perm, info in build_variants(xp, kind, nnz, args.orders.split(","), args):
                     log(f"{kind} {order}: {M.shape[0]:,} rows, {M.nnz:,} nnz, {M.n_blocks:,} TC blocks "
                         f"(gen {info['gen_s']:.1f}s, convert {info['convert_s']:.1f}s)")
-                    B = _host(xp.random.default_rng(args.seed).standard_normal((M.shape[1], args.n_cols),
-                                                                                 dtype=xp.float32))
+                    B = to_host(xp.random.default_rng(args.seed).standard_normal((M.shape[1], args.n_cols),
+                                                                                   dtype=xp.float32))
                     _free(xp)
                     rows += bench_variant(client, M, perm, info, B, gpu_counts, store, args, log)
                     del M, B
@@ -321,8 +369,7 @@ def main(argv=None) -> int:
                         log(f"skip {skipped[-1]}")
                         break
     out, doc = write_json()
-    errs = ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err")
-    bad = [r for r in rows if "error" in r or max(r.get(k) or 0.0 for k in errs) > TF32_RTOL]
+    bad = [r for r in rows if "error" in r or "batched_error" in r or max(r.get(k) or 0.0 for k in ERRS) > TF32_RTOL]
     print(f"\nwrote {out} ({doc['wall_s']:.0f} s); {len(bad)} failing rows; skipped: {skipped or 'none'}")
     print(fmt_table(rows))
     return 1 if bad else 0

@@ -395,9 +395,27 @@ def reorder_section(runs, v0, older) -> list[str]:
 
 MGPU_LIMITS = {"kernel_eff": 0.95, "iter_eff_2gpu_100M": 0.75}  # as multi_gpu.py; a file's own "targets" win
 MGPU_TARGETS = [("kernel-only strong-scaling efficiency, every P > 1 row", "≥ 95%"),
-                (f"resident per-iteration efficiency at 2 GPUs, nnz ≥ {NNZ_100M_FLOOR / 1e6:.0f}M (best of plain / "
-                 "overlapped halo exchange)", "≥ 75%"),
+                (f"resident per-iteration efficiency at 2 GPUs, nnz ≥ {NNZ_100M_FLOOR / 1e6:.0f}M (batched: "
+                 "iterations in one actor call per GPU, where measured; else best of per-call plain / overlapped "
+                 "halo exchange)", "≥ 75%"),
                 ("halo shrink from reordering (halo bytes received, none / reordered, P > 1)", "> 1x")]
+
+MGPU_ERRS = ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
+             "resident_batched_advance_rel_err")
+
+
+def resident_eff(r):
+    """The resident efficiency a row is judged by: the batched one when measured, else the best per-call one."""
+    if r.get("resident_batched_iter_eff") is not None:
+        return r["resident_batched_iter_eff"]
+    return max((x for x in (r.get("iter_eff"), r.get("iter_eff_overlap")) if x is not None), default=None)
+
+
+def resident_measured(r) -> str:
+    per_call = f"plain {f(r.get('iter_eff'), 3)}, overlap {f(r.get('iter_eff_overlap'), 3)}"
+    if r.get("resident_batched_iter_eff") is None:
+        return per_call
+    return f"batched {f(r['resident_batched_iter_eff'], 3)} (per call: {per_call})"
 
 
 def mgpu_targets(run) -> list[tuple]:
@@ -408,10 +426,9 @@ def mgpu_targets(run) -> list[tuple]:
     out = [(MGPU_TARGETS[0][0], f"≥ {tg['kernel_eff']:.0%}",
             f"min {w['kernel_eff']:.1%} ({w['kind']} {w['order']} {mnnz(w['nnz'])} P={w['P']}; {len(ke)} rows)"
             if w else "–", status(w["kernel_eff"] >= tg["kernel_eff"] if w else None))]
-    it = [(r, max(x for x in (r.get("iter_eff"), r.get("iter_eff_overlap")) if x is not None)) for r in rows
-          if r["P"] == 2 and r["nnz"] >= NNZ_100M_FLOOR and r.get("iter_eff") is not None]
-    meas = "; ".join(f"{r['kind']} {r['order']} {mnnz(r['nnz'])}: plain {f(r.get('iter_eff'), 3)}, overlap "
-                     f"{f(r.get('iter_eff_overlap'), 3)}" for r, _ in it)
+    it = [(r, resident_eff(r)) for r in rows if r["P"] == 2 and r["nnz"] >= NNZ_100M_FLOOR]
+    it = [(r, e) for r, e in it if e is not None]
+    meas = "; ".join(f"{r['kind']} {r['order']} {mnnz(r['nnz'])}: {resident_measured(r)}" for r, _ in it)
     lim = tg["iter_eff_2gpu_100M"]
     out.append((MGPU_TARGETS[1][0], f"≥ {lim:.0%}", meas or "–",
                 status(min(e for _, e in it) >= lim if it else None)))
@@ -433,19 +450,26 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
     run, rows = runs[0], []
     for r in run.rows:
         if "error" in r:
-            rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], "ERROR: " + r["error"][:80], *("",) * 10))
+            rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], "ERROR: " + r["error"][:80], *("",) * 12))
             continue
-        err = max(r.get(k) or 0.0 for k in ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err"))
+        err = max(r.get(k) or 0.0 for k in MGPU_ERRS)
+        batched = f(r.get("resident_batched_iter_ms")) + (" (failed)" if r.get("batched_error") else "")
         rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("kernel_ms")), f(r.get("kernel_eff"), 3),
                      f(r.get("e2e_ms"), 0), f(r.get("iter_ms")), f(r.get("iter_exchange_ms")), f(r.get("iter_eff"), 3),
-                     f(r.get("iter_eff_overlap"), 3), r.get("transport", "–"),
+                     f(r.get("iter_eff_overlap"), 3), batched, f(r.get("resident_batched_iter_eff"), 3),
+                     r.get("transport", "–"),
                      f"{max(r.get('halo_recv_bytes') or [0]) / 2**20:.1f}", "–" if r["P"] == 1 else f"{err:.1e}",
                      ",".join(sorted(set(r.get("kernels") or []))) or "–"))
     out = ["## Multi-GPU strong scaling", ""] + env(run)
     out += table(("kind", "order", "nnz", "P", "kernel ms", "kernel eff", "e2e ms", "iter ms", "exchange ms",
-                  "iter eff", "overlap eff", "via", "halo MB/GPU", "max rel err", "kernel per shard"), rows)
+                  "iter eff", "overlap eff", "batched iter ms", "batched eff", "via", "halo MB/GPU", "max rel err",
+                  "kernel per shard"), rows)
     out += ["\"kernel per shard\" is what each shard's selector ran: where it says cusparse, the efficiencies are "
             "those of cuSPARSE split over the GPUs, not of the Tensor Core kernel.", ""]
+    if any(r.get("resident_batched_iter_ms") is not None for r in run.rows):
+        out += ["\"iter ms\" is one driver call per iteration (Dask actor round trip included); \"batched iter ms\" "
+                "is a batch of iterations in one actor call per GPU, its wall time / iterations; each efficiency "
+                "is T1 / (P · TP) against the P = 1 row of the same mode.", ""]
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     return out + older_note(older) + targets(mgpu_targets(run)) + [reproduce("multi_gpu", run), ""]
 

@@ -4,6 +4,7 @@
   plus ``plans/<P>-<hash>.json``);
 - `run_oneshot(plan, B, client, ...) -> (C, timings)` (oneshot.py): one pinned task per shard, C in original order;
 - `DistributedSpmm(plan, client, ...)` (resident.py): one actor per shard, halo exchange by NCCL or Dask;
+  ``iterate(n)`` batches n iterations into one actor call per shard;
 - `cluster_client(address=None, n_workers=None)` (cluster.py): dask-cuda when GPUs are present, else CPU workers;
 - `runs_rows`, `markdown_table`, `resident_rows` (report.py): timing tables for the runs table and artifacts;
 - device.py (what a worker does on its GPU: timers, SpmmPlan, transfers) and synth.py (R-MAT/SBM graphs straight

@@ -10,6 +10,14 @@ rank 0, ``NcclCommunicator(P, uid, rank)`` created concurrently in every actor, 
 each pair of shards, device buffers). Otherwise (CPU, or NCCL unavailable) the actors pull the rows from each
 other through Dask actor calls with NumPy arrays: same rows, same order, same results. The transport used and
 the reason are in ``DistributedSpmm.transport``.
+
+Batches: ``DistributedSpmm.iterate(n)`` runs n iterations inside ONE actor call per shard, so the driver's Dask
+round trip (a few ms per call) is paid once per batch instead of once per iteration. NCCL: `ShardActor.iterate_many`
+loops over (advance, `iterate_nccl`); the grouped send/recv keep the ranks in step. Host transport:
+`ShardActor.iterate_many_host` (async) publishes each iteration's send rows as host snapshots keyed by (batch,
+iteration) and pulls the peers' rows with `pull_batched`, which waits until that peer has published the same
+iteration; the kernel runs on the worker's actor thread, as a per-call `compute` does. Both give the same C as the
+same number of `run`/`step` calls.
 """
 from __future__ import annotations
 
@@ -23,6 +31,16 @@ from tasks.distribute.oneshot import ShardRef, load_shard
 from tasks.distribute.plan import PartitionPlan, exchange_lists, remap_columns, shard_metcf, split_columns
 
 NCCL_INIT_TIMEOUT_S = 120
+BATCH_ABORT_TIMEOUT_S = 30  # a failed host-transport batch: how long to tell the peers / wait for their calls
+
+
+def check_n_iters(n_iters) -> int:
+    """A batch size: an int >= 1 (bool and non-integral values are refused)."""
+    if isinstance(n_iters, (bool, np.bool_)) or not isinstance(n_iters, (int, np.integer)):
+        raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}")
+    if n_iters < 1:
+        raise ValueError(f"n_iters must be >= 1, got {n_iters}")
+    return int(n_iters)
 
 
 class ShardActor:
@@ -45,6 +63,10 @@ class ShardActor:
         self.B_ext = self.C = None
         self.peers: list = []
         self.comm = None
+        # Batched host exchange (`iterate_many_host`): {(batch, iteration): {dst: host rows}} still to be pulled,
+        # the current batch id, {batch: why it failed}, and the condition guarding them (made in the event loop).
+        self._outbox: dict = {}
+        self._batch, self._failed, self._cond = None, {}, None
 
     # ---- setup ------------------------------------------------------------------------------------------------
     def info(self) -> dict:
@@ -93,6 +115,8 @@ class ShardActor:
 
     def advance(self) -> None:
         """C becomes the next B (square A)."""
+        if self.C is None:
+            raise RuntimeError(f"shard {self.k}: no C to advance from: run an iteration first")
         self.B_ext[self.off:self.off + self.n_own] = self.C
 
     # ---- exchange -----------------------------------------------------------------------------------------------
@@ -184,6 +208,124 @@ class ShardActor:
         ms = float(cupy.cuda.get_elapsed_time(ev[0], ev[3]))
         return {**ex, "overlap": True}, {"shard": self.k, "kernel_ms": ms, "kernel": self._kernels()}
 
+    # ---- batches: several iterations in one actor call -----------------------------------------------------------
+    def iterate_many(self, n_iters: int, advance_first: bool = False, advance_rest: bool = True,
+                     repeats: int = 0) -> dict:
+        """NCCL transport: ``n_iters`` iterations in this one call, each (advance when asked: ``advance_first`` for
+        the first, ``advance_rest`` for the others) then `iterate_nccl` (grouped send/recv, then the kernel, each
+        timed with CUDA events and synchronized, as a per-call iteration). Call it on every actor concurrently with
+        the same arguments: NCCL's matching send/recv keep the ranks in step, iteration by iteration."""
+        n = check_n_iters(n_iters)
+        if self.comm is None:
+            raise RuntimeError(f"shard {self.k}: iterate_many needs the NCCL communicator; use iterate_many_host")
+        its, t0 = [], time.perf_counter()
+        for i in range(n):
+            if advance_first if i == 0 else advance_rest:
+                self.advance()
+            its.append(self.iterate_nccl(repeats))
+        return self._batch_stats(its, (time.perf_counter() - t0) * 1e3)
+
+    async def iterate_many_host(self, n_iters: int, batch: int, advance_first: bool = False,
+                                advance_rest: bool = True, repeats: int = 0) -> dict:
+        """Host ("dask") transport: ``n_iters`` iterations in this one call. Each iteration: advance when asked,
+        publish host copies of the rows every peer needs (once the peers took the previous iteration's: at most one
+        iteration pending), pull this iteration's rows from every peer (`pull_batched` waits for the peer to publish
+        them), then `compute` on the worker's actor thread (where a per-call `compute` runs). ``batch``: an id the
+        driver increases per batch, the same on all actors, which are called concurrently. A shard that fails marks
+        the batch failed on every peer (`abort_batch`), so that no peer waits forever for its rows."""
+        n = check_n_iters(n_iters)
+        cond = self._condition()
+        loop = asyncio.get_running_loop()
+        pool = _actor_executor()
+        batch = int(batch)
+        async with cond:
+            self._batch = batch
+            self._outbox.clear()  # what an earlier, failed batch left
+            cond.notify_all()
+        its, t0 = [], time.perf_counter()
+        try:
+            for i in range(n):
+                self._check_batch(batch)
+                if advance_first if i == 0 else advance_rest:
+                    await loop.run_in_executor(pool, self.advance)
+                await self._publish(batch, i)
+                t1 = time.perf_counter()
+                parts = await asyncio.gather(*(self.peers[p].pull_batched(self.k, batch, i) for p, _, _ in self.recv))
+                self._check_batch(batch)
+                for (p, n_rows, start), rows in zip(self.recv, parts):
+                    self.B_ext[start:start + n_rows] = dev.to_device(rows, self.on_gpu)
+                ex = self._exchange_stats((time.perf_counter() - t1) * 1e3, "dask")
+                its.append((ex, await loop.run_in_executor(pool, self.compute, repeats)))
+        except BaseException as err:
+            reason = f"{type(err).__name__}: {err}"
+            async with cond:
+                first = batch not in self._failed
+                self._failed.setdefault(batch, f"shard {self.k}: {reason}")
+                cond.notify_all()
+            if first:  # this shard is where the batch failed: tell the peers (they are waiting on its rows)
+                calls = [q.abort_batch(batch, self._failed[batch]) for j, q in enumerate(self.peers) if j != self.k]
+                try:
+                    await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), BATCH_ABORT_TIMEOUT_S)
+                except Exception:  # a peer that cannot be reached is not waiting on anything here
+                    pass
+            raise
+        return self._batch_stats(its, (time.perf_counter() - t0) * 1e3)
+
+    async def pull_batched(self, dst: int, batch: int, i: int) -> np.ndarray:
+        """Host rows shard ``dst`` needs for iteration ``i`` of ``batch``; waits until they are published."""
+        cond = self._condition()
+        async with cond:
+            def ready():  # published, failed, or this shard already past that batch
+                return (batch, i) in self._outbox or batch in self._failed or \
+                    (self._batch is not None and self._batch > batch)
+            await cond.wait_for(ready)
+            if (batch, i) not in self._outbox:
+                raise RuntimeError(self._failed.get(batch, f"shard {self.k}: batch {batch} is over "
+                                                           f"(now in batch {self._batch})"))
+            pending = self._outbox[(batch, i)]
+            rows = pending.pop(dst)
+            if not pending:
+                del self._outbox[(batch, i)]
+                cond.notify_all()
+            return rows
+
+    async def abort_batch(self, batch: int, reason: str) -> None:
+        """Mark ``batch`` failed (a peer failed in it): this shard's waits in that batch raise."""
+        cond = self._condition()
+        async with cond:
+            self._failed.setdefault(int(batch), reason)
+            for old in [b for b in self._failed if b < int(batch) - 8]:
+                del self._failed[old]
+            cond.notify_all()
+
+    async def _publish(self, batch: int, i: int) -> None:
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: (batch, i - 1) not in self._outbox or batch in self._failed
+                                or self._batch != batch)
+            self._check_batch(batch)
+            if self.sends:
+                own = self._own()
+                self._outbox[(batch, i)] = {p: dev.to_host(own[idx]) for p, idx in self.sends.items()}
+                cond.notify_all()
+
+    def _check_batch(self, batch: int) -> None:
+        if batch in self._failed:
+            raise RuntimeError(f"batch {batch} failed: {self._failed[batch]}")
+        if self._batch != batch:
+            raise RuntimeError(f"shard {self.k}: batch {batch} was superseded by batch {self._batch}")
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:  # made inside the worker's event loop, where every async method runs
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    def _batch_stats(self, its: list, loop_ms: float) -> dict:
+        ex = [e["exchange_ms"] for e, _ in its]
+        ker = [c["kernel_ms"] for _, c in its]
+        return {"shard": self.k, "n_iters": len(its), "iterations": its, "exchange_ms": ex, "kernel_ms": ker,
+                "total_exchange_ms": float(sum(ex)), "total_kernel_ms": float(sum(ker)), "loop_ms": loop_ms}
+
     def _kernels(self) -> str:
         if self.overlap:
             return f"{self.plan_own.choice.get('kernel')}+{self.plan_rem.choice.get('kernel')}"
@@ -194,6 +336,15 @@ class ShardActor:
 
     def get_B(self) -> np.ndarray:
         return dev.to_host(self._own())
+
+
+def _actor_executor():
+    """The Dask worker's actor thread (where sync actor methods run), or None (asyncio's default) outside one."""
+    try:
+        from distributed import get_worker
+        return get_worker().executors["actor"]
+    except Exception:  # not on a worker, or a distributed without the actor executor
+        return None
 
 
 def _xp(on_gpu: bool):
@@ -207,9 +358,12 @@ class DistributedSpmm:
     """Resident SpMM over a cluster: ``DistributedSpmm(plan, client, M=... | store=...)``.
 
     ``run(B_parts)`` -> `CParts` (C left on the workers; ``.gather()`` fetches it in the original row order);
-    ``step()`` runs again with C as the next B. ``history`` holds one dict per iteration: ``exchange_ms`` (max over
-    shards), ``kernel_ms`` (max), ``iteration_ms`` (driver wall time) and per shard ``shards`` rows (halo bytes
-    sent/received, exchange ms, kernel ms). ``transport``: "nccl" or "dask" plus ``transport_reason``.
+    ``step()`` runs again with C as the next B. ``iterate(n)`` (and ``step(n)``) run n iterations in one actor call
+    per shard (see the module docstring). ``history`` holds one dict per iteration: ``exchange_ms`` (max over
+    shards), ``kernel_ms`` (max), ``iteration_ms`` (driver wall time; for a batch, the batch's wall time / n),
+    ``batched`` (False for `run`/`step`; True with ``batch_size``, ``batch_index``, ``batch_ms`` and ``batch_loop_ms``,
+    the slowest shard's time inside its call) and per shard ``shards`` rows (halo bytes sent/received, exchange ms,
+    kernel ms). ``transport``: "nccl" or "dask" plus ``transport_reason``.
     ``repeats`` = 0 times the one kernel run of each iteration; ``spmm_kw`` goes to each shard's ``SpmmPlan``.
     """
 
@@ -245,6 +399,7 @@ class DistributedSpmm:
         self.transport, self.transport_reason = self._pick_transport(transport)
         self.history: list = []
         self.overlap = False
+        self._batches = 0  # batch ids for the host transport's batched exchange
         if overlap:
             self.set_overlap(True)
 
@@ -299,15 +454,59 @@ class DistributedSpmm:
             ker = _wait([a.compute(self.repeats) for a in self.actors])
         wall_ms = (time.perf_counter() - t0) * 1e3
         shards = [{**e, **c, "worker": w} for e, c, w in zip(ex, ker, self.workers)]
-        self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms, "overlap": self.overlap,
-                             "exchange_ms": max((s["exchange_ms"] for s in shards), default=0.0),
-                             "kernel_ms": max((s["kernel_ms"] for s in shards), default=0.0), "shards": shards})
+        self._record(shards, wall_ms, batched=False)
         return CParts(self)
 
-    def step(self) -> "CParts":
-        """C becomes B, then `run` (square A)."""
+    def _record(self, shards: list, wall_ms: float, **extra) -> None:
+        self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms, "overlap": self.overlap,
+                             "exchange_ms": max((s["exchange_ms"] for s in shards), default=0.0),
+                             "kernel_ms": max((s["kernel_ms"] for s in shards), default=0.0), "shards": shards,
+                             **extra})
+
+    def step(self, n: int = 1) -> "CParts":
+        """C becomes B, then `run` (square A). ``n`` > 1: n such steps batched in one actor call per shard
+        (``iterate(n)``); ``n`` = 1 keeps the one-call-per-iteration path."""
+        if check_n_iters(n) > 1:
+            return self.iterate(n)
         _wait([a.advance() for a in self.actors])
         return self.run()
+
+    def iterate(self, n_iters: int, B_parts: list | None = None, *, advance: bool = True) -> "CParts":
+        """``n_iters`` iterations in ONE actor call per shard (the driver round trip paid once per batch).
+
+        ``advance=True``: a power iteration, the same C as ``n_iters`` `step` calls; with ``B_parts`` they are
+        loaded first and the first iteration multiplies them (the same as ``run(B_parts)`` then ``n_iters - 1``
+        steps). ``advance=False``: every iteration multiplies the resident B (the same C as ``n_iters`` `run`
+        calls; for timing). Appends ``n_iters`` `history` entries (``batched`` True, ``iteration_ms`` = the batch's
+        driver wall time / n) and returns the last iteration's `CParts`."""
+        n = check_n_iters(n_iters)
+        if B_parts is not None:
+            self.load(B_parts)
+        advance_first = bool(advance) and B_parts is None
+        t0 = time.perf_counter()
+        if self.transport == "nccl":
+            res = _wait([a.iterate_many(n, advance_first, bool(advance), self.repeats) for a in self.actors])
+        else:
+            self._batches += 1
+            futures = [a.iterate_many_host(n, self._batches, advance_first, bool(advance), self.repeats)
+                       for a in self.actors]
+            try:
+                res = _wait(futures)
+            except Exception:  # let the other shards end this batch (they raise too) before a next one starts
+                for f in futures:
+                    try:
+                        f.result(timeout=BATCH_ABORT_TIMEOUT_S)
+                    except Exception:
+                        pass
+                raise
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        loop_ms = max((r["loop_ms"] for r in res), default=0.0)
+        for i in range(n):
+            shards = [{**r["iterations"][i][0], **r["iterations"][i][1], "worker": w}
+                      for r, w in zip(res, self.workers)]
+            self._record(shards, wall_ms / n, batched=True, batch_size=n, batch_index=i, batch_ms=wall_ms,
+                         batch_loop_ms=loop_ms)
+        return CParts(self)
 
     def close(self) -> None:
         """Release the actors (their device memory is freed with them)."""

@@ -12,6 +12,7 @@ import numpy as np
 
 from kernels.formats.metcf import METCF, WIDTH, WINDOW
 from kernels.indexing import index_dtype
+from tasks.distribute.device import to_host
 
 
 def rmat_keys(xp, scale: int, edge_factor: int, seed: int, a=0.57, b=0.19, c=0.19, chunk: int = 1 << 26):
@@ -72,7 +73,7 @@ def metcf_from_keys(xp, keys, shape, seed: int = 0, chunk_nnz: int = 1 << 27) ->
     nnz = int(keys.shape[0])
     # nonzeros before each window: keys of row 16w start at 16w * n_cols
     wptr = xp.searchsorted(keys, xp.arange(n_windows + 1, dtype=xp.int64) * WINDOW * n_cols)
-    wptr_h = _host(wptr).astype(np.int64)
+    wptr_h = to_host(wptr).astype(np.int64)
     cuts = np.unique(np.concatenate([[0], np.searchsorted(wptr_h, np.arange(0, nnz, chunk_nnz), "right") - 1,
                                      [n_windows]]))
     bpw = np.zeros(n_windows, dtype=np.int64)
@@ -82,10 +83,10 @@ def metcf_from_keys(xp, keys, shape, seed: int = 0, chunk_nnz: int = 1 << 27) ->
         if p0 == p1:
             continue
         b, npb, sc, lid = _convert(xp, keys[p0:p1], n_cols, w0, w1 - w0)
-        bpw[w0:w1] = _host(b)
-        per_block.append(_host(npb))
-        slots.append(_host(sc))
-        lids.append(_host(lid))
+        bpw[w0:w1] = to_host(b)
+        per_block.append(to_host(npb))
+        slots.append(to_host(sc))
+        lids.append(to_host(lid))
     npb = np.concatenate(per_block) if per_block else np.zeros(0, np.int64)
     n_blocks = int(npb.shape[0])
     rwo = np.zeros(n_windows + 1, dtype=index_dtype(n_blocks))
@@ -101,7 +102,13 @@ def metcf_from_keys(xp, keys, shape, seed: int = 0, chunk_nnz: int = 1 << 27) ->
 
 def _convert(xp, keys, n_cols: int, w0: int, n_windows: int):
     """One window range: (blocks per window, nnz per block, slot columns [n_blocks, 8], tc_local_id in ME-TCF
-    order). The same steps as ``kernels.formats.metcf._convert_chunk`` on keys instead of (row, col)."""
+    order). The same steps as ``kernels.formats.metcf._convert_chunk`` on keys instead of (row, col).
+
+    Not ``kernels.formats.metcf_gpu.csr_to_metcf_gpu``, although it computes the same arrays with CuPy: that one is
+    CuPy only (this runs on NumPy too: tests/tasks/distribute/test_synth.py and ``multi_gpu.py --cpu``), takes a
+    CSR with values (here: sorted keys, the values drawn afterwards; it would need an indptr, a dummy value array
+    and its permutation per chunk) and returns device arrays; `metcf_from_keys` calls this per window range to bound
+    device memory at 100M-500M nonzeros. Calling it on CuPy only would keep this function for NumPy anyway."""
     rows = keys // n_cols
     cols = keys - rows * n_cols
     window = (rows >> 4) - w0
@@ -131,7 +138,3 @@ def _convert(xp, keys, n_cols: int, w0: int, n_windows: int):
     final = xp.argsort(nz_block * 128 + lid)  # unique per nonzero: no reliance on sort stability
     return bpw, xp.bincount(nz_block, minlength=n_blocks), slot.reshape(n_blocks, WIDTH), \
         lid[final].astype(xp.uint8)
-
-
-def _host(x) -> np.ndarray:
-    return x.get() if hasattr(x, "get") else np.asarray(x)

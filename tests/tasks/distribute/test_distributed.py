@@ -228,3 +228,167 @@ def test_resident_overlap_split_gives_the_same_result(client, case):
             parts.gather()  # a handle to an older iteration's C
     finally:
         ds.close()
+
+
+# ---- batched resident iterations: several iterations in one actor call per shard ----------------------------------
+
+def power(A64, B64, n):
+    want = B64
+    for _ in range(n):
+        want = A64 @ want
+    return want
+
+
+@pytest.mark.parametrize("n_parts", [1, 2, 3])  # 1: no peers; 3: two shards' actors share a worker
+def test_resident_batched_equals_single_steps_and_reference(client, case, n_parts):
+    A, perm, M, B, _ = case
+    plan = make_plan(M, n_parts, perm=perm)
+    parts_B = [B[plan.shard_rows(k)] for k in range(n_parts)]
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    ds = DistributedSpmm(plan, client, M=M)
+    try:
+        assert ds.transport == "dask"
+        ds.run(parts_B)
+        for _ in range(3):
+            single = ds.step()
+        C_single = single.gather()  # A^4 B, one actor call per shard per iteration
+        assert not any(h["batched"] for h in ds.history)
+
+        batched = ds.iterate(4, parts_B)  # run(B) + 3 steps in one call per shard
+        C_batched = batched.gather()
+        np.testing.assert_array_equal(C_batched, C_single)
+        want = power(A64, B64, 4)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(C_batched, want, rtol=1e-4, atol=1e-5 * scale)
+        for k, C_k in enumerate(batched.parts()):
+            np.testing.assert_array_equal(C_k, C_single[plan.shard_rows(k)])
+
+        assert len(ds.history) == 8
+        batch = ds.history[4:]
+        assert [h["iteration"] for h in batch] == [4, 5, 6, 7] and batched.iteration == 7
+        assert all(h["batched"] and h["batch_size"] == 4 for h in batch)
+        assert [h["batch_index"] for h in batch] == [0, 1, 2, 3]
+        assert all(h["iteration_ms"] == pytest.approx(h["batch_ms"] / 4) for h in batch)
+        assert all(0 < h["batch_loop_ms"] <= h["batch_ms"] for h in batch)
+        row_bytes = 4 * B.shape[1]
+        for h in batch:
+            assert len(h["shards"]) == n_parts and h["kernel_ms"] > 0
+            assert h["exchange_ms"] == max(s["exchange_ms"] for s in h["shards"])
+            for s in h["shards"]:
+                assert s["transport"] == "dask" and s["kernel_ms"] >= 0
+                assert s["halo_bytes_recv"] == plan.remote_mask(s["shard"]).sum() * row_bytes
+        with pytest.raises(RuntimeError, match="replaced"):
+            single.gather()
+
+        # continuing without B_parts advances first: 2 batched steps == 2 more single steps
+        nxt = ds.step(2).gather()
+        np.testing.assert_allclose(nxt, A @ (A @ C_batched), rtol=1e-4, atol=1e-4 * np.abs(nxt).max())
+        want = power(A64, B64, 6)
+        np.testing.assert_allclose(nxt, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        assert len(ds.history) == 10 and ds.history[-1]["batch_size"] == 2
+    finally:
+        ds.close()
+
+
+def test_resident_batched_without_advance_repeats_run(client, case):
+    """advance=False: every iteration multiplies the resident B (the benchmark's timing mode), like run()."""
+    A, perm, M, B, C_ref = case
+    plan = make_plan(M, 2, perm=perm)
+    ds = DistributedSpmm(plan, client, M=M)
+    try:
+        ds.scatter(B)
+        C_run = ds.run().gather()
+        parts = ds.iterate(3, advance=False)
+        np.testing.assert_array_equal(parts.gather(), C_run)
+        np.testing.assert_allclose(parts.gather(), C_ref, rtol=RTOL, atol=ATOL)
+        parts = ds.iterate(2, advance=False)  # a second batch right after: new batch id, same result
+        np.testing.assert_array_equal(parts.gather(), C_run)
+        assert len(ds.history) == 6
+    finally:
+        ds.close()
+
+
+def test_resident_batched_overlap_split(client, case):
+    A, perm, M, B, _ = case
+    plan = make_plan(M, 3, perm=perm)
+    ds = DistributedSpmm(plan, client, M=M, overlap=True)
+    try:
+        ds.scatter(B)
+        parts = ds.iterate(3, [B[plan.shard_rows(k)] for k in range(3)])
+        want = power(A.astype(np.float64), B.astype(np.float64), 3)
+        np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        assert all(h["overlap"] and h["batched"] for h in ds.history)
+        assert all("+" in s["kernel"] for s in ds.history[-1]["shards"] if s["kernel"] != "empty")
+    finally:
+        ds.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3", None])
+def test_resident_batched_rejects_bad_n_iters(client, case, bad):
+    A, perm, M, B, _ = case
+    plan = make_plan(M, 2, perm=perm)
+    ds = DistributedSpmm(plan, client, M=M)
+    try:
+        ds.scatter(B)
+        with pytest.raises(ValueError, match="n_iters must be"):
+            ds.iterate(bad)
+        with pytest.raises(ValueError, match="n_iters must be"):
+            ds.step(bad)
+        assert ds.history == []
+    finally:
+        ds.close()
+
+
+def test_resident_batched_advance_needs_a_c(client, case):
+    """iterate(n) advances first (C becomes B): without any C yet that is a clear error, not garbage."""
+    A, perm, M, B, _ = case
+    plan = make_plan(M, 2, perm=perm)
+    ds = DistributedSpmm(plan, client, M=M)
+    try:
+        ds.scatter(B)
+        with pytest.raises(RuntimeError, match="no C to advance from"):
+            ds.iterate(2)
+        assert ds.history == []
+        np.testing.assert_allclose(ds.iterate(1, advance=False).gather(), A @ B, rtol=RTOL, atol=ATOL)
+    finally:
+        ds.close()
+
+
+def _break_compute(dask_worker, key, after):
+    """Make the actor ``key`` (if on this worker) raise in its compute after ``after`` calls; None: restore."""
+    actor = dask_worker.state.actors.get(key)
+    if actor is None:
+        return False
+    if after is None:
+        actor.__dict__.pop("compute", None)
+        return True
+    calls, compute = [0], type(actor).compute.__get__(actor)
+
+    def failing(repeats=0):
+        calls[0] += 1
+        if calls[0] > after:
+            raise RuntimeError("injected kernel failure")
+        return compute(repeats)
+    actor.compute = failing
+    return True
+
+
+def test_resident_batched_failure_mid_batch_raises_and_recovers(client, case):
+    """One shard's kernel fails in iteration 2 of a batch: the peers waiting on its rows stop too, the driver gets
+    the error (no hang), and the next batch runs normally."""
+    A, perm, M, B, _ = case
+    plan = make_plan(M, 3, perm=perm)
+    parts_B = [B[plan.shard_rows(k)] for k in range(3)]
+    ds = DistributedSpmm(plan, client, M=M)
+    try:
+        key = ds._futures[1].key
+        assert sum(client.run(_break_compute, key=key, after=1).values()) == 1
+        with pytest.raises(RuntimeError, match="injected kernel failure"):
+            ds.iterate(4, parts_B)
+        assert ds.history == []
+        client.run(_break_compute, key=key, after=None)
+        parts = ds.iterate(3, parts_B)
+        want = power(A.astype(np.float64), B.astype(np.float64), 3)
+        np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    finally:
+        ds.close()
