@@ -14,3 +14,19 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def gpu_clocks() -> dict:
+    """Clocks and power limit of GPU 0 from ``nvidia-smi`` ({} without it): a kernel bound by latency moves with
+    the SM clock, so two runs are comparable only at the same clocks."""
+    import shutil
+    import subprocess
+
+    fields = ("clocks.max.sm", "clocks.max.memory", "power.limit", "driver_version")
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    proc = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader", "-i", "0"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {}
+    return dict(zip(fields, (v.strip() for v in proc.stdout.strip().split(","))))

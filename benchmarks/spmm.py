@@ -30,8 +30,9 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import gpu_clocks  # noqa: E402  (benchmarks/ is the script folder)
 from kernels import launch, selector  # noqa: E402
-from kernels.config import V0_CONFIG, KernelConfig  # noqa: E402
+from kernels.config import CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.cusparse import CusparseSpmm  # noqa: E402
 from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
 
@@ -49,15 +50,13 @@ SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen
 FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
 NS = (128, 256, 512)
 V0 = V0_CONFIG  # v0: A tiles through shared memory, one barrier per TC block (docs/kernels-notes.md)
-SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2, v3)
+SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2-v4)
     "v0-smem": V0,
     "v2-u1-mb8": KernelConfig(unroll=1, min_blocks_per_sm=8),
-    "v2-u2-mb6": KernelConfig(unroll=2, min_blocks_per_sm=6),
     "v2-u1-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9),
     "v3-w2-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9, windows_per_block=2),
-    "v3-w4-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9, windows_per_block=4),
-    "v3-w8x8-mb4": KernelConfig(unroll=1, max_warps=8, min_blocks_per_sm=4, balanced_min_blocks_per_sm=4,
-                                windows_per_block=8),
+    "v4-s2-mb6": KernelConfig(warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
+    "v4-s2-u2-mb4": KernelConfig(warp_slices=2, unroll=2, min_blocks_per_sm=4, balanced_min_blocks_per_sm=4),
 }
 SWEEP_MATRICES = [("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2"),
                   ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27"),
@@ -228,6 +227,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ns", type=int, nargs="+", default=list(NS))
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--tca-max-nnz", type=int, default=25_000_000)
+    ap.add_argument("--matrices", nargs="+", help="only these labels (e.g. fixture:HB/bcsstk13 sbm-1M); one "
+                    "suite split over several device calls, each with its own --part")
+    ap.add_argument("--part", help="suffix of the results file (spmm-<device>-<date>-<part>.json); "
+                    "benchmarks/summarize.py pools the parts of the newest day")
     ap.add_argument("--sweep", action="store_true", help="time the window-kernel variants of SWEEP on "
                     "SWEEP_MATRICES (tca and natural order, N 128/256), check each, write kernel-sweep-*.json, exit")
     ap.add_argument("--table-from", type=Path, help="reprint the table of a results JSON and exit (no GPU)")
@@ -252,12 +255,20 @@ def main(argv=None) -> int:
     matrices = [(f"fixture:{n}", "fixture", lambda n=n: fixture(n), None) for n in FIXTURES]
     matrices += [(label, kind, lambda k=kind, p=params: generated(k, p, 1), lambda k=kind, p=params: generated(k, p, 0))
                  for label, kind, params in SUITES[args.suite]]
+    if args.matrices:
+        unknown = set(args.matrices) - {m[0] for m in matrices}
+        if unknown:
+            raise SystemExit(f"benchmarks/spmm.py: unknown --matrices {sorted(unknown)}; suite {args.suite} has "
+                             f"{[m[0] for m in matrices]}")
+        matrices = [m for m in matrices if m[0] in args.matrices]
     rows = []
-    meta = {"device": dev.name, "sm_count": dev.sm_count, "copy_gbs": copy_gbs,
+    meta = {"device": dev.name, "sm_count": dev.sm_count, "copy_gbs": copy_gbs, "kernel_config": CONFIG.__dict__,
+            "gpu_clocks": gpu_clocks(),
             "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
             "cupy": cupy.__version__, "command": " ".join(sys.argv), "calibration": cal.__dict__,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    path = args.out_dir / f"spmm-{selector.slug(dev.name)}-{dt.date.today().isoformat()}.json"
+    part = f"-{args.part}" if args.part else ""
+    path = args.out_dir / f"spmm-{selector.slug(dev.name)}-{dt.date.today().isoformat()}{part}.json"
     for label, kind, make, make_natural in matrices:
         if time.time() - t_start > args.budget_s:
             log(f"budget reached: skipping {label} and the rest")

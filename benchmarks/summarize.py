@@ -64,15 +64,16 @@ def pooled(runs) -> SimpleNamespace:
 
 def pick(results: Path, family: str):
     """(runs to summarize, earlier-version (-v0) runs, names of older files left out)."""
-    runs = [load(p) for p in sorted(results.glob(f"{family}-*.json")) if not p.name.endswith("-v0.json")]
+    earlier = re.compile(r"-v\d+\.json$")  # files of an earlier kernel version: compared with, not summarized
+    runs = [load(p) for p in sorted(results.glob(f"{family}-*.json")) if not earlier.search(p.name)]
     runs.sort(key=lambda r: (r.date, r.path.name), reverse=True)
     if family == "reorder":
         chosen = list({series(r.path): r for r in reversed(runs)}.values())
-    elif family == "multi_gpu" and runs:
-        chosen = [pooled(runs)]  # one device call runs a few (kind, order) cases: pool the calls of the newest day
+    elif family in ("multi_gpu", "spmm") and runs:
+        chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:
         chosen = runs[:1]
-    v0 = [load(p) for p in sorted(results.glob(f"{family}-*-v0.json"))]
+    v0 = [load(p) for p in sorted(results.glob(f"{family}-*.json")) if earlier.search(p.name)]
     used = {name for c in chosen for name in c.meta.get("files") or [c.path.name]}
     return chosen, v0, [r.path.name for r in runs if r.path.name not in used]
 

@@ -32,6 +32,9 @@ class KernelConfig:
     # v2 window kernel: consecutive windows per thread block, one warp per (window, 32-column slice); with N
     # <= 32 * max_warps / windows_per_block the block covers all of N. 1 = one window per block, as in v0.
     windows_per_block: int = 1
+    # v2: 32-column slices per warp (1 or 2): with 2, each warp loads one block's metadata and A fragment for 64
+    # columns of B (twice the B bytes in flight per warp for the same index work; more registers)
+    warp_slices: int = 1
     balanced_min_blocks_per_sm: int = 8  # the balanced kernel's __launch_bounds__ minimum (64 registers)
 
     def __post_init__(self) -> None:
@@ -53,6 +56,10 @@ class KernelConfig:
         if not 1 <= self.balanced_min_blocks_per_sm * self.max_warps <= 64:
             raise ValueError(f"balanced_min_blocks_per_sm x max_warps = "
                              f"{self.balanced_min_blocks_per_sm * self.max_warps}, expected 1..64 warps per SM")
+        if self.warp_slices not in (1, 2):
+            raise ValueError(f"warp_slices is {self.warp_slices}, expected 1 or 2")
+        if self.warp_slices > 1 and not self.a_regs:
+            raise ValueError("warp_slices = 2 needs a_regs=True (v0 covers 32 columns per warp)")
         if not 1 <= self.unroll <= 8:
             raise ValueError(f"unroll is {self.unroll}, expected 1..8 TC blocks per group")
         if self.blocks_per_item < 1:
@@ -64,9 +71,14 @@ class KernelConfig:
         return 32 * self.max_warps
 
     @property
+    def warp_n(self) -> int:
+        """Columns of B and C one warp covers."""
+        return self.warp_cols * self.warp_slices
+
+    @property
     def block_n(self) -> int:
         """Columns of C one full SpMM thread block covers."""
-        return self.warp_cols * self.max_warps
+        return self.warp_n * self.max_warps
 
     def defines(self) -> tuple[str, ...]:
         """``-D`` options carrying every constant into the CUDA sources."""
@@ -77,7 +89,8 @@ class KernelConfig:
                 f"-DCFG_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}", f"-DCFG_A_REGS={int(self.a_regs)}",
                 f"-DCFG_UNROLL={self.unroll}",
                 f"-DCFG_WINDOWS_PER_BLOCK={self.windows_per_block}",
-                f"-DCFG_BALANCED_MIN_BLOCKS_PER_SM={self.balanced_min_blocks_per_sm}")
+                f"-DCFG_BALANCED_MIN_BLOCKS_PER_SM={self.balanced_min_blocks_per_sm}",
+                f"-DCFG_WARP_SLICES={self.warp_slices}")
 
 
 CONFIG = KernelConfig()

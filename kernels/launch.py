@@ -49,6 +49,22 @@ def module(config: KernelConfig = CONFIG):
     return _compiled(int(dev.id), arch, ("-std=c++17", *config.defines()))
 
 
+_FUNCTIONS: dict = {}
+
+
+def function(name: str, config: KernelConfig = CONFIG):
+    """A kernel of the module, cached per (device, config, name): the launch path then costs one dict lookup
+    (module() queries the device's arch on every call), which matters for small matrices, where host
+    overhead is most of a call."""
+    import cupy
+
+    key = (cupy.cuda.runtime.getDevice(), config, name)
+    fn = _FUNCTIONS.get(key)
+    if fn is None:
+        fn = _FUNCTIONS[key] = module(config).get_function(name)
+    return fn
+
+
 @dataclass
 class KernelArrays:
     """ME-TCF arrays on the device in the dtypes the kernels take (int64 offsets, int32 column ids)."""
@@ -120,7 +136,7 @@ def bitmap(dm: KernelArrays, config: KernelConfig = CONFIG):
     if n_blocks:
         threads = 256
         grid = (min(-(-n_blocks // threads), 1 << 20),)
-        module(config).get_function("metcf_bitmap")(
+        function("metcf_bitmap", config)(
             grid, (threads,), (dm.tc_offset, dm.tc_local_id, words, bad, np.int64(n_blocks)))
         if int(bad[0]):  # synchronize!
             raise ValueError("ME-TCF is not canonical: some TC block's tc_local_id values are not strictly "
@@ -179,10 +195,10 @@ def _check_b_out(dm: KernelArrays, B, out):
 
 def _spmm_block(N: int, config: KernelConfig, windows: int = 1) -> tuple[int, int]:
     """(threads per block, column chunks) for `windows` windows per block: each window gets
-    min(ceil(N/32), max_warps // windows) warps of 32 columns; a chunk is the columns those warps cover."""
-    slices = max(1, min(config.max_warps // windows, -(-N // config.warp_cols)))
+    min(ceil(N / warp_n), max_warps // windows) warps of warp_n columns; a chunk is the columns they cover."""
+    slices = max(1, min(config.max_warps // windows, -(-N // config.warp_n)))
     threads = 32 * windows * slices
-    chunks = -(-N // (config.warp_cols * slices))
+    chunks = -(-N // (config.warp_n * slices))
     if chunks > MAX_GRID_Y:
         raise ValueError(f"N = {N} needs {chunks} column chunks, more than gridDim.y = {MAX_GRID_Y}")
     return threads, chunks
@@ -198,7 +214,7 @@ def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG):
     wpb = config.windows_per_block
     threads, chunks = _spmm_block(N, config, wpb)
     grid, block = (-(-dm.n_windows // wpb), chunks), (threads,)
-    module(config).get_function("metcf_spmm_window")(
+    function("metcf_spmm_window", config)(
         grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, bitmap(dm, config), dm.data,
                       dm.sparse_a_to_b, B, out, np.int64(dm.shape[0]), np.int64(N), np.int32(vec_ok)))
     return out
@@ -221,17 +237,16 @@ def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelC
     if workspace is None or workspace.size < ws_elems or workspace.dtype != cupy.float32:
         workspace = cupy.empty(max(ws_elems, 1), dtype=cupy.float32)
     threads, chunks = _spmm_block(N, config)
-    mod = module(config)
     if meta["n_items"]:
         grid, block = (meta["n_items"], chunks), (threads,)
-        mod.get_function("metcf_spmm_balanced")(
+        function("metcf_spmm_balanced", config)(
             grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, bitmap(dm, config), dm.data,
                           dm.sparse_a_to_b, meta["item_window"], meta["part_ptr"], B, out, workspace, np.int64(dm.shape[0]),
                           np.int64(N), np.int64(dm.n_blocks), np.int32(vec_ok)))
     if meta["n_combine"]:
         cthreads = config.combine_threads
         grid, block = (meta["n_combine"], min(MAX_GRID_Y, -(-config.window_rows * N // cthreads))), (cthreads,)
-        mod.get_function("metcf_combine")(
+        function("metcf_combine", config)(
             grid, block, (meta["combine_windows"], meta["part_ptr"], workspace, out, np.int64(dm.shape[0]),
                           np.int64(N)))
     return out

@@ -93,8 +93,8 @@ def list_schedule_makespan(costs, slots: int, *, exact: bool | None = None) -> f
 
 def _chunks(N: int, config: KernelConfig, windows: int = 1) -> int:
     """Column chunks of a launch, as kernels.launch._spmm_block computes them."""
-    slices = max(1, min(config.max_warps // windows, -(-int(N) // config.warp_cols)))
-    return -(-int(N) // (config.warp_cols * slices))
+    slices = max(1, min(config.max_warps // windows, -(-int(N) // config.warp_n)))
+    return -(-int(N) // (config.warp_n * slices))
 
 
 def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal: Calibration,

@@ -19,6 +19,7 @@
 // All offsets and C/B indexing are int64 (rows x N beyond 2^31 is safe).
 #include "metcf_tile.cuh"
 
+#if !CFG_A_REGS  // v0 only
 // The A-tile pipeline shared by both SpMM kernels: for each TC block b in [b_begin, b_end) (uniform across the
 // thread block): acc += tile(b) x B-slice, then after(b, acc). Stage k % CFG_TILE_STAGES holds block
 // b_begin + k; block b+1 is fetched with cp.async while block b's B loads and mma run. A stage is zeroed two
@@ -31,7 +32,7 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
                                               const unsigned char* __restrict__ tc_local_id,
                                               const float* __restrict__ data, const int* __restrict__ a_to_b,
                                               const float* __restrict__ B, i64 N, i64 n0, bool active, bool vec,
-                                              float (&acc)[4][4], After after) {
+                                              Acc& acc, After after) {
   if (b_begin >= b_end) return;
   const int lane = threadIdx.x & 31, q = lane & 3;
   const i64 n_lane = n0 + 4 * (lane >> 2);  // first of this lane's 4 B/C columns in each remapped tile
@@ -56,37 +57,37 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
 #pragma unroll
       for (int t = 0; t < 4; ++t) { c_lo[t] = b_lo[t]; c_hi[t] = b_hi[t]; }
       if (has_next) load_b_block(b_lo, b_hi, B, a_to_b, b + 1, q, N, n_lane, vec);  // in flight during the mma
-      warp_tile_mma(acc, s, cur, c_lo, c_hi, lane);
+      warp_tile_mma(acc[0], s, cur, c_lo, c_hi, lane);
 #else
       load_b4(b_lo, B, s.col[cur][q], N, n_lane, vec);
       load_b4(b_hi, B, s.col[cur][q + 4], N, n_lane, vec);
-      warp_tile_mma(acc, s, cur, b_lo, b_hi, lane);
+      warp_tile_mma(acc[0], s, cur, b_lo, b_hi, lane);
 #endif
     }
     after(b, acc);
     cur = nxt;
   }
 }
+#endif
 
 // Both SpMM kernels run their blocks [b_begin, b_end) through one of the two pipelines (KernelConfig.a_regs):
 // v2 (default) reg_pipeline, A fragments from the bitmap into registers, no shared memory; v0 tile_pipeline,
-// A tiles through shared memory. Expects tc_offset, tc_local_id, bitmap, data, a_to_b, B, N, n0, lane, active,
-// vec and acc in scope.
+// A tiles through shared memory. Expects tc_offset, tc_local_id, bitmap, data, a_to_b, B, N, n0, vec_ok and acc
+// in scope.
 #if CFG_A_REGS
 #define RUN_PIPELINE(b_begin, b_end, after)                                                                      \
-  reg_pipeline((b_begin), (b_end), tc_offset, bitmap, data, a_to_b, B, N, n0 + 4 * (lane >> 2), active, vec, acc, \
-               after)
+  reg_pipeline((b_begin), (b_end), tc_offset, bitmap, data, a_to_b, B, N, n0, vec_ok != 0, acc, after)
 #else
 #define RUN_PIPELINE(b_begin, b_end, after)                                                                   \
   do {                                                                                                        \
     __shared__ TileStages s;                                                                                  \
-    tile_pipeline(s, (b_begin), (b_end), tc_offset, tc_local_id, data, a_to_b, B, N, n0, active, vec, acc,    \
-                  after);                                                                                     \
+    tile_pipeline(s, (b_begin), (b_end), tc_offset, tc_local_id, data, a_to_b, B, N, n0, n0 < N,              \
+                  vec_ok != 0 && n0 + CFG_WARP_COLS <= N, acc, after);                                        \
   } while (0)
 #endif
 
 struct NoFlush {
-  __device__ void operator()(i64, float (&)[4][4]) const {}
+  __device__ void operator()(i64, Acc&) const {}
 };
 
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_PER_SM)
@@ -94,21 +95,19 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_
                       const unsigned char* __restrict__ tc_local_id, const uint4* __restrict__ bitmap,
                       const float* __restrict__ data, const int* __restrict__ a_to_b, const float* __restrict__ B,
                       float* __restrict__ C, i64 M, i64 N, int vec_ok) {
-  // Warp -> (window, 32-column slice): a block holds CFG_WINDOWS_PER_BLOCK consecutive windows x `slices`
-  // consecutive slices (blockDim.x = 32 x CFG_WINDOWS_PER_BLOCK x slices, set by kernels/launch.py).
+  // Warp -> (window, column slice of WARP_N = 32 x CFG_WARP_SLICES): a block holds CFG_WINDOWS_PER_BLOCK
+  // consecutive windows x `slices` consecutive slices (blockDim.x = 32 x CFG_WINDOWS_PER_BLOCK x slices, set by
+  // kernels/launch.py).
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slices = (int)(blockDim.x >> 5) / CFG_WINDOWS_PER_BLOCK;
   const i64 w = (i64)blockIdx.x * CFG_WINDOWS_PER_BLOCK + warp / slices;
   if (w * CFG_WINDOW_ROWS >= M) return;  // only with CFG_WINDOWS_PER_BLOCK > 1 (no barrier below: v2 only)
-  const i64 n0 = ((i64)blockIdx.y * slices + warp % slices) * CFG_WARP_COLS;  // this warp's first column
-  const bool active = n0 < N;
-  const bool vec = vec_ok != 0 && n0 + CFG_WARP_COLS <= N;
-  float acc[4][4];  // [n8 tile t][mma D register]: rows g, g+8 x remapped columns (see metcf_tile.cuh)
+  const i64 n0 = ((i64)blockIdx.y * slices + warp % slices) * WARP_N;  // this warp's first column
+  Acc acc;  // [slice][n8 tile t][mma D register]: rows g, g+8 x remapped columns (see metcf_tile.cuh)
   zero_acc(acc);
   RUN_PIPELINE(row_window_offset[w], row_window_offset[w + 1], NoFlush());
   const i64 row0 = w * CFG_WINDOW_ROWS;
-  const int rows = (int)min((i64)CFG_WINDOW_ROWS, M - row0);
-  if (active) store_acc(C + row0 * N, acc, rows, N, n0, vec, lane);
+  store_accs(C + row0 * N, acc, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MIN_BLOCKS_PER_SM)
@@ -120,25 +119,21 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MI
                         float* __restrict__ workspace, i64 M, i64 N, i64 n_blocks, int vec_ok) {
   const i64 item = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const i64 n0 = (i64)blockIdx.y * blockDim.x + 32 * warp;
-  const bool active = n0 < N;
-  const bool vec = vec_ok != 0 && n0 + CFG_WARP_COLS <= N;
+  const i64 n0 = ((i64)blockIdx.y * (blockDim.x >> 5) + warp) * WARP_N;
   const i64 b_begin = item * CFG_BLOCKS_PER_ITEM;
   const i64 b_end = min(b_begin + (i64)CFG_BLOCKS_PER_ITEM, n_blocks);
   i64 w = item_window[item];  // window of block b_begin
   i64 w_begin = row_window_offset[w], w_end = row_window_offset[w + 1];
-  float acc[4][4];  // [n8 tile t][mma D register], as in metcf_spmm_window
+  Acc acc;  // as in metcf_spmm_window
   zero_acc(acc);
-  auto flush = [&](i64 b, float (&a)[4][4]) {
+  auto flush = [&](i64 b, Acc& a) {
     if (b + 1 != w_end && b + 1 != b_end) return;  // window w continues inside this item
-    if (active) {
-      if (w_begin >= b_begin && w_end <= b_end) {  // the whole window is in this item: write C
-        const i64 row0 = w * CFG_WINDOW_ROWS;
-        store_acc(C + row0 * N, a, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec, lane);
-      } else {  // a piece of a split window: its workspace slot, summed later by metcf_combine
-        const i64 slot = part_ptr[w] + (item - w_begin / CFG_BLOCKS_PER_ITEM);
-        store_acc(workspace + slot * CFG_WINDOW_ROWS * N, a, CFG_WINDOW_ROWS, N, n0, vec, lane);
-      }
+    if (w_begin >= b_begin && w_end <= b_end) {  // the whole window is in this item: write C
+      const i64 row0 = w * CFG_WINDOW_ROWS;
+      store_accs(C + row0 * N, a, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, lane);
+    } else {  // a piece of a split window: its workspace slot, summed later by metcf_combine
+      const i64 slot = part_ptr[w] + (item - w_begin / CFG_BLOCKS_PER_ITEM);
+      store_accs(workspace + slot * CFG_WINDOW_ROWS * N, a, CFG_WINDOW_ROWS, N, n0, vec_ok != 0, lane);
     }
     zero_acc(a);
     if (b + 1 < b_end) {  // advance to the window of block b + 1, skipping windows without blocks

@@ -18,7 +18,7 @@
     !defined(CFG_MAX_WARPS) || !defined(CFG_TILE_STAGES) || !defined(CFG_BLOCKS_PER_ITEM) || \
     !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B) || !defined(CFG_MIN_BLOCKS_PER_SM) || \
     !defined(CFG_A_REGS) || !defined(CFG_UNROLL) || !defined(CFG_WINDOWS_PER_BLOCK) || \
-    !defined(CFG_BALANCED_MIN_BLOCKS_PER_SM)
+    !defined(CFG_BALANCED_MIN_BLOCKS_PER_SM) || !defined(CFG_WARP_SLICES)
 #error "compile with the -D options of kernels/config.py (KernelConfig.defines())"
 #endif
 static_assert(CFG_WINDOW_ROWS == 16, "mma.m16n8k8 needs 16-row windows (KernelConfig.window_rows)");
@@ -34,12 +34,16 @@ static_assert(CFG_WINDOWS_PER_BLOCK >= 1 && CFG_WINDOWS_PER_BLOCK <= CFG_MAX_WAR
 static_assert(CFG_A_REGS || CFG_WINDOWS_PER_BLOCK == 1, "several windows per block need the barrier-free v2");
 static_assert(CFG_BALANCED_MIN_BLOCKS_PER_SM >= 1 && CFG_BALANCED_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.balanced_min_blocks_per_sm x max_warps must fit 64 warps per SM");
+static_assert(CFG_WARP_SLICES == 1 || CFG_WARP_SLICES == 2, "KernelConfig.warp_slices must be 1 or 2");
+static_assert(CFG_A_REGS || CFG_WARP_SLICES == 1, "two column slices per warp need the register pipeline (v2)");
 static_assert(CFG_UNROLL >= 1 && CFG_UNROLL <= 8, "KernelConfig.unroll must be 1..8");
 static_assert(CFG_MIN_BLOCKS_PER_SM >= 1 && CFG_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
 
 typedef long long i64;
 #define TILE_ELEMS (CFG_WINDOW_ROWS * CFG_BLOCK_COLS)  // 128 slots of one 16x8 TC block
+#define WARP_N (CFG_WARP_COLS * CFG_WARP_SLICES)      // columns of B and C one warp covers
+typedef float Acc[CFG_WARP_SLICES][4][4];  // [32-column slice][n8 tile t][mma D register] of one warp
 
 // Slot (r, c) of a 16x8 tile lives at (c/4)*64 + r*4 + c%4, so the mma A fragment register k of lane l is
 // element k*32 + l: conflict-free shared loads (row-major r*8+c would put lanes g and g+4 on one bank).
@@ -157,9 +161,21 @@ __device__ __forceinline__ void store_acc(float* __restrict__ dst, const float (
   }
 }
 
-__device__ __forceinline__ void zero_acc(float (&acc)[4][4]) {
+__device__ __forceinline__ void zero_acc(Acc& acc) {
 #pragma unroll
-  for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+  for (int s = 0; s < CFG_WARP_SLICES; ++s)
+#pragma unroll
+    for (int t = 0; t < 4; ++t) acc[s][t][0] = acc[s][t][1] = acc[s][t][2] = acc[s][t][3] = 0.0f;
+}
+
+// Write a warp's WARP_N columns from n0 (slice s = columns n0 + 32 s .. + 31, skipped past N), rows 0..rows-1.
+__device__ __forceinline__ void store_accs(float* __restrict__ dst, const Acc& acc, int rows, i64 N, i64 n0,
+                                           bool vec_ok, int lane) {
+#pragma unroll
+  for (int s = 0; s < CFG_WARP_SLICES; ++s) {
+    const i64 n = n0 + (i64)s * CFG_WARP_COLS;
+    if (n < N) store_acc(dst, acc[s], rows, N, n, vec_ok && n + CFG_WARP_COLS <= N, lane);
+  }
 }
 
 // ---- A fragments straight into registers (CFG_A_REGS, version v2, docs/kernels-notes.md) -----------------------
@@ -203,57 +219,86 @@ __device__ __forceinline__ float a_value(const float* __restrict__ data, unsigne
   return ((m >> bit) & 1u) ? __ldg(data + base + __popc(m & ((1u << bit) - 1u))) : 0.0f;
 }
 
-// Issue one block's loads: a = the mma A fragment {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, lo/hi = B rows
-// col_lo/col_hi at this lane's 4 columns.
-__device__ __forceinline__ void load_block(float (&a)[4], float (&lo)[4], float (&hi)[4], const BlockMeta& m,
+// Where a warp's slice s of WARP_N columns from n0 lies: lane's first column n_lane, inside N (active), float4
+// path (vec). Computed once per kernel, outside the block loop.
+struct Slices {
+  i64 n_lane[CFG_WARP_SLICES];
+  bool active[CFG_WARP_SLICES], vec[CFG_WARP_SLICES];
+};
+
+__device__ __forceinline__ Slices warp_slices(i64 n0, i64 N, bool vec_ok) {
+  Slices sl;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int s = 0; s < CFG_WARP_SLICES; ++s) {
+    const i64 n = n0 + (i64)s * CFG_WARP_COLS;
+    sl.n_lane[s] = n + 4 * (lane >> 2);
+    sl.active[s] = n < N;
+    sl.vec[s] = vec_ok && n + CFG_WARP_COLS <= N;
+  }
+  return sl;
+}
+
+// Issue one block's loads: a = the mma A fragment {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, lo[s]/hi[s] =
+// B rows col_lo/col_hi at this lane's 4 columns of slice s (left unset for inactive slices: never multiplied).
+__device__ __forceinline__ void load_block(float (&a)[4], float (&lo)[CFG_WARP_SLICES][4],
+                                           float (&hi)[CFG_WARP_SLICES][4], const BlockMeta& m,
                                            const float* __restrict__ data, const float* __restrict__ B, i64 N,
-                                           i64 n_lane, bool active, bool vec) {
+                                           const Slices& sl) {
   const int lane = threadIdx.x & 31, bit = 8 * ((lane >> 2) & 3) + (lane & 3);
   a[0] = a_value(data, m.m_lo, m.base_lo, bit);
   a[1] = a_value(data, m.m_hi, m.base_hi, bit);
   a[2] = a_value(data, m.m_lo, m.base_lo, bit + 4);
   a[3] = a_value(data, m.m_hi, m.base_hi, bit + 4);
-  if (active) {
-    load_b4(lo, B, m.col_lo, N, n_lane, vec);
-    load_b4(hi, B, m.col_hi, N, n_lane, vec);
+#pragma unroll
+  for (int s = 0; s < CFG_WARP_SLICES; ++s) {
+    if (sl.active[s]) {
+      load_b4(lo[s], B, m.col_lo, N, sl.n_lane[s], sl.vec[s]);
+      load_b4(hi[s], B, m.col_hi, N, sl.n_lane[s], sl.vec[s]);
+    }
   }
 }
 
-// acc[t] += A_tile x Bt_t for the 4 remapped n8 tiles, A fragment in registers (see warp_tile_mma).
-__device__ __forceinline__ void reg_tile_mma(float (&acc)[4][4], const float (&av)[4], const float (&lo)[4],
-                                             const float (&hi)[4]) {
+// acc[s][t] += A_tile x Bt_t of slice s for the 4 remapped n8 tiles, A fragment in registers (see warp_tile_mma).
+__device__ __forceinline__ void reg_tile_mma(Acc& acc, const float (&av)[4], const float (&lo)[CFG_WARP_SLICES][4],
+                                             const float (&hi)[CFG_WARP_SLICES][4], const Slices& sl) {
   unsigned a[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) a[k] = to_tf32(av[k]);
 #pragma unroll
-  for (int t = 0; t < 4; ++t) mma_tf32(acc[t], a, to_tf32(lo[t]), to_tf32(hi[t]));
+  for (int s = 0; s < CFG_WARP_SLICES; ++s)
+    if (sl.active[s]) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) mma_tf32(acc[s][t], a, to_tf32(lo[s][t]), to_tf32(hi[s][t]));
+    }
 }
 
-// The barrier-free pipeline (CFG_A_REGS): each warp walks blocks [b_begin, b_end) in groups of CFG_UNROLL.
-// A group's loads (2 x CFG_UNROLL float4 of B, 4 x CFG_UNROLL A values) are all issued before its first mma,
-// and the next group's metadata is loaded while they are in flight, so a warp keeps one group of loads
-// outstanding instead of one block's (v0 waited on a barrier, a shared-memory column id and then B per block).
-// after(b, acc) runs after block b's mma, in block order, exactly as in tile_pipeline.
+// The barrier-free pipeline (CFG_A_REGS): each warp walks blocks [b_begin, b_end) in groups of CFG_UNROLL for
+// its WARP_N columns from n0. A group's loads (2 x CFG_WARP_SLICES x CFG_UNROLL float4 of B, 4 x CFG_UNROLL A
+// values) are all issued before its first mma, and the next group's metadata is loaded while they are in flight
+// (v0 waited on a barrier, a shared-memory column id and then B, block by block). after(b, acc) runs after
+// block b's mma, in block order, exactly as in tile_pipeline.
 template <class After>
 __device__ __forceinline__ void reg_pipeline(i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
                                              const uint4* __restrict__ bitmap, const float* __restrict__ data,
                                              const int* __restrict__ a_to_b, const float* __restrict__ B, i64 N,
-                                             i64 n_lane, bool active, bool vec, float (&acc)[4][4], After after) {
+                                             i64 n0, bool vec_ok, Acc& acc, After after) {
+  const Slices sl = warp_slices(n0, N, vec_ok);
   BlockMeta meta[CFG_UNROLL];
 #pragma unroll
   for (int u = 0; u < CFG_UNROLL; ++u)
     load_meta(meta[u], b_begin + u, b_begin + u < b_end, tc_offset, bitmap, a_to_b);
   for (i64 b0 = b_begin; b0 < b_end; b0 += CFG_UNROLL) {
-    float av[CFG_UNROLL][4], lo[CFG_UNROLL][4], hi[CFG_UNROLL][4];
+    float av[CFG_UNROLL][4], lo[CFG_UNROLL][CFG_WARP_SLICES][4], hi[CFG_UNROLL][CFG_WARP_SLICES][4];
 #pragma unroll
-    for (int u = 0; u < CFG_UNROLL; ++u) load_block(av[u], lo[u], hi[u], meta[u], data, B, N, n_lane, active, vec);
+    for (int u = 0; u < CFG_UNROLL; ++u) load_block(av[u], lo[u], hi[u], meta[u], data, B, N, sl);
     const i64 nb = b0 + CFG_UNROLL;  // the next group's metadata, in flight during this group's mma
 #pragma unroll
     for (int u = 0; u < CFG_UNROLL; ++u) load_meta(meta[u], nb + u, nb + u < b_end, tc_offset, bitmap, a_to_b);
 #pragma unroll
     for (int u = 0; u < CFG_UNROLL; ++u) {
       if (b0 + u < b_end) {  // uniform across the warp
-        if (active) reg_tile_mma(acc, av[u], lo[u], hi[u]);
+        reg_tile_mma(acc, av[u], lo[u], hi[u], sl);
         after(b0 + u, acc);
       }
     }

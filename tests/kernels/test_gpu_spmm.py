@@ -193,6 +193,9 @@ VARIANTS = {  # every pipeline the config can select (the default is v2 with unr
     "v2-unroll4-split": KernelConfig(unroll=4, min_blocks_per_sm=4, blocks_per_item=3),
     "v3-2-windows": KernelConfig(windows_per_block=2),
     "v3-4-windows": KernelConfig(windows_per_block=4),
+    "v4-2-slices": KernelConfig(warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
+    "v4-2-slices-unroll2-split": KernelConfig(warp_slices=2, unroll=2, min_blocks_per_sm=4,
+                                              balanced_min_blocks_per_sm=4, blocks_per_item=3),
     "v3-8-windows-8-warps": KernelConfig(max_warps=8, windows_per_block=8, min_blocks_per_sm=4,
                                          balanced_min_blocks_per_sm=4),
 }
