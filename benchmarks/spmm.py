@@ -50,13 +50,13 @@ SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen
 FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
 NS = (128, 256, 512)
 V0 = V0_CONFIG  # v0: A tiles through shared memory, one barrier per TC block (docs/kernels-notes.md)
-SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2-v5)
+SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2-v4)
     "v0-smem": V0,
+    "v2-u1-mb8": KernelConfig(unroll=1, min_blocks_per_sm=8),
     "v2-u1-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9),
-    "v5-r3-mb9": KernelConfig(b_stages=3, min_blocks_per_sm=9),
-    "v5-r4-mb9": KernelConfig(b_stages=4, min_blocks_per_sm=9),
-    "v5-r6-mb6": KernelConfig(b_stages=6, min_blocks_per_sm=6),
-    "v5-r4-s2-mb6": KernelConfig(b_stages=4, warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
+    "v3-w2-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9, windows_per_block=2),
+    "v4-s2-mb6": KernelConfig(warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
+    "v4-s2-u2-mb4": KernelConfig(warp_slices=2, unroll=2, min_blocks_per_sm=4, balanced_min_blocks_per_sm=4),
 }
 SWEEP_MATRICES = [("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2"),
                   ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27"),

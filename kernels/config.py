@@ -35,9 +35,6 @@ class KernelConfig:
     # v2: 32-column slices per warp (1 or 2): with 2, each warp loads one block's metadata and A fragment for 64
     # columns of B (twice the B bytes in flight per warp for the same index work; more registers)
     warp_slices: int = 1
-    # v5: 0 = B and A straight into registers (v2); k >= 2 = each lane copies its A values and B rows into its own
-    # shared-memory ring of k slots with cp.async, k - 1 TC blocks ahead of the mma (more bytes in flight per warp)
-    b_stages: int = 0
     balanced_min_blocks_per_sm: int = 8  # the balanced kernel's __launch_bounds__ minimum (64 registers)
 
     def __post_init__(self) -> None:
@@ -63,8 +60,6 @@ class KernelConfig:
             raise ValueError(f"warp_slices is {self.warp_slices}, expected 1 or 2")
         if self.warp_slices > 1 and not self.a_regs:
             raise ValueError("warp_slices = 2 needs a_regs=True (v0 covers 32 columns per warp)")
-        if self.b_stages and not (2 <= self.b_stages <= 8 and self.a_regs):
-            raise ValueError(f"b_stages is {self.b_stages}, expected 0 or 2..8 (with a_regs=True)")
         if not 1 <= self.unroll <= 8:
             raise ValueError(f"unroll is {self.unroll}, expected 1..8 TC blocks per group")
         if self.blocks_per_item < 1:
@@ -95,7 +90,7 @@ class KernelConfig:
                 f"-DCFG_UNROLL={self.unroll}",
                 f"-DCFG_WINDOWS_PER_BLOCK={self.windows_per_block}",
                 f"-DCFG_BALANCED_MIN_BLOCKS_PER_SM={self.balanced_min_blocks_per_sm}",
-                f"-DCFG_WARP_SLICES={self.warp_slices}", f"-DCFG_B_STAGES={self.b_stages}")
+                f"-DCFG_WARP_SLICES={self.warp_slices}")
 
 
 CONFIG = KernelConfig()

@@ -61,13 +61,7 @@ def function(name: str, config: KernelConfig = CONFIG):
     key = (cupy.cuda.runtime.getDevice(), config, name)
     fn = _FUNCTIONS.get(key)
     if fn is None:
-        fn = module(config).get_function(name)
-        if config.b_stages:  # the cp.async ring lives in shared memory: ask for the largest carveout
-            try:
-                fn.preferred_shared_memory_carveout = 100
-            except (AttributeError, TypeError):  # a CuPy without the attribute: the driver's default
-                pass
-        _FUNCTIONS[key] = fn
+        fn = _FUNCTIONS[key] = module(config).get_function(name)
     return fn
 
 

@@ -70,16 +70,11 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
 }
 #endif
 
-// Both SpMM kernels run their blocks [b_begin, b_end) through one of three pipelines (KernelConfig): v5
-// (b_stages >= 2) async_pipeline, each lane's A values and B rows copied into its own shared-memory ring slots
-// with cp.async, b_stages - 1 blocks ahead; v2 (b_stages = 0) reg_pipeline, A fragments from the bitmap and B
-// straight into registers; v0 (a_regs = False) tile_pipeline, A tiles through shared memory. Expects tc_offset, tc_local_id, bitmap, data, a_to_b, B, N, n0, vec_ok and acc
+// Both SpMM kernels run their blocks [b_begin, b_end) through one of the two pipelines (KernelConfig.a_regs):
+// v2 (default) reg_pipeline, A fragments from the bitmap into registers, no shared memory; v0 tile_pipeline,
+// A tiles through shared memory. Expects tc_offset, tc_local_id, bitmap, data, a_to_b, B, N, n0, vec_ok and acc
 // in scope.
-#if CFG_A_REGS && CFG_B_STAGES
-#define RUN_PIPELINE(b_begin, b_end, after)                                                                   \
-  async_pipeline(ring_smem[threadIdx.x >> 5], (b_begin), (b_end), tc_offset, bitmap, data, a_to_b, B, N, n0,  \
-                 vec_ok != 0, acc, after)
-#elif CFG_A_REGS
+#if CFG_A_REGS
 #define RUN_PIPELINE(b_begin, b_end, after)                                                                      \
   reg_pipeline((b_begin), (b_end), tc_offset, bitmap, data, a_to_b, B, N, n0, vec_ok != 0, acc, after)
 #else
@@ -103,7 +98,6 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_
   // Warp -> (window, column slice of WARP_N = 32 x CFG_WARP_SLICES): a block holds CFG_WINDOWS_PER_BLOCK
   // consecutive windows x `slices` consecutive slices (blockDim.x = 32 x CFG_WINDOWS_PER_BLOCK x slices, set by
   // kernels/launch.py).
-  RING_DECL
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slices = (int)(blockDim.x >> 5) / CFG_WINDOWS_PER_BLOCK;
   const i64 w = (i64)blockIdx.x * CFG_WINDOWS_PER_BLOCK + warp / slices;
@@ -123,7 +117,6 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MI
                         const int* __restrict__ a_to_b, const i64* __restrict__ item_window,
                         const i64* __restrict__ part_ptr, const float* __restrict__ B, float* __restrict__ C,
                         float* __restrict__ workspace, i64 M, i64 N, i64 n_blocks, int vec_ok) {
-  RING_DECL
   const i64 item = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 n0 = ((i64)blockIdx.y * (blockDim.x >> 5) + warp) * WARP_N;

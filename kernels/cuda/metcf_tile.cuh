@@ -18,7 +18,7 @@
     !defined(CFG_MAX_WARPS) || !defined(CFG_TILE_STAGES) || !defined(CFG_BLOCKS_PER_ITEM) || \
     !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B) || !defined(CFG_MIN_BLOCKS_PER_SM) || \
     !defined(CFG_A_REGS) || !defined(CFG_UNROLL) || !defined(CFG_WINDOWS_PER_BLOCK) || \
-    !defined(CFG_BALANCED_MIN_BLOCKS_PER_SM) || !defined(CFG_WARP_SLICES) || !defined(CFG_B_STAGES)
+    !defined(CFG_BALANCED_MIN_BLOCKS_PER_SM) || !defined(CFG_WARP_SLICES)
 #error "compile with the -D options of kernels/config.py (KernelConfig.defines())"
 #endif
 static_assert(CFG_WINDOW_ROWS == 16, "mma.m16n8k8 needs 16-row windows (KernelConfig.window_rows)");
@@ -36,8 +36,6 @@ static_assert(CFG_BALANCED_MIN_BLOCKS_PER_SM >= 1 && CFG_BALANCED_MIN_BLOCKS_PER
               "KernelConfig.balanced_min_blocks_per_sm x max_warps must fit 64 warps per SM");
 static_assert(CFG_WARP_SLICES == 1 || CFG_WARP_SLICES == 2, "KernelConfig.warp_slices must be 1 or 2");
 static_assert(CFG_A_REGS || CFG_WARP_SLICES == 1, "two column slices per warp need the register pipeline (v2)");
-static_assert(CFG_B_STAGES == 0 || (CFG_B_STAGES >= 2 && CFG_B_STAGES <= 8 && CFG_A_REGS),
-              "KernelConfig.b_stages: 0 (registers) or 2..8 (cp.async ring, register pipeline only)");
 static_assert(CFG_UNROLL >= 1 && CFG_UNROLL <= 8, "KernelConfig.unroll must be 1..8");
 static_assert(CFG_MIN_BLOCKS_PER_SM >= 1 && CFG_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
@@ -65,19 +63,6 @@ __device__ __forceinline__ void cp_async4(void* dst_smem, const void* src_gmem) 
   const unsigned dst = (unsigned)__cvta_generic_to_shared(dst_smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src_gmem) : "memory");
 }
-// Plain equivalent: 16 (or 4) bytes from src to dst when src_bytes equals that size, zeros when src_bytes is 0
-// (src is then not read). .cg bypasses L1 (B rows are not reused by this SM soon); .ca keeps A values in L1.
-__device__ __forceinline__ void cp_async16_zfill(void* dst_smem, const void* src_gmem, int src_bytes) {
-  const unsigned dst = (unsigned)__cvta_generic_to_shared(dst_smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src_gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async4_zfill(void* dst_smem, const void* src_gmem, int src_bytes) {
-  const unsigned dst = (unsigned)__cvta_generic_to_shared(dst_smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src_gmem), "r"(src_bytes) : "memory");
-}
-// Plain equivalent: wait until at most N of this thread's most recent cp.async groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Plain equivalent: wait until every cp.async this thread issued has landed in shared memory.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
@@ -319,123 +304,3 @@ __device__ __forceinline__ void reg_pipeline(i64 b_begin, i64 b_end, const i64* 
     }
   }
 }
-
-// ---- B and A through a per-lane cp.async ring (CFG_B_STAGES >= 2, version v5, docs/kernels-notes.md) ----------------
-// The register pipeline keeps one block's loads in flight per warp (its next loads wait for the mma, which waits
-// for the data). Here each lane copies exactly the values its own mma fragments need (its 4 A values, its 2 x
-// CFG_WARP_SLICES float4 of B) into its own slot of a shared-memory ring with cp.async, CFG_B_STAGES - 1 blocks
-// ahead: that many blocks in flight per warp without holding registers for them. A lane reads back only what it
-// copied itself, so no barrier is needed (wait_group orders its own copies). Metadata is loaded raw one block
-// before its copies are issued and decoded (popcounts) only then, so its latency hides behind a block's mma.
-struct LaneStage {  // 48 B (S = 1) / 80 B (S = 2): 8-lane phases of 16-byte accesses hit distinct banks
-  float lo[CFG_WARP_SLICES][4], hi[CFG_WARP_SLICES][4], a[4];
-};
-#if CFG_B_STAGES
-#define RING_DECL __shared__ LaneStage ring_smem[CFG_MAX_WARPS][CFG_B_STAGES][32];
-#else
-#define RING_DECL
-#endif
-
-struct RawMeta {  // one block's metadata as loaded: decoded by issue_block when its copies are issued
-  int col_lo, col_hi;
-  uint4 w;
-  i64 off;
-  bool valid;
-};
-
-__device__ __forceinline__ void load_raw_meta(RawMeta& r, i64 b, bool valid, const i64* __restrict__ tc_offset,
-                                              const uint4* __restrict__ bitmap, const int* __restrict__ a_to_b) {
-  r.valid = valid;
-  if (!valid) return;
-  const int q = threadIdx.x & 3;
-  r.col_lo = __ldg(a_to_b + b * CFG_BLOCK_COLS + q);
-  r.col_hi = __ldg(a_to_b + b * CFG_BLOCK_COLS + q + 4);
-  r.w = __ldg(bitmap + b);
-  r.off = __ldg(tc_offset + b);
-}
-
-// Issue this lane's copies of one block into its ring slot (nothing for an invalid block: the slot is not read).
-__device__ __forceinline__ void issue_block(LaneStage* slot, const RawMeta& r, const float* __restrict__ data,
-                                            const float* __restrict__ B, i64 N, const Slices& sl) {
-  if (!r.valid) return;
-  const int lane = threadIdx.x & 31, g = lane >> 2, bit = 8 * (g & 3) + (lane & 3);
-  const bool upper = g >= 4;
-  const int c0 = __popc(r.w.x), c01 = c0 + __popc(r.w.y), c012 = c01 + __popc(r.w.z);
-  const unsigned m_lo = upper ? r.w.y : r.w.x, m_hi = upper ? r.w.w : r.w.z;
-  const i64 base_lo = r.off + (upper ? c0 : 0), base_hi = r.off + (upper ? c012 : c01);
-  const unsigned ms[4] = {m_lo, m_hi, m_lo, m_hi};
-  const i64 bases[4] = {base_lo, base_hi, base_lo, base_hi};
-  const int bits[4] = {bit, bit, bit + 4, bit + 4};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const bool set = (ms[k] >> bits[k]) & 1u;
-    const float* src = set ? data + bases[k] + __popc(ms[k] & ((1u << bits[k]) - 1u)) : data;
-    cp_async4_zfill(&slot->a[k], src, set ? 4 : 0);
-  }
-#pragma unroll
-  for (int s = 0; s < CFG_WARP_SLICES; ++s) {
-    if (!sl.active[s]) continue;
-    const int cols[2] = {r.col_lo, r.col_hi};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float* dst = h ? slot->hi[s] : slot->lo[s];
-      const int col = cols[h];
-      const float* row = B + (i64)(col < 0 ? 0 : col) * N + sl.n_lane[s];
-      if (sl.vec[s]) {
-        cp_async16_zfill(dst, row, col < 0 ? 0 : 16);
-      } else {
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const bool in = col >= 0 && sl.n_lane[s] + t < N;
-          cp_async4_zfill(dst + t, in ? row + t : B, in ? 4 : 0);
-        }
-      }
-    }
-  }
-}
-
-#if CFG_B_STAGES  // a zero-length ring type would not compile (NVRTC)
-// Blocks [b_begin, b_end) of one warp through the ring: block b + CFG_B_STAGES - 1 is issued while block b is
-// multiplied. after(b, acc) as in the other pipelines. Every copy has landed when it returns.
-template <class After>
-__device__ __forceinline__ void async_pipeline(LaneStage (&ring)[CFG_B_STAGES][32], i64 b_begin, i64 b_end,
-                                               const i64* __restrict__ tc_offset, const uint4* __restrict__ bitmap,
-                                               const float* __restrict__ data, const int* __restrict__ a_to_b,
-                                               const float* __restrict__ B, i64 N, i64 n0, bool vec_ok, Acc& acc,
-                                               After after) {
-  if (b_begin >= b_end) return;
-  const int lane = threadIdx.x & 31;
-  const Slices sl = warp_slices(n0, N, vec_ok);
-  RawMeta meta;
-  i64 issue = b_begin;  // next block to issue
-  load_raw_meta(meta, issue, issue < b_end, tc_offset, bitmap, a_to_b);
-#pragma unroll
-  for (int k = 0; k < CFG_B_STAGES - 1; ++k) {
-    issue_block(&ring[k][lane], meta, data, B, N, sl);
-    cp_async_commit();  // empty groups past the end keep the group count uniform
-    ++issue;
-    load_raw_meta(meta, issue, issue < b_end, tc_offset, bitmap, a_to_b);
-  }
-  int stage = 0, free_stage = CFG_B_STAGES - 1;  // block b's slot; the slot the next issue fills
-  for (i64 b = b_begin; b < b_end; ++b) {
-    issue_block(&ring[free_stage][lane], meta, data, B, N, sl);  // block b + CFG_B_STAGES - 1
-    cp_async_commit();
-    ++issue;
-    load_raw_meta(meta, issue, issue < b_end, tc_offset, bitmap, a_to_b);
-    cp_async_wait<CFG_B_STAGES - 1>();  // block b's group (and all older ones) landed
-    const LaneStage& st = ring[stage][lane];
-    float av[4], lo[CFG_WARP_SLICES][4], hi[CFG_WARP_SLICES][4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) av[k] = st.a[k];
-#pragma unroll
-    for (int s = 0; s < CFG_WARP_SLICES; ++s)
-#pragma unroll
-      for (int t = 0; t < 4; ++t) { lo[s][t] = st.lo[s][t]; hi[s][t] = st.hi[s][t]; }
-    reg_tile_mma(acc, av, lo, hi, sl);  // consumes the slot before it is refilled (next iteration's issue)
-    after(b, acc);
-    free_stage = stage;
-    stage = stage + 1 == CFG_B_STAGES ? 0 : stage + 1;
-  }
-  cp_async_wait<0>();
-}
-#endif

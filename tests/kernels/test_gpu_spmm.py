@@ -196,9 +196,6 @@ VARIANTS = {  # every pipeline the config can select (the default is v2 with unr
     "v4-2-slices": KernelConfig(warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
     "v4-2-slices-unroll2-split": KernelConfig(warp_slices=2, unroll=2, min_blocks_per_sm=4,
                                               balanced_min_blocks_per_sm=4, blocks_per_item=3),
-    "v5-ring2": KernelConfig(b_stages=2),
-    "v5-ring4-split": KernelConfig(b_stages=4, blocks_per_item=3),
-    "v5-ring4-2-slices": KernelConfig(b_stages=4, warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
     "v3-8-windows-8-warps": KernelConfig(max_warps=8, windows_per_block=8, min_blocks_per_sm=4,
                                          balanced_min_blocks_per_sm=4),
 }
