@@ -50,13 +50,14 @@ SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen
 FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
 NS = (128, 256, 512)
 V0 = V0_CONFIG  # v0: A tiles through shared memory, one barrier per TC block (docs/kernels-notes.md)
-SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2-v4)
+SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2-v6)
     "v0-smem": V0,
-    "v2-u1-mb8": KernelConfig(unroll=1, min_blocks_per_sm=8),
     "v2-u1-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9),
-    "v3-w2-mb9": KernelConfig(unroll=1, min_blocks_per_sm=9, windows_per_block=2),
-    "v4-s2-mb6": KernelConfig(warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
-    "v4-s2-u2-mb4": KernelConfig(warp_slices=2, unroll=2, min_blocks_per_sm=4, balanced_min_blocks_per_sm=4),
+    "v6-dense-u2-mb8": KernelConfig(a_dense=True, unroll=2, min_blocks_per_sm=8),
+    "v6-dense-s2-mb6": KernelConfig(a_dense=True, warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
+    "v6-dense-s2-mb7": KernelConfig(a_dense=True, warp_slices=2, min_blocks_per_sm=7, balanced_min_blocks_per_sm=6),
+    "v6-dense-s2-u2-mb5": KernelConfig(a_dense=True, warp_slices=2, unroll=2, min_blocks_per_sm=5,
+                                       balanced_min_blocks_per_sm=5),
 }
 SWEEP_MATRICES = [("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2"),
                   ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27"),
@@ -97,7 +98,7 @@ class Case:
             a = csr_to_metcf_gpu(d[0], d[1], d[2], self.shape)
             dm = launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
                                            a["sparse_a_to_b"], a["data"])
-            launch.bitmap(dm)
+            launch.a_arrays(dm, CONFIG)  # what the default kernels read besides ME-TCF (bitmaps or fragments)
             return a, dm
 
         self.convert_ms = launch.median_ms(conv, repeats=3, warmup=1)

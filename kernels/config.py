@@ -18,24 +18,28 @@ class KernelConfig:
     tile_stages: int = 3  # shared-memory A-tile buffers; >= 3 lets the main loop use one barrier per TC block
     blocks_per_item: int = 32  # strict balance: TC blocks per thread block (DTC-SpMM section 4.5.1 uses 32)
     combine_threads: int = 256  # threads per block of the partial-sum combine kernel
-    min_blocks_per_sm: int = 9  # window kernel's __launch_bounds__ minimum: caps registers at 56 (`python -m
-    # kernels.compile_check` on sm_90, nvcc 13.0, v2 unroll 1: window 56 registers, no spills; docs/kernels-notes.md)
-    # Load block b+1's B fragments (column ids from global) before block b's mma. Off: measured 5-10% SLOWER on
-    # H100 at N = 128 (mesh3d-160 natural 7.66 vs 7.19 ms, banded natural 0.656 vs 0.594, sbm-1M tca 2.86 vs
-    # 2.60; docs/kernels-notes.md, version v1); kept as a switch for other GPUs.
+    # Defaults = the fastest variant of the H100 sweeps (benchmarks/spmm.py --sweep, docs/kernels-notes.md, runs
+    # 1-6): v6 dense fragments, 2 column slices per warp, unroll 2: 0.615x of v0's time (geomean, 16 cases).
+    min_blocks_per_sm: int = 5  # window kernel's __launch_bounds__ minimum: caps registers at 102 (`python -m
+    # kernels.compile_check`, sm_90, nvcc 13.0: window 96 registers, no spills)
+    balanced_min_blocks_per_sm: int = 3  # the balanced kernel's (144 registers, no spills; at 4 sm_80 spills 24 B)
+    # Load block b+1's B fragments (column ids from global) before block b's mma (v0 pipeline only). Off: measured
+    # 5-10% SLOWER on H100 at N = 128 (docs/kernels-notes.md, version v1); kept as a switch for other GPUs.
     prefetch_b: bool = False
-    # v2: A fragments from a per-block occupancy bitmap straight into registers (popcount addressing), no shared
-    # memory and no barriers; each warp issues the loads of `unroll` TC blocks before their mma and loads the
-    # next group's metadata meanwhile. False: v0's shared-memory A tiles (prefetch_b applies only there).
+    # v2: A fragments straight into registers, no shared memory and no barriers; each warp issues the loads of
+    # `unroll` TC blocks before their mma and loads the next group's metadata meanwhile. False: v0's shared-memory
+    # A tiles (one barrier per TC block).
     a_regs: bool = True
-    unroll: int = 1
-    # v2 window kernel: consecutive windows per thread block, one warp per (window, 32-column slice); with N
-    # <= 32 * max_warps / windows_per_block the block covers all of N. 1 = one window per block, as in v0.
+    unroll: int = 2
+    # Consecutive windows per thread block, one warp per (window, column slice); 1 = one window per block, as in v0
+    # (2 and 4 measured no faster: run 2).
     windows_per_block: int = 1
-    # v2: 32-column slices per warp (1 or 2): with 2, each warp loads one block's metadata and A fragment for 64
-    # columns of B (twice the B bytes in flight per warp for the same index work; more registers)
-    warp_slices: int = 1
-    balanced_min_blocks_per_sm: int = 8  # the balanced kernel's __launch_bounds__ minimum (64 registers)
+    # 32-column slices per warp (1 or 2): with 2, a warp loads one block's columns and A fragment for 64 columns
+    warp_slices: int = 2
+    # v6: A read as dense fragments (every TC block's 128 values in mma fragment order, 512 B per block, built once
+    # by kernels.launch.fragments, with column pairs: 1 + 1 + 2 x warp_slices loads per block and warp) instead of
+    # v2's per-block bitmap + popcount gathers (10 loads): the kernel is bound by load instructions, not bytes.
+    a_dense: bool = True
 
     def __post_init__(self) -> None:
         if (self.window_rows, self.block_cols, self.warp_cols) != (16, 8, 32):
@@ -60,6 +64,8 @@ class KernelConfig:
             raise ValueError(f"warp_slices is {self.warp_slices}, expected 1 or 2")
         if self.warp_slices > 1 and not self.a_regs:
             raise ValueError("warp_slices = 2 needs a_regs=True (v0 covers 32 columns per warp)")
+        if self.a_dense and not self.a_regs:
+            raise ValueError("a_dense needs a_regs=True (the register pipeline)")
         if not 1 <= self.unroll <= 8:
             raise ValueError(f"unroll is {self.unroll}, expected 1..8 TC blocks per group")
         if self.blocks_per_item < 1:
@@ -90,8 +96,11 @@ class KernelConfig:
                 f"-DCFG_UNROLL={self.unroll}",
                 f"-DCFG_WINDOWS_PER_BLOCK={self.windows_per_block}",
                 f"-DCFG_BALANCED_MIN_BLOCKS_PER_SM={self.balanced_min_blocks_per_sm}",
-                f"-DCFG_WARP_SLICES={self.warp_slices}")
+                f"-DCFG_WARP_SLICES={self.warp_slices}", f"-DCFG_A_DENSE={int(self.a_dense)}")
 
 
 CONFIG = KernelConfig()
-V0_CONFIG = KernelConfig(a_regs=False, min_blocks_per_sm=8)  # the shared-memory version v0, as measured in run 4
+# v2 (bitmap A, 16 B per block instead of 512): what SpmmPlan falls back to when dense fragments do not fit
+BITMAP_CONFIG = KernelConfig(a_dense=False, warp_slices=1, unroll=1, min_blocks_per_sm=9, balanced_min_blocks_per_sm=8)
+V0_CONFIG = KernelConfig(a_regs=False, warp_slices=1, unroll=1, a_dense=False, min_blocks_per_sm=8,
+                         balanced_min_blocks_per_sm=8)  # the shared-memory version v0, as measured in run 4

@@ -78,6 +78,8 @@ class KernelArrays:
     row_window_offset_host: np.ndarray  # int64 copy, for the selector and the balance metadata
     _balance: dict | None = field(default=None, repr=False)
     _bitmap: object = field(default=None, repr=False)  # cupy uint32 [n_blocks, 4], built by `bitmap`
+    _frag: object = field(default=None, repr=False)  # cupy float32 [n_blocks, 32, 4], built by `fragments`
+    _pairs: object = field(default=None, repr=False)  # cupy int32 [n_blocks, 4, 2], built by `col_pairs`
 
     @property
     def n_windows(self) -> int:
@@ -143,6 +145,46 @@ def bitmap(dm: KernelArrays, config: KernelConfig = CONFIG):
                              "increasing (build it with kernels.formats.metcf.csr_to_metcf or metcf_gpu)")
     dm._bitmap = words
     return words
+
+
+def fragments(dm: KernelArrays):
+    """Every TC block's 128 values in mma fragment order (KernelConfig.a_dense): float32 [max(n_blocks, 1), 32, 4]
+    with [b][lane][k] = A[r][c] of block b, lane = (r % 8) * 4 + c % 4, k = r // 8 + 2 * (c // 4) (the m16n8k8
+    A fragment: a0 = (g, q), a1 = (g + 8, q), a2 = (g, q + 4), a3 = (g + 8, q + 4)); zeros where A has none."""
+    if dm._frag is not None:
+        return dm._frag
+    import cupy
+
+    frag = cupy.zeros((max(dm.n_blocks, 1), 32, 4), dtype=cupy.float32)
+    if dm.nnz:
+        block = cupy.searchsorted(dm.tc_offset, cupy.arange(dm.nnz, dtype=cupy.int64), side="right") - 1
+        lid = dm.tc_local_id.astype(cupy.int64)
+        r, c = lid >> 3, lid & 7
+        flat = block * 128 + ((r & 7) * 4 + (c & 3)) * 4 + (r >> 3) + 2 * (c >> 2)
+        frag.reshape(-1)[flat] = dm.data
+    dm._frag = frag
+    return frag
+
+
+def col_pairs(dm: KernelArrays):
+    """sparse_a_to_b as pairs [n_blocks, 4, 2] int32: [b][q] = (a_to_b[b][q], a_to_b[b][q + 4]), the two B rows
+    a lane with q = lane % 4 multiplies (one 8-byte load; the dense-fragment kernels read these)."""
+    if dm._pairs is None:
+        import cupy
+
+        dm._pairs = cupy.ascontiguousarray(dm.sparse_a_to_b.reshape(-1, 2, 4).transpose(0, 2, 1))
+        if dm._pairs.size == 0:
+            dm._pairs = cupy.full((1, 4, 2), -1, dtype=cupy.int32)
+    return dm._pairs
+
+
+def a_arrays(dm: KernelArrays, config: KernelConfig):
+    """(bitmap, frag) kernel arguments, built once per matrix: with a_dense (col_pairs, fragments), else (bitmap,
+    bitmap): the kernel never reads the second one then (no stand-in allocation per call)."""
+    if config.a_dense:
+        return col_pairs(dm), fragments(dm)
+    a = bitmap(dm, config)
+    return a, a
 
 
 def balance_metadata(dm: KernelArrays, config: KernelConfig = CONFIG) -> dict:
@@ -215,7 +257,7 @@ def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG):
     threads, chunks = _spmm_block(N, config, wpb)
     grid, block = (-(-dm.n_windows // wpb), chunks), (threads,)
     function("metcf_spmm_window", config)(
-        grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, bitmap(dm, config), dm.data,
+        grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data,
                       dm.sparse_a_to_b, B, out, np.int64(dm.shape[0]), np.int64(N), np.int32(vec_ok)))
     return out
 
@@ -240,7 +282,7 @@ def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelC
     if meta["n_items"]:
         grid, block = (meta["n_items"], chunks), (threads,)
         function("metcf_spmm_balanced", config)(
-            grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, bitmap(dm, config), dm.data,
+            grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data,
                           dm.sparse_a_to_b, meta["item_window"], meta["part_ptr"], B, out, workspace, np.int64(dm.shape[0]),
                           np.int64(N), np.int64(dm.n_blocks), np.int32(vec_ok)))
     if meta["n_combine"]:

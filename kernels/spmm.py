@@ -14,11 +14,12 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.config import CONFIG, KernelConfig
+from kernels.config import BITMAP_CONFIG, CONFIG, KernelConfig
 from kernels.formats.metcf import METCF, csr_to_metcf, metcf_to_csr
 
 AUTOTUNE_MIN_NNZ = 1 << 20  # autotune="auto": on from ~1M nonzeros, where one tuning pass (~10 runs of each
 # candidate) costs less than a few hundred later calls that a 5-20% better choice saves
+FRAGMENT_MEMORY_FRACTION = 0.5  # dense A fragments may take at most this share of the free device memory
 AUTOTUNE_MIN_AR = 1.05  # autotune times the balanced kernel only when the simulated schedule is this imbalanced
 
 
@@ -81,9 +82,16 @@ class SpmmPlan:
             dm = launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
                                            a["sparse_a_to_b"], a["data"])
             how = "kernels.formats.metcf_gpu"
+        if self.config.a_dense:  # 512 B of fragments per TC block: fall back to the bitmap kernels when they
+            free = cupy.cuda.runtime.memGetInfo()[0]  # would take more than half the free device memory
+            if dm.n_blocks * 512 > FRAGMENT_MEMORY_FRACTION * free:
+                self.timings["a_layout_fallback"] = (f"dense fragments need {dm.n_blocks * 512 / 2**30:.1f} GiB, "
+                                                     f"more than half of the {free / 2**30:.1f} GiB free: bitmap "
+                                                     "kernels (KernelConfig a_dense=False)")
+                self.config = BITMAP_CONFIG
         launch.module(self.config)  # compile now, not in the first run
         if self.config.a_regs:
-            launch.bitmap(dm, self.config)  # the register pipeline's per-block bitmaps (synchronizes)
+            launch.a_arrays(dm, self.config)  # the register pipeline's bitmaps or dense fragments, built once
         cupy.cuda.Device().synchronize()  # synchronize!
         self.timings["convert_upload_s"] = time.perf_counter() - t0  # includes the first compile (cached after)
         self.timings["conversion"] = how
@@ -110,7 +118,10 @@ class SpmmPlan:
                                 self._cal, self.config)
         choice = selector.choose(pred, self._cal, balance=self.balance)
         choice.update({"N": N, "prediction": pred, "calibration": self._cal.source,
-                       "device": self._device_model.name, "conversion": self.timings.get("conversion")})
+                       "device": self._device_model.name, "conversion": self.timings.get("conversion"),
+                       "a_layout": "dense fragments" if self.config.a_dense else "bitmap",
+                       **({"a_layout_fallback": self.timings["a_layout_fallback"]}
+                          if "a_layout_fallback" in self.timings else {})})
         if B is not None and self.autotune:
             cands = {"auto": ["metcf-window", "metcf-balanced", "cusparse"], True: ["metcf-balanced", "cusparse"],
                      False: ["metcf-window", "cusparse"]}[self.balance]

@@ -71,12 +71,14 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
 #endif
 
 // Both SpMM kernels run their blocks [b_begin, b_end) through one of the two pipelines (KernelConfig.a_regs):
-// v2 (default) reg_pipeline, A fragments from the bitmap into registers, no shared memory; v0 tile_pipeline,
-// A tiles through shared memory. Expects tc_offset, tc_local_id, bitmap, data, a_to_b, B, N, n0, vec_ok and acc
+// v2 (default) reg_pipeline, A fragments into registers (from the bitmap and data, or with a_dense from the
+// launcher's dense fragment array, the column pairs then coming in the bitmap argument), no shared memory; v0
+// tile_pipeline, A tiles through shared memory. Expects tc_offset, tc_local_id, bitmap, data, a_to_b, B, N, n0, vec_ok and acc
 // in scope.
 #if CFG_A_REGS
 #define RUN_PIPELINE(b_begin, b_end, after)                                                                      \
-  reg_pipeline((b_begin), (b_end), tc_offset, bitmap, data, a_to_b, B, N, n0, vec_ok != 0, acc, after)
+  reg_pipeline((b_begin), (b_end), tc_offset, bitmap, CFG_A_DENSE ? frag : data,                               \
+               CFG_A_DENSE ? reinterpret_cast<const int*>(bitmap) : a_to_b, B, N, n0, vec_ok != 0, acc, after)
 #else
 #define RUN_PIPELINE(b_begin, b_end, after)                                                                   \
   do {                                                                                                        \
@@ -93,7 +95,8 @@ struct NoFlush {
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_PER_SM)
     metcf_spmm_window(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
                       const unsigned char* __restrict__ tc_local_id, const uint4* __restrict__ bitmap,
-                      const float* __restrict__ data, const int* __restrict__ a_to_b, const float* __restrict__ B,
+                      const float* __restrict__ frag, const float* __restrict__ data, const int* __restrict__ a_to_b,
+                      const float* __restrict__ B,
                       float* __restrict__ C, i64 M, i64 N, int vec_ok) {
   // Warp -> (window, column slice of WARP_N = 32 x CFG_WARP_SLICES): a block holds CFG_WINDOWS_PER_BLOCK
   // consecutive windows x `slices` consecutive slices (blockDim.x = 32 x CFG_WINDOWS_PER_BLOCK x slices, set by
@@ -113,7 +116,7 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MIN_BLOCKS_PER_SM)
     metcf_spmm_balanced(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
                         const unsigned char* __restrict__ tc_local_id, const uint4* __restrict__ bitmap,
-                        const float* __restrict__ data,
+                        const float* __restrict__ frag, const float* __restrict__ data,
                         const int* __restrict__ a_to_b, const i64* __restrict__ item_window,
                         const i64* __restrict__ part_ptr, const float* __restrict__ B, float* __restrict__ C,
                         float* __restrict__ workspace, i64 M, i64 N, i64 n_blocks, int vec_ok) {

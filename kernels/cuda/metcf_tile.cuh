@@ -18,7 +18,7 @@
     !defined(CFG_MAX_WARPS) || !defined(CFG_TILE_STAGES) || !defined(CFG_BLOCKS_PER_ITEM) || \
     !defined(CFG_COMBINE_THREADS) || !defined(CFG_PREFETCH_B) || !defined(CFG_MIN_BLOCKS_PER_SM) || \
     !defined(CFG_A_REGS) || !defined(CFG_UNROLL) || !defined(CFG_WINDOWS_PER_BLOCK) || \
-    !defined(CFG_BALANCED_MIN_BLOCKS_PER_SM) || !defined(CFG_WARP_SLICES)
+    !defined(CFG_BALANCED_MIN_BLOCKS_PER_SM) || !defined(CFG_WARP_SLICES) || !defined(CFG_A_DENSE)
 #error "compile with the -D options of kernels/config.py (KernelConfig.defines())"
 #endif
 static_assert(CFG_WINDOW_ROWS == 16, "mma.m16n8k8 needs 16-row windows (KernelConfig.window_rows)");
@@ -36,6 +36,7 @@ static_assert(CFG_BALANCED_MIN_BLOCKS_PER_SM >= 1 && CFG_BALANCED_MIN_BLOCKS_PER
               "KernelConfig.balanced_min_blocks_per_sm x max_warps must fit 64 warps per SM");
 static_assert(CFG_WARP_SLICES == 1 || CFG_WARP_SLICES == 2, "KernelConfig.warp_slices must be 1 or 2");
 static_assert(CFG_A_REGS || CFG_WARP_SLICES == 1, "two column slices per warp need the register pipeline (v2)");
+static_assert(CFG_A_DENSE == 0 || (CFG_A_DENSE == 1 && CFG_A_REGS), "KernelConfig.a_dense needs a_regs");
 static_assert(CFG_UNROLL >= 1 && CFG_UNROLL <= 8, "KernelConfig.unroll must be 1..8");
 static_assert(CFG_MIN_BLOCKS_PER_SM >= 1 && CFG_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
@@ -187,6 +188,26 @@ __device__ __forceinline__ void store_accs(float* __restrict__ dst, const Acc& a
 
 // What a lane needs of one block before it can issue the block's loads: its two B rows, its two bitmap words
 // and where those words' nonzeros start in data. Padding (col -1) and blocks past the end (m_* = 0) load nothing.
+#if CFG_A_DENSE
+// Dense fragments (CFG_A_DENSE, version v6): the launcher stores every TC block as its 128 values in mma fragment
+// order, frag[b][lane][k] (zeros where A has none), so a lane reads its A fragment with one float4 load and needs
+// no bitmap, offset or popcount: 4 load instructions per block and warp instead of 10, for 512 bytes of A per
+// block (kernels/launch.py fragments()).
+struct BlockMeta {
+  int col_lo, col_hi;  // sparse_a_to_b[b][q], sparse_a_to_b[b][q + 4]
+  i64 b;               // the block, -1 past the end
+};
+
+// a_to_b here is the launcher's column pairs: [b][q] = (sparse_a_to_b[b][q], sparse_a_to_b[b][q + 4]), one
+// 8-byte load per lane.
+__device__ __forceinline__ void load_meta(BlockMeta& m, i64 b, bool valid, const i64* __restrict__,
+                                          const uint4* __restrict__, const int* __restrict__ a_to_b) {
+  const int2 c = valid ? __ldg(reinterpret_cast<const int2*>(a_to_b) + b * 4 + (threadIdx.x & 3)) : make_int2(-1, -1);
+  m.b = valid ? b : -1;
+  m.col_lo = c.x;
+  m.col_hi = c.y;
+}
+#else
 struct BlockMeta {
   int col_lo, col_hi;   // sparse_a_to_b[b][q], sparse_a_to_b[b][q + 4]
   unsigned m_lo, m_hi;  // bitmap words holding rows g and g + 8
@@ -213,6 +234,7 @@ __device__ __forceinline__ void load_meta(BlockMeta& m, i64 b, bool valid, const
   m.base_lo = off + (upper ? c0 : 0);
   m.base_hi = off + (upper ? c012 : c01);
 }
+#endif
 
 // A value of this lane's fragment: the nonzero at bit `bit` of word m (0 when the slot is empty).
 __device__ __forceinline__ float a_value(const float* __restrict__ data, unsigned m, i64 base, int bit) {
@@ -245,11 +267,17 @@ __device__ __forceinline__ void load_block(float (&a)[4], float (&lo)[CFG_WARP_S
                                            float (&hi)[CFG_WARP_SLICES][4], const BlockMeta& m,
                                            const float* __restrict__ data, const float* __restrict__ B, i64 N,
                                            const Slices& sl) {
+#if CFG_A_DENSE  // data = the fragment array
+  const float4 f = m.b >= 0 ? __ldg(reinterpret_cast<const float4*>(data) + m.b * 32 + (threadIdx.x & 31))
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  a[0] = f.x; a[1] = f.y; a[2] = f.z; a[3] = f.w;
+#else
   const int lane = threadIdx.x & 31, bit = 8 * ((lane >> 2) & 3) + (lane & 3);
   a[0] = a_value(data, m.m_lo, m.base_lo, bit);
   a[1] = a_value(data, m.m_hi, m.base_hi, bit);
   a[2] = a_value(data, m.m_lo, m.base_lo, bit + 4);
   a[3] = a_value(data, m.m_hi, m.base_hi, bit + 4);
+#endif
 #pragma unroll
   for (int s = 0; s < CFG_WARP_SLICES; ++s) {
     if (sl.active[s]) {

@@ -196,6 +196,9 @@ VARIANTS = {  # every pipeline the config can select (the default is v2 with unr
     "v4-2-slices": KernelConfig(warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
     "v4-2-slices-unroll2-split": KernelConfig(warp_slices=2, unroll=2, min_blocks_per_sm=4,
                                               balanced_min_blocks_per_sm=4, blocks_per_item=3),
+    "v6-dense": KernelConfig(a_dense=True),
+    "v6-dense-unroll2-split": KernelConfig(a_dense=True, unroll=2, min_blocks_per_sm=8, blocks_per_item=3),
+    "v6-dense-2-slices": KernelConfig(a_dense=True, warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
     "v3-8-windows-8-warps": KernelConfig(max_warps=8, windows_per_block=8, min_blocks_per_sm=4,
                                          balanced_min_blocks_per_sm=4),
 }
@@ -230,3 +233,18 @@ def test_bitmap_matches_local_ids_and_rejects_non_canonical():
     bad = launch.upload(type(M)(M.shape, M.row_window_offset, M.tc_offset, lid, M.sparse_a_to_b, M.data))
     with pytest.raises(ValueError, match="not canonical"):
         launch.bitmap(bad)
+
+
+def test_plan_falls_back_to_bitmap_kernels_when_fragments_do_not_fit(monkeypatch):
+    from kernels import spmm as spmm_mod
+    from kernels.config import BITMAP_CONFIG
+
+    rng = np.random.default_rng(31)
+    A = random_csr(200, 150, 6, rng)
+    B = rng.standard_normal((150, 64)).astype(np.float32)
+    monkeypatch.setattr(spmm_mod, "FRAGMENT_MEMORY_FRACTION", 0.0)
+    plan = SpmmPlan(A, device="gpu", autotune=False)
+    assert plan.config == BITMAP_CONFIG and "bitmap kernels" in plan.timings["a_layout_fallback"]
+    C = plan.run(B, kernel="metcf-window")
+    ref = csr_spmm(A, B)
+    assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
