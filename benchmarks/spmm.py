@@ -35,6 +35,7 @@ from kernels import launch, selector  # noqa: E402
 from kernels.config import CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.cusparse import CusparseSpmm  # noqa: E402
 from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
+from kernels.spmm import wants_autotune  # noqa: E402
 
 SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen to fit one ~6-minute device call
     "quick": [("rmat-s17", "rmat", "scale=17&edge_factor=16"), ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2")],
@@ -63,7 +64,6 @@ SWEEP_MATRICES = [("sbm-1M", "sbm", "n=1000000&blocks=2000&deg_in=20&deg_out=2")
                   ("mesh3d-80", "mesh", "nx=80&ny=80&nz=80&stencil=27"),
                   ("banded-1M", "banded", "n=1000000&bandwidth=8"),
                   ("longrow-40k", "longrow", "rows=40000&min_row_nnz=300&max_row_nnz=600")]
-AUTOTUNE_MIN_NNZ = 1 << 20  # as kernels.spmm: SpmmPlan times the candidates from here on and keeps the fastest
 
 
 def log(*a):
@@ -187,12 +187,17 @@ class Case:
 
 
 def calibrate(out_dir: Path, device_model) -> dict:
-    """Fit Calibration on uniform matrices (AR ~ 1): window kernel, balanced kernel and cuSPARSE at N 128/256."""
+    """Fit Calibration on uniform matrices (AR ~ 1): window kernel, balanced kernel and cuSPARSE at N 128/256.
+
+    Sizes from 2^10 to 2^18 rows, so the fixed costs (launch and host overhead, which decide small matrices) are
+    measured, not extrapolated; least squares on RELATIVE errors (each sample weighted by 1 / its time), so the
+    small samples count as much as the large ones.
+    """
     from tasks.fetch.generators import generate
 
     rows_tc, rows_cus, ratios, samples = [], [], [], []
-    for deg in (2, 8, 32):
-        A = generate("uniform", f"rows={1 << 18}&nnz={deg << 18}&seed=2")
+    for n_rows, deg in ((1 << 10, 8), (1 << 13, 8), (1 << 18, 2), (1 << 18, 8), (1 << 18, 32)):
+        A = generate("uniform", f"rows={n_rows}&nnz={deg * n_rows}&seed=2")
         case = Case(A, device_model, selector.Calibration())
         for N in (128, 256):
             times, tuned, pred, _ = case.measure(N, 20)
@@ -200,19 +205,26 @@ def calibrate(out_dir: Path, device_model) -> dict:
             rows_tc.append(([1.0, pred["n_windows"] * chunks / slots, pred["n_blocks"] * chunks / slots],
                             times["metcf-window"] * 1e3))
             rows_cus.append(([1.0, A.nnz * N / 1e3, A.shape[0] * N / 1e3], times["cusparse"] * 1e3))
-            ratios.append(times["metcf-balanced"] / times["metcf-window"])
-            samples.append({"deg": deg, "N": N, "nnz": int(A.nnz), "n_blocks": pred["n_blocks"], **times})
-            log(f"calibrate uniform deg={deg} N={N}: {times}")
-    fit = lambda rows: np.linalg.lstsq(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),  # noqa: E731
-                                       rcond=None)[0]
+            if n_rows >= 1 << 18:  # the balance overhead to win back, where the kernels (not launches) dominate
+                ratios.append(times["metcf-balanced"] / times["metcf-window"])
+            samples.append({"rows": n_rows, "deg": deg, "N": N, "nnz": int(A.nnz), "n_blocks": pred["n_blocks"],
+                            **times})
+            log(f"calibrate uniform rows={n_rows} deg={deg} N={N}: {times}")
+
+    def fit(rows):  # min sum ((x . c - t) / t)^2
+        X = np.array([r[0] for r in rows]) / np.array([[r[1]] for r in rows])
+        return np.linalg.lstsq(X, np.ones(len(rows)), rcond=None)[0]
+
     launch_us, tb_us, block_us = (max(float(x), 0.0) for x in fit(rows_tc))
     a_us, b_ns, c_ns = (max(float(x), 0.0) for x in fit(rows_cus))
     cal = {"launch_us": launch_us, "tb_us": tb_us, "block_us": block_us,
            "balance_threshold": max(1.0, float(np.median(ratios))), "cus_a_us": a_us, "cus_b_ns": b_ns,
            "cus_c_ns": c_ns}
     doc = {"device": device_model.name, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "method": "least squares of measured ms on uniform matrices (rows 2^18, 2/8/32 nnz per row, N 128/256); "
-                     "balance_threshold = median(balanced / window) there (AR ~ 1, so the overhead to win back)",
+           "command": " ".join(sys.argv), "kernel_config": CONFIG.__dict__,
+           "method": "least squares of RELATIVE errors of measured ms on uniform matrices (rows 2^10 and 2^13 at "
+                     "8 nnz per row, 2^18 at 2/8/32; N 128/256); balance_threshold = median(balanced / window) "
+                     "at 2^18 rows (AR ~ 1, so the overhead to win back)",
            "calibration": cal, "samples": samples}
     path = out_dir / f"calibration-{selector.slug(device_model.name)}.json"
     path.write_text(json.dumps(doc, indent=1))
@@ -298,8 +310,9 @@ def main(argv=None) -> int:
                 if order == "none":
                     base_cus[N] = times["cusparse"]
                 cands = {k: times[k] for k in ("metcf-window", "metcf-balanced", "cusparse")}
-                # SpmmPlan's policy: autotune (fastest measured) from AUTOTUNE_MIN_NNZ, else the model's choice
-                selected = min(cands, key=cands.get) if case.nnz >= AUTOTUNE_MIN_NNZ else choice["kernel"]
+                # SpmmPlan's policy (kernels.spmm.wants_autotune): the fastest measured, else the model's choice
+                tuned_here = wants_autotune("auto", case.nnz, pred)
+                selected = min(cands, key=cands.get) if tuned_here else choice["kernel"]
                 sel_ms = times[selected]
                 best_tc = min(times["metcf-window"], times["metcf-balanced"])
                 floor_ms = (case.metcf_bytes + 4 * N * (case.shape[0] + case.shape[1])) / (copy_gbs * 1e6)
@@ -309,6 +322,7 @@ def main(argv=None) -> int:
                     "n_blocks": pred["n_blocks"], "ar": pred["approximation_ratio"], "ms": times,
                     "cusparse_algs_ms": tuned["ms"], "cusparse_best": tuned["best"], "selected": selected,
                     "model_choice": choice["kernel"], "model_predicted_ms": choice["predicted_ms"],
+                    "autotuned": tuned_here,
                     "selected_ms": sel_ms, "selector_reason": choice["reason"], "predicted": pred,
                     "gflops_selected": 2 * case.nnz * N / (sel_ms * 1e-3) / 1e9,
                     "speedup_vs_original_cusparse": base_cus[N] / sel_ms,

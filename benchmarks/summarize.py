@@ -266,8 +266,9 @@ def calibration_section(runs, v0, older) -> list[str]:
     run = runs[0]
     out = ["## Selector calibration", ""] + env(run) + [f"Method (from the file): {run.meta.get('method')}", ""]
     out += table(("constant", "value"), [(k, f"{v:.4g}") for k, v in (run.meta.get("calibration") or {}).items()])
-    out += table(("deg", "N", "nnz", "TC blocks", "window ms", "balanced ms", "cuSPARSE ms"),
-                 [(r.get("deg"), r.get("N"), mnnz(r.get("nnz", 0)), r.get("n_blocks"), f(r.get("metcf-window"), 3),
+    out += table(("rows", "deg", "N", "nnz", "TC blocks", "window ms", "balanced ms", "cuSPARSE ms"),
+                 [(r.get("rows", 1 << 18), r.get("deg"), r.get("N"), mnnz(r.get("nnz", 0)), r.get("n_blocks"),
+                   f(r.get("metcf-window"), 3),
                    f(r.get("metcf-balanced"), 3), f(r.get("cusparse"), 3)) for r in run.rows])
     return out + [reproduce("calibration") + " (writes calibration-<device>.json beside the spmm results)", ""]
 

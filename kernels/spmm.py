@@ -17,6 +17,8 @@ import scipy.sparse as sp
 from kernels.config import BITMAP_CONFIG, CONFIG, KernelConfig
 from kernels.formats.metcf import METCF, csr_to_metcf, metcf_to_csr
 
+AUTOTUNE_MARGIN = 1.5  # autotune="auto" also times the candidates when the model's best TC prediction and its
+# cuSPARSE prediction are within this factor (small matrices, where fixed host and launch costs decide, and hubs)
 AUTOTUNE_MIN_NNZ = 1 << 20  # autotune="auto": on from ~1M nonzeros, where one tuning pass (~10 runs of each
 # candidate) costs less than a few hundred later calls that a 5-20% better choice saves
 FRAGMENT_MEMORY_FRACTION = 0.5  # dense A fragments may take at most this share of the free device memory
@@ -37,6 +39,16 @@ def _to_metcf_gpu(A):
     from kernels.formats.metcf_gpu import csr_to_metcf_gpu_from_scipy
 
     return csr_to_metcf_gpu_from_scipy(A)
+
+
+def wants_autotune(autotune, nnz: int, pred: dict) -> bool:
+    """SpmmPlan's policy: autotune=True/False as given; "auto" times the candidates from AUTOTUNE_MIN_NNZ, or when
+    the model is unsure: its best TC kernel and cuSPARSE predicted within AUTOTUNE_MARGIN of each other."""
+    if autotune != "auto":
+        return bool(autotune)
+    tc = min(pred["plain_ms"], pred["balanced_ms"])
+    cus = pred["cusparse_ms"]
+    return nnz >= AUTOTUNE_MIN_NNZ or max(tc, cus) < AUTOTUNE_MARGIN * min(tc, cus)
 
 
 class SpmmPlan:
@@ -98,7 +110,7 @@ class SpmmPlan:
         self._dm = dm
         self._device_model = selector.device_model(self.config)
         self._cal = calibration or selector.Calibration.load(self._device_model.name)
-        self.autotune = (self.nnz >= AUTOTUNE_MIN_NNZ) if autotune == "auto" else bool(autotune)
+        self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._cusparse = None
         self._workspace = None
         self.choice = self._decide(128, None)  # a-priori choice for N = 128; re-decided per N in run()
@@ -122,7 +134,7 @@ class SpmmPlan:
                        "a_layout": "dense fragments" if self.config.a_dense else "bitmap",
                        **({"a_layout_fallback": self.timings["a_layout_fallback"]}
                           if "a_layout_fallback" in self.timings else {})})
-        if B is not None and self.autotune:
+        if B is not None and wants_autotune(self.autotune, self.nnz, pred):
             cands = {"auto": ["metcf-window", "metcf-balanced", "cusparse"], True: ["metcf-balanced", "cusparse"],
                      False: ["metcf-window", "cusparse"]}[self.balance]
             if self.balance == "auto" and pred["approximation_ratio"] < AUTOTUNE_MIN_AR:

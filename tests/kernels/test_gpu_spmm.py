@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 import tarfile
 from pathlib import Path
 
@@ -16,7 +17,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from kernels import launch  # noqa: E402
-from kernels.config import V0_CONFIG, KernelConfig  # noqa: E402
+from kernels.config import BITMAP_CONFIG, CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.formats.metcf import csr_to_metcf  # noqa: E402
 from kernels.reference import csr_spmm  # noqa: E402
 from kernels.spmm import SpmmPlan  # noqa: E402
@@ -184,23 +185,20 @@ def test_plan_autotune_records_measurements():
     assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
 
 
-VARIANTS = {  # every pipeline the config can select (the default is v2 with unroll 2)
+VARIANTS = {  # every pipeline the config can select (the default: v6 dense fragments, 2 slices, unroll 2)
     "v0-smem": V0_CONFIG,
-    "v0-smem-prefetch-b": KernelConfig(a_regs=False, prefetch_b=True, min_blocks_per_sm=8),
-    "v2-unroll1": KernelConfig(unroll=1, min_blocks_per_sm=8),
-    "v2-unroll3": KernelConfig(unroll=3, min_blocks_per_sm=4),
-    "v2-unroll4": KernelConfig(unroll=4, min_blocks_per_sm=4),
-    "v2-unroll4-split": KernelConfig(unroll=4, min_blocks_per_sm=4, blocks_per_item=3),
-    "v3-2-windows": KernelConfig(windows_per_block=2),
-    "v3-4-windows": KernelConfig(windows_per_block=4),
-    "v4-2-slices": KernelConfig(warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
-    "v4-2-slices-unroll2-split": KernelConfig(warp_slices=2, unroll=2, min_blocks_per_sm=4,
-                                              balanced_min_blocks_per_sm=4, blocks_per_item=3),
-    "v6-dense": KernelConfig(a_dense=True),
-    "v6-dense-unroll2-split": KernelConfig(a_dense=True, unroll=2, min_blocks_per_sm=8, blocks_per_item=3),
-    "v6-dense-2-slices": KernelConfig(a_dense=True, warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
-    "v3-8-windows-8-warps": KernelConfig(max_warps=8, windows_per_block=8, min_blocks_per_sm=4,
-                                         balanced_min_blocks_per_sm=4),
+    "v0-smem-prefetch-b": replace(V0_CONFIG, prefetch_b=True),
+    "v2-bitmap": BITMAP_CONFIG,
+    "v2-bitmap-unroll3": replace(BITMAP_CONFIG, unroll=3, min_blocks_per_sm=4),
+    "v2-bitmap-unroll4-split": replace(BITMAP_CONFIG, unroll=4, min_blocks_per_sm=4, blocks_per_item=3),
+    "v3-bitmap-2-windows": replace(BITMAP_CONFIG, windows_per_block=2),
+    "v3-bitmap-4-windows": replace(BITMAP_CONFIG, windows_per_block=4),
+    "v4-bitmap-2-slices": replace(BITMAP_CONFIG, warp_slices=2, min_blocks_per_sm=6, balanced_min_blocks_per_sm=6),
+    "v6-dense-default-split": replace(CONFIG, blocks_per_item=3),
+    "v6-dense-1-slice": replace(CONFIG, warp_slices=1, unroll=1, min_blocks_per_sm=9, balanced_min_blocks_per_sm=8),
+    "v6-dense-2-windows": replace(CONFIG, windows_per_block=2),
+    "v3-8-windows-8-warps": replace(BITMAP_CONFIG, max_warps=8, windows_per_block=8, min_blocks_per_sm=4,
+                                    balanced_min_blocks_per_sm=4),
 }
 
 
