@@ -244,6 +244,9 @@ def main(argv=None) -> int:
                     "suite split over several device calls, each with its own --part")
     ap.add_argument("--part", help="suffix of the results file (spmm-<device>-<date>-<part>.json); "
                     "benchmarks/summarize.py pools the parts of the newest day")
+    ap.add_argument("--prefix", default="spmm", choices=("spmm", "reproduce-spmm"),
+                    help="results file family: spmm (summarized) or reproduce-spmm (a rerun of the same commands, "
+                    "compared against it in docs/benchmarks.md)")
     ap.add_argument("--sweep", action="store_true", help="time the window-kernel variants of SWEEP on "
                     "SWEEP_MATRICES (tca and natural order, N 128/256), check each, write kernel-sweep-*.json, exit")
     ap.add_argument("--table-from", type=Path, help="reprint the table of a results JSON and exit (no GPU)")
@@ -281,7 +284,7 @@ def main(argv=None) -> int:
             "cupy": cupy.__version__, "command": " ".join(sys.argv), "calibration": cal.__dict__,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     part = f"-{args.part}" if args.part else ""
-    path = args.out_dir / f"spmm-{selector.slug(dev.name)}-{dt.date.today().isoformat()}{part}.json"
+    path = args.out_dir / f"{args.prefix}-{selector.slug(dev.name)}-{dt.date.today().isoformat()}{part}.json"
     for label, kind, make, make_natural in matrices:
         if time.time() - t_start > args.budget_s:
             log(f"budget reached: skipping {label} and the rest")

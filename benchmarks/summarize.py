@@ -227,6 +227,36 @@ def where_time_goes(rows, meta) -> str:
     return ". ".join(s) + "."
 
 
+def reproducibility(run) -> list[str]:
+    """The rerun (``benchmarks/spmm.py --prefix reproduce-spmm``, same commands) against the summarized run."""
+    files = sorted(run.path.parent.glob("reproduce-spmm-*.json"))
+    if not files:
+        return ["**Reproducibility.** not run (rerun the commands with `--prefix reproduce-spmm`).", ""]
+    loaded = [load(p) for p in files]
+    loaded.sort(key=lambda r: (r.date, r.path.name), reverse=True)
+    rerun = pooled(loaded)
+    key = lambda r: (r["matrix"], r["order"], r["N"])  # noqa: E731
+    first = {key(r): r for r in run.rows}
+    pairs = [(first[key(r)], r) for r in rerun.rows if key(r) in first]
+    if not pairs:
+        return ["**Reproducibility.** the rerun shares no (matrix, order, N) case with the summarized run.", ""]
+
+    def spread(get):
+        d = sorted(abs(get(b) / get(a) - 1) * 100 for a, b in pairs)
+        return f"median {statistics.median(d):.1f}%, max {d[-1]:.1f}%"
+
+    same = sum(a["selected"] == b["selected"] for a, b in pairs)
+    g = {n: (geo(r["speedup_vs_original_cusparse"] for r in run.rows if r["order"] == "tca" and r["N"] == n),
+             geo(r["speedup_vs_original_cusparse"] for r in rerun.rows if r["order"] == "tca" and r["N"] == n))
+         for n in (128, 256)}
+    return [f"**Reproducibility.** Rerun `{', '.join(rerun.meta['files'])}` ({rerun.meta.get('date')}, same "
+            f"commands with `--prefix reproduce-spmm`) on {len(pairs)} shared (matrix, order, N) cases: |rerun / "
+            f"first - 1| of the selected path's ms {spread(lambda r: r['selected_ms'])}; window kernel "
+            f"{spread(lambda r: r['ms']['metcf-window'])}; best cuSPARSE {spread(lambda r: r['ms']['cusparse'])}; "
+            f"same selected kernel in {same} of {len(pairs)}; tca geomean vs original cuSPARSE "
+            + "; ".join(f"N={n} {f(a)}x first, {f(b)}x rerun" for n, (a, b) in g.items()) + ".", ""]
+
+
 def spmm_section(runs, v0, older) -> list[str]:
     if not runs:
         return absent("spmm", "SpMM (one GPU)", SPMM_TARGETS + [SPMM_SAME])
@@ -246,6 +276,7 @@ def spmm_section(runs, v0, older) -> list[str]:
             "selected; `floor %` = time to move A (ME-TCF), B and C once at the measured copy bandwidth / selected "
             "time; rel err = worst kernel on 2048 sampled rows vs float64 SciPy at N = 128.", ""]
     out += targets(spmm_targets(run.rows)) + ["**Where the time goes.** " + where_time_goes(run.rows, run.meta), ""]
+    out += reproducibility(run)
     for old in v0:
         key = lambda r: (r["matrix"], r["order"], r["N"])  # noqa: E731
         now = {key(r): r for r in run.rows}

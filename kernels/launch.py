@@ -53,15 +53,17 @@ _FUNCTIONS: dict = {}
 
 
 def function(name: str, config: KernelConfig = CONFIG):
-    """A kernel of the module, cached per (device, config, name): the launch path then costs one dict lookup
-    (module() queries the device's arch on every call), which matters for small matrices, where host
-    overhead is most of a call."""
+    """A kernel of the module, cached per (device, config object, name): the launch path then costs one dict
+    lookup (module() queries the device's arch, and hashing a KernelConfig walks its fields), which matters for
+    small matrices, where host overhead is most of a call."""
     import cupy
 
-    key = (cupy.cuda.runtime.getDevice(), config, name)
-    fn = _FUNCTIONS.get(key)
-    if fn is None:
-        fn = _FUNCTIONS[key] = module(config).get_function(name)
+    key = (cupy.cuda.runtime.getDevice(), id(config), name)
+    hit = _FUNCTIONS.get(key)
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    fn = module(config).get_function(name)
+    _FUNCTIONS[key] = (config, fn)  # holding config keeps its id from being reused by another object
     return fn
 
 

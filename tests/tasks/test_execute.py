@@ -64,3 +64,27 @@ def test_cpu_path_reports_no_baseline(problem):
 def test_bad_devices_are_input_errors(bad, message):
     with pytest.raises(execute.InputError, match=message):
         execute.parse_devices(bad)
+
+
+def _has_gpu() -> bool:
+    return kernels.spmm.gpu_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs CuPy and a CUDA device")
+@pytest.mark.parametrize("force_fallback", [False, True])
+def test_one_device_on_the_gpu_with_and_without_the_original_order_fallback(monkeypatch, problem, force_fallback):
+    # The real SpmmPlan, cuSPARSE baseline and cuSPARSE product; the fallback is forced by making the plan's own
+    # timing lose, so both branches return C in the original row order within TF32 tolerance.
+    from kernels.formats.metcf import csr_to_metcf
+
+    A, perm, B = problem
+    if force_fallback:
+        real = kernels.spmm.SpmmPlan.benchmark
+        monkeypatch.setattr(kernels.spmm.SpmmPlan, "benchmark",
+                            lambda self, B, repeats=20, **kw: {**real(self, B, repeats=repeats), "median_ms": 1e9})
+    C, result = execute._run_one_device(A, perm, csr_to_metcf(A[perm]), B, "gpu", repeats=5)
+    assert set(result["baseline"]) == {"original", "reordered"}
+    assert (result["kernel"] == "cusparse-original-order") == force_fallback
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < execute.REL_TOL["tf32"]
