@@ -63,6 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--modes", default="oneshot,resident,batched,overlap",
+                   help="what to run per P: oneshot, resident (per call), batched, overlap; without oneshot the "
+                        "P = 1 resident C is the reference the P > 1 results are checked against")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="start no new matrix variant after this many seconds (the JSON is rewritten after each)")
     p.add_argument("--autotune", action="store_true",
@@ -155,35 +158,26 @@ def rel_err(C, ref) -> float:
     return (num / den) ** 0.5 if den else float(num > 0)
 
 
-def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log):
-    """All P for one matrix variant; returns rows for the table/JSON."""
-    rows, C1 = [], None
+def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, on_row):
+    """All P for one matrix variant: each row appended to ``rows``, then ``on_row()`` (the JSON is rewritten per
+    row, so a call cut off by its time limit keeps what it measured)."""
+    C1 = None
     spmm_kw = {} if args.autotune else {"autotune": False}
     plans = {P: make_plan(M, P, perm=perm) for P in gpu_counts}
     key = f"{info['order']}-bench"
+    modes = set(args.modes.split(","))
     t0 = time.perf_counter()
-    persist_plan(M, plans[max(gpu_counts)], store, key, n_cols_b=args.n_cols)  # finest shards; others read ranges
+    if "oneshot" in modes:  # one-shot reads the shards from Parquet; resident gets them from M
+        persist_plan(M, plans[max(gpu_counts)], store, key, n_cols_b=args.n_cols)  # finest shards; others: ranges
     persist_s = time.perf_counter() - t0
     T1 = R1 = RB1 = None
     for P in gpu_counts:
         plan = plans[P]
         row = {**info, "P": P, "persist_s": persist_s, "shard_blocks": plan.n_blocks.tolist()}
         try:
-            C, tm = run_oneshot(plan, B, client, store=store, perm_key=key, repeats=args.repeats, spmm_kw=spmm_kw)
-            kernel = max(t["kernel_ms"] for t in tm)
-            T1 = kernel if P == 1 else T1
-            timing_runs = max(t["kernel_ms"] * t["repeats"] for t in tm)
-            row.update(kernel_ms=kernel, kernel_ms_per_gpu=[t["kernel_ms"] for t in tm],
-                       kernel_eff=(T1 / (P * kernel)) if T1 else None, e2e_ms=tm[0]["wall_ms"] - timing_runs,
-                       kernels=[t["kernel"] for t in tm], gpus=[t["gpu"] for t in tm],
-                       bytes_in=[t["bytes_in"] for t in tm], send_all=[t["send_all"] for t in tm],
-                       **{f"{s}_ms": max(t[f"{s}_ms"] for t in tm) for s in ("load", "h2d", "plan", "d2h")},
-                       gather_ms=sum(t["gather_ms"] for t in tm))
-            if P == 1:
-                C1 = C
-            else:
-                row["oneshot_rel_err"] = rel_err(C, C1) if C1 is not None else None
-            del C
+            if "oneshot" in modes:
+                C1 = bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1)
+                T1 = row["kernel_ms"] if P == 1 else T1
             ds = DistributedSpmm(plan, client, M=M, spmm_kw=spmm_kw)
             try:
                 ds.scatter(B)
@@ -198,13 +192,17 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log):
                            iter_exchange_ms=float(np.median([h["exchange_ms"] for h in hist])),
                            iter_kernel_ms=float(np.median([h["kernel_ms"] for h in hist])),
                            iter_eff=(R1 / (P * it)) if R1 else None,
+                           kernels=row.get("kernels") or [s["kernel"] for s in last],
                            halo_recv_bytes=[s["halo_bytes_recv"] for s in last],
                            halo_sent_bytes=[s["halo_bytes_sent"] for s in last])
-                if P > 1 and C1 is not None:
+                if P == 1 and C1 is None:
+                    C1 = parts.gather()  # the reference when one-shot did not run
+                elif P > 1 and C1 is not None:
                     row["resident_rel_err"] = rel_err(parts.gather(), C1)
-                rb = bench_batched(ds, row, RB1, P, C1, args, log)
-                RB1 = rb if P == 1 else RB1
-                if P > 1:
+                if "batched" in modes:
+                    rb = bench_batched(ds, row, RB1, P, C1, args, log)
+                    RB1 = rb if P == 1 else RB1
+                if P > 1 and "overlap" in modes:
                     bench_overlap(ds, row, R1, P, C1, args, log)
                     check_batched_advance(ds, row, log)  # last: it moves the resident B on
             finally:
@@ -213,8 +211,27 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log):
             row["error"] = f"{type(err).__name__}: {err}"
             log(traceback.format_exc())
         rows.append(row)
+        on_row()
         log(json.dumps({k: v for k, v in row.items() if not isinstance(v, list)}, default=str))
-    return rows
+
+
+def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1):
+    """One-shot from the shards' Parquet to C gathered in the original row order: kernel-only (efficiency against
+    ``T1``, the P = 1 kernel ms) and end-to-end timings into ``row``; returns the reference C (this C at P = 1)."""
+    C, tm = run_oneshot(plan, B, client, store=store, perm_key=key, repeats=args.repeats, spmm_kw=spmm_kw)
+    kernel = max(t["kernel_ms"] for t in tm)
+    T1 = kernel if P == 1 else T1
+    timing_runs = max(t["kernel_ms"] * t["repeats"] for t in tm)
+    row.update(kernel_ms=kernel, kernel_ms_per_gpu=[t["kernel_ms"] for t in tm],
+               kernel_eff=(T1 / (P * kernel)) if T1 else None, e2e_ms=tm[0]["wall_ms"] - timing_runs,
+               kernels=[t["kernel"] for t in tm], gpus=[t["gpu"] for t in tm],
+               bytes_in=[t["bytes_in"] for t in tm], send_all=[t["send_all"] for t in tm],
+               **{f"{s}_ms": max(t[f"{s}_ms"] for t in tm) for s in ("load", "h2d", "plan", "d2h")},
+               gather_ms=sum(t["gather_ms"] for t in tm))
+    if P == 1:
+        return C
+    row["oneshot_rel_err"] = rel_err(C, C1) if C1 is not None else None
+    return C1
 
 
 def bench_batched(ds, row, RB1, P, C1, args, log):
@@ -361,7 +378,7 @@ def main(argv=None) -> int:
                     B = to_host(xp.random.default_rng(args.seed).standard_normal((M.shape[1], args.n_cols),
                                                                                    dtype=xp.float32))
                     _free(xp)
-                    rows += bench_variant(client, M, perm, info, B, gpu_counts, store, args, log)
+                    bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, write_json)
                     del M, B
                     write_json()
                     if time.perf_counter() - started > args.budget_s:
