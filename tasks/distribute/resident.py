@@ -508,8 +508,14 @@ class DistributedSpmm:
                          batch_loop_ms=loop_ms)
         return CParts(self)
 
+    def __enter__(self) -> "DistributedSpmm":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
-        """Release the actors (their device memory is freed with them)."""
+        """Release the actors (their device memory is freed with them); also on leaving a ``with`` block."""
         self.client.cancel(self._futures)
         self.actors = []
 

@@ -245,8 +245,7 @@ def test_resident_batched_equals_single_steps_and_reference(client, case, n_part
     plan = make_plan(M, n_parts, perm=perm)
     parts_B = [B[plan.shard_rows(k)] for k in range(n_parts)]
     A64, B64 = A.astype(np.float64), B.astype(np.float64)
-    ds = DistributedSpmm(plan, client, M=M)
-    try:
+    with DistributedSpmm(plan, client, M=M) as ds:
         assert ds.transport == "dask"
         ds.run(parts_B)
         for _ in range(3):
@@ -286,16 +285,13 @@ def test_resident_batched_equals_single_steps_and_reference(client, case, n_part
         want = power(A64, B64, 6)
         np.testing.assert_allclose(nxt, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
         assert len(ds.history) == 10 and ds.history[-1]["batch_size"] == 2
-    finally:
-        ds.close()
 
 
 def test_resident_batched_without_advance_repeats_run(client, case):
     """advance=False: every iteration multiplies the resident B (the benchmark's timing mode), like run()."""
     A, perm, M, B, C_ref = case
     plan = make_plan(M, 2, perm=perm)
-    ds = DistributedSpmm(plan, client, M=M)
-    try:
+    with DistributedSpmm(plan, client, M=M) as ds:
         ds.scatter(B)
         C_run = ds.run().gather()
         parts = ds.iterate(3, advance=False)
@@ -304,54 +300,43 @@ def test_resident_batched_without_advance_repeats_run(client, case):
         parts = ds.iterate(2, advance=False)  # a second batch right after: new batch id, same result
         np.testing.assert_array_equal(parts.gather(), C_run)
         assert len(ds.history) == 6
-    finally:
-        ds.close()
 
 
 def test_resident_batched_overlap_split(client, case):
     A, perm, M, B, _ = case
     plan = make_plan(M, 3, perm=perm)
-    ds = DistributedSpmm(plan, client, M=M, overlap=True)
-    try:
+    with DistributedSpmm(plan, client, M=M, overlap=True) as ds:
         ds.scatter(B)
         parts = ds.iterate(3, [B[plan.shard_rows(k)] for k in range(3)])
         want = power(A.astype(np.float64), B.astype(np.float64), 3)
         np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
         assert all(h["overlap"] and h["batched"] for h in ds.history)
         assert all("+" in s["kernel"] for s in ds.history[-1]["shards"] if s["kernel"] != "empty")
-    finally:
-        ds.close()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3", None])
 def test_resident_batched_rejects_bad_n_iters(client, case, bad):
     A, perm, M, B, _ = case
     plan = make_plan(M, 2, perm=perm)
-    ds = DistributedSpmm(plan, client, M=M)
-    try:
+    with DistributedSpmm(plan, client, M=M) as ds:
         ds.scatter(B)
         with pytest.raises(ValueError, match="n_iters must be"):
             ds.iterate(bad)
         with pytest.raises(ValueError, match="n_iters must be"):
             ds.step(bad)
         assert ds.history == []
-    finally:
-        ds.close()
 
 
 def test_resident_batched_advance_needs_a_c(client, case):
     """iterate(n) advances first (C becomes B): without any C yet that is a clear error, not garbage."""
     A, perm, M, B, _ = case
     plan = make_plan(M, 2, perm=perm)
-    ds = DistributedSpmm(plan, client, M=M)
-    try:
+    with DistributedSpmm(plan, client, M=M) as ds:
         ds.scatter(B)
         with pytest.raises(RuntimeError, match="no C to advance from"):
             ds.iterate(2)
         assert ds.history == []
         np.testing.assert_allclose(ds.iterate(1, advance=False).gather(), A @ B, rtol=RTOL, atol=ATOL)
-    finally:
-        ds.close()
 
 
 def _break_compute(dask_worker, key, after):
@@ -379,8 +364,7 @@ def test_resident_batched_failure_mid_batch_raises_and_recovers(client, case):
     A, perm, M, B, _ = case
     plan = make_plan(M, 3, perm=perm)
     parts_B = [B[plan.shard_rows(k)] for k in range(3)]
-    ds = DistributedSpmm(plan, client, M=M)
-    try:
+    with DistributedSpmm(plan, client, M=M) as ds:
         key = ds._futures[1].key
         assert sum(client.run(_break_compute, key=key, after=1).values()) == 1
         with pytest.raises(RuntimeError, match="injected kernel failure"):
@@ -390,5 +374,3 @@ def test_resident_batched_failure_mid_batch_raises_and_recovers(client, case):
         parts = ds.iterate(3, parts_B)
         want = power(A.astype(np.float64), B.astype(np.float64), 3)
         np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
-    finally:
-        ds.close()
