@@ -1,5 +1,7 @@
-// Shared pieces of the ME-TCF SpMM kernels: one 16x8 sparse A tile times a 8x32 slice of B per warp with
-// TF32 mma.sync.m16n8k8, A tiles staged through shared memory with cp.async, B straight into registers.
+// Shared pieces of the ME-TCF SpMM kernels: one 16x8 sparse A tile times 8 x 32 (or 64: CFG_WARP_SLICES) columns
+// of B per warp with TF32 mma.sync.m16n8k8, B straight into registers. A reaches the mma fragment one of three
+// ways (KernelConfig): v6 (default) a dense fragment array, one float4 per lane; v2 a per-block bitmap with
+// popcount addressing into data; v0 tiles staged through shared memory with cp.async (one barrier per block).
 //
 // Register remapping (DTC-SpMM section 4.4.1): a warp owns 32 columns n0..n0+31 of B and C as four n8 tiles;
 // column j (0..7) of tile t is the actual column n0 + 4*j + t. The mma B fragment of lane (g = lane/4,
@@ -8,7 +10,8 @@
 // n0+8q+4+t: 8 contiguous columns per row, written as two float4.
 //
 // Input contract (checked by kernels/launch.py): docs/CONTRACTS.md ME-TCF arrays with row_window_offset and
-// tc_offset as int64, sparse_a_to_b as int32 (-1 = padding), tc_local_id uint8 (r*8+c), data float32;
+// tc_offset as int64, sparse_a_to_b as int32 (-1 = padding), tc_local_id uint8 (r*8+c), data float32, and the
+// launcher's bitmap or fragments + column pairs (docs/CONTRACTS.md, "Device-side arrays");
 // B row-major [K, N] float32, C row-major [M, N] float32; vec != 0 only when N % 4 == 0 and B, C are
 // 16-byte aligned. A non-finite value in a referenced row of B reaches all 16 rows of its window (a dense
 // 16x8 tile multiplies it by the tile's zeros); padding slots (-1) never read B.
