@@ -38,7 +38,8 @@ from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
 from kernels.spmm import wants_autotune  # noqa: E402
 
 SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen to fit one ~6-minute device call
-    "quick": [("rmat-s17", "rmat", "scale=17&edge_factor=16"), ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2")],
+    "quick": [("rmat-s17", "rmat", "scale=17&edge_factor=16"),
+              ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2")],
     "full": [("rmat-s17", "rmat", "scale=17&edge_factor=16"),
              ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2"),
              ("mesh3d-160", "mesh", "nx=160&ny=160&nz=160&stencil=27"),

@@ -35,13 +35,15 @@ def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list
                 report = proc.stdout + proc.stderr
                 spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", report)]
                 stack = [int(x) for x in re.findall(r"(\d+) bytes stack frame", report)]
-                res = {"file": cu.name, "arch": arch, "config": cfg_name, "ok": proc.returncode == 0, "spill_bytes": sum(spills),
-                       "stack_bytes": sum(stack), "command": " ".join(cmd), "report": report}
+                res = {"file": cu.name, "arch": arch, "config": cfg_name, "ok": proc.returncode == 0,
+                       "spill_bytes": sum(spills), "stack_bytes": sum(stack), "command": " ".join(cmd),
+                       "report": report}
                 results.append(res)
                 if verbose:
                     regs = re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", report, re.S)
-                    print(f"{cu.name} {arch} {cfg_name}: {'ok' if res['ok'] else 'FAILED'}; spills {res['spill_bytes']} B, "
-                          f"stack {res['stack_bytes']} B; registers {dict((k, int(v)) for k, v in regs)}")
+                    print(f"{cu.name} {arch} {cfg_name}: {'ok' if res['ok'] else 'FAILED'}; "
+                          f"spills {res['spill_bytes']} B, stack {res['stack_bytes']} B; "
+                          f"registers {dict((k, int(v)) for k, v in regs)}")
                     if not res["ok"]:
                         print(report)
     return results

@@ -285,8 +285,8 @@ def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelC
         grid, block = (meta["n_items"], chunks), (threads,)
         function("metcf_spmm_balanced", config)(
             grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data,
-                          dm.sparse_a_to_b, meta["item_window"], meta["part_ptr"], B, out, workspace, np.int64(dm.shape[0]),
-                          np.int64(N), np.int64(dm.n_blocks), np.int32(vec_ok)))
+                          dm.sparse_a_to_b, meta["item_window"], meta["part_ptr"], B, out, workspace,
+                          np.int64(dm.shape[0]), np.int64(N), np.int64(dm.n_blocks), np.int32(vec_ok)))
     if meta["n_combine"]:
         cthreads = config.combine_threads
         grid, block = (meta["n_combine"], min(MAX_GRID_Y, -(-config.window_rows * N // cthreads))), (cthreads,)
