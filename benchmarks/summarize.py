@@ -504,8 +504,28 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
         out += ["\"iter ms\" is one driver call per iteration (Dask actor round trip included); \"batched iter ms\" "
                 "is a batch of iterations in one actor call per GPU, its wall time / iterations; each efficiency "
                 "is T1 / (P · TP) against the P = 1 row of the same mode.", ""]
+    out += oneshot_breakdown(run.rows)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     return out + older_note(older) + targets(mgpu_targets(run)) + [reproduce("multi_gpu", run), ""]
+
+
+ONESHOT_PARTS = ("scatter_ms", "load_ms", "remap_ms", "h2d_ms", "plan_ms", "d2h_ms", "worker_ms",
+                 "last_gather_ms", "other_ms")
+
+
+def oneshot_breakdown(rows) -> list[str]:
+    """Where one-shot end-to-end time goes (rows measured with the itemized timings only)."""
+    have = [r for r in rows if "error" not in r and r.get("other_ms") is not None]
+    if not have:
+        return []
+    return ["One-shot end-to-end breakdown (ms; driver: scatter of shards and B or halo rows, gather of C; per GPU, "
+            "the slowest: load from Parquet, halo remap, host to device, plan (conversion, compile, selection), "
+            "device to host; along the path of the shard placed last: `worker` = its whole task less its timing "
+            "runs, `gather` its block, `other` = the rest of that path: Dask scheduling, inputs moving to the "
+            "worker, the block serialized back):", ""] + table(
+        ("kind", "order", "nnz", "P", "e2e", *(k[:-3] for k in ONESHOT_PARTS)),
+        [(r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("e2e_ms"), 0),
+          *(f(r.get(k), 0) for k in ONESHOT_PARTS)) for r in have])
 
 
 # ---------------------------------------------------------------------------------------------- convert, parse

@@ -58,16 +58,21 @@ def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, rep
     which case the shard's columns are renamed to positions in ``cols`` before the kernel runs. ``spmm_kw`` goes
     to ``SpmmPlan`` (e.g. ``autotune=False``). ``kernel_ms`` is the median of ``repeats`` runs after a warm-up.
     """
+    t_shard = time.perf_counter()
     on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
     S, load_ms, bytes_read = load_shard(shard)
+    t0 = time.perf_counter()
     if cols is not None:
         S = remap_columns(S, cols, np.arange(cols.shape[0], dtype=np.int64), cols.shape[0])
+    remap_ms = (time.perf_counter() - t0) * 1e3
     with dev.Timer(on_gpu) as h2d:
         B_dev = dev.to_device(np.ascontiguousarray(B_rows, dtype=np.float32), on_gpu)
     t0 = time.perf_counter()
     plan = dev.make_spmm_plan(S, on_gpu, spmm_kw=spmm_kw)
     plan_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
     C_dev, kernel_ms, _ = dev.time_kernel(plan, B_dev, on_gpu, max(int(repeats), 1))
+    timing_ms = (time.perf_counter() - t0) * 1e3  # the warm-up (and any autotune) plus the timed repeats
     with dev.Timer(on_gpu) as d2h:
         C = dev.to_host(C_dev)
     choice = str(plan.choice.get("kernel"))
@@ -75,7 +80,8 @@ def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, rep
     dev.release_device_memory(on_gpu)
     timings = {"shard": int(k), "worker": _worker_address(), "host": socket.gethostname(),
                "gpu": dev.device_name(on_gpu), "kernel": choice, "load_ms": load_ms,
-               "h2d_ms": h2d.ms, "plan_ms": plan_ms, "kernel_ms": kernel_ms, "d2h_ms": d2h.ms,
+               "remap_ms": remap_ms, "h2d_ms": h2d.ms, "plan_ms": plan_ms, "kernel_ms": kernel_ms,
+               "timing_ms": timing_ms, "d2h_ms": d2h.ms, "shard_ms": (time.perf_counter() - t_shard) * 1e3,
                "bytes_in": int(bytes_read + B_rows.nbytes), "bytes_out": int(C.nbytes), "n_blocks": S.n_blocks,
                "nnz": S.nnz, "b_rows": int(B_rows.shape[0]), "repeats": int(repeats)}
     return C, timings
@@ -108,10 +114,12 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None =
     succeeded. ``shard_fn`` replaces `run_shard` (same signature; fault injection in tests); ``spmm_kw`` goes to
     every shard's ``SpmmPlan``.
 
-    Returns ``(C float32 [M, N], timings)``: one dict per shard (see `run_shard`) plus driver-side ``attempts``,
-    ``gather_ms`` (fetching its block and placing it into C), ``send_all``, ``wall_ms`` (from scattering the
-    inputs to the last block placed) and
-    ``write_ms`` (0 without ``out``).
+    Returns ``(C float32 [M, N], timings)``: one dict per shard (see `run_shard`: load, remap, h2d, plan, kernel
+    median, timing = warm-up + timed repeats, d2h, shard = all of it on the worker) plus driver-side ``attempts``,
+    ``gather_ms`` (fetching its block and placing it into C), ``done_ms`` (when it was placed, from the first
+    scatter), ``send_all``, ``scatter_ms`` (the driver's time
+    scattering shards and B or halo rows, all shards), ``wall_ms`` (from the first scatter to the last block
+    placed) and ``write_ms`` (0 without ``out``).
     """
     from distributed import as_completed  # the driver's import; workers never need it
 
@@ -143,8 +151,12 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None =
         rows, cols = client.scatter([B32[cols], cols], workers=[worker], hash=False)
         return shard, rows, cols
 
+    scatter_ms = [0.0]  # driver time spent scattering shards and B (or halo rows) to the workers
+
     def submit(k: int, worker: str, retry: bool = False):
+        t0 = time.perf_counter()
         shard, rows, cols = inputs(k, worker, retry)
+        scatter_ms[0] += (time.perf_counter() - t0) * 1e3
         return client.submit(fn, k, shard, rows, cols, repeats=repeats, device=device, spmm_kw=spmm_kw,
                              workers=[worker],
                              allow_other_workers=True, pure=False, key=f"spmm-shard-{k}-{time.monotonic_ns()}")
@@ -182,7 +194,8 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None =
             ac.add(g)
             continue
         C[plan.shard_rows(k)] = C_k
-        t.update(attempts=attempts[k], gather_ms=(time.perf_counter() - t0) * 1e3, send_all=bool(send_all[k]))
+        t.update(attempts=attempts[k], gather_ms=(time.perf_counter() - t0) * 1e3, send_all=bool(send_all[k]),
+                 done_ms=(time.perf_counter() - t_start) * 1e3)
         timings[k] = t
         f.release()
     wall_ms = (time.perf_counter() - t_start) * 1e3
@@ -192,5 +205,5 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None =
         store.write_result(out, C, meta={"plan": plan.fingerprint(), "n_parts": plan.n_parts, **(meta or {})})
         write_ms = (time.perf_counter() - t0) * 1e3
     for t in timings:
-        t.update(wall_ms=wall_ms, write_ms=write_ms)
+        t.update(wall_ms=wall_ms, write_ms=write_ms, scatter_ms=scatter_ms[0])
     return C, timings

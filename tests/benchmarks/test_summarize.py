@@ -204,3 +204,21 @@ def test_convert_parse_and_missing_multi_gpu(summarize, results, tmp_path):
     assert "| `gen:rmat` | 6.00M | 160.0 | 0.8 (200.0) | 1.6 (100.0) | 1 | 2 |" in md
     mgpu = md.split("## Multi-GPU", 1)[1].split("\n## ", 1)[0]
     assert "Status: not run yet" in mgpu and mgpu.count("| not run |") == 3
+
+
+def test_multi_gpu_oneshot_breakdown_only_for_itemized_rows(summarize, results, tmp_path):
+    path = results / "multi_gpu-Test_GPU-2026-01-02.json"
+    out = tmp_path / "bench.md"
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    assert "One-shot end-to-end breakdown" not in out.read_text()  # older rows: no itemized timings
+    doc = json.loads(path.read_text())
+    parts = {"scatter_ms": 1000.0, "load_ms": 4000.0, "remap_ms": 5.0, "h2d_ms": 2000.0, "plan_ms": 800.0,
+             "d2h_ms": 1400.0, "worker_ms": 9000.0, "last_gather_ms": 5600.0, "other_ms": 12345.0}
+    doc["rows"][1] = {**doc["rows"][1], **parts}
+    path.write_text(json.dumps(doc))
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    body = out.read_text().split("One-shot end-to-end breakdown", 1)[1]
+    line = next(ln for ln in body.splitlines() if ln.startswith("| sbm |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[-1] == "12345" and cells[-3] == "9000" and len([ln for ln in body.splitlines()
+                                                                  if ln.startswith("| sbm |")]) == 1
