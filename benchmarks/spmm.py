@@ -95,7 +95,7 @@ class Case:
         self.A, self.nnz, self.shape = A, int(A.nnz), tuple(int(s) for s in A.shape)
         d = [cupy.asarray(x) for x in (A.indptr, A.indices, A.data)]
 
-        def conv():  # CSR on the device -> the arrays the kernels read (ME-TCF + per-block bitmaps)
+        def conv():  # CSR on the device -> the arrays the kernels read (ME-TCF + fragments or bitmaps)
             a = csr_to_metcf_gpu(d[0], d[1], d[2], self.shape)
             dm = launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
                                            a["sparse_a_to_b"], a["data"])
