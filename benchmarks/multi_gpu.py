@@ -16,11 +16,13 @@ community order; ``tca`` = tasks.reorder's TCA when asked), and P in the GPU cou
 - resident batched: the same iterations as one batch of ``--iters`` in one actor call per GPU
   (``DistributedSpmm.iterate``, after a warm-up batch), so the Dask round trip is paid once per batch:
   ``resident_batched_iter_ms`` = batch wall time / ``--iters``, efficiency against the P = 1 batched iteration;
-- at P > 1, with the overlapped halo exchange (per call) too.
+- at P > 1, with the overlapped halo exchange (the own-column kernel runs while NCCL moves the halo rows, the
+  halo-column kernel then adds into C), per call and batched.
 
-C of every P > 1 run (one-shot, resident, batched, overlapped) is checked against the single-GPU one-shot C (TF32:
-relative Frobenius error < 1e-3); a batch of 2 advancing iterations (C becomes B inside the call) is checked
-against a per-call iteration on the B it left. Writes ``benchmarks/results/multi_gpu-<machine>-<date>.json`` and
+C of every P > 1 run (one-shot, resident, batched, overlapped) is checked against the single-GPU C (TF32:
+relative Frobenius error < 1e-3) on ``--check-rows`` rows drawn at random (fetched from their shards with
+`CParts.rows`: gathering a 4 GB C per check would take longer than the runs; 0 checks every row); a batch of 2
+advancing iterations (C becomes B inside the call) is checked against a per-call iteration on the B it left. Writes ``benchmarks/results/multi_gpu-<machine>-<date>.json`` and
 prints a table last.
 ``--cpu``: the same pipeline with NumPy on CPU workers and tiny sizes (a smoke test of the logic, no timings).
 """
@@ -48,7 +50,7 @@ from tasks.distribute.synth import metcf_from_keys, relabel, rmat_keys, sbm_keys
 
 TF32_RTOL = 1e-3  # relative Frobenius error between two TF32 runs with different shard splits
 ERRS = ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
-        "resident_batched_advance_rel_err")  # each checked against TF32_RTOL
+        "resident_batched_overlap_rel_err", "resident_batched_advance_rel_err")  # each checked against TF32_RTOL
 
 
 def parse_args(argv=None):
@@ -58,7 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--nnz", default="100e6", help="target nonzeros per matrix, comma-separated (50e6..500e6)")
     p.add_argument("--kinds", default="rmat,sbm")
     p.add_argument("--orders", default="none,natural", help="none, natural, tca (TCA only up to --tca-max-nnz)")
-    p.add_argument("--tca-max-nnz", type=float, default=60e6)
+    p.add_argument("--tca-max-nnz", type=float, default=150e6)
+    p.add_argument("--check-rows", type=int, default=1 << 16,
+                   help="rows of C compared with the single-GPU C per check (random, seeded; 0 = all)")
     p.add_argument("--gpus", default=None, help="GPU counts, default 1,2 (and 4 when present)")
     p.add_argument("--n-cols", type=int, default=256)
     p.add_argument("--repeats", type=int, default=20)
@@ -162,7 +166,10 @@ def rel_err(C, ref) -> float:
 def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, on_row):
     """All P for one matrix variant: each row appended to ``rows``, then ``on_row()`` (the JSON is rewritten per
     row, so a call cut off by its time limit keeps what it measured)."""
-    C1 = None
+    C1 = None  # the single-GPU C at the checked rows
+    n_rows = M.shape[0]
+    check = np.arange(n_rows) if args.check_rows <= 0 or args.check_rows >= n_rows else \
+        np.sort(np.random.default_rng(args.seed + 11).choice(n_rows, args.check_rows, replace=False))
     spmm_kw = {} if args.autotune else {"autotune": False}
     plans = {P: make_plan(M, P, perm=perm) for P in gpu_counts}
     key = f"{info['order']}-bench"
@@ -177,7 +184,7 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
         row = {**info, "P": P, "persist_s": persist_s, "shard_blocks": plan.n_blocks.tolist()}
         try:
             if "oneshot" in modes:
-                C1 = bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1)
+                C1 = bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, check)
                 T1 = row["kernel_ms"] if P == 1 else T1
             ds = DistributedSpmm(plan, client, M=M, spmm_kw=spmm_kw)
             try:
@@ -197,15 +204,18 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
                            halo_recv_bytes=[s["halo_bytes_recv"] for s in last],
                            halo_sent_bytes=[s["halo_bytes_sent"] for s in last])
                 if P == 1 and C1 is None:
-                    C1 = parts.gather()  # the reference when one-shot did not run
+                    C1 = parts.rows(check)  # the reference when one-shot did not run
                 elif P > 1 and C1 is not None:
-                    row["resident_rel_err"] = rel_err(parts.gather(), C1)
+                    row["resident_rel_err"] = rel_err(parts.rows(check), C1)
+                row["checked_rows"] = int(check.shape[0])
                 if "batched" in modes:
-                    rb = bench_batched(ds, row, RB1, P, C1, args, log)
+                    rb = bench_batched(ds, row, RB1, P, C1, check, args, log)
                     RB1 = rb if P == 1 else RB1
                 if P > 1 and "overlap" in modes:
-                    bench_overlap(ds, row, R1, P, C1, args, log)
-                    check_batched_advance(ds, row, log)  # last: it moves the resident B on
+                    bench_overlap(ds, row, R1, P, C1, check, args, log)
+                    if "batched" in modes:  # the split plans are set: a batch of overlapped iterations
+                        bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched_overlap")
+                    check_batched_advance(ds, row, check, log)  # last: it moves the resident B on
             finally:
                 ds.close()
         except Exception as err:  # keep going: one failing configuration must not hide the others
@@ -216,9 +226,10 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
         log(json.dumps({k: v for k, v in row.items() if not isinstance(v, list)}, default=str))
 
 
-def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1):
+def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, check):
     """One-shot from the shards' Parquet to C gathered in the original row order: kernel-only (efficiency against
-    ``T1``, the P = 1 kernel ms) and end-to-end timings into ``row``; returns the reference C (this C at P = 1)."""
+    ``T1``, the P = 1 kernel ms) and end-to-end timings into ``row``; returns the reference (this C's ``check``
+    rows at P = 1)."""
     C, tm = run_oneshot(plan, B, client, store=store, perm_key=key, repeats=args.repeats, spmm_kw=spmm_kw)
     kernel = max(t["kernel_ms"] for t in tm)
     T1 = kernel if P == 1 else T1
@@ -238,36 +249,37 @@ def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1):
                **{f"{s}_ms": max(t[f"{s}_ms"] for t in tm) for s in ("load", "h2d", "plan", "d2h")},
                gather_ms=sum(t["gather_ms"] for t in tm))
     if P == 1:
-        return C
-    row["oneshot_rel_err"] = rel_err(C, C1) if C1 is not None else None
+        return C[check]
+    row["oneshot_rel_err"] = rel_err(C[check], C1) if C1 is not None else None
     return C1
 
 
-def bench_batched(ds, row, RB1, P, C1, args, log):
+def bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched"):
     """``--iters`` resident iterations in one actor call per shard (after a warm-up batch), each multiplying the
-    resident B like the per-call loop (advance=False: the same work, B left as it was). Returns the batched ms
-    per iteration (None on failure)."""
+    resident B like the per-call loop (advance=False: the same work, B left as it was), with ``ds``'s overlap
+    setting; results under ``<key>_*``, efficiency against ``RB1`` (the P = 1 batched ms). Returns the batched
+    ms per iteration (None on failure)."""
     try:
         ds.iterate(args.iters, advance=False)  # warm-up batch
         parts = ds.iterate(args.iters, advance=False)
         hist = ds.history[-args.iters:]
         it = hist[-1]["batch_ms"] / args.iters
         RB1 = it if P == 1 else RB1
-        row.update(resident_batched_iters=args.iters, resident_batched_iter_ms=it,
-                   resident_batched_iter_eff=(RB1 / (P * it)) if RB1 else None,
-                   resident_batched_loop_ms=hist[-1]["batch_loop_ms"] / args.iters,
-                   resident_batched_exchange_ms=float(np.median([h["exchange_ms"] for h in hist])),
-                   resident_batched_kernel_ms=float(np.median([h["kernel_ms"] for h in hist])))
+        row.update({f"{key}_iters": args.iters, f"{key}_iter_ms": it,
+                    f"{key}_iter_eff": (RB1 / (P * it)) if RB1 else None,
+                    f"{key}_loop_ms": hist[-1]["batch_loop_ms"] / args.iters,
+                    f"{key}_exchange_ms": float(np.median([h["exchange_ms"] for h in hist])),
+                    f"{key}_kernel_ms": float(np.median([h["kernel_ms"] for h in hist]))})
         if P > 1 and C1 is not None:
-            row["resident_batched_rel_err"] = rel_err(parts.gather(), C1)
+            row[f"{key}_rel_err"] = rel_err(parts.rows(check), C1)
         return it
     except Exception as err:  # the per-call resident numbers stand on their own
-        row["batched_error"] = f"{type(err).__name__}: {err}"
+        row[f"{key.removeprefix('resident_')}_error"] = f"{type(err).__name__}: {err}"
         log(traceback.format_exc())
         return None
 
 
-def check_batched_advance(ds, row, log) -> None:
+def check_batched_advance(ds, row, check, log) -> None:
     """A batch of 2 advancing iterations (C becomes B, halo exchange, kernel, all inside one call per shard) ends
     with C = A @ B_left, B_left the B it advanced to; a per-call `run` then multiplies that same B with a fresh
     exchange: the two C must agree (an in-batch exchange or kernel reading rows from before the advance would
@@ -275,14 +287,14 @@ def check_batched_advance(ds, row, log) -> None:
     try:
         if ds.overlap:
             ds.set_overlap(False)
-        C_batched = ds.iterate(2).gather()
-        row["resident_batched_advance_rel_err"] = rel_err(C_batched, ds.run().gather())
+        C_batched = ds.iterate(2).rows(check)
+        row["resident_batched_advance_rel_err"] = rel_err(C_batched, ds.run().rows(check))
     except Exception as err:
         row["batched_error"] = f"{type(err).__name__}: {err}"
         log(traceback.format_exc())
 
 
-def bench_overlap(ds, row, R1, P, C1, args, log) -> None:
+def bench_overlap(ds, row, R1, P, C1, check, args, log) -> None:
     """Resident iterations with the halo exchange overlapped by the own-column kernel (split plans)."""
     try:
         ds.set_overlap(True)
@@ -295,7 +307,7 @@ def bench_overlap(ds, row, R1, P, C1, args, log) -> None:
                    iter_compute_ms_overlap=float(np.median([h["kernel_ms"] for h in hist])),
                    iter_exchange_ms_overlap=float(np.median([h["exchange_ms"] for h in hist])))
         if C1 is not None:
-            row["resident_overlap_rel_err"] = rel_err(parts.gather(), C1)
+            row["resident_overlap_rel_err"] = rel_err(parts.rows(check), C1)
     except Exception as err:  # the plain resident numbers stand on their own
         row["overlap_error"] = f"{type(err).__name__}: {err}"
         log(traceback.format_exc())
@@ -317,7 +329,8 @@ def _mega(n) -> str:
 
 def fmt_table(rows) -> str:
     head = ("kind", "order", "nnz", "P", "kern ms", "eff", "e2e ms", "load", "h2d", "d2h", "gather",
-            "iter ms", "xchg", "it eff", "ovl eff", "batch ms", "batch eff", "via", "halo MB/gpu", "err")
+            "iter ms", "xchg", "it eff", "ovl eff", "batch ms", "batch eff", "b.ovl ms", "b.ovl eff", "via",
+            "halo MB/gpu", "err")
     lines = [" | ".join(f"{h:>9}" for h in head)]
     f = lambda v, p=1: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
     for r in rows:
@@ -332,6 +345,7 @@ def fmt_table(rows) -> str:
                 f(r.get("d2h_ms"), 0), f(r.get("gather_ms"), 0), f(r.get("iter_ms"), 2),
                 f(r.get("iter_exchange_ms"), 2), f(r.get("iter_eff"), 3), f(r.get("iter_eff_overlap"), 3),
                 f(r.get("resident_batched_iter_ms"), 2), f(r.get("resident_batched_iter_eff"), 3),
+                f(r.get("resident_batched_overlap_iter_ms"), 2), f(r.get("resident_batched_overlap_iter_eff"), 3),
                 r.get("transport", "-"), f"{halo:.1f}",
                 "-" if r["P"] == 1 else f"{err:.1e}")
         lines.append(" | ".join(f"{v:>9}" for v in vals))
@@ -395,7 +409,8 @@ def main(argv=None) -> int:
                         log(f"skip {skipped[-1]}")
                         break
     out, doc = write_json()
-    bad = [r for r in rows if "error" in r or "batched_error" in r or max(r.get(k) or 0.0 for k in ERRS) > TF32_RTOL]
+    bad = [r for r in rows if any(f"{e}error" in r for e in ("", "batched_", "batched_overlap_", "overlap_"))
+           or max(r.get(k) or 0.0 for k in ERRS) > TF32_RTOL]
     print(f"\nwrote {out} ({doc['wall_s']:.0f} s); {len(bad)} failing rows; skipped: {skipped or 'none'}")
     print(fmt_table(rows))
     return 1 if bad else 0

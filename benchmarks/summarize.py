@@ -430,26 +430,30 @@ def reorder_section(runs, v0, older) -> list[str]:
 MGPU_LIMITS = {"kernel_eff": 0.95, "iter_eff_2gpu_100M": 0.75}  # as multi_gpu.py; a file's own "targets" win
 MGPU_TARGETS = [("kernel-only strong-scaling efficiency, every P > 1 row", "≥ 95%"),
                 (f"resident per-iteration efficiency at 2 GPUs, nnz ≥ {NNZ_100M_FLOOR / 1e6:.0f}M (batched: "
-                 "iterations in one actor call per GPU, where measured; else best of per-call plain / overlapped "
-                 "halo exchange)", "≥ 75%"),
+                 "iterations in one actor call per GPU, the better of plain and overlapped halo exchange, where "
+                 "measured; else best of per-call plain / overlapped)", "≥ 75%"),
                 ("halo shrink from reordering (halo bytes received, none / reordered, P > 1)", "> 1x")]
 
 MGPU_ERRS = ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
-             "resident_batched_advance_rel_err")
+             "resident_batched_overlap_rel_err", "resident_batched_advance_rel_err")
+BATCHED_EFFS = ("resident_batched_iter_eff", "resident_batched_overlap_iter_eff")
 
 
 def resident_eff(r):
-    """The resident efficiency a row is judged by: the batched one when measured, else the best per-call one."""
-    if r.get("resident_batched_iter_eff") is not None:
-        return r["resident_batched_iter_eff"]
+    """The resident efficiency a row is judged by: the better batched one when measured, else the best per-call
+    one."""
+    batched = [r[k] for k in BATCHED_EFFS if r.get(k) is not None]
+    if batched:
+        return max(batched)
     return max((x for x in (r.get("iter_eff"), r.get("iter_eff_overlap")) if x is not None), default=None)
 
 
 def resident_measured(r) -> str:
     per_call = f"plain {f(r.get('iter_eff'), 3)}, overlap {f(r.get('iter_eff_overlap'), 3)}"
-    if r.get("resident_batched_iter_eff") is None:
+    if all(r.get(k) is None for k in BATCHED_EFFS):
         return per_call
-    return f"batched {f(r['resident_batched_iter_eff'], 3)} (per call: {per_call})"
+    return (f"batched {f(r.get('resident_batched_iter_eff'), 3)}, batched overlap "
+            f"{f(r.get('resident_batched_overlap_iter_eff'), 3)} (per call: {per_call})")
 
 
 def mgpu_targets(run) -> list[tuple]:
@@ -484,19 +488,21 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
     run, rows = runs[0], []
     for r in run.rows:
         if "error" in r:
-            rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], "ERROR: " + r["error"][:80], *("",) * 12))
+            rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], "ERROR: " + r["error"][:80], *("",) * 14))
             continue
         err = max(r.get(k) or 0.0 for k in MGPU_ERRS)
         batched = f(r.get("resident_batched_iter_ms")) + (" (failed)" if r.get("batched_error") else "")
         rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("kernel_ms")), f(r.get("kernel_eff"), 3),
                      f(r.get("e2e_ms"), 0), f(r.get("iter_ms")), f(r.get("iter_exchange_ms")), f(r.get("iter_eff"), 3),
                      f(r.get("iter_eff_overlap"), 3), batched, f(r.get("resident_batched_iter_eff"), 3),
+                     f(r.get("resident_batched_overlap_iter_ms")), f(r.get("resident_batched_overlap_iter_eff"), 3),
                      r.get("transport", "–"),
                      f"{max(r.get('halo_recv_bytes') or [0]) / 2**20:.1f}", "–" if r["P"] == 1 else f"{err:.1e}",
                      ",".join(sorted(set(r.get("kernels") or []))) or "–"))
     out = ["## Multi-GPU strong scaling", ""] + env(run)
     out += table(("kind", "order", "nnz", "P", "kernel ms", "kernel eff", "e2e ms", "iter ms", "exchange ms",
-                  "iter eff", "overlap eff", "batched iter ms", "batched eff", "via", "halo MB/GPU", "max rel err",
+                  "iter eff", "overlap eff", "batched iter ms", "batched eff", "batched overlap ms",
+                  "batched overlap eff", "via", "halo MB/GPU", "max rel err",
                   "kernel per shard"), rows)
     out += ["\"kernel per shard\" is what each shard's selector ran: where it says cusparse, the efficiencies are "
             "those of cuSPARSE split over the GPUs, not of the Tensor Core kernel.", ""]

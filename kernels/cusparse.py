@@ -55,6 +55,7 @@ class CusparseSpmm:
         self.handle = cupy.cuda.device.get_cusparse_handle()
         self._lib = _libcusparse()
         self._alpha, self._beta = np.ones(1, np.float32), np.zeros(1, np.float32)
+        self._beta_add = np.ones(1, np.float32)  # accumulate: C = A B + 1 C
         self.descr_a = cusparse.createCsr(self.shape[0], self.shape[1], self.nnz, self.indptr.data.ptr,
                                           self.indices.data.ptr, self.data.data.ptr, itype, itype,
                                           cusparse.CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F)
@@ -97,31 +98,36 @@ class CusparseSpmm:
         st["buffers"][alg] = buf
         return buf
 
-    def _check_b(self, B, out):
+    def _check_b(self, B, out, accumulate: bool = False):
         cupy = self._cupy
         if not isinstance(B, cupy.ndarray) or B.dtype != cupy.float32 or B.ndim != 2 or not B.flags.c_contiguous:
             raise TypeError("B must be a C-contiguous 2-D cupy float32 array")
         if B.shape[0] != self.shape[1]:
             raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {self.shape[1]}")
         N = int(B.shape[1])
+        if out is None and accumulate:
+            raise ValueError("accumulate=True adds A @ B to out: pass out")
         if out is None:
             out = cupy.empty((self.shape[0], N), dtype=cupy.float32)
         elif out.shape != (self.shape[0], N) or out.dtype != cupy.float32 or not out.flags.c_contiguous:
             raise ValueError(f"out must be C-contiguous float32 {(self.shape[0], N)}, got {out.dtype} {out.shape}")
         return out, N
 
-    def run(self, B, out=None, algorithm: str | None = None):
-        """C = A @ B with `algorithm` (default: the tuned best for this N, else CSR_ALG2)."""
-        out, N = self._check_b(B, out)
+    def run(self, B, out=None, algorithm: str | None = None, *, accumulate: bool = False):
+        """C = A @ B with `algorithm` (default: the tuned best for this N, else CSR_ALG2); ``accumulate``:
+        out += A @ B (beta = 1)."""
+        out, N = self._check_b(B, out, accumulate)
         if self.nnz == 0 or N == 0:
-            out.fill(0)
+            if not accumulate:
+                out.fill(0)
             return out
         alg = algorithm or self.best.get(N, "CSR_ALG2")
         st = self._state(N, B, out)
         buf = self._prepare(st, alg)
         cs = self._cs
         op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
-        cs.spMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, st["b"], self._beta.ctypes.data, st["c"],
+        beta = self._beta_add if accumulate else self._beta
+        cs.spMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, st["b"], beta.ctypes.data, st["c"],
                 CUDA_R_32F, ALGORITHMS[alg], buf.data.ptr)
         return out
 

@@ -217,7 +217,10 @@ def balance_metadata(dm: KernelArrays, config: KernelConfig = CONFIG) -> dict:
     return dm._balance
 
 
-def _check_b_out(dm: KernelArrays, B, out):
+FLAG_VEC, FLAG_ADD = 1, 2  # the kernels' `flags` argument (metcf_spmm.cu)
+
+
+def _check_b_out(dm: KernelArrays, B, out, accumulate: bool = False):
     import cupy
 
     if not isinstance(B, cupy.ndarray) or B.dtype != cupy.float32 or B.ndim != 2 or not B.flags.c_contiguous:
@@ -230,11 +233,13 @@ def _check_b_out(dm: KernelArrays, B, out):
     if N < 1:
         raise ValueError("B has 0 columns, expected N >= 1")
     if out is None:
+        if accumulate:
+            raise ValueError("accumulate=True adds A @ B to out: pass out")
         out = cupy.empty((n_rows, N), dtype=cupy.float32)
     elif out.dtype != cupy.float32 or out.shape != (n_rows, N) or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 of shape {(n_rows, N)}, got {out.dtype} {out.shape}")
     vec_ok = N % 4 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
-    return out, N, vec_ok
+    return out, N, (FLAG_VEC if vec_ok else 0) | (FLAG_ADD if accumulate else 0)
 
 
 def _spmm_block(N: int, config: KernelConfig, windows: int = 1) -> tuple[int, int]:
@@ -248,11 +253,10 @@ def _spmm_block(N: int, config: KernelConfig, windows: int = 1) -> tuple[int, in
     return threads, chunks
 
 
-def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG):
-    """C = A @ B, one thread block per (windows_per_block windows, column chunk). Writes every element of out."""
-    import cupy
-
-    out, N, vec_ok = _check_b_out(dm, B, out)
+def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *, accumulate: bool = False):
+    """C = A @ B, one thread block per (windows_per_block windows, column chunk). Writes every element of out
+    (``accumulate``: out += A @ B, each element read and written once)."""
+    out, N, flags = _check_b_out(dm, B, out, accumulate)
     if dm.n_windows == 0:
         return out
     wpb = config.windows_per_block
@@ -260,7 +264,7 @@ def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG):
     grid, block = (-(-dm.n_windows // wpb), chunks), (threads,)
     function("metcf_spmm_window", config)(
         grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data,
-                      dm.sparse_a_to_b, B, out, np.int64(dm.shape[0]), np.int64(N), np.int32(vec_ok)))
+                      dm.sparse_a_to_b, B, out, np.int64(dm.shape[0]), np.int64(N), np.int32(flags)))
     return out
 
 
@@ -269,11 +273,13 @@ def workspace_elems(dm: KernelArrays, N: int, config: KernelConfig = CONFIG) -> 
     return balance_metadata(dm, config)["n_slots"] * config.window_rows * int(N)
 
 
-def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelConfig = CONFIG):
-    """C = A @ B with strict balance (BPI TC blocks per thread block) and a deterministic combine pass."""
+def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelConfig = CONFIG, *,
+                  accumulate: bool = False):
+    """C = A @ B with strict balance (BPI TC blocks per thread block) and a deterministic combine pass
+    (``accumulate``: out += A @ B)."""
     import cupy
 
-    out, N, vec_ok = _check_b_out(dm, B, out)
+    out, N, flags = _check_b_out(dm, B, out, accumulate)
     if dm.n_windows == 0:
         return out
     meta = balance_metadata(dm, config)
@@ -286,13 +292,13 @@ def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelC
         function("metcf_spmm_balanced", config)(
             grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data,
                           dm.sparse_a_to_b, meta["item_window"], meta["part_ptr"], B, out, workspace,
-                          np.int64(dm.shape[0]), np.int64(N), np.int64(dm.n_blocks), np.int32(vec_ok)))
+                          np.int64(dm.shape[0]), np.int64(N), np.int64(dm.n_blocks), np.int32(flags)))
     if meta["n_combine"]:
         cthreads = config.combine_threads
         grid, block = (meta["n_combine"], min(MAX_GRID_Y, -(-config.window_rows * N // cthreads))), (cthreads,)
         function("metcf_combine", config)(
             grid, block, (meta["combine_windows"], meta["part_ptr"], workspace, out, np.int64(dm.shape[0]),
-                          np.int64(N)))
+                          np.int64(N), np.int32(flags)))
     return out
 
 

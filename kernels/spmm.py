@@ -146,23 +146,23 @@ class SpmmPlan:
                                      f"({choice['reason']})"})
         return choice
 
-    def _launch(self, kernel: str, B, out):
+    def _launch(self, kernel: str, B, out, accumulate: bool = False):
         from kernels import launch
 
         if kernel == "metcf-window":
-            return launch.spmm_window(self._dm, B, out, self.config)
+            return launch.spmm_window(self._dm, B, out, self.config, accumulate=accumulate)
         if kernel == "metcf-balanced":
             need = launch.workspace_elems(self._dm, B.shape[1], self.config)
             if self._workspace is None or self._workspace.size < need:
                 import cupy
 
                 self._workspace = cupy.empty(max(need, 1), dtype=cupy.float32)
-            return launch.spmm_balanced(self._dm, B, out, self._workspace, self.config)
+            return launch.spmm_balanced(self._dm, B, out, self._workspace, self.config, accumulate=accumulate)
         if kernel == "cusparse":
             op = self._cusparse_op()
             if B.shape[1] not in op.best:
-                op.tune(B, out)
-            return op.run(B, out)
+                op.tune(B)  # into a scratch C: out may hold what accumulate adds to
+            return op.run(B, out, accumulate=accumulate)
         raise ValueError(f"unknown kernel {kernel!r}")
 
     def _time(self, kernel: str, B, *, repeats: int, warmup: int) -> float:
@@ -174,14 +174,21 @@ class SpmmPlan:
         return median_ms(lambda: self._launch(kernel, B, out), repeats=repeats, warmup=warmup)
 
     # ----- public -----
-    def run(self, B, out=None, *, kernel: str | None = None):
-        """C = A @ B. NumPy B -> NumPy C; CuPy B -> CuPy C (on the GPU path). `kernel` overrides the choice."""
+    def run(self, B, out=None, *, kernel: str | None = None, accumulate: bool = False):
+        """C = A @ B. NumPy B -> NumPy C; CuPy B -> CuPy C (on the GPU path). `kernel` overrides the choice.
+        ``accumulate``: out += A @ B (out required; on the GPU without an extra pass over C), for a product
+        split over A's columns, e.g. a resident shard's own and halo columns."""
+        if accumulate and out is None:
+            raise ValueError("accumulate=True adds A @ B to out: pass out")
         if self.device == "cpu":
             from kernels.reference import metcf_spmm
 
             C = metcf_spmm(self._metcf, np.asarray(B)).astype(np.float32)
             if out is not None:
-                out[...] = C
+                if accumulate:
+                    out += C.reshape(out.shape)
+                else:
+                    out[...] = C
                 return out
             return C
         import cupy
@@ -202,13 +209,16 @@ class SpmmPlan:
         dev_out = None
         if out is not None and not on_host:
             dev_out = out.reshape(self.shape[0], N) if vector else out
-        C = self._launch(kernel, Bd, dev_out)
+        C = self._launch(kernel, Bd, dev_out, accumulate and dev_out is not None)
         if vector:
             C = C.reshape(-1)
         if on_host:
             host = cupy.asnumpy(C)  # synchronize!
             if out is not None:
-                out[...] = host
+                if accumulate:
+                    out += host.reshape(out.shape)
+                else:
+                    out[...] = host
                 return out
             return host
         return C

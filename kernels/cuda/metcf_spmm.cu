@@ -88,6 +88,12 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
   } while (0)
 #endif
 
+// The SpMM kernels' `flags` argument (kernels/launch.py builds it): FLAG_VEC, B and C rows may be read and written
+// as float4 (N % 4 == 0, 16-byte aligned); FLAG_ADD, C += A B instead of C = A B (split A, deterministic: each C
+// element is read and written by one thread, once).
+#define FLAG_VEC 1
+#define FLAG_ADD 2
+
 struct NoFlush {
   __device__ void operator()(i64, Acc&) const {}
 };
@@ -97,10 +103,12 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_
                       const unsigned char* __restrict__ tc_local_id, const uint4* __restrict__ bitmap,
                       const float* __restrict__ frag, const float* __restrict__ data, const int* __restrict__ a_to_b,
                       const float* __restrict__ B,
-                      float* __restrict__ C, i64 M, i64 N, int vec_ok) {
+                      float* __restrict__ C, i64 M, i64 N, int flags) {
   // Warp -> (window, column slice of WARP_N = 32 x CFG_WARP_SLICES): a block holds CFG_WINDOWS_PER_BLOCK
   // consecutive windows x `slices` consecutive slices (blockDim.x = 32 x CFG_WINDOWS_PER_BLOCK x slices, set by
   // kernels/launch.py).
+  const int vec_ok = flags & FLAG_VEC;
+  const bool add = (flags & FLAG_ADD) != 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slices = (int)(blockDim.x >> 5) / CFG_WINDOWS_PER_BLOCK;
   const i64 w = (i64)blockIdx.x * CFG_WINDOWS_PER_BLOCK + warp / slices;
@@ -110,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_
   zero_acc(acc);
   RUN_PIPELINE(row_window_offset[w], row_window_offset[w + 1], NoFlush());
   const i64 row0 = w * CFG_WINDOW_ROWS;
-  store_accs(C + row0 * N, acc, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, lane);
+  store_accs(C + row0 * N, acc, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, add, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MIN_BLOCKS_PER_SM)
@@ -119,7 +127,9 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MI
                         const float* __restrict__ frag, const float* __restrict__ data,
                         const int* __restrict__ a_to_b, const i64* __restrict__ item_window,
                         const i64* __restrict__ part_ptr, const float* __restrict__ B, float* __restrict__ C,
-                        float* __restrict__ workspace, i64 M, i64 N, i64 n_blocks, int vec_ok) {
+                        float* __restrict__ workspace, i64 M, i64 N, i64 n_blocks, int flags) {
+  const int vec_ok = flags & FLAG_VEC;
+  const bool add = (flags & FLAG_ADD) != 0;  // applies to C only; workspace slots are always overwritten
   const i64 item = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 n0 = ((i64)blockIdx.y * (blockDim.x >> 5) + warp) * WARP_N;
@@ -133,10 +143,10 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MI
     if (b + 1 != w_end && b + 1 != b_end) return;  // window w continues inside this item
     if (w_begin >= b_begin && w_end <= b_end) {  // the whole window is in this item: write C
       const i64 row0 = w * CFG_WINDOW_ROWS;
-      store_accs(C + row0 * N, a, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, lane);
+      store_accs(C + row0 * N, a, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, add, lane);
     } else {  // a piece of a split window: its workspace slot, summed later by metcf_combine
       const i64 slot = part_ptr[w] + (item - w_begin / CFG_BLOCKS_PER_ITEM);
-      store_accs(workspace + slot * CFG_WINDOW_ROWS * N, a, CFG_WINDOW_ROWS, N, n0, vec_ok != 0, lane);
+      store_accs(workspace + slot * CFG_WINDOW_ROWS * N, a, CFG_WINDOW_ROWS, N, n0, vec_ok != 0, false, lane);
     }
     zero_acc(a);
     if (b + 1 < b_end) {  // advance to the window of block b + 1, skipping windows without blocks
@@ -150,7 +160,7 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MI
 
 extern "C" __global__ void __launch_bounds__(CFG_COMBINE_THREADS)
     metcf_combine(const i64* __restrict__ windows, const i64* __restrict__ part_ptr,
-                  const float* __restrict__ workspace, float* __restrict__ C, i64 M, i64 N) {
+                  const float* __restrict__ workspace, float* __restrict__ C, i64 M, i64 N, int flags) {
   const i64 w = windows[blockIdx.x];
   const i64 s0 = part_ptr[w], s1 = part_ptr[w + 1];
   const i64 row0 = w * CFG_WINDOW_ROWS;
@@ -159,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(CFG_COMBINE_THREADS)
   for (i64 e = (i64)blockIdx.y * blockDim.x + threadIdx.x; e < elems; e += (i64)gridDim.y * blockDim.x) {
     float sum = 0.0f;
     for (i64 slot = s0; slot < s1; ++slot) sum += workspace[slot * slot_elems + e];  // slot order: fixed
-    C[row0 * N + e] = sum;
+    C[row0 * N + e] = (flags & FLAG_ADD) ? C[row0 * N + e] + sum : sum;
   }
 }
 

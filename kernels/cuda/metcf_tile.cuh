@@ -142,8 +142,9 @@ __device__ __forceinline__ void warp_tile_mma(float (&acc)[4][4], const TileStag
 }
 
 // Write a warp's 16x32 accumulator (remapped) to dst rows 0..rows-1 (row stride N), columns n0..n0+31 (< N).
+// add: dst += the accumulator (C = C + A B for a caller that splits A's columns), else dst = the accumulator.
 __device__ __forceinline__ void store_acc(float* __restrict__ dst, const float (&acc)[4][4], int rows, i64 N,
-                                          i64 n0, bool vec, int lane) {
+                                          i64 n0, bool vec, bool add, int lane) {
   const int g = lane >> 2, q = lane & 3;
   const i64 n = n0 + 8 * q;
 #pragma unroll
@@ -152,14 +153,20 @@ __device__ __forceinline__ void store_acc(float* __restrict__ dst, const float (
     if (r >= rows) continue;
     float* row = dst + (i64)r * N;
     if (vec) {
-      *reinterpret_cast<float4*>(row + n) = make_float4(acc[0][2 * h], acc[1][2 * h], acc[2][2 * h], acc[3][2 * h]);
-      *reinterpret_cast<float4*>(row + n + 4) =
-          make_float4(acc[0][2 * h + 1], acc[1][2 * h + 1], acc[2][2 * h + 1], acc[3][2 * h + 1]);
+      float4 lo = make_float4(acc[0][2 * h], acc[1][2 * h], acc[2][2 * h], acc[3][2 * h]);
+      float4 hi = make_float4(acc[0][2 * h + 1], acc[1][2 * h + 1], acc[2][2 * h + 1], acc[3][2 * h + 1]);
+      if (add) {
+        const float4 o = *reinterpret_cast<const float4*>(row + n), p = *reinterpret_cast<const float4*>(row + n + 4);
+        lo = make_float4(o.x + lo.x, o.y + lo.y, o.z + lo.z, o.w + lo.w);
+        hi = make_float4(p.x + hi.x, p.y + hi.y, p.z + hi.z, p.w + hi.w);
+      }
+      *reinterpret_cast<float4*>(row + n) = lo;
+      *reinterpret_cast<float4*>(row + n + 4) = hi;
     } else {
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        if (n + t < N) row[n + t] = acc[t][2 * h];
-        if (n + 4 + t < N) row[n + 4 + t] = acc[t][2 * h + 1];
+        if (n + t < N) row[n + t] = add ? row[n + t] + acc[t][2 * h] : acc[t][2 * h];
+        if (n + 4 + t < N) row[n + 4 + t] = add ? row[n + 4 + t] + acc[t][2 * h + 1] : acc[t][2 * h + 1];
       }
     }
   }
@@ -174,11 +181,11 @@ __device__ __forceinline__ void zero_acc(Acc& acc) {
 
 // Write a warp's WARP_N columns from n0 (slice s = columns n0 + 32 s .. + 31, skipped past N), rows 0..rows-1.
 __device__ __forceinline__ void store_accs(float* __restrict__ dst, const Acc& acc, int rows, i64 N, i64 n0,
-                                           bool vec_ok, int lane) {
+                                           bool vec_ok, bool add, int lane) {
 #pragma unroll
   for (int s = 0; s < CFG_WARP_SLICES; ++s) {
     const i64 n = n0 + (i64)s * CFG_WARP_COLS;
-    if (n < N) store_acc(dst, acc[s], rows, N, n, vec_ok && n + CFG_WARP_COLS <= N, lane);
+    if (n < N) store_acc(dst, acc[s], rows, N, n, vec_ok && n + CFG_WARP_COLS <= N, add, lane);
   }
 }
 

@@ -72,6 +72,20 @@ class PartitionPlan:
         r0, r1 = int(self.row_start[k]), int(self.row_stop[k])
         return np.arange(r0, r1, dtype=np.int64) if self.perm is None else self.perm[r0:r1]
 
+    def locate(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, index inside that shard's block of C) of original row ids ``rows``: the inverse of
+        `shard_rows`, so ``C_k[index] = C[rows]`` where shard = k."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
+            raise IndexError(f"row ids must lie in [0, {self.shape[0]}), got {rows.min()}..{rows.max()}")
+        pos = rows
+        if self.perm is not None:  # original row perm[i] sits at reordered position i
+            inv = np.empty_like(self.perm)
+            inv[self.perm] = np.arange(self.perm.shape[0], dtype=self.perm.dtype)
+            pos = inv[rows]
+        shard = np.searchsorted(self.row_start, pos, side="right") - 1  # empty shards are skipped: later start
+        return shard, pos - self.row_start[shard]
+
     def remote_mask(self, k: int) -> np.ndarray:
         """Halo entries of shard k owned by another shard (what a resident exchange moves)."""
         return self.halo_owner[k] != k

@@ -59,7 +59,7 @@ class ShardActor:
         self.plan = dev.make_spmm_plan(S, self.on_gpu, spmm_kw=spmm_kw)
         self.kernel = str(self.plan.choice.get("kernel"))
         self.S, self.spmm_kw = S, spmm_kw  # kept to build the own/remote split on demand
-        self.overlap, self.plan_own, self.plan_rem, self._streams = False, None, None, None
+        self.overlap, self.plan_own, self.plan_rem, self._streams, self._c_buf = False, None, None, None, None
         self.B_ext = self.C = None
         self.peers: list = []
         self.comm = None
@@ -105,7 +105,8 @@ class ShardActor:
 
     def set_overlap(self, on: bool) -> None:
         """Split A_k into the columns of its own rows and the halo columns (two plans) so that the own part's
-        kernel runs while the halo rows are in flight; C_k = C_own + C_halo."""
+        kernel runs while the halo rows are in flight; C_k = A_own B_own, then C_k += A_halo B_halo (the second
+        kernel adds into C_k as it stores: no extra pass over C)."""
         self.overlap = bool(on)
         if self.overlap and self.plan_own is None:
             own = np.zeros(self.n_ext, dtype=bool)
@@ -165,8 +166,8 @@ class ShardActor:
         With overlap set (host transport) the two parts run one after the other: same result, tests the split."""
         if self.overlap:
             with dev.Timer(self.on_gpu) as t:
-                C = self.plan_own.run(self.B_ext)
-                C += self.plan_rem.run(self.B_ext)
+                C = self.plan_own.run(self.B_ext, self._overlap_out())
+                self.plan_rem.run(self.B_ext, C, accumulate=True)
             self.C, kernel_ms = C, t.ms
         else:
             self.C, kernel_ms, _ = dev.time_kernel(self.plan, self.B_ext, self.on_gpu, repeats)
@@ -198,15 +199,23 @@ class ShardActor:
             nccl.groupEnd()
         ev[2].record(s_comm)
         with s_comp:
-            C = self.plan_own.run(self.B_ext)  # reads only own rows: no conflict with the rows being received
+            # reads only own rows: no conflict with the rows being received
+            C = self.plan_own.run(self.B_ext, self._overlap_out())
             s_comp.wait_event(ev[2])
-            C += self.plan_rem.run(self.B_ext)
+            self.plan_rem.run(self.B_ext, C, accumulate=True)
         ev[3].record(s_comp)
         ev[3].synchronize()  # synchronize!
         self.C = C
         ex = self._exchange_stats(float(cupy.cuda.get_elapsed_time(ev[1], ev[2])), "nccl")
         ms = float(cupy.cuda.get_elapsed_time(ev[0], ev[3]))
         return {**ex, "overlap": True}, {"shard": self.k, "kernel_ms": ms, "kernel": self._kernels()}
+
+    def _overlap_out(self):
+        """C_k's buffer for the split kernels, kept across iterations (both kernels write into it)."""
+        shape = (self.n_own, self.B_ext.shape[1])
+        if self._c_buf is None or self._c_buf.shape != shape:
+            self._c_buf = _xp(self.on_gpu).empty(shape, dtype=np.float32)
+        return self._c_buf
 
     # ---- batches: several iterations in one actor call -----------------------------------------------------------
     def iterate_many(self, n_iters: int, advance_first: bool = False, advance_rest: bool = True,
@@ -333,6 +342,10 @@ class ShardActor:
 
     def get_C(self) -> np.ndarray:
         return dev.to_host(self.C)
+
+    def get_C_rows(self, index: np.ndarray) -> np.ndarray:
+        """Host copy of C_k[index] (rows of this shard's block)."""
+        return dev.to_host(self.C[dev.to_device(np.asarray(index, dtype=np.int64), self.on_gpu)])
 
     def get_B(self) -> np.ndarray:
         return dev.to_host(self._own())
@@ -529,13 +542,31 @@ class CParts:
         self.stats = owner.history[-1]
         self.iteration = self.stats["iteration"]
 
-    def parts(self) -> list[np.ndarray]:
-        """Host copies of the C row blocks, shard order (block k = C[plan.shard_rows(k)])."""
+    def _check_current(self) -> None:
         latest = self.owner.history[-1]["iteration"] if self.owner.history else None
         if latest != self.iteration or not self.owner.actors:
             raise RuntimeError(f"C of iteration {self.iteration} was replaced by iteration {latest} (or the actors "
                                "were closed); gather it before the next run")
+
+    def parts(self) -> list[np.ndarray]:
+        """Host copies of the C row blocks, shard order (block k = C[plan.shard_rows(k)])."""
+        self._check_current()
         return _wait([a.get_C() for a in self.owner.actors])
+
+    def rows(self, rows) -> np.ndarray:
+        """C[rows] for original row ids ``rows``, fetching only those rows from their shards (a spot check of a
+        C too large to gather every time)."""
+        self._check_current()
+        rows = np.asarray(rows, dtype=np.int64)
+        shard, index = self.owner.plan.locate(rows)
+        ks = [k for k in range(self.owner.plan.n_parts) if np.any(shard == k)]
+        got = _wait([self.owner.actors[k].get_C_rows(index[shard == k]) for k in ks])
+        out = None
+        for k, part in zip(ks, got):
+            if out is None:
+                out = np.empty((rows.shape[0], part.shape[1]), dtype=np.float32)
+            out[shard == k] = part
+        return out if out is not None else np.empty((0, 0), dtype=np.float32)
 
     def gather(self) -> np.ndarray:
         """C [n_rows, N] float32 in the ORIGINAL row order."""

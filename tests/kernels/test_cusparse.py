@@ -34,6 +34,27 @@ def test_each_algorithm(alg, N):
     assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < FP32_RTOL
 
 
+@pytest.mark.parametrize("alg", list(ALGORITHMS))
+def test_accumulate_adds_to_out(alg):
+    """accumulate=True runs with beta = 1 (ALG3 after its beta = 0 preprocessing too): out += A @ B."""
+    A = _matrix(5)
+    op = CusparseSpmm(A)
+    rng = np.random.default_rng(3)
+    B = rng.standard_normal((A.shape[1], 32)).astype(np.float32)
+    C0 = rng.standard_normal((A.shape[0], 32)).astype(np.float32)
+    out = cupy.asarray(C0)
+    try:
+        op.run(cupy.asarray(B), out, algorithm=alg, accumulate=True)
+    except RuntimeError as err:
+        pytest.skip(f"cuSPARSE refused {alg}: {err}")
+    ref = C0 + csr_spmm(A, B)
+    assert np.linalg.norm(cupy.asnumpy(out) - ref) / np.linalg.norm(ref) < FP32_RTOL
+    empty = CusparseSpmm(sp.csr_array(A.shape, dtype=np.float32))
+    out = cupy.asarray(C0)
+    empty.run(cupy.asarray(B), out, accumulate=True)  # nothing to add: out stays
+    assert cupy.array_equal(out, cupy.asarray(C0))
+
+
 def test_tune_keeps_fastest_and_reuses_descriptors():
     A = _matrix(3, (5000, 4000), 0.002)
     op = CusparseSpmm(A)

@@ -130,6 +130,56 @@ def test_unaligned_b_scalar_path():
         assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
 
 
+@pytest.mark.parametrize("config", [CONFIG, SPLIT_CONFIG, BITMAP_CONFIG, V0_CONFIG],
+                         ids=["v6", "v6-split", "bitmap", "v0"])
+@pytest.mark.parametrize("N", [7, 128])
+def test_accumulate_adds_to_out(config, N):
+    """accumulate=True: out += A @ B (a column split's second half), twice in a row bit-identical from the same
+    start; empty windows leave out as it was; without out it is refused."""
+    rng = np.random.default_rng(20 + N)
+    A = random_csr(300, 250, 12, rng).tolil()
+    A[32:80] = 0  # empty windows: their rows of out must stay untouched
+    A = sp.csr_array(A)
+    dm = launch.upload(csr_to_metcf(A))
+    B = rng.standard_normal((250, N)).astype(np.float32)
+    C0 = rng.standard_normal((300, N)).astype(np.float32)
+    ref = C0.astype(np.float64) + csr_spmm(A, B)
+    for kernel in ("window", "balanced"):
+        outs = []
+        for _ in range(2):
+            out = cupy.asarray(C0)
+            getattr(launch, f"spmm_{kernel}")(dm, cupy.asarray(B), out, config=config, accumulate=True)
+            outs.append(cupy.asnumpy(out))
+        err = np.linalg.norm(outs[0] - ref) / np.linalg.norm(ref)
+        assert err < TF32_RTOL, f"{kernel}: relative error {err:.2e}"
+        assert np.array_equal(outs[0][32:80], C0[32:80]), f"{kernel}: empty windows changed out"
+        assert np.array_equal(outs[0], outs[1]), f"{kernel}: two calls differ"
+        with pytest.raises(ValueError, match="pass out"):
+            getattr(launch, f"spmm_{kernel}")(dm, cupy.asarray(B), None, config=config, accumulate=True)
+
+
+def test_plan_accumulate_equals_column_split_sum():
+    """SpmmPlan.run(accumulate=True) on each kernel (cuSPARSE included) and on host and device arrays: A's columns
+    split in two, C = A_1 B, then C += A_2 B gives A B."""
+    rng = np.random.default_rng(30)
+    A = random_csr(500, 400, 10, rng, empty_cols=0)
+    left = np.zeros(400, dtype=bool)
+    left[rng.choice(400, 150, replace=False)] = True
+    A1, A2 = A @ sp.diags_array(left.astype(np.float32)), A @ sp.diags_array((~left).astype(np.float32))
+    B = rng.standard_normal((400, 64)).astype(np.float32)
+    ref = csr_spmm(A, B)
+    p1, p2 = SpmmPlan(sp.csr_array(A1), device="gpu"), SpmmPlan(sp.csr_array(A2), device="gpu")
+    for kernel in ("metcf-window", "metcf-balanced", "cusparse"):
+        out = p1.run(cupy.asarray(B), kernel=kernel)
+        p2.run(cupy.asarray(B), out, kernel=kernel, accumulate=True)
+        host = p1.run(B, kernel=kernel)
+        p2.run(B, host, kernel=kernel, accumulate=True)
+        for C in (cupy.asnumpy(out), host):
+            assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL, kernel
+    with pytest.raises(ValueError, match="pass out"):
+        p2.run(B, accumulate=True)
+
+
 def fixture_matrices():
     out = []
     for path in sorted(FIXTURES.glob("*/*.tar.gz")):

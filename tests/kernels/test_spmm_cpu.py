@@ -31,6 +31,19 @@ def test_cpu_plan_matches_reference(as_metcf):
     assert bench["kernel"] == "cpu-reference" and bench["median_ms"] > 0
 
 
+def test_cpu_accumulate_adds_to_out():
+    A = _matrix()
+    plan = SpmmPlan(A, device="cpu")
+    rng = np.random.default_rng(2)
+    B = rng.standard_normal((45, 5)).astype(np.float32)
+    C0 = rng.standard_normal((70, 5)).astype(np.float32)
+    out = C0.copy()
+    assert plan.run(B, out, accumulate=True) is out
+    np.testing.assert_allclose(out, C0 + csr_spmm(A, B), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="pass out"):
+        plan.run(B, accumulate=True)
+
+
 def test_spmm_function_and_errors():
     A = _matrix()
     B = np.ones((45, 3), dtype=np.float32)

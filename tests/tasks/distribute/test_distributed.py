@@ -111,6 +111,10 @@ def test_resident_three_iterations(client, case, use_perm):
         np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * scale)
         for k, C_k in enumerate(parts.parts()):
             np.testing.assert_allclose(C_k, want[plan.shard_rows(k)], rtol=1e-4, atol=1e-5 * scale)
+        some = np.array([332, 0, 17, 200, 5, 17])  # any order, repeats allowed: C's rows, fetched from their shards
+        np.testing.assert_array_equal(parts.rows(some), parts.gather()[some])
+        with pytest.raises(IndexError, match="row ids"):
+            parts.rows([333])
         assert len(ds.history) == 3
         row_bytes = 4 * B.shape[1]
         for s in ds.history[-1]["shards"]:

@@ -163,3 +163,18 @@ def test_split_columns_parts_sum_to_the_shard(seed):
     np.testing.assert_allclose(metcf_spmm(own, B) + metcf_spmm(rem, B), A @ B, rtol=1e-10, atol=1e-10)
     np.testing.assert_array_equal(split_columns(M, np.ones(250, bool)).sparse_a_to_b, M.sparse_a_to_b)
     assert split_columns(M, np.zeros(250, bool)).nnz == 0
+
+
+@pytest.mark.parametrize("use_perm", [False, True])
+def test_locate_inverts_shard_rows(use_perm):
+    """locate(rows) gives (shard, index) with shard_rows(shard)[index] == rows, empty shards included."""
+    rng = np.random.default_rng(9)
+    A = sp.random_array((100, 100), density=0.05, format="csr", dtype=np.float32, rng=rng)
+    perm = rng.permutation(100) if use_perm else None
+    M = csr_to_metcf(A[perm] if use_perm else A)
+    plan = make_plan(M, 9, perm=perm)  # 7 windows, 9 shards: some empty
+    assert (plan.n_rows == 0).any()
+    rows = rng.permutation(100)
+    shard, index = plan.locate(rows)
+    for r, k, i in zip(rows, shard, index):
+        assert plan.shard_rows(int(k))[i] == r
