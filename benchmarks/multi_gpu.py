@@ -362,6 +362,8 @@ def main(argv=None) -> int:
         n_gpus = count_gpus()
         if n_gpus == 0:
             raise SystemExit("no CUDA GPU found; use --cpu for the logic smoke test")
+    gpu_names = [] if args.cpu else [str(xp.cuda.runtime.getDeviceProperties(i)["name"].decode())
+                                      for i in range(n_gpus)]  # one entry per visible GPU
     gpu_counts = [int(x) for x in args.gpus.split(",")] if args.gpus else \
         [p for p in (1, 2, 4) if p <= max(n_gpus, 2 if args.cpu else 1)]
     log_lines: list[str] = []
@@ -376,10 +378,11 @@ def main(argv=None) -> int:
     def write_json():
         doc = {"benchmark": "multi_gpu", "command": " ".join([sys.executable, *sys.argv]),
                "date": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": platform.node(),
-               "gpus": sorted({g for r in rows for g in r.get("gpus", [])}), "versions": versions(),
+               "gpus": gpu_names or sorted({g for r in rows for g in r.get("gpus", [])}), "versions": versions(),
                "args": vars(args), "wall_s": time.perf_counter() - started, "rows": rows, "skipped": skipped,
                "targets": {"kernel_eff": 0.95, "iter_eff_2gpu_100M": 0.75}}
-        machine = "cpu" if args.cpu else (doc["gpus"][0].replace(" ", "_") if doc["gpus"] else platform.node())
+        machine = "cpu" if args.cpu else (f"{doc['gpus'][0].replace(' ', '_')}-x{n_gpus}" if doc["gpus"]
+                                          else platform.node())
         out = Path(args.out) if args.out else Path(__file__).parent / "results" / \
             f"multi_gpu-{machine}-{dt.date.today().isoformat()}.json"
         out.parent.mkdir(parents=True, exist_ok=True)

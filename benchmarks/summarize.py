@@ -10,6 +10,7 @@ Targets table computed from them. A family or target without data says "not run"
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import json
 import math
@@ -114,8 +115,9 @@ def env(run) -> list[str]:
     m = run.meta
     mach = m.get("machine") if isinstance(m.get("machine"), dict) else {}
     parts = [x for x in (m.get("device"), mach.get("device")) if x]
-    if m.get("gpus"):
-        parts.append("GPUs: " + ", ".join(m["gpus"]))
+    if m.get("gpus"):  # one name per GPU (multi_gpu) or the distinct names
+        counts = collections.Counter(m["gpus"])
+        parts.append("GPUs: " + ", ".join(f"{n} x {g}" if n > 1 else g for g, n in counts.items()))
     if m.get("sm_count"):
         parts.append(f"{m['sm_count']} SMs, measured device copy {f(m.get('copy_gbs'), 0)} GB/s")
     cpu, cores = m.get("cpu_model") or mach.get("cpu"), m.get("cpu_count") or mach.get("cores")
@@ -492,6 +494,8 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
             continue
         err = max(r.get(k) or 0.0 for k in MGPU_ERRS)
         batched = f(r.get("resident_batched_iter_ms")) + (" (failed)" if r.get("batched_error") else "")
+        if r.get("resident_batched_iters"):
+            batched += f" ({r['resident_batched_iters']}/batch)"
         rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("kernel_ms")), f(r.get("kernel_eff"), 3),
                      f(r.get("e2e_ms"), 0), f(r.get("iter_ms")), f(r.get("iter_exchange_ms")), f(r.get("iter_eff"), 3),
                      f(r.get("iter_eff_overlap"), 3), batched, f(r.get("resident_batched_iter_eff"), 3),
