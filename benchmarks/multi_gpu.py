@@ -4,7 +4,8 @@
 
 For each generated matrix (R-MAT power-law and SBM communities, built on GPU 0 with CuPy, randomly relabelled as a
 real input would be) and each row order (``none`` = as given; ``natural`` = the generator's own labels, the ideal
-community order; ``tca`` = tasks.reorder's TCA when asked), and P in the GPU counts:
+community order; ``tca`` = tasks.reorder's TCA; ``community`` = tasks.reorder's label-propagation communities, on
+GPU 0), and P in the GPU counts:
 
 - kernel-only: median of ``--repeats`` CUDA-event-timed runs per GPU inside the one-shot tasks; T_P = slowest
   GPU; efficiency T_1 / (P * T_P);
@@ -59,7 +60,8 @@ def parse_args(argv=None):
     p.add_argument("--cpu", action="store_true", help="NumPy on CPU workers, tiny sizes (logic smoke test)")
     p.add_argument("--nnz", default="100e6", help="target nonzeros per matrix, comma-separated (50e6..500e6)")
     p.add_argument("--kinds", default="rmat,sbm")
-    p.add_argument("--orders", default="none,natural", help="none, natural, tca (TCA only up to --tca-max-nnz)")
+    p.add_argument("--orders", default="none,natural,community",
+                   help="none, natural, tca (only up to --tca-max-nnz), community (label propagation)")
     p.add_argument("--tca-max-nnz", type=float, default=150e6)
     p.add_argument("--check-rows", type=int, default=1 << 16,
                    help="rows of C compared with the single-GPU C per check (random, seeded; 0 = all)")
@@ -113,19 +115,21 @@ def build_variants(xp, kind, nnz, orders, args):
         elif order == "natural":  # position i holds A's row q[i], i.e. node i: the generator's own order
             perm = to_host(q).astype(np.int64)
             k = _rows_reordered(xp, A_keys, shape, perm)
-        elif order == "tca":
-            if int(A_keys.shape[0]) > args.tca_max_nnz:
+        elif order in ("tca", "community"):
+            if order == "tca" and int(A_keys.shape[0]) > args.tca_max_nnz:
                 print(f"  skip tca on {kind}: {int(A_keys.shape[0]):,} nnz > --tca-max-nnz", flush=True)
                 continue
-            perm = _tca_perm(A_keys, shape)
+            perm = _reorder_perm(A_keys, shape, order, gpu=xp.__name__ == "cupy")
             k = _rows_reordered(xp, A_keys, shape, perm)
         else:
-            raise SystemExit(f"unknown order {order!r}; expected none, natural or tca")
+            raise SystemExit(f"unknown order {order!r}; expected none, natural, tca or community")
+        reorder_s = time.perf_counter() - t0
         M = metcf_from_keys(xp, k, shape, seed=args.seed)
         del k
         _free(xp)
         info = {"kind": kind, "order": order, "shape": list(shape), "nnz": M.nnz, "n_blocks": M.n_blocks,
-                "mean_nnz_tc": M.mean_nnz_tc, "gen_s": gen_s, "convert_s": time.perf_counter() - t0}
+                "mean_nnz_tc": M.mean_nnz_tc, "gen_s": gen_s, "reorder_s": reorder_s,
+                "convert_s": time.perf_counter() - t0 - reorder_s}
         yield order, M, perm, info
 
 
@@ -138,13 +142,14 @@ def _rows_reordered(xp, keys, shape, perm):
     return xp.sort(xp.asarray(inv)[rows] * n_cols + cols)
 
 
-def _tca_perm(keys, shape):
+def _reorder_perm(keys, shape, method: str, gpu: bool):
+    """tasks.reorder's ``method`` on the host CSR of the keys (community: its passes on GPU 0 when ``gpu``)."""
     import scipy.sparse as sp
     from tasks.reorder import reorder
     k = to_host(keys)
     rows, cols = np.divmod(k, shape[1])
     A = sp.csr_array((np.ones(k.shape[0], np.float32), (rows, cols)), shape=shape)
-    return reorder(A, "tca")
+    return reorder(A, method, **({"device": "gpu" if gpu else "cpu"} if method == "community" else {}))
 
 
 def _free(xp):

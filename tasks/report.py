@@ -1,6 +1,7 @@
 """The report stage: one table of each stage's wall time plus the SpMM's GFLOP/s, and the runs-table rows."""
 from __future__ import annotations
 
+import collections
 import json
 
 from storage import BlockStore
@@ -8,7 +9,7 @@ from storage import BlockStore
 STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
 # What the printed table shows per stage (the runs table keeps everything in ``extra``).
 DETAIL_KEYS = ("reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc", "rel_err", "nnz", "shape",
-               "cusparse_original_ms", "cusparse_reordered_ms")
+               "cusparse_original_ms", "cusparse_reordered_ms", "devices")
 
 
 def _before_after(order: dict, key: str) -> str | None:
@@ -17,6 +18,14 @@ def _before_after(order: dict, key: str) -> str | None:
     if before is None or after is None:
         return None
     return f"{before:.4g} -> {after:.4g}" if isinstance(before, float) else f"{before} -> {after}"
+
+
+def _devices(per_device) -> str | None:
+    """``"2 x NVIDIA H200"``: the devices a sharded SpMM ran on, one per shard (None for a one-device run)."""
+    if not per_device:
+        return None
+    counts = collections.Counter(str(t.get("gpu")) for t in per_device)
+    return ", ".join(f"{n} x {g}" for g, n in counts.items())
 
 
 def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
@@ -33,6 +42,7 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
         "convert": {k: conv.get(k) for k in ("format", "reused", "n_tc_blocks", "mean_nnz_tc", "metcf_bytes",
                                              "csr_bytes")},
         "spmm": {**{k: mult.get(k) for k in ("kernel_ms", "rel_err", "choice", "baseline", "per_device")},
+                 "devices": _devices(mult.get("per_device")),
                  **{f"cusparse_{key}_ms": base["median_ms"] for key, base in (mult.get("baseline") or {}).items()}},
     }
     return [

@@ -471,6 +471,7 @@ class DistributedSpmm:
         return CParts(self)
 
     def _record(self, shards: list, wall_ms: float, **extra) -> None:
+        shards = [{**s, "gpu": self.info[s["shard"]]["gpu"]} for s in shards]
         self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms, "overlap": self.overlap,
                              "exchange_ms": max((s["exchange_ms"] for s in shards), default=0.0),
                              "kernel_ms": max((s["kernel_ms"] for s in shards), default=0.0), "shards": shards,

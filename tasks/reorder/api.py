@@ -11,14 +11,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.metrics import tc_stats
-from tasks.reorder import greedy, simple, tca
+from tasks.reorder import community, greedy, simple, tca
 
-METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree", "none")
+METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree", "community", "none")
 
 # Rough single-core cost per nonzero (ns), rounded up from benchmarks/reorder.py at 10M nnz on a loaded 2-core VM
-# (rowshuffle 0.8 us, jaccard 0.8-1.0 us, rcm 0.6 us, tca 0.7-1.0 us with 1-2 threads, degree 35 ns);
-# auto_reorder skips a method whose estimate nnz * cost exceeds max_cost seconds.
-COST_NS_PER_NNZ = {"none": 0.0, "degree": 40.0, "rcm": 700.0, "tca": 1000.0, "rowshuffle": 1000.0, "jaccard": 1000.0}
+# (rowshuffle 0.8 us, jaccard 0.8-1.0 us, rcm 0.6 us, tca 0.7-1.0 us with 1-2 threads, degree 35 ns; community
+# 0.9 us at 2M and 3.1 us at 20M nnz on an SBM); auto_reorder skips a method whose estimate nnz * cost exceeds
+# max_cost seconds.
+COST_NS_PER_NNZ = {"none": 0.0, "degree": 40.0, "rcm": 700.0, "tca": 1000.0, "rowshuffle": 1000.0,
+                   "jaccard": 1000.0, "community": 3100.0}
 
 
 def canonical_csr(A) -> sp.csr_matrix:
@@ -38,7 +40,7 @@ def reorder(A, method: str, *, seed: int = 0, client=None, **params) -> np.ndarr
     ``client``: a ``distributed.Client``; only ``tca`` uses it (block functions on workers, same result).
     ``params`` go to the method: tca (`tca.tca_order`: n_hashes, bands, band_rows, pair_window, cluster_rows,
     sm_count, hub_nnz, stats; block_rows, pair_shard, n_threads), rowshuffle (slot_rows, threshold, k_cols,
-    bin_len), jaccard (tau, max_cluster, scan).
+    bin_len), jaccard (tau, max_cluster, scan), community (max_iters, tol, device: "cpu" or "gpu").
     """
     if method not in METHODS:
         raise ValueError(f"unknown reorder method {method!r}; expected one of {', '.join(METHODS)}")
@@ -49,6 +51,8 @@ def reorder(A, method: str, *, seed: int = 0, client=None, **params) -> np.ndarr
         return simple.degree_order(A)
     if method == "rcm":
         return simple.rcm_order(A)
+    if method == "community":
+        return community.community_order(A, seed=seed, **params)
     if method == "rowshuffle":
         return greedy.rowshuffle_order(A, **params)
     if method == "jaccard":

@@ -77,3 +77,8 @@ def test_sharded_run_on_a_cpu_cluster_matches_one_device(prefect_harness, data_r
     assert out["spmm"]["rel_err"] < 1e-5
     assert out["spmm"]["choice"] == {"mode": mode, "n_parts": 2}
     assert len(out["spmm"]["per_device"]) == 2
+    from tasks.report import format_table, stage_rows
+    devices = [t["gpu"] for t in out["spmm"]["per_device"]]
+    assert all(devices)  # each shard names its device, in both modes
+    shown = format_table(stage_rows("run", "m", out)).splitlines()[-1]  # the spmm line of the printed report
+    assert shown.startswith("spmm") and "devices=" in shown and ("2 x " in shown or devices[0] in shown)
