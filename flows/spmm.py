@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "a .mtx/.mtx.gz/.tar.gz path, or gen:<kind>?k=v")
     p.add_argument("-N", "--n-cols", dest="n_cols_b", type=int, default=128, help="columns of the dense B")
     p.add_argument("--dtype", default="float32", help="value type of A, B and C (float32; TF32 on Tensor Cores)")
-    p.add_argument("--reorder", default="auto", help="tca|rowshuffle|jaccard|rcm|degree|none|auto")
+    p.add_argument("--reorder", default="auto", help="tca|rowshuffle|jaccard|rcm|degree|community|none|auto")
     p.add_argument("--format", dest="fmt", default="metcf", help="converted format (metcf)")
     p.add_argument("--devices", default="auto", help="auto (one GPU if present, else CPU), cpu, all, or a count")
     p.add_argument("--mode", default="oneshot", choices=["oneshot", "resident"], help="multi-device execution")

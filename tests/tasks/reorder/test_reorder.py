@@ -93,6 +93,8 @@ def test_auto_reorder_keeps_none_on_ideal_order():
     A = sp.identity(256, format="csr")
     method, perm, report = auto_reorder(A)
     assert method == "none" and np.array_equal(perm, np.arange(256)) and "no candidate" in report["reason"]
+    # the default candidates are the density methods; community (halos) runs only when named
+    assert set(report["methods"]) == {"none", "tca", "rowshuffle", "jaccard", "rcm", "degree"}
 
 
 def test_unknown_method_is_rejected():
