@@ -9,14 +9,15 @@ Label propagation (Raghavan, Albert and Kumara, Phys. Rev. E 76, 2007) finds suc
 linear passes: every vertex takes the label most frequent among its neighbours.
 
 On the CPU each pass is one SciPy sparse product, ``counts = G @ onehot(labels)`` (row i: label -> how many
-neighbours carry it), then a per-row argmax. On a GPU (``device="gpu"``, CuPy) each pass sorts the (vertex, neighbour's label) pairs of the edges as one int64 key; runs of
-equal keys are the counts. Either way the most frequent label wins (random tie-breaking: the two devices give
-different, equally valid orders) and a random half of the vertices adopt it (synchronous updates of all vertices
-oscillate on bipartite structure). It stops when fewer than ``tol`` of the vertices change or after ``max_iters``
-passes. Square A: the graph is the symmetrized pattern without
-the diagonal. Rectangular A: the bipartite graph [[0, P], [P^T, 0]] (rows and columns as vertices), keeping the
-row vertices' labels. Rows are then ordered by label (labels in order of first appearance), ties in input order,
-so every community is contiguous.
+neighbours carry it), then a per-row argmax. On a GPU (``device="gpu"``, CuPy) each pass sorts the (vertex,
+neighbour's label) pairs of the edges as one int64 key; runs of equal keys are the counts. Either way the most
+frequent label wins (random tie-breaking: the two devices give different, equally valid orders) and a random half
+of the vertices adopt it (synchronous updates of all vertices oscillate on bipartite structure). It stops when
+fewer than ``tol`` of the vertices change or after ``max_iters`` passes.
+
+Square A: the graph is the symmetrized pattern without the diagonal. Rectangular A: the bipartite graph
+[[0, P], [P^T, 0]] (rows and columns as vertices), keeping the row vertices' labels. Rows are then ordered by label
+(labels in order of first appearance), ties in input order, so every community is contiguous.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def label_propagation_cpu(G: sp.csr_matrix, *, max_iters: int = 30, seed: int = 0, tol: float = 1e-4) -> np.ndarray:
+def label_propagation_cpu(G: sp.csr_matrix, *, max_iters: int = 30, seed: int = 0,
+                          tol: float = 1e-4) -> np.ndarray:
     """Community label per vertex (int64, a vertex id of its community) of the symmetric pattern G."""
     N = G.shape[0]
     labels = np.arange(N, dtype=np.int64)
@@ -90,7 +92,8 @@ def label_propagation_sorted(src, dst, n_vertices: int, *, xp=np, max_iters: int
     return labels
 
 
-def community_order(A, *, max_iters: int = 30, seed: int = 0, tol: float = 1e-4, device: str = "cpu") -> np.ndarray:
+def community_order(A, *, max_iters: int = 30, seed: int = 0, tol: float = 1e-4,
+                    device: str = "cpu") -> np.ndarray:
     """Rows grouped by community (see the module docstring); A is a canonical CSR matrix. ``device="gpu"`` runs
     the passes with CuPy on the current GPU."""
     if device not in ("cpu", "gpu"):

@@ -235,3 +235,38 @@ def test_multi_gpu_oneshot_breakdown_only_for_itemized_rows(summarize, results, 
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[-1] == "12345" and cells[-3] == "9000" and len([ln for ln in body.splitlines()
                                                                   if ln.startswith("| sbm |")]) == 1
+
+
+def test_multi_gpu_resident_only_files_from_two_machines(summarize, results, tmp_path):
+    """Files without one-shot rows: kernel times (and efficiency) come from the resident kernels, against the P = 1
+    row of the same order and machine; pooled files of the day name their GPUs per row; the community order gets
+    its own resident target row."""
+    (results / "multi_gpu-Test_GPU-2026-01-02.json").unlink()
+
+    def resident(order, P, kernel_ms, eff, halo):
+        row = {k: v for k, v in mgpu_row(order, P, None, eff, None, halo).items()
+               if k not in ("kernel_ms", "kernel_eff", "e2e_ms")}
+        return {**row, "resident_batched_kernel_ms": kernel_ms, "resident_batched_iter_eff": eff,
+                "resident_batched_iters": 20}
+
+    base = {"benchmark": "multi_gpu", "versions": {}, "skipped": [], "machine": "vm"}
+    write(results, "multi_gpu-Test_GPU-x4-2026-01-02-a.json", {
+        **base, "command": "A", "date": "2026-01-02T00:00:00", "gpus": ["Test GPU"] * 4,
+        "rows": [resident("none", 1, 20.0, 1.0, 0), resident("none", 2, 10.5, 0.70, 400)]})
+    write(results, "multi_gpu-Test_GPU-x2-2026-01-02-b.json", {
+        **base, "command": "B", "date": "2026-01-02T01:00:00", "gpus": ["Test GPU"] * 2,
+        "rows": [resident("community", 1, 12.0, 1.0, 0), resident("community", 2, 6.0, 0.80, 100)]})
+    out = tmp_path / "bench.md"
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    md = out.read_text()
+    row = target(md, "Multi-GPU", "kernel-only strong-scaling efficiency")
+    assert row[2] == "min 95.2% (sbm none 100.00M P=2 (resident kernel times); 2 rows)" and row[3] == "**met**"
+    assert target(md, "Multi-GPU", "resident per-iteration efficiency")[3] == "**missed**"  # none: 0.70
+    row = target(md, "Multi-GPU", "same, with the `community` reordering")
+    assert row[2] == "sbm 100.00M: 0.800" and row[3] == "**met**"
+    assert "community: 4.00x" in target(md, "Multi-GPU", "halo shrink from reordering")[2]
+    body = md.split("## Multi-GPU", 1)[1].split("\n## ", 1)[0]
+    assert "GPUs: 2 x Test GPU; 4 x Test GPU (per row" in body
+    line = next(ln for ln in body.splitlines() if ln.startswith("| sbm | community | 100.00M | 2 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4:6] == ["6.00 (res.)", "1.000"] and cells[-1] == "2 x Test GPU"
