@@ -561,6 +561,9 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
                 "is T1 / (P · TP) against the P = 1 row of the same mode.", ""]
     out += oneshot_breakdown(run.rows)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
+    if v0:  # -v<n> files: runs of earlier code, kept for reference
+        out += ["Earlier runs (earlier code, not summarized): " + ", ".join(
+            f"`{r.path.name}` ({len(r.rows)} rows, {r.date.date()})" for r in v0), ""]
     return out + older_note(older) + targets(mgpu_targets(run)) + [reproduce("multi_gpu", run), ""]
 
 
