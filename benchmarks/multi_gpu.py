@@ -192,44 +192,53 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
                 C1 = bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, check)
                 T1 = row["kernel_ms"] if P == 1 else T1
             if modes & {"resident", "batched", "overlap"}:
-                ds = DistributedSpmm(plan, client, M=M, spmm_kw=spmm_kw)
-                try:
-                    ds.scatter(B)
-                    ds.run()  # warm-up: kernel selection / autotune for this N
-                    for _ in range(args.iters):
-                        parts = ds.run()
-                    hist = ds.history[1:]
-                    it = float(np.median([h["iteration_ms"] for h in hist]))
-                    R1 = it if P == 1 else R1
-                    last = hist[-1]["shards"]
-                    row.update(transport=ds.transport, transport_reason=ds.transport_reason, iter_ms=it,
-                               iter_exchange_ms=float(np.median([h["exchange_ms"] for h in hist])),
-                               iter_kernel_ms=float(np.median([h["kernel_ms"] for h in hist])),
-                               iter_eff=(R1 / (P * it)) if R1 else None,
-                               kernels=row.get("kernels") or [s["kernel"] for s in last],
-                               halo_recv_bytes=[s["halo_bytes_recv"] for s in last],
-                               halo_sent_bytes=[s["halo_bytes_sent"] for s in last])
-                    if P == 1 and C1 is None:
-                        C1 = parts.rows(check)  # the reference when one-shot did not run
-                    elif P > 1 and C1 is not None:
-                        row["resident_rel_err"] = rel_err(parts.rows(check), C1)
-                    row["checked_rows"] = int(check.shape[0])
-                    if "batched" in modes:
-                        rb = bench_batched(ds, row, RB1, P, C1, check, args, log)
-                        RB1 = rb if P == 1 else RB1
-                    if P > 1 and "overlap" in modes:
-                        bench_overlap(ds, row, R1, P, C1, check, args, log)
-                        if "batched" in modes:  # the split plans are set: a batch of overlapped iterations
-                            bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched_overlap")
-                        check_batched_advance(ds, row, check, log)  # last: it moves the resident B on
-                finally:
-                    ds.close()
+                C1, R1, RB1 = bench_resident(plan, client, M, B, spmm_kw, row, P, C1, R1, RB1, check, modes, args,
+                                             log)
         except Exception as err:  # keep going: one failing configuration must not hide the others
             row["error"] = f"{type(err).__name__}: {err}"
             log(traceback.format_exc())
         rows.append(row)
         on_row()
         log(json.dumps({k: v for k, v in row.items() if not isinstance(v, list)}, default=str))
+
+
+def bench_resident(plan, client, M, B, spmm_kw, row, P, C1, R1, RB1, check, modes, args, log):
+    """Resident iterations at P GPUs: per call (always), batched, overlapped (per ``modes``), into ``row``.
+    ``C1``, ``R1``, ``RB1``: the reference C rows and the P = 1 per-call and batched ms (set here at P = 1);
+    returns them."""
+    ds = DistributedSpmm(plan, client, M=M, spmm_kw=spmm_kw)
+    try:
+        ds.scatter(B)
+        ds.run()  # warm-up: kernel selection / autotune for this N
+        for _ in range(args.iters):
+            parts = ds.run()
+        hist = ds.history[1:]
+        it = float(np.median([h["iteration_ms"] for h in hist]))
+        R1 = it if P == 1 else R1
+        last = hist[-1]["shards"]
+        row.update(transport=ds.transport, transport_reason=ds.transport_reason, iter_ms=it,
+                   iter_exchange_ms=float(np.median([h["exchange_ms"] for h in hist])),
+                   iter_kernel_ms=float(np.median([h["kernel_ms"] for h in hist])),
+                   iter_eff=(R1 / (P * it)) if R1 else None,
+                   kernels=row.get("kernels") or [s["kernel"] for s in last],
+                   halo_recv_bytes=[s["halo_bytes_recv"] for s in last],
+                   halo_sent_bytes=[s["halo_bytes_sent"] for s in last])
+        if P == 1 and C1 is None:
+            C1 = parts.rows(check)  # the reference when one-shot did not run
+        elif P > 1 and C1 is not None:
+            row["resident_rel_err"] = rel_err(parts.rows(check), C1)
+        row["checked_rows"] = int(check.shape[0])
+        if "batched" in modes:
+            rb = bench_batched(ds, row, RB1, P, C1, check, args, log)
+            RB1 = rb if P == 1 else RB1
+        if P > 1 and "overlap" in modes:
+            bench_overlap(ds, row, R1, P, C1, check, args, log)
+            if "batched" in modes:  # the split plans are set: a batch of overlapped iterations
+                bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched_overlap")
+            check_batched_advance(ds, row, check, log)  # last: it moves the resident B on
+    finally:
+        ds.close()
+    return C1, R1, RB1
 
 
 def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, check):
