@@ -10,8 +10,11 @@ communities: long rows), each at about the requested nnz; plus the SuiteSparse f
 matrix from a temporary .npz, so ``peak_rss_mb`` is that process's VmHWM (the matrix itself included; with
 ``--workers`` the Dask worker processes are not counted). ``--workers N`` runs TCA's block functions on a
 ``distributed.LocalCluster(N workers, 1 thread each)``; otherwise they run on threads in the process. A method is
-skipped (with the reason in the table) when nnz * api.COST_NS_PER_NNZ (/ cores for tca) exceeds ``--max-seconds``. The
-table prints last; JSON goes to benchmarks/results/reorder-<tag>-<date>.json.
+skipped (with the reason in the table) when nnz * api.COST_NS_PER_NNZ (/ cores for tca) exceeds ``--max-seconds``.
+For square matrices each row also has the halo a resident multi-GPU iteration would move after the reordering:
+rows of B received by the P row-window shards, % of the rows, for P = 2 and 4 (``halo_pct_p2``/``_p4``, with the
+input's and the natural order's beside them). The table prints last; JSON goes to
+benchmarks/results/reorder-<tag>-<date>.json.
 """
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ def generated(kind: str, nnz: int, seed: int = 1):
     from tasks.fetch.generators import generate
     p = generator_params(kind, nnz)
     nat = generate(kind, {**p, "seed": seed, "shuffle": 0})
-    natural = tc_stats(nat)
+    natural = {**tc_stats(nat), **{f"halo_pct_p{P}": halo_pct(nat, np.arange(nat.shape[0]), P) for P in HALO_PARTS}}
     del nat
     return generate(kind, {**p, "seed": seed, "shuffle": 1}), natural, p
 
@@ -98,6 +101,21 @@ def _vm_kb(field: str) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+HALO_PARTS = (2, 4)  # row partitions for which the halo (rows of B a resident iteration moves) is reported
+
+
+def halo_pct(A, perm, P: int) -> float | None:
+    """Rows of B that a resident iteration over P row-window shards of A[perm] moves between shards (each shard
+    receives the rows it references but does not own), as % of A's rows; None for a rectangular A (no resident
+    mode)."""
+    if A.shape[0] != A.shape[1] or A.shape[0] == 0:
+        return None
+    from kernels.formats.metcf import csr_to_metcf
+    from tasks.distribute import make_plan
+    plan = make_plan(csr_to_metcf(sp.csr_matrix(A[perm])), P, perm=perm)
+    return 100.0 * sum(int(plan.remote_mask(k).sum()) for k in range(P)) / A.shape[0]
+
+
 def child(path: str, method: str, seed: int, workers: int) -> None:
     """One measurement in this (fresh) process; prints a JSON line."""
     from tasks.reorder import reorder
@@ -120,14 +138,16 @@ def child(path: str, method: str, seed: int, workers: int) -> None:
         cluster.close()
     assert np.array_equal(np.sort(perm), np.arange(A.shape[0]))
     s = tc_stats(A[perm])
+    halo = {f"halo_pct_p{P}": halo_pct(A, perm, P) for P in HALO_PARTS}
     print(json.dumps({"seconds": seconds, "peak_rss_mb": peak, "rss_before_mb": rss0, "stats": s,
-                      "tca": extra.get("stats")}))
+                      "tca": extra.get("stats"), **halo}))
 
 
 def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> None:
     A = sp.csr_matrix(A)
     A.sort_indices()
     base = tc_stats(A)
+    base_halo = {f"none_halo_pct_p{P}": halo_pct(A, np.arange(A.shape[0]), P) for P in HALO_PARTS}
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "A.npz")
@@ -137,7 +157,9 @@ def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> N
                    "none_blocks": base["n_tc_blocks"], "none_mean_nnz_tc": base["mean_nnz_tc"],
                    "none_bcsr_blocks": base["bcsr_blocks"],
                    "natural_blocks": natural["n_tc_blocks"] if natural else None,
-                   "natural_mean_nnz_tc": natural["mean_nnz_tc"] if natural else None}
+                   "natural_mean_nnz_tc": natural["mean_nnz_tc"] if natural else None, **base_halo,
+                   **{f"natural_halo_pct_p{P}": natural.get(f"halo_pct_p{P}") if natural else None
+                      for P in HALO_PARTS}}
             est = A.nnz * COST_NS_PER_NNZ[m] * 1e-9 / (cores if m == "tca" else 1)
             if est > args.max_seconds:
                 row["skipped"] = f"estimated {est:.0f} s > --max-seconds {args.max_seconds:.0f}"
@@ -147,7 +169,8 @@ def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> N
                     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=True)
                     res = json.loads(out.stdout.strip().splitlines()[-1])
                     s = res.pop("stats")
-                    row.update(res, blocks=s["n_tc_blocks"], mean_nnz_tc=s["mean_nnz_tc"], bcsr_blocks=s["bcsr_blocks"],
+                    row.update(res, blocks=s["n_tc_blocks"], mean_nnz_tc=s["mean_nnz_tc"],
+                               bcsr_blocks=s["bcsr_blocks"],
                                bpw_min=s["blocks_per_window_min"], bpw_max=s["blocks_per_window_max"],
                                bpw_cv=s["blocks_per_window_cv"], l2_cols=s["l2_distinct_cols_per_group"],
                                gain_vs_none=base["n_tc_blocks"] / max(s["n_tc_blocks"], 1))
@@ -161,7 +184,7 @@ def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> N
 
 def table(rows: list) -> str:
     head = (f"{'matrix':<28}{'method':<11}{'nnz':>11}{'sec':>8}{'rssMB':>8}{'blocks':>11}{'MeanNnzTC':>10}"
-            f"{'xnone':>7}{'natMNTC':>8}{'cv':>6}  note")
+            f"{'xnone':>7}{'natMNTC':>8}{'cv':>6}{'halo2%':>8}{'halo4%':>8}  note")
     out = [head, "-" * len(head)]
     for r in rows:
         if "skipped" in r:
@@ -169,8 +192,10 @@ def table(rows: list) -> str:
                        f"{'':>8}{'':>6}  skipped: {r['skipped']}")
             continue
         nat = f"{r['natural_mean_nnz_tc']:.2f}" if r["natural_mean_nnz_tc"] else "-"
+        halo = "".join(f"{r[k]:>8.1f}" if r.get(k) is not None else f"{'-':>8}" for k in ("halo_pct_p2", "halo_pct_p4"))
         out.append(f"{r['matrix']:<28}{r['method']:<11}{r['nnz']:>11}{r['seconds']:>8.2f}{r['peak_rss_mb']:>8.0f}"
-                   f"{r['blocks']:>11}{r['mean_nnz_tc']:>10.2f}{r['gain_vs_none']:>7.2f}{nat:>8}{r['bpw_cv']:>6.2f}")
+                   f"{r['blocks']:>11}{r['mean_nnz_tc']:>10.2f}{r['gain_vs_none']:>7.2f}{nat:>8}{r['bpw_cv']:>6.2f}"
+                   f"{halo}")
     return "\n".join(out)
 
 

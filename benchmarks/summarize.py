@@ -429,6 +429,18 @@ def reorder_section(runs, v0, older) -> list[str]:
                          [(m, r.get("none_bcsr_blocks", "–"),
                            *(cell(by.get((m, x)), "bcsr_blocks", str) for x in methods),
                            *(spread(by.get((m, x))) for x in methods)) for m, r in mats.items()])
+        square = [m for m, r in mats.items() if r.get("none_halo_pct_p2") is not None]
+        if square:
+            def halo(r, prefix):
+                if not r or "skipped" in r:
+                    return "skipped" if r else "–"
+                return " / ".join(f(r.get(f"{prefix}{P}"), 1) for P in (2, 4))
+
+            out += ["Halo of a resident multi-GPU iteration after each method (rows of B the P row-window shards "
+                    "receive, % of the rows; P = 2 / P = 4; square matrices):", ""]
+            out += table(("matrix", "none", "natural", *methods),
+                         [(m, halo(mats[m], "none_halo_pct_p"), halo(mats[m], "natural_halo_pct_p"),
+                           *(halo(by.get((m, x)), "halo_pct_p") for x in methods)) for m in square])
         skipped = [f"{r['matrix']} {r['method']}: {r['skipped']}" for r in run.rows if "skipped" in r]
         out += (["Skipped: " + "; ".join(skipped), ""] if skipped else []) + [reproduce("reorder", run), ""]
     out += older_note(older) + [f"Targets over the files above ({', '.join(f'`{r.path.name}`' for r in runs)}):", ""]

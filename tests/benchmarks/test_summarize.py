@@ -270,3 +270,21 @@ def test_multi_gpu_resident_only_files_from_two_machines(summarize, results, tmp
     line = next(ln for ln in body.splitlines() if ln.startswith("| sbm | community | 100.00M | 2 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[4:6] == ["6.00 (res.)", "1.000"] and cells[-1] == "2 x Test GPU"
+
+
+def test_reorder_halo_table(summarize, results, tmp_path):
+    """Rows with halo percentages get a halo table (P = 2 / 4), none and natural beside the methods."""
+    halo = {"none_halo_pct_p2": 100.0, "none_halo_pct_p4": 290.0, "natural_halo_pct_p2": 9.5,
+            "natural_halo_pct_p4": 12.25}
+    write(results, "reorder-halo-2026-01-03.json", {
+        "meta": {"date": "2026-01-03T00:00:00+00:00", "command": "benchmarks/reorder.py --tag halo", "cpu_count": 2},
+        "rows": [{**reorder_row("sbm-1M", "community", 1_000_000, 1.0, 8.0, 9.0), **halo,
+                  "halo_pct_p2": 10.0, "halo_pct_p4": 13.0},
+                 {**reorder_row("sbm-1M", "tca", 1_000_000, 1.0, 8.0, 11.0), **halo, "halo_pct_p2": 80.0,
+                  "halo_pct_p4": 200.0}]})
+    out = tmp_path / "b.md"
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    body = out.read_text().split("### `reorder-halo`", 1)[1].split("\n### ", 1)[0]
+    line = next(ln for ln in body.splitlines() if ln.startswith("| sbm-1M") and "/" in ln)
+    assert [c.strip() for c in line.strip("|").split("|")] == ["sbm-1M", "100.0 / 290.0", "9.5 / 12.2",
+                                                               "10.0 / 13.0", "80.0 / 200.0"]
