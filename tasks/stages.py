@@ -112,6 +112,11 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
     if method not in (*METHODS, "auto"):
         raise InputError(f"--reorder {method!r} is not a method; choose one of {', '.join((*METHODS, 'auto'))}")
     params = {"seed": seed, "sm_count": sm_count} if method in ("tca", "auto") else {"seed": seed}
+    extra = {"sm_count": sm_count} if method == "tca" else {}
+    if method == "community":  # label propagation on the GPU when there is one (seconds at 100M nnz, not minutes);
+        from kernels.spmm import gpu_available  # the devices draw differently: each gets its own stored order
+
+        params["device"] = extra["device"] = "gpu" if gpu_available() else "cpu"
     key = make_perm_key(method, params)
     mstore = BlockStore(data_root).matrix(matrix_id)
     t0 = time.perf_counter()
@@ -125,7 +130,6 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
             report["why"] = report.pop("reason")
             report["before"], report["after"] = report["methods"]["none"], report["methods"][applied]
         else:
-            extra = {"sm_count": sm_count} if method == "tca" else {}
             perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, **extra)
             applied = method if ok else "none"
             report = {"before": before, "after": after,

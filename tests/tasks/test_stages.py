@@ -38,6 +38,18 @@ def test_reorder_never_applies_a_method_that_adds_tc_blocks(data_root):
         assert np.array_equal(np.sort(perm), np.arange(2000))
 
 
+def test_community_reorder_records_its_device(data_root):
+    """community runs on the GPU when one is present; the device is part of the stored order's key and params."""
+    from kernels.spmm import gpu_available
+
+    out = stages.ingest("gen:sbm?n=4000&blocks=40&deg_in=12&deg_out=1&seed=3", str(data_root))
+    order = stages.reorder(out["matrix_id"], "community", str(data_root))
+    assert order["applied"] == "community" and order["after"]["n_tc_blocks"] < order["before"]["n_tc_blocks"]
+    meta = BlockStore(data_root).matrix(out["matrix_id"]).perm_meta(order["perm_key"])
+    assert meta["params"]["device"] == ("gpu" if gpu_available() else "cpu")
+    assert stages.reorder(out["matrix_id"], "community", str(data_root))["reused"]
+
+
 def test_unknown_reorder_method_and_format_are_input_errors(data_root):
     out = stages.ingest("gen:banded?n=100&bandwidth=3&density=1&seed=0", str(data_root))
     with pytest.raises(InputError, match="--reorder 'metis'"):
