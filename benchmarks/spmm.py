@@ -5,8 +5,10 @@
 Matrices: fixture matrices (.fixtures) and seeded generators (tasks.fetch.generators: rmat, sbm, mesh, banded,
 longrow) from ~1M to 100M+ nonzeros. Orders: "none" (the generator's shuffled labels: the ORIGINAL matrix),
 "tca" (tasks.reorder, only below --tca-max-nnz so it finishes in time), "natural" (the generator's own order,
-labelled as the ideal). Per (matrix, order, N): median ms of >= 20 timed runs after warm-up (CUDA events) of
-each kernel, GFLOP/s (2 nnz N), speedup of the selected path over the best cuSPARSE algorithm on the original
+labelled as the ideal). Per (matrix, order, N): median ms of >= 20 timed runs after warm-up of each kernel and
+of every cuSPARSE algorithm, each run a replay of a captured CUDA graph between CUDA events, divided by the calls
+it holds (kernels.launch.graph_ms: the GPU's time without Python's launch overhead; the window kernel's and
+cuSPARSE's host-inclusive single-call times are kept beside them), GFLOP/s (2 nnz N), speedup of the selected path over the best cuSPARSE algorithm on the original
 and on the same matrix, % of the memory floor (A, B, C moved once at the device-to-device copy bandwidth
 measured in this run), MeanNnzTC/128, the selector's AR and choice. Correctness is checked in the same run on
 fresh random B (a 2048-row sample against float64 SciPy). --calibrate first fits kernels.selector's constants on
@@ -110,6 +112,7 @@ class Case:
         self.cus = CusparseSpmm(A)
         self.device_model, self.cal = device_model, cal
         self.ws = None
+        self.torch_timing = None  # "graph" or "single call", once torch_ms ran
 
     def run(self, kernel, B, out):
         if kernel == "metcf-window":
@@ -118,6 +121,8 @@ class Case:
             return launch.spmm_window(self.dm, B, out, V0)
         if kernel.startswith("sweep:"):
             return launch.spmm_window(self.dm, B, out, SWEEP[kernel[6:]])
+        if kernel.startswith("metcf-split-k"):  # metcf-split-k<ksplit>
+            return launch.spmm_split(self.dm, B, out, ksplit=int(kernel[len("metcf-split-k"):]))
         if kernel == "metcf-balanced":
             need = launch.workspace_elems(self.dm, B.shape[1])
             if self.ws is None or self.ws.size < need:
@@ -128,22 +133,32 @@ class Case:
         return self.cus.run(B, out)
 
     def measure(self, N, repeats):
+        """Device ms (launch.graph_ms) of each kernel at N, the split kernel at the model's ksplit; cuSPARSE's
+        fastest algorithm timed the same way; plus host-inclusive single-call ms (launch.median_ms) of the
+        window kernel and cuSPARSE, to show what a call from Python costs on top."""
         import cupy
 
         B = cupy.random.default_rng(N).standard_normal((self.shape[1], N), dtype=cupy.float32)
         out = cupy.empty((self.shape[0], N), dtype=cupy.float32)
-        times = {k: launch.median_ms(lambda k=k: self.run(k, B, out), repeats=repeats, warmup=5)
-                 for k in ("metcf-window", "metcf-balanced")}
-        tuned = self.cus.tune(B, out, repeats=repeats, warmup=3)
-        times["cusparse"] = tuned["ms"][tuned["best"]]
-        if N == 128:  # version comparison and the torch cross-check baseline at N = 128 only (time budget)
-            times["metcf-window-v0"] = launch.median_ms(lambda: self.run("metcf-window-v0", B, out),
-                                                        repeats=repeats, warmup=5)
-            times.update(self.torch_ms(B, repeats))
         pred = selector.predict(self.dm.row_window_offset_host, self.nnz, self.shape, N, self.device_model,
                                 self.cal)
+        kernels = ["metcf-window", "metcf-balanced"]
+        if pred["split_ksplit"]:
+            kernels.append(f"metcf-split-k{pred['split_ksplit']}")
+        self.run("metcf-balanced", B, out)  # its workspace: allocated outside the capture
+        times = {k: launch.graph_ms(lambda k=k: self.run(k, B, out), repeats=repeats, warmup=5) for k in kernels}
+        if pred["split_ksplit"]:
+            times["metcf-split"] = times.pop(f"metcf-split-k{pred['split_ksplit']}")
+        tuned = self.cus.tune(B, out, repeats=repeats, warmup=3)
+        times["cusparse"] = tuned["ms"][tuned["best"]]
+        single = {"metcf-window": launch.median_ms(lambda: self.run("metcf-window", B, out), repeats=repeats),
+                  "cusparse": launch.median_ms(lambda: self.cus.run(B, out), repeats=repeats)}
+        if N == 128:  # version comparison and the torch cross-check baseline at N = 128 only (time budget)
+            times["metcf-window-v0"] = launch.graph_ms(lambda: self.run("metcf-window-v0", B, out),
+                                                       repeats=repeats, warmup=5)
+            times.update(self.torch_ms(B, repeats))
         choice = selector.choose(pred, self.cal)
-        return times, tuned, pred, choice
+        return times, tuned, pred, choice, single
 
     def torch_ms(self, B, repeats):
         """torch.sparse.mm (CSR, fp32) on the same B: a second baseline; {} without torch/CUDA."""
@@ -159,16 +174,30 @@ class Case:
                                          torch.as_tensor(A.indices.astype(np.int64)), torch.as_tensor(A.data),
                                          size=A.shape, device="cuda")
         Bt = torch.as_tensor(B, device="cuda")
-        for _ in range(5):
-            torch.sparse.mm(At, Bt)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as torch's graph capture requires
+            for _ in range(5):
+                torch.sparse.mm(At, Bt)
+        torch.cuda.current_stream().wait_stream(side)
+        try:  # timed like launch.graph_ms: one captured call, replayed
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                torch.sparse.mm(At, Bt)
+            call, how = graph.replay, "graph"
+        except RuntimeError as err:  # torch refused to capture its sparse path: single calls, said so
+            log(f"  torch.sparse.mm graph capture failed ({err}); timing single calls")
+            call, how = (lambda: torch.sparse.mm(At, Bt)), "single call"
+        call()
         ts = []
         for _ in range(repeats):
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            torch.sparse.mm(At, Bt)
+            call()
             e1.record()
             e1.synchronize()  # synchronize!
             ts.append(e0.elapsed_time(e1))
+        self.torch_timing = how
         return {"torch": float(np.median(ts))}
 
     def check(self, N, rng):
@@ -179,7 +208,8 @@ class Case:
         rows = np.sort(rng.choice(self.shape[0], min(2048, self.shape[0]), replace=False))
         ref = self.A[rows].astype(np.float64) @ B.astype(np.float64)
         Bd, errs = cupy.asarray(B), {}
-        for k in ("metcf-window", "metcf-balanced", "cusparse"):
+        kmax = launch.max_ksplit(N)
+        for k in ("metcf-window", "metcf-balanced", *(f"metcf-split-k{kmax}",) * (kmax > 1), "cusparse"):
             out = cupy.full((self.shape[0], N), np.nan, dtype=cupy.float32)
             C = cupy.asnumpy(self.run(k, Bd, out)[cupy.asarray(rows)])
             errs[k] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30)) if np.isfinite(C).all() \
@@ -201,7 +231,7 @@ def calibrate(out_dir: Path, device_model) -> dict:
         A = generate("uniform", f"rows={n_rows}&nnz={deg * n_rows}&seed=2")
         case = Case(A, device_model, selector.Calibration())
         for N in (128, 256):
-            times, tuned, pred, _ = case.measure(N, 20)
+            times, tuned, pred, _, _ = case.measure(N, 20)
             chunks, slots = pred["plain_column_chunks"], pred["plain_slots"]  # as selector.predict schedules
             rows_tc.append(([1.0, pred["n_windows"] * chunks / slots, pred["n_blocks"] * chunks / slots],
                             times["metcf-window"] * 1e3))
@@ -310,15 +340,16 @@ def main(argv=None) -> int:
             case = Case(sp.csr_array(Ao), dev, cal)
             errs = case.check(128, rng)
             for N in args.ns:
-                times, tuned, pred, choice = case.measure(N, args.repeats)
+                times, tuned, pred, choice, single = case.measure(N, args.repeats)
                 if order == "none":
                     base_cus[N] = times["cusparse"]
-                cands = {k: times[k] for k in ("metcf-window", "metcf-balanced", "cusparse")}
+                cands = {k: times[k] for k in ("metcf-window", "metcf-balanced", "metcf-split", "cusparse")
+                         if k in times}
                 # SpmmPlan's policy (kernels.spmm.wants_autotune): the fastest measured, else the model's choice
                 tuned_here = wants_autotune("auto", case.nnz, pred)
                 selected = min(cands, key=cands.get) if tuned_here else choice["kernel"]
                 sel_ms = times[selected]
-                best_tc = min(times["metcf-window"], times["metcf-balanced"])
+                best_tc = min(v for k, v in cands.items() if k != "cusparse")
                 floor_ms = (case.metcf_bytes + 4 * N * (case.shape[0] + case.shape[1])) / (copy_gbs * 1e6)
                 rows.append({
                     "matrix": label, "kind": kind, "order": order, "shape": case.shape, "nnz": case.nnz, "N": N,
@@ -326,7 +357,8 @@ def main(argv=None) -> int:
                     "n_blocks": pred["n_blocks"], "ar": pred["approximation_ratio"], "ms": times,
                     "cusparse_algs_ms": tuned["ms"], "cusparse_best": tuned["best"], "selected": selected,
                     "model_choice": choice["kernel"], "model_predicted_ms": choice["predicted_ms"],
-                    "autotuned": tuned_here,
+                    "autotuned": tuned_here, "split_ksplit": pred["split_ksplit"], "ms_single_call": single,
+                    "torch_timing": case.torch_timing,
                     "selected_ms": sel_ms, "selector_reason": choice["reason"], "predicted": pred,
                     "gflops_selected": 2 * case.nnz * N / (sel_ms * 1e-3) / 1e9,
                     "speedup_vs_original_cusparse": base_cus[N] / sel_ms,
@@ -378,8 +410,8 @@ def sweep(args, dev, cal, t_start) -> int:
                     out.fill(np.nan)
                     C = cupy.asnumpy(case.run(k, Bd, out)[cupy.asarray(sample)])
                     row["rel_err"][name] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30))
-                    row["ms"][name] = launch.median_ms(lambda k=k: case.run(k, Bd, out), repeats=args.repeats,
-                                                       warmup=5)
+                    row["ms"][name] = launch.graph_ms(lambda k=k: case.run(k, Bd, out), repeats=args.repeats,
+                                                      warmup=5)
                 tuned = case.cus.tune(Bd, out, repeats=args.repeats, warmup=3)
                 row["ms"]["cusparse"] = tuned["ms"][tuned["best"]]
                 rows.append(row)
@@ -412,7 +444,13 @@ def geomean(x):
 
 
 def short(kernel):
-    return {"metcf-window": "window", "metcf-balanced": "balanced", "cusparse": "cusparse"}.get(kernel, kernel)
+    return {"metcf-window": "window", "metcf-balanced": "balanced", "metcf-split": "split",
+            "cusparse": "cusparse"}.get(kernel, kernel)
+
+
+def split_text(r):
+    """The split kernel's ms and ksplit ("0.123 k4"), "-" where the model had no split shape (older files too)."""
+    return f"{r['ms']['metcf-split']:.3f} k{r['split_ksplit']}" if "metcf-split" in r["ms"] else "-"
 
 
 def extra(r):
@@ -424,12 +462,12 @@ def extra(r):
 
 def print_table(rows, path):
     hdr = (f"{'matrix':<22}{'order':<15}{'nnz':>11}{'N':>5}{'MeanTC':>7}{'AR':>6}{'win ms':>9}{'bal ms':>9}"
-           f"{'cus ms':>9}{'v0/torch@128':>15}{'model':>9}{'selected':>15}{'vsOrig':>7}{'vsSame':>7}{'floor%':>7}{'err':>9}")
+           f"{'split ms':>12}{'cus ms':>9}{'v0/torch@128':>15}{'model':>9}{'selected':>15}{'vsOrig':>7}{'vsSame':>7}{'floor%':>7}{'err':>9}")
     print(hdr)
     for r in rows:
         print(f"{r['matrix'][:21]:<22}{r['order'][:14]:<15}{r['nnz']:>11}{r['N']:>5}{r['mean_nnz_tc']:>7.1f}"
               f"{r['ar']:>6.2f}{r['ms']['metcf-window']:>9.3f}{r['ms']['metcf-balanced']:>9.3f}"
-              f"{r['ms']['cusparse']:>9.3f}{extra(r):>15}{short(r.get('model_choice', r['selected'])):>9}"
+              f"{split_text(r):>12}{r['ms']['cusparse']:>9.3f}{extra(r):>15}{short(r.get('model_choice', r['selected'])):>9}"
               f"{r['selected']:>15}{r['speedup_vs_original_cusparse']:>7.2f}"
               f"{r['speedup_vs_same_cusparse']:>7.2f}{r['floor_pct_selected']:>7.1f}"
               f"{max(r['rel_err_n128'].values()):>9.1e}")

@@ -40,6 +40,9 @@ class KernelConfig:
     # by kernels.launch.fragments, with column pairs: 1 + 1 + 2 x warp_slices loads per block and warp) instead of
     # v2's per-block bitmap + popcount gathers (10 loads): the kernel is bound by load instructions, not bytes.
     a_dense: bool = True
+    # metcf_spmm_split: at most this many warps per thread block (column slices x ksplit); its __launch_bounds__
+    # (x 32 threads, 1 block per SM) caps the registers at 65536 / 512 = 128 at 16 warps
+    split_max_warps: int = 16
 
     def __post_init__(self) -> None:
         if (self.window_rows, self.block_cols, self.warp_cols) != (16, 8, 32):
@@ -68,6 +71,8 @@ class KernelConfig:
             raise ValueError("a_dense needs a_regs=True (the register pipeline)")
         if not 1 <= self.unroll <= 8:
             raise ValueError(f"unroll is {self.unroll}, expected 1..8 TC blocks per group")
+        if not 1 <= self.split_max_warps <= 32:
+            raise ValueError(f"split_max_warps is {self.split_max_warps}, expected 1..32")
         if self.blocks_per_item < 1:
             raise ValueError(f"blocks_per_item is {self.blocks_per_item}, expected >= 1")
 
@@ -96,7 +101,8 @@ class KernelConfig:
                 f"-DCFG_UNROLL={self.unroll}",
                 f"-DCFG_WINDOWS_PER_BLOCK={self.windows_per_block}",
                 f"-DCFG_BALANCED_MIN_BLOCKS_PER_SM={self.balanced_min_blocks_per_sm}",
-                f"-DCFG_WARP_SLICES={self.warp_slices}", f"-DCFG_A_DENSE={int(self.a_dense)}")
+                f"-DCFG_WARP_SLICES={self.warp_slices}", f"-DCFG_A_DENSE={int(self.a_dense)}",
+                f"-DCFG_SPLIT_MAX_WARPS={self.split_max_warps}")
 
 
 CONFIG = KernelConfig()

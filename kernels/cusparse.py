@@ -1,10 +1,11 @@
 """Baseline: cuSPARSE generic SpMM, C = A @ B with A in CSR (fp32 values), B and C dense row-major
-(CUSPARSE_ORDER_ROW), through CuPy's low-level bindings (cupy_backends.cuda.libs.cusparse) plus ctypes for
-cusparseSpMM_preprocess and cusparseDnMatSetValues (no CuPy 14.2 binding), loaded from the same libcusparse
-CuPy already has in the process. Not cupyx.scipy.sparse's ``@`` (column-major C, default algorithm only).
+(CUSPARSE_ORDER_ROW), through CuPy's low-level bindings (cupy_backends.cuda.libs.cusparse: descriptors, buffer
+size) plus ctypes, on the same libcusparse CuPy already has in the process, for cusparseSpMM_preprocess and
+cusparseDnMatSetValues (no CuPy 14.2 binding) and for cusparseSpMM and cusparseSetStream (CuPy's refuse to run
+while a stream is captured into a CUDA graph). Not cupyx.scipy.sparse's ``@`` (column-major C, default algorithm only).
 
-`CusparseSpmm(A).tune(B)` times CSR_ALG1/2/3 (preprocess where it applies, warm-up, CUDA events) and keeps the
-fastest per N; `.run(B, out=None)` then uses it. Handle, descriptors and buffers are cached per N.
+`CusparseSpmm(A).tune(B)` times CSR_ALG1/2/3 (preprocess where it applies, warm-up, CUDA events around a captured
+graph) and keeps the fastest per N; `.run(B, out=None)` then uses it. Handle, descriptors and buffers are cached per N.
 """
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ def _libcusparse() -> ctypes.CDLL:
                 lib.cusparseSpMM_preprocess.restype = i
                 lib.cusparseDnMatSetValues.argtypes = [vp, vp]
                 lib.cusparseDnMatSetValues.restype = i
+                # SpMM and SetStream too: CuPy's bindings refuse to run while a stream is being captured
+                lib.cusparseSpMM.argtypes = [vp, i, i, vp, vp, vp, vp, vp, i, i, vp]
+                lib.cusparseSpMM.restype = i
+                lib.cusparseSetStream.argtypes = [vp, vp]
+                lib.cusparseSetStream.restype = i
                 return lib
     raise RuntimeError("libcusparse is not loaded in this process; create a cuSPARSE handle through CuPy first")
 
@@ -122,24 +128,32 @@ class CusparseSpmm:
                 out.fill(0)
             return out
         alg = algorithm or self.best.get(N, "CSR_ALG2")
+        # The handle is CuPy's, shared per device (other code may have moved it): run on the caller's current
+        # stream, as CuPy's own kernels do (streams, graph capture)
+        self._check(self._lib.cusparseSetStream(self.handle, self._cupy.cuda.get_current_stream().ptr),
+                    "cusparseSetStream")
         st = self._state(N, B, out)
         buf = self._prepare(st, alg)
         cs = self._cs
         op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
         beta = self._beta_add if accumulate else self._beta
-        cs.spMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, st["b"], beta.ctypes.data, st["c"],
-                CUDA_R_32F, ALGORITHMS[alg], buf.data.ptr)
+        self._check(self._lib.cusparseSpMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, st["b"],
+                                           beta.ctypes.data, st["c"], CUDA_R_32F, ALGORITHMS[alg], buf.data.ptr),
+                    f"cusparseSpMM({alg})")
         return out
 
-    def tune(self, B, out=None, repeats: int = 20, warmup: int = 3) -> dict:
-        """Median ms of each algorithm on this B (CUDA events); keeps the fastest in self.best[N]."""
-        from kernels.launch import median_ms
+    def tune(self, B, out=None, repeats: int = 20, warmup: int = 3, timer=None) -> dict:
+        """Median ms of each algorithm on this B (default timer kernels.launch.graph_ms: the device time of one
+        call, CUDA events around a captured graph); keeps the fastest in self.best[N]."""
+        from kernels.launch import graph_ms
 
+        timer = timer or graph_ms
         out, N = self._check_b(B, out)
         times, errors = {}, {}
         for alg in self.algorithms:
             try:
-                times[alg] = median_ms(lambda: self.run(B, out, alg), repeats=repeats, warmup=warmup)
+                self.run(B, out, alg)  # buffer and preprocessing (they allocate: not inside a capture)
+                times[alg] = timer(lambda: self.run(B, out, alg), repeats=repeats, warmup=warmup)
             except Exception as err:  # cuSPARSE refuses some algorithm/layout/size combinations
                 errors[alg] = f"{type(err).__name__}: {err}"
         if not times:

@@ -268,6 +268,48 @@ def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *,
     return out
 
 
+def split_shape(N: int, ksplit: int, config: KernelConfig = CONFIG) -> tuple[int, int, int]:
+    """(threads per block, column chunks, dynamic shared bytes) of metcf_spmm_split: the window kernel's column
+    slices (at most max_warps), each with ksplit warps; the reduction tree keeps ksplit / 2 accumulators per slice."""
+    if ksplit < 1 or ksplit & (ksplit - 1):
+        raise ValueError(f"ksplit is {ksplit}, expected a power of two >= 1")
+    slices = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
+    if slices * ksplit > config.split_max_warps:
+        raise ValueError(f"ksplit {ksplit} x {slices} column slices = {slices * ksplit} warps, more than "
+                         f"KernelConfig.split_max_warps = {config.split_max_warps}")
+    chunks = -(-int(N) // (config.warp_n * slices))
+    if chunks > MAX_GRID_Y:
+        raise ValueError(f"N = {N} needs {chunks} column chunks, more than gridDim.y = {MAX_GRID_Y}")
+    smem = (ksplit // 2) * slices * 32 * config.warp_slices * 16 * 4
+    return 32 * slices * ksplit, chunks, smem
+
+
+def max_ksplit(N: int, config: KernelConfig = CONFIG) -> int:
+    """The largest power-of-two ksplit metcf_spmm_split takes at N columns (split_max_warps / column slices)."""
+    slices = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
+    k = 1
+    while 2 * k * slices <= config.split_max_warps:
+        k *= 2
+    return k
+
+
+def spmm_split(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *, ksplit: int,
+               accumulate: bool = False):
+    """C = A @ B, one thread block per (window, column chunk) with `ksplit` warps sharing each column slice's TC
+    blocks (metcf_spmm_split: a fixed reduction tree, deterministic). Needs the register pipeline (a_regs)."""
+    if not config.a_regs:
+        raise ValueError("metcf_spmm_split needs KernelConfig.a_regs (the v0 pipeline syncs the whole block)")
+    out, N, flags = _check_b_out(dm, B, out, accumulate)
+    threads, chunks, smem = split_shape(N, ksplit, config)
+    if dm.n_windows == 0:
+        return out
+    function("metcf_spmm_split", config)(
+        (dm.n_windows, chunks), (threads,),
+        (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data, dm.sparse_a_to_b, B,
+         out, np.int64(dm.shape[0]), np.int64(N), np.int32(flags), np.int32(ksplit)), shared_mem=smem)
+    return out
+
+
 def workspace_elems(dm: KernelArrays, N: int, config: KernelConfig = CONFIG) -> int:
     """float32 elements of the strict-balance workspace for N columns (16 x N per split-window slot)."""
     return balance_metadata(dm, config)["n_slots"] * config.window_rows * int(N)
@@ -304,7 +346,8 @@ def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelC
 
 # Device timing with CUDA events: warm-up, then the median of `repeats` single-call timings.
 def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
-    """Median milliseconds of fn() on the current stream, each call bracketed by its own pair of events."""
+    """Median milliseconds of fn() on the current stream, each call bracketed by its own pair of events (host
+    launch overhead included: what one call from Python costs; graph_ms measures the GPU work alone)."""
     import cupy
 
     for _ in range(warmup):
@@ -312,11 +355,41 @@ def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     times = []
     for _ in range(repeats):
-        start.record()
+        start.record()  # on the current stream
         fn()
         stop.record()
         stop.synchronize()  # synchronize!
         times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = 0.5, max_calls: int = 200) -> float:
+    """Median milliseconds of one fn() as the GPU runs it, without host launch overhead: fn is captured `calls`
+    times back to back into a CUDA graph on a private stream (calls = enough for ~target_ms per replay, from a
+    single-call estimate), and each of `repeats` replays is bracketed by its own pair of events; returns the
+    median of replay ms / calls. fn must launch only on the current stream and must not allocate (pass its
+    outputs in); cuSPARSE through kernels.cusparse follows the current stream."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        one = median_ms(fn, repeats=3, warmup=warmup)
+        calls = int(min(max_calls, max(1, round(target_ms / max(one, 1e-3)))))
+        stream.begin_capture()
+        try:
+            for _ in range(calls):
+                fn()
+        finally:
+            graph = stream.end_capture()
+        graph.launch(stream)  # upload and warm
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        times = []
+        for _ in range(repeats):
+            start.record(stream)
+            graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()  # synchronize!
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
     return float(np.median(times))
 
 

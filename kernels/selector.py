@@ -13,6 +13,10 @@ the documented defaults below are used when no file exists):
   unsplittable piece (a thread block of min(largest window, blocks_per_item) TC blocks). The threshold is
   calibrated as the measured time ratio balanced / plain on uniform matrices (AR ~ 1 there, so that ratio is
   exactly the overhead balance must win back: the paper's 1.2 came from the same experiment on an RTX 4090).
+- Split-K window kernel (metcf_spmm_split, small matrices and hub windows): each (window, chunk) thread block's
+  warps share its TC blocks k ways, k a power of two up to the block-size limit; cost per thread block
+  ``tb_us * (1 + log2 k) + block_us * ceil(nb / k)``, scheduled like the plain kernel on the slots its occupancy
+  allows; chosen (balance="auto") when predicted faster than the kernel the AR rule picked.
 - cuSPARSE: ``cus_a_us + cus_b_ns * nnz * N / 1e3 + cus_c_ns * M * N / 1e3``, a least-squares fit of the best
   CSR algorithm's measured times; cuSPARSE is chosen when predicted below the chosen TC kernel.
 """
@@ -38,6 +42,9 @@ class DeviceModel:
     blocks_per_sm_plain: int  # resident thread blocks per SM of metcf_spmm_window (occupancy)
     blocks_per_sm_balanced: int  # same for metcf_spmm_balanced
     copy_gbs: float  # device-to-device copy bandwidth, bytes read + written (GB/s)
+    # metcf_spmm_split's resident thread blocks per SM: ((column slices, ksplit), blocks) for every block shape it
+    # can launch; empty = not known (then no split prediction)
+    split_blocks_per_sm: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,7 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     combine_bytes = (n_slots + min(n_slots, n_rows)) * 16 * 4 * N  # read partials, write their windows' rows
     combine_us = (cal.launch_us + combine_bytes / (device.copy_gbs * 1e3)) if n_slots or (~nonempty).any() else 0.0
     ar = makespan_plain / lower_bound if lower_bound > 0 else 1.0
+    split_us, split_k = _split_makespan(blocks, N, device, cal, config)
     return {
         "N": int(N), "n_blocks": n_blocks, "n_windows": int(blocks.size), "column_chunks": chunks,
         "plain_column_chunks": plain_chunks, "plain_slots": slots_plain,
@@ -140,8 +148,26 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
         "balanced_ms": (cal.launch_us + makespan_bal + combine_us) / 1e3,
         "lower_bound_ms": (cal.launch_us + lower_bound) / 1e3,
         "approximation_ratio": ar,
+        "split_ms": (cal.launch_us + split_us) / 1e3 if split_k else float("inf"), "split_ksplit": split_k,
         "cusparse_ms": (cal.cus_a_us + cal.cus_b_ns * nnz * N / 1e3 + cal.cus_c_ns * n_rows * N / 1e3) / 1e3,
     }
+
+
+def _split_makespan(blocks, N: int, device: DeviceModel, cal: Calibration, config: KernelConfig):
+    """(makespan us, ksplit) of metcf_spmm_split at its best ksplit >= 2, (inf, 0) when none is known.
+
+    A (window, column chunk) thread block whose warps share nb TC blocks k ways costs
+    ``tb_us * (1 + log2 k) + block_us * ceil(nb / k)`` (each tree step assumed to cost one thread-block start:
+    an accumulator through shared memory and two barriers); slots = SMs x resident blocks of that shape."""
+    slices = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
+    chunks = -(-int(N) // (config.warp_n * slices))
+    best = (float("inf"), 0)
+    for (sl, k), per_sm in device.split_blocks_per_sm:
+        if sl != slices or k < 2 or per_sm < 1:
+            continue
+        costs = np.tile(cal.tb_us * (1 + np.log2(k)) + cal.block_us * -(-blocks // k), chunks)
+        best = min(best, (list_schedule_makespan(costs, device.sm_count * per_sm), k))
+    return best
 
 
 def choose(pred: dict, cal: Calibration, *, balance="auto", allow_cusparse: bool = True) -> dict:
@@ -155,6 +181,10 @@ def choose(pred: dict, cal: Calibration, *, balance="auto", allow_cusparse: bool
         why = f"balance={balance!r} forced"
     tc_kernel = "metcf-balanced" if use_bal else "metcf-window"
     tc_ms = pred["balanced_ms"] if use_bal else pred["plain_ms"]
+    if balance == "auto" and pred.get("split_ms", float("inf")) < tc_ms:
+        why += (f"; split-K (ksplit {pred['split_ksplit']}) predicted {pred['split_ms']:.4f} ms < {tc_kernel} "
+                f"{tc_ms:.4f} ms")
+        tc_kernel, tc_ms = "metcf-split", pred["split_ms"]
     if allow_cusparse and pred["cusparse_ms"] < tc_ms:
         return {"kernel": "cusparse", "predicted_ms": pred["cusparse_ms"],
                 "reason": f"predicted cuSPARSE {pred['cusparse_ms']:.4f} ms < {tc_kernel} {tc_ms:.4f} ms "
@@ -169,27 +199,41 @@ def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
 
     from kernels.launch import copy_bandwidth_gbs, module
 
+    from kernels.launch import split_shape
+
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     mod = module(config)
     per_sm = {name: resident_blocks(mod.get_function(name), config.threads)
               for name in ("metcf_spmm_window", "metcf_spmm_balanced")}
+    split = []
+    if config.a_regs:
+        fn = mod.get_function("metcf_spmm_split")
+        for slices in range(1, config.max_warps + 1):
+            k = 2
+            while slices * k <= config.split_max_warps:
+                threads, _, smem = split_shape(slices * config.warp_n, k, config)
+                split.append(((slices, k), resident_blocks(fn, threads, smem)))
+                k *= 2
     return DeviceModel(name=props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
                        sm_count=int(props["multiProcessorCount"]),
                        blocks_per_sm_plain=per_sm["metcf_spmm_window"],
                        blocks_per_sm_balanced=per_sm["metcf_spmm_balanced"],
-                       copy_gbs=_cached_copy_gbs(int(cupy.cuda.Device().id), copy_bandwidth_gbs))
+                       copy_gbs=_cached_copy_gbs(int(cupy.cuda.Device().id), copy_bandwidth_gbs),
+                       split_blocks_per_sm=tuple(split))
 
 
-def resident_blocks(kernel, threads: int) -> int:
-    """Resident thread blocks per SM of a CuPy RawKernel: the driver's occupancy query, else the register rule
-    (sm_80/sm_90: 64K registers, 256-register warp granularity, 2048 threads and 32 blocks per SM)."""
+def resident_blocks(kernel, threads: int, smem: int = 0) -> int:
+    """Resident thread blocks per SM of a CuPy RawKernel with `smem` dynamic shared bytes: the driver's occupancy
+    query, else the register and shared-memory rule (sm_80/sm_90: 64K registers, 256-register warp granularity,
+    2048 threads, 32 blocks and ~227 KB of shared memory per SM)."""
     try:
         from cupy_backends.cuda.api import driver
 
-        return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0))
+        return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, smem))
     except Exception:  # older/newer CuPy without the query or the .kernel handle
         regs_per_warp = -(-int(kernel.num_regs) * 32 // 256) * 256
-        return max(1, min(32, 2048 // threads, 65536 // (regs_per_warp * (threads // 32))))
+        by_smem = (227 * 1024) // smem if smem else 32
+        return max(1, min(32, by_smem, 2048 // threads, 65536 // (regs_per_warp * (threads // 32))))
 
 
 _COPY_GBS: dict[int, float] = {}

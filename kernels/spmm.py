@@ -3,7 +3,7 @@
 "cpu-reference") and returns float32 like the GPU path.
 
 Kernels: "metcf-window" (one thread block per 16-row window), "metcf-balanced" (strict balance + combine),
-"cusparse" (kernels.cusparse baseline), chosen per N by kernels.selector (cost model + simulated schedule) or,
+"metcf-split" (one thread block per window, its TC blocks shared by ksplit warps per column slice), "cusparse" (kernels.cusparse baseline), chosen per N by kernels.selector (cost model + simulated schedule) or,
 with autotune, by timing the candidates once on the first B of each N. `plan.choice` holds the last decision
 (kernel, reason, predicted and measured ms) and `plan.choices[N]` every one.
 """
@@ -139,18 +139,26 @@ class SpmmPlan:
                      False: ["metcf-window", "cusparse"]}[self.balance]
             if self.balance == "auto" and pred["approximation_ratio"] < AUTOTUNE_MIN_AR:
                 cands.remove("metcf-balanced")  # nothing to balance; saves its 16 x N per split window workspace
-            measured = {k: self._time(k, B, repeats=10, warmup=3) for k in cands}
+            if self.balance == "auto" and pred.get("split_ksplit"):
+                cands.append("metcf-split")  # at the model's ksplit
+            measured = {k: self._time(k, B, repeats=10, warmup=3, ksplit=pred.get("split_ksplit"))
+                        for k in cands}
             best = min(measured, key=measured.get)
             choice.update({"kernel": best, "measured_ms": measured, "predicted_kernel": choice["kernel"],
                            "reason": f"autotune: fastest measured of {measured}; model said {choice['kernel']} "
                                      f"({choice['reason']})"})
         return choice
 
-    def _launch(self, kernel: str, B, out, accumulate: bool = False):
+    def _launch(self, kernel: str, B, out, accumulate: bool = False, ksplit: int | None = None):
         from kernels import launch
 
         if kernel == "metcf-window":
             return launch.spmm_window(self._dm, B, out, self.config, accumulate=accumulate)
+        if kernel == "metcf-split":
+            N = int(B.shape[1])
+            k = ksplit or self.choices.get(N, {}).get("prediction", {}).get("split_ksplit") or \
+                launch.max_ksplit(N, self.config)
+            return launch.spmm_split(self._dm, B, out, self.config, ksplit=k, accumulate=accumulate)
         if kernel == "metcf-balanced":
             need = launch.workspace_elems(self._dm, B.shape[1], self.config)
             if self._workspace is None or self._workspace.size < need:
@@ -165,13 +173,16 @@ class SpmmPlan:
             return op.run(B, out, accumulate=accumulate)
         raise ValueError(f"unknown kernel {kernel!r}")
 
-    def _time(self, kernel: str, B, *, repeats: int, warmup: int) -> float:
+    def _time(self, kernel: str, B, *, repeats: int, warmup: int, ksplit: int | None = None) -> float:
+        """Device milliseconds of one launch (kernels.launch.graph_ms: a captured graph, no host overhead)."""
         import cupy
 
-        from kernels.launch import median_ms
+        from kernels.launch import graph_ms
 
         out = cupy.empty((self.shape[0], B.shape[1]), dtype=cupy.float32)
-        return median_ms(lambda: self._launch(kernel, B, out), repeats=repeats, warmup=warmup)
+        if kernel == "cusparse":
+            self._launch(kernel, B, out)  # tunes cuSPARSE for this N (allocates: outside the capture)
+        return graph_ms(lambda: self._launch(kernel, B, out, ksplit=ksplit), repeats=repeats, warmup=warmup)
 
     # ----- public -----
     def run(self, B, out=None, *, kernel: str | None = None, accumulate: bool = False):
@@ -222,6 +233,34 @@ class SpmmPlan:
                 return out
             return host
         return C
+
+    def capture(self, B, out):
+        """A CUDA graph of ``out = A @ B`` with the kernel chosen for B's N (decided, and autotuned, first): for
+        iterative callers (a GNN layer, a solver) that refill the same B and read the same out, replaying it
+        skips the host launch path. B and out: C-contiguous cupy float32 arrays that must outlive the graph.
+        Returns a callable ``replay(stream=None)`` (on the current stream by default)."""
+        import cupy
+
+        if self.device == "cpu":
+            raise RuntimeError("capture needs the GPU path (this plan runs the CPU reference)")
+        if not isinstance(B, cupy.ndarray) or not isinstance(out, cupy.ndarray):
+            raise TypeError("capture takes cupy arrays B and out (the graph holds their addresses)")
+        self.run(B, out)  # decides for this N, builds workspaces and cuSPARSE buffers outside the capture
+        kernel = self.choices[int(B.shape[1])]["kernel"]
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                self._launch(kernel, B, out)
+            finally:
+                graph = stream.end_capture()
+
+        def replay(on=None):
+            graph.launch(on if on is not None else cupy.cuda.get_current_stream())
+            return out
+
+        replay.kernel = kernel
+        return replay
 
     def benchmark(self, B, repeats: int = 20, warmup: int = 5, *, kernel: str | None = None) -> dict:
         """Median ms over `repeats` timed runs (CUDA events) after `warmup`; NumPy timer on the CPU path."""

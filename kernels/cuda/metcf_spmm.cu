@@ -12,6 +12,8 @@
 //                       balanced_items), which may span several windows. A window lying inside one item is
 //                       written to C directly; a window cut by an item boundary writes its partial sum to
 //                       workspace slot part_ptr[w] + (i - row_window_offset[w] / BPI) (16 x N floats each).
+//   metcf_spmm_split    1 block = one window x a column chunk, ksplit warps per column slice sharing the window's
+//                       TC blocks, summed by a fixed tree in shared memory (small matrices, hub windows).
 //   metcf_combine       1 block = one window that no single item owns (split or empty); C rows = sum of its
 //                       workspace slots in slot order (zeros for none): fixed order, no atomics, so two calls
 //                       give bit-identical C.
@@ -120,6 +122,67 @@ extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_MIN_BLOCKS_
   const i64 row0 = w * CFG_WINDOW_ROWS;
   store_accs(C + row0 * N, acc, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, add, lane);
 }
+
+#if CFG_A_REGS
+#define ACC_REGS (CFG_WARP_SLICES * 16)  // floats of one lane's Acc
+
+// Copy / add one lane's accumulator to or from a shared-memory slot of 32 x ACC_REGS floats ([reg][lane]: the
+// 32 lanes of one register hit 32 consecutive words, no bank conflicts).
+__device__ __forceinline__ void acc_to_smem(float* __restrict__ slot, const Acc& acc, int lane) {
+#pragma unroll
+  for (int s = 0; s < CFG_WARP_SLICES; ++s)
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) slot[((s * 4 + t) * 4 + r) * 32 + lane] = acc[s][t][r];
+}
+__device__ __forceinline__ void acc_add_smem(Acc& acc, const float* __restrict__ slot, int lane) {
+#pragma unroll
+  for (int s = 0; s < CFG_WARP_SLICES; ++s)
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[s][t][r] += slot[((s * 4 + t) * 4 + r) * 32 + lane];
+}
+
+// Split-K window kernel: 1 block = one window x a column chunk, like metcf_spmm_window with one window per block,
+// but each column slice gets `ksplit` warps (a power of two, blockDim.x = 32 x slices x ksplit) that take
+// contiguous equal shares of the window's TC blocks; their accumulators are then summed by a fixed binary tree in
+// shared memory (dynamic, (ksplit / 2) x slices x 32 x ACC_REGS floats), and warp k = 0 of each slice stores.
+// For small matrices (fewer windows than the GPU has warp slots) and windows of many blocks (hubs): ksplit times
+// the warps on the same work, no workspace and no second pass. Deterministic: the shares and the tree depend only
+// on the window's block count and ksplit, so two calls give bit-identical C.
+extern "C" __global__ void __launch_bounds__(CFG_SPLIT_MAX_WARPS * 32, 1)
+    metcf_spmm_split(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,
+                     const unsigned char* __restrict__ tc_local_id, const uint4* __restrict__ bitmap,
+                     const float* __restrict__ frag, const float* __restrict__ data, const int* __restrict__ a_to_b,
+                     const float* __restrict__ B, float* __restrict__ C, i64 M, i64 N, int flags, int ksplit) {
+  extern __shared__ float red[];
+  const int vec_ok = flags & FLAG_VEC;
+  const bool add = (flags & FLAG_ADD) != 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int slices = (int)(blockDim.x >> 5) / ksplit;
+  const int slice = warp % slices, k = warp / slices;
+  const i64 w = blockIdx.x;
+  const i64 n0 = ((i64)blockIdx.y * slices + slice) * WARP_N;
+  const i64 rb = row_window_offset[w], len = row_window_offset[w + 1] - rb;
+  Acc acc;
+  zero_acc(acc);
+  RUN_PIPELINE(rb + len * k / ksplit, rb + len * (k + 1) / ksplit, NoFlush());
+  // Tree: at step h (ksplit/2, ..., 1), warps h..2h-1 hand their sums to warps 0..h-1 (slot (k - h) x slices +
+  // slice). No warp leaves before the last barrier.
+  for (int h = ksplit >> 1; h >= 1; h >>= 1) {
+    if (k >= h && k < 2 * h) acc_to_smem(red + ((i64)(k - h) * slices + slice) * 32 * ACC_REGS, acc, lane);
+    __syncthreads();
+    if (k < h) acc_add_smem(acc, red + ((i64)k * slices + slice) * 32 * ACC_REGS, lane);
+    __syncthreads();
+  }
+  if (k == 0) {
+    const i64 row0 = w * CFG_WINDOW_ROWS;
+    store_accs(C + row0 * N, acc, (int)min((i64)CFG_WINDOW_ROWS, M - row0), N, n0, vec_ok != 0, add, lane);
+  }
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_BALANCED_MIN_BLOCKS_PER_SM)
     metcf_spmm_balanced(const i64* __restrict__ row_window_offset, const i64* __restrict__ tc_offset,

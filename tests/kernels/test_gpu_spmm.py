@@ -48,20 +48,36 @@ def dense_b(A, N, rng):
     return B
 
 
-def check(A, N, rng, *, kernels=("window", "balanced"), config=None):
+def split_ks(N, config=None):
+    """Every ksplit metcf_spmm_split takes at N (2, 4, ... up to launch.max_ksplit)."""
+    kmax = launch.max_ksplit(N, config or CONFIG)
+    return [1 << i for i in range(1, kmax.bit_length())]
+
+
+def run_kernel(kernel, dm, Bd, out, config=None, **kw):
+    """kernel: "window", "balanced" or "split-k<ksplit>" (kernels.launch.spmm_*)."""
+    cfg = {"config": config} if config else {}
+    if kernel.startswith("split-k"):
+        return launch.spmm_split(dm, Bd, out, ksplit=int(kernel[7:]), **cfg, **kw)
+    return getattr(launch, f"spmm_{kernel}")(dm, Bd, out, **cfg, **kw)
+
+
+def check(A, N, rng, *, kernels=("window", "balanced", "split"), config=None):
+    """Each kernel ("split": at every ksplit; skipped for the v0 pipeline) vs float64 on a NaN-poisoned out, twice:
+    bit-identical."""
     M = csr_to_metcf(A)
     dm = launch.upload(M)
     B = dense_b(A, N, rng)
     ref = csr_spmm(A, np.nan_to_num(B, nan=0.0))
     Bd = cupy.asarray(B)
+    if "split" in kernels:
+        ks = split_ks(N, config) if (config or CONFIG).a_regs else []
+        kernels = [k for k in kernels if k != "split"] + [f"split-k{k}" for k in ks]
     for kernel in kernels:
         outs = []
         for _ in range(2):
             out = cupy.full((A.shape[0], N), np.nan, dtype=cupy.float32)  # poison: every element must be written
-            if kernel == "window":
-                launch.spmm_window(dm, Bd, out, **({"config": config} if config else {}))
-            else:
-                launch.spmm_balanced(dm, Bd, out, **({"config": config} if config else {}))
+            run_kernel(kernel, dm, Bd, out, config)
             outs.append(cupy.asnumpy(out))
         C = outs[0]
         assert np.isfinite(C).all(), f"{kernel}: {np.count_nonzero(~np.isfinite(C))} unwritten/NaN elements"
@@ -109,10 +125,10 @@ def test_hub_rows():
 def test_no_nonzeros():
     A = sp.csr_array((40, 30), dtype=np.float32)
     rng = np.random.default_rng(5)
-    for kernel in ("window", "balanced"):
+    for kernel in ("window", "balanced", "split-k2"):
         dm = launch.upload(csr_to_metcf(A))
         out = cupy.full((40, 8), np.nan, dtype=cupy.float32)
-        getattr(launch, f"spmm_{kernel}")(dm, cupy.asarray(rng.standard_normal((30, 8)).astype(np.float32)), out)
+        run_kernel(kernel, dm, cupy.asarray(rng.standard_normal((30, 8)).astype(np.float32)), out)
         assert cupy.all(out == 0)
 
 
@@ -124,8 +140,8 @@ def test_unaligned_b_scalar_path():
     raw = cupy.empty(B.size + 1, dtype=cupy.float32)
     Bd = raw[1:].reshape(64, 64)  # 4-byte offset: float4 loads would fault or misread
     Bd[...] = cupy.asarray(B)
-    for kernel in ("window", "balanced"):
-        C = cupy.asnumpy(getattr(launch, f"spmm_{kernel}")(dm, Bd))
+    for kernel in ("window", "balanced", "split-k4"):
+        C = cupy.asnumpy(run_kernel(kernel, dm, Bd, None))
         ref = csr_spmm(A, B)
         assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
 
@@ -144,18 +160,18 @@ def test_accumulate_adds_to_out(config, N):
     B = rng.standard_normal((250, N)).astype(np.float32)
     C0 = rng.standard_normal((300, N)).astype(np.float32)
     ref = C0.astype(np.float64) + csr_spmm(A, B)
-    for kernel in ("window", "balanced"):
+    for kernel in ("window", "balanced", *(("split-k2", "split-k4") if config.a_regs else ())):
         outs = []
         for _ in range(2):
             out = cupy.asarray(C0)
-            getattr(launch, f"spmm_{kernel}")(dm, cupy.asarray(B), out, config=config, accumulate=True)
+            run_kernel(kernel, dm, cupy.asarray(B), out, config, accumulate=True)
             outs.append(cupy.asnumpy(out))
         err = np.linalg.norm(outs[0] - ref) / np.linalg.norm(ref)
         assert err < TF32_RTOL, f"{kernel}: relative error {err:.2e}"
         assert np.array_equal(outs[0][32:80], C0[32:80]), f"{kernel}: empty windows changed out"
         assert np.array_equal(outs[0], outs[1]), f"{kernel}: two calls differ"
         with pytest.raises(ValueError, match="pass out"):
-            getattr(launch, f"spmm_{kernel}")(dm, cupy.asarray(B), None, config=config, accumulate=True)
+            run_kernel(kernel, dm, cupy.asarray(B), None, config, accumulate=True)
 
 
 def test_plan_accumulate_equals_column_split_sum():
@@ -169,7 +185,7 @@ def test_plan_accumulate_equals_column_split_sum():
     B = rng.standard_normal((400, 64)).astype(np.float32)
     ref = csr_spmm(A, B)
     p1, p2 = SpmmPlan(sp.csr_array(A1), device="gpu"), SpmmPlan(sp.csr_array(A2), device="gpu")
-    for kernel in ("metcf-window", "metcf-balanced", "cusparse"):
+    for kernel in ("metcf-window", "metcf-balanced", "metcf-split", "cusparse"):
         out = p1.run(cupy.asarray(B), kernel=kernel)
         p2.run(cupy.asarray(B), out, kernel=kernel, accumulate=True)
         host = p1.run(B, kernel=kernel)
@@ -213,7 +229,7 @@ def test_plan_numpy_cupy_vector_and_choice():
     assert {"kernel", "reason", "predicted_ms"} <= set(plan.choice)
     v = plan.run(B[:, 0])
     assert v.shape == (1000,) and np.linalg.norm(v - ref[:, 0]) / np.linalg.norm(ref[:, 0]) < TF32_RTOL
-    for kernel in ("metcf-window", "metcf-balanced", "cusparse"):
+    for kernel in ("metcf-window", "metcf-balanced", "metcf-split", "cusparse"):
         out = cupy.full((1000, 64), np.nan, dtype=cupy.float32)
         plan.run(cupy.asarray(B), out, kernel=kernel)
         assert np.linalg.norm(cupy.asnumpy(out) - ref) / np.linalg.norm(ref) < TF32_RTOL, kernel
@@ -227,8 +243,10 @@ def test_plan_autotune_records_measurements():
     plan = SpmmPlan(A, autotune=True)
     B = rng.standard_normal((3000, 128)).astype(np.float32)
     C = plan.run(B)
-    expected = {"metcf-window", "cusparse"} | (
-        {"metcf-balanced"} if plan.choice["prediction"]["approximation_ratio"] >= 1.05 else set())
+    pred = plan.choice["prediction"]
+    expected = {"metcf-window", "cusparse"} | ({"metcf-balanced"} if pred["approximation_ratio"] >= 1.05 else set()) \
+        | ({"metcf-split"} if pred["split_ksplit"] else set())
+    assert pred["split_ksplit"] >= 2  # the device model knows the split kernel's occupancy
     assert set(plan.choice["measured_ms"]) == expected
     assert plan.choice["kernel"] == min(plan.choice["measured_ms"], key=plan.choice["measured_ms"].get)
     ref = csr_spmm(A, B)
@@ -296,3 +314,60 @@ def test_plan_falls_back_to_bitmap_kernels_when_fragments_do_not_fit(monkeypatch
     C = plan.run(B, kernel="metcf-window")
     ref = csr_spmm(A, B)
     assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TF32_RTOL
+
+
+def test_split_rejects_bad_ksplit():
+    rng = np.random.default_rng(40)
+    dm = launch.upload(csr_to_metcf(random_csr(64, 64, 4, rng)))
+    B = cupy.asarray(rng.standard_normal((64, 128)).astype(np.float32))
+    with pytest.raises(ValueError, match="power of two"):
+        launch.spmm_split(dm, B, ksplit=3)
+    with pytest.raises(ValueError, match="split_max_warps"):
+        launch.spmm_split(dm, B, ksplit=4 * launch.max_ksplit(128))
+    with pytest.raises(ValueError, match="a_regs"):
+        launch.spmm_split(dm, B, config=V0_CONFIG, ksplit=2)
+
+
+def test_graph_ms_times_kernels_and_cusparse_on_a_private_stream():
+    """graph_ms captures TC kernels and cuSPARSE (which must follow the capturing stream) and gives a positive
+    per-call time; the captured calls really ran (out written)."""
+    from kernels.cusparse import CusparseSpmm
+
+    rng = np.random.default_rng(41)
+    A = random_csr(2000, 1500, 10, rng, empty_cols=0)
+    dm = launch.upload(csr_to_metcf(A))
+    B = cupy.asarray(rng.standard_normal((1500, 128)).astype(np.float32))
+    ref = csr_spmm(A, cupy.asnumpy(B))
+    op = CusparseSpmm(A)
+    for name, fn_out in (("window", lambda out: launch.spmm_window(dm, B, out)),
+                         ("split", lambda out: launch.spmm_split(dm, B, out, ksplit=2)),
+                         ("cusparse", lambda out: op.run(B, out))):
+        out = cupy.full((2000, 128), np.nan, dtype=cupy.float32)
+        fn_out(out)  # buffers and preprocessing outside the capture
+        out.fill(np.nan)
+        cupy.cuda.Device().synchronize()
+        ms = launch.graph_ms(lambda: fn_out(out), repeats=5, warmup=1)
+        assert 0 < ms < 50, name
+        assert np.linalg.norm(cupy.asnumpy(out) - ref) / np.linalg.norm(ref) < TF32_RTOL, name
+    assert set(op.tune(B)["ms"]) == {"CSR_ALG1", "CSR_ALG2", "CSR_ALG3"}
+
+
+@pytest.mark.parametrize("kernel", ["metcf-window", "metcf-balanced", "metcf-split", "cusparse"])
+def test_plan_capture_replays_with_new_b(kernel):
+    """SpmmPlan.capture: the graph reads B's current contents on every replay (a GNN layer refilling B)."""
+    rng = np.random.default_rng(42)
+    A = random_csr(700, 500, 9, rng)
+    plan = SpmmPlan(A, device="gpu", autotune=False)
+    B = cupy.asarray(rng.standard_normal((500, 64)).astype(np.float32))
+    out = cupy.empty((700, 64), dtype=cupy.float32)
+    plan.choices[64] = {"kernel": kernel, "prediction": plan._decide(64, None)["prediction"]}
+    replay = plan.capture(B, out)
+    assert replay.kernel == kernel
+    for _ in range(2):
+        B2 = rng.standard_normal((500, 64)).astype(np.float32)
+        B[...] = cupy.asarray(B2)
+        out.fill(np.nan)
+        C = cupy.asnumpy(replay())
+        assert np.linalg.norm(C - csr_spmm(A, B2)) / np.linalg.norm(csr_spmm(A, B2)) < TF32_RTOL, kernel
+    with pytest.raises(TypeError, match="cupy arrays"):
+        plan.capture(cupy.asnumpy(B), out)

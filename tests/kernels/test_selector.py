@@ -83,3 +83,21 @@ def test_one_window_past_blocks_per_item_does_not_make_a_small_matrix_look_imbal
         pred = predict(rwo_from_blocks(blocks), int(blocks.sum()) * 30, (16 * blocks.size, 5000), 128, H100_LIKE, CAL)
         ars.append(pred["approximation_ratio"])
     assert abs(ars[1] - ars[0]) < 0.1 and ars[1] < CAL.balance_threshold
+
+
+def test_split_chosen_for_few_windows_not_for_many():
+    """The split-K kernel wins when the windows leave most warp slots idle (a small matrix, or one hub window
+    beside few others) and loses its tree overhead on a large uniform matrix."""
+    dev = DeviceModel(name="test-gpu", sm_count=132, blocks_per_sm_plain=9, blocks_per_sm_balanced=7,
+                      copy_gbs=2900.0, split_blocks_per_sm=(((2, 2), 4), ((2, 4), 2), ((2, 8), 1)))
+    small = predict(rwo_from_blocks(np.full(100, 40)), 100 * 40 * 20, (1600, 5000), 128, dev, CAL)
+    assert small["split_ksplit"] == 8 and small["split_ms"] < small["plain_ms"]
+    assert choose(small, CAL, allow_cusparse=False)["kernel"] == "metcf-split"
+    assert "split-K (ksplit 8)" in choose(small, CAL, allow_cusparse=False)["reason"]
+    big = predict(rwo_from_blocks(np.full(200_000, 6)), 200_000 * 6 * 20, (3_200_000, 10**6), 128, dev, CAL)
+    assert big["split_ms"] > big["plain_ms"]
+    assert choose(big, CAL, allow_cusparse=False)["kernel"] == "metcf-window"
+    # forced balance modes never pick it; a device model without split shapes predicts none
+    assert choose(small, CAL, balance=False, allow_cusparse=False)["kernel"] == "metcf-window"
+    none = predict(rwo_from_blocks(np.full(100, 40)), 100 * 40 * 20, (1600, 5000), 128, H100_LIKE, CAL)
+    assert none["split_ksplit"] == 0 and none["split_ms"] == float("inf")
