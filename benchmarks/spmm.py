@@ -53,6 +53,10 @@ SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen
 }
 FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
 NS = (128, 256, 512)
+TIMING = ("device time per call: median of the replays of a CUDA graph holding back-to-back calls (enough for "
+          "~0.5 ms), CUDA events around each replay, divided by the calls (kernels.launch.graph_ms), for the TC "
+          "kernels, every cuSPARSE algorithm and torch.sparse.mm alike; `ms_single_call` in the file has the "
+          "host-inclusive time of one call for the window kernel and cuSPARSE")
 V0 = V0_CONFIG  # v0: A tiles through shared memory, one barrier per TC block (docs/kernels-notes.md)
 SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2-v6)
     "v0-smem": V0,
@@ -310,6 +314,7 @@ def main(argv=None) -> int:
         matrices = [m for m in matrices if m[0] in args.matrices]
     rows = []
     meta = {"device": dev.name, "sm_count": dev.sm_count, "copy_gbs": copy_gbs, "kernel_config": CONFIG.__dict__,
+            "timing": TIMING,
             "gpu_clocks": gpu_clocks(),
             "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
             "cupy": cupy.__version__, "command": " ".join(sys.argv), "calibration": cal.__dict__,
@@ -346,7 +351,7 @@ def main(argv=None) -> int:
                 cands = {k: times[k] for k in ("metcf-window", "metcf-balanced", "metcf-split", "cusparse")
                          if k in times}
                 # SpmmPlan's policy (kernels.spmm.wants_autotune): the fastest measured, else the model's choice
-                tuned_here = wants_autotune("auto", case.nnz, pred)
+                tuned_here = wants_autotune("auto", case.nnz, pred, cal.balance_threshold)
                 selected = min(cands, key=cands.get) if tuned_here else choice["kernel"]
                 sel_ms = times[selected]
                 best_tc = min(v for k, v in cands.items() if k != "cusparse")

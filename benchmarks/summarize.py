@@ -199,10 +199,19 @@ def spmm_targets(rows) -> list[tuple]:
     return out
 
 
+TC_KERNELS = ("metcf-window", "metcf-balanced", "metcf-split")
+SMALL_MS = 0.2  # "small" cases for the host-overhead sentence (above it, run-to-run noise swamps the difference)
+
+
+def short_tc(rows):
+    """The TC kernels these rows timed, short names (files before the split kernel have two)."""
+    return [k.removeprefix("metcf-") for k in TC_KERNELS if any(k in r["ms"] for r in rows)]
+
+
 def where_time_goes(rows, meta) -> str:
     tcx = lambda r: r["tc_speedup_vs_same_cusparse"]  # noqa: E731  best TC kernel vs cuSPARSE, same matrix
     wins, loss = [r for r in rows if tcx(r) > 1], [r for r in rows if tcx(r) <= 1]
-    s = [f"The TC kernel (faster of window/balanced) beats cuSPARSE on the same matrix in {len(wins)} of {len(rows)} "
+    s = [f"The TC kernel (fastest of {'/'.join(short_tc(rows))}) beats cuSPARSE on the same matrix in {len(wins)} of {len(rows)} "
          "(matrix, order, N) cases"]
     if wins:
         s[-1] += (f" ({'; '.join(sorted({r['matrix'] + ' ' + r['order'] for r in wins}))}); all of them have "
@@ -217,11 +226,11 @@ def where_time_goes(rows, meta) -> str:
         s.append(f"{len(hubs)} cases have AR above the calibrated balance threshold {thr:.2f} (hub rows); there the "
                  f"TC kernel reaches at most {max(map(tcx, hubs)):.2f}x of cuSPARSE")
     sel = [r["floor_pct_selected"] for r in rows]
-    tc = [100 * r["memory_floor_ms"] / min(r["ms"]["metcf-window"], r["ms"]["metcf-balanced"]) for r in rows]
+    tc = [100 * r["memory_floor_ms"] / min(r["ms"][k] for k in TC_KERNELS if k in r["ms"]) for r in rows]
     s.append(f"The selected path runs at a median {statistics.median(sel):.0f}% of the memory floor "
              f"({min(sel):.1f}–{max(sel):.1f}%), the TC kernel at a median {statistics.median(tc):.0f}% "
              f"({min(tc):.1f}–{max(tc):.1f}%)")
-    kinds = ("metcf-window", "metcf-balanced", "cusparse")
+    kinds = (*TC_KERNELS, "cusparse")
     s.append("Selected path: " + ", ".join(f"{k} {sum(r['selected'] == k for r in rows)}" for k in kinds) +
              f" of {len(rows)}")
     reord = [r for r in rows if r["order"] != "none" and r["N"] in (128, 256)]
@@ -231,6 +240,14 @@ def where_time_goes(rows, meta) -> str:
         s.append(f"On the reordered cases at N = 128/256 the speedup over original-matrix cuSPARSE is cuSPARSE's own "
                  f"gain from the reordering (geomean {own:.2f}x) times the selected path's gain over cuSPARSE on the "
                  f"same reordered matrix (geomean {same:.2f}x)")
+    host = {k: [(r["ms_single_call"][k] - r["ms"][k]) * 1e3 for r in rows
+                if k in r.get("ms_single_call", {}) and r["ms"][k] < SMALL_MS] for k in ("metcf-window", "cusparse")}
+    if all(host.values()):
+        s.append(f"On the cases whose device time is under {SMALL_MS} ms, one call from Python timed with events "
+                 "around the call itself takes a median " + " and ".join(
+                     f"{statistics.median(v):.0f} us ({min(v):.0f}–{max(v):.0f}) more for {k}"
+                     for k, v in host.items()) + " than the graph-replayed device time: the host launch path, "
+                 "which `SpmmPlan.capture` removes for iterative callers")
     conv = [r["convert_over_spmm"] for r in rows if r["N"] == 128 and "convert_over_spmm" in r]
     if conv:
         s.append(f"GPU conversion to ME-TCF costs {min(conv):.1f}–{max(conv):.1f} selected SpMMs at N = 128 "
@@ -274,12 +291,17 @@ def spmm_section(runs, v0, older) -> list[str]:
     run = runs[0]
     out = ["## SpMM (one GPU)", ""] + env(run)
     head = ("matrix", "order", "nnz", "MeanNnzTC", "AR", "cuSPARSE best (alg ms)", "window ms", "balanced ms",
-            "selected (ms)", "x orig cuSP", "x same cuSP", "floor %", "max rel err")
+            "split ms (ksplit)", "selected (ms)", "x orig cuSP", "x same cuSP", "floor %", "max rel err")
+    timing = run.meta.get("timing")
+    out += [f"Times: {timing}." if timing else "Times: CUDA events around one call each (host launch overhead "
+            "included; files before the graph-replay timing).", ""]
     for n in sorted({r["N"] for r in run.rows}):
         out += [f"N = {n}:", ""] + table(head, [
             (r["matrix"], r["order"], mnnz(r["nnz"]), f(r["mean_nnz_tc"], 1), f(r["ar"]),
              f"{r['cusparse_best']} {r['ms']['cusparse']:.3f}", f(r["ms"]["metcf-window"], 3),
-             f(r["ms"]["metcf-balanced"], 3), f"{r['selected']} {r['selected_ms']:.3f}",
+             f(r["ms"]["metcf-balanced"], 3),
+             f"{r['ms']['metcf-split']:.3f} ({r['split_ksplit']})" if "metcf-split" in r["ms"] else "–",
+             f"{r['selected']} {r['selected_ms']:.3f}",
              f(r["speedup_vs_original_cusparse"]), f(r["speedup_vs_same_cusparse"]), f(r["floor_pct_selected"], 0),
              f"{max(r['rel_err_n128'].values()):.1e}") for r in run.rows if r["N"] == n])
     out += ["Speedups are of the selected path (SpmmPlan's policy): `x orig cuSP` = best cuSPARSE algorithm on the "

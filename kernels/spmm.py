@@ -41,14 +41,17 @@ def _to_metcf_gpu(A):
     return csr_to_metcf_gpu_from_scipy(A)
 
 
-def wants_autotune(autotune, nnz: int, pred: dict) -> bool:
+def wants_autotune(autotune, nnz: int, pred: dict, balance_threshold: float | None = None) -> bool:
     """SpmmPlan's policy: autotune=True/False as given; "auto" times the candidates from AUTOTUNE_MIN_NNZ, or when
-    the model is unsure: its best TC kernel and cuSPARSE predicted within AUTOTUNE_MARGIN of each other."""
+    the model is unsure: its best TC kernel and cuSPARSE predicted within AUTOTUNE_MARGIN of each other, or hub
+    windows (AR above the calibrated balance threshold: the model is fitted on uniform matrices, and on email-Enron
+    at N = 512 it picked the balanced kernel at 0.76x of cuSPARSE's time)."""
     if autotune != "auto":
         return bool(autotune)
-    tc = min(pred["plain_ms"], pred["balanced_ms"])
+    tc = min(pred["plain_ms"], pred["balanced_ms"], pred.get("split_ms", float("inf")))
     cus = pred["cusparse_ms"]
-    return nnz >= AUTOTUNE_MIN_NNZ or max(tc, cus) < AUTOTUNE_MARGIN * min(tc, cus)
+    hubs = balance_threshold is not None and pred["approximation_ratio"] > balance_threshold
+    return nnz >= AUTOTUNE_MIN_NNZ or hubs or max(tc, cus) < AUTOTUNE_MARGIN * min(tc, cus)
 
 
 class SpmmPlan:
@@ -134,7 +137,7 @@ class SpmmPlan:
                        "a_layout": "dense fragments" if self.config.a_dense else "bitmap",
                        **({"a_layout_fallback": self.timings["a_layout_fallback"]}
                           if "a_layout_fallback" in self.timings else {})})
-        if B is not None and wants_autotune(self.autotune, self.nnz, pred):
+        if B is not None and wants_autotune(self.autotune, self.nnz, pred, self._cal.balance_threshold):
             cands = {"auto": ["metcf-window", "metcf-balanced", "cusparse"], True: ["metcf-balanced", "cusparse"],
                      False: ["metcf-window", "cusparse"]}[self.balance]
             if self.balance == "auto" and pred["approximation_ratio"] < AUTOTUNE_MIN_AR:

@@ -101,3 +101,18 @@ def test_split_chosen_for_few_windows_not_for_many():
     assert choose(small, CAL, balance=False, allow_cusparse=False)["kernel"] == "metcf-window"
     none = predict(rwo_from_blocks(np.full(100, 40)), 100 * 40 * 20, (1600, 5000), 128, H100_LIKE, CAL)
     assert none["split_ksplit"] == 0 and none["split_ms"] == float("inf")
+
+
+def test_autotune_policy():
+    """SpmmPlan's "auto" times the candidates for large matrices, close predictions and hub windows only."""
+    from kernels.spmm import AUTOTUNE_MIN_NNZ, wants_autotune
+
+    far = {"plain_ms": 0.01, "balanced_ms": 0.02, "split_ms": float("inf"), "cusparse_ms": 0.05,
+           "approximation_ratio": 1.0}
+    assert not wants_autotune("auto", 1000, far, 1.4)
+    assert wants_autotune("auto", AUTOTUNE_MIN_NNZ, far, 1.4)
+    assert wants_autotune("auto", 1000, {**far, "approximation_ratio": 4.7}, 1.4)  # hubs: the model extrapolates
+    assert not wants_autotune("auto", 1000, {**far, "approximation_ratio": 4.7})  # no threshold known
+    assert wants_autotune("auto", 1000, {**far, "cusparse_ms": 0.012}, 1.4)  # within AUTOTUNE_MARGIN
+    assert wants_autotune("auto", 1000, {**far, "plain_ms": 1.0, "balanced_ms": 1.0, "split_ms": 0.04}, 1.4)  # split counts as TC
+    assert wants_autotune(True, 10, far) and not wants_autotune(False, 10**9, far)
