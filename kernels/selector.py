@@ -39,12 +39,21 @@ EXACT_SCHEDULE_MAX_JOBS = 200_000  # above this, the wave approximation (numpy) 
 class DeviceModel:
     name: str
     sm_count: int
-    blocks_per_sm_plain: int  # resident thread blocks per SM of metcf_spmm_window (occupancy)
+    blocks_per_sm_plain: int  # resident thread blocks per SM of metcf_spmm_window at max_warps warps (occupancy)
     blocks_per_sm_balanced: int  # same for metcf_spmm_balanced
     copy_gbs: float  # device-to-device copy bandwidth, bytes read + written (GB/s)
     # metcf_spmm_split's resident thread blocks per SM: ((column slices, ksplit), blocks) for every block shape it
     # can launch; empty = not known (then no split prediction)
     split_blocks_per_sm: tuple = ()
+    # The window and balanced kernels' resident blocks per SM for each block width they launch: ((warps per block,
+    # blocks), ...); a width not listed falls back to blocks_per_sm_plain / blocks_per_sm_balanced. At N = 128 a
+    # block has 2 warps and twice the residency of the 4-warp width.
+    window_blocks_per_sm: tuple = ()
+    balanced_blocks_per_sm: tuple = ()
+
+
+def _per_sm(pairs, warps: int, default: int) -> int:
+    return dict(pairs).get(int(warps), default)
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,8 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     wpb = config.windows_per_block
     plain_chunks = _chunks(N, config, wpb)
     plain_costs = np.tile(cal.tb_us + cal.block_us * blocks, plain_chunks)
-    slots_plain = device.sm_count * device.blocks_per_sm_plain * wpb
+    plain_warps = wpb * max(1, min(config.max_warps // wpb, -(-int(N) // config.warp_n)))
+    slots_plain = device.sm_count * _per_sm(device.window_blocks_per_sm, plain_warps, device.blocks_per_sm_plain) * wpb
     makespan_plain = list_schedule_makespan(plain_costs, slots_plain)
     # No schedule beats perfect balance, nor the largest piece that strict balance cannot split (a window of at
     # most blocks_per_item blocks is one item): continuous in the largest window, so one window passing
@@ -131,7 +141,8 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     if item_blocks.size and n_blocks % bpi:
         item_blocks[-1] = n_blocks % bpi
     bal_costs = np.tile(cal.tb_us + cal.block_us * item_blocks, chunks)
-    slots_bal = device.sm_count * device.blocks_per_sm_balanced
+    bal_warps = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
+    slots_bal = device.sm_count * _per_sm(device.balanced_blocks_per_sm, bal_warps, device.blocks_per_sm_balanced)
     makespan_bal = list_schedule_makespan(bal_costs, slots_bal)
     nonempty = blocks > 0
     first, last = rwo[:-1] // bpi, (rwo[1:] - 1) // bpi
@@ -205,6 +216,9 @@ def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
     mod = module(config)
     per_sm = {name: resident_blocks(mod.get_function(name), config.threads)
               for name in ("metcf_spmm_window", "metcf_spmm_balanced")}
+    widths = {name: tuple((w, resident_blocks(mod.get_function(name), 32 * w))
+                          for w in range(1, config.max_warps + 1))
+              for name in ("metcf_spmm_window", "metcf_spmm_balanced")}
     split = []
     if config.a_regs:
         fn = mod.get_function("metcf_spmm_split")
@@ -219,7 +233,8 @@ def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
                        blocks_per_sm_plain=per_sm["metcf_spmm_window"],
                        blocks_per_sm_balanced=per_sm["metcf_spmm_balanced"],
                        copy_gbs=_cached_copy_gbs(int(cupy.cuda.Device().id), copy_bandwidth_gbs),
-                       split_blocks_per_sm=tuple(split))
+                       split_blocks_per_sm=tuple(split), window_blocks_per_sm=widths["metcf_spmm_window"],
+                       balanced_blocks_per_sm=widths["metcf_spmm_balanced"])
 
 
 def resident_blocks(kernel, threads: int, smem: int = 0) -> int:

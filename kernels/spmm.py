@@ -142,10 +142,15 @@ class SpmmPlan:
                      False: ["metcf-window", "cusparse"]}[self.balance]
             if self.balance == "auto" and pred["approximation_ratio"] < AUTOTUNE_MIN_AR:
                 cands.remove("metcf-balanced")  # nothing to balance; saves its 16 x N per split window workspace
-            if self.balance == "auto" and pred.get("split_ksplit"):
-                cands.append("metcf-split")  # at the model's ksplit
-            measured = {k: self._time(k, B, repeats=10, warmup=3, ksplit=pred.get("split_ksplit"))
-                        for k in cands}
+            measured = {k: self._time(k, B, repeats=10, warmup=3) for k in cands}
+            if self.balance == "auto" and pred.get("split_ksplit"):  # every ksplit the block size allows
+                from kernels.launch import max_ksplit
+
+                by_k = {k: self._time("metcf-split", B, repeats=10, warmup=3, ksplit=k)
+                        for k in (1 << i for i in range(1, max_ksplit(N, self.config).bit_length()))}
+                choice["ksplit"] = min(by_k, key=by_k.get)
+                choice["split_ms_by_ksplit"] = by_k
+                measured["metcf-split"] = by_k[choice["ksplit"]]
             best = min(measured, key=measured.get)
             choice.update({"kernel": best, "measured_ms": measured, "predicted_kernel": choice["kernel"],
                            "reason": f"autotune: fastest measured of {measured}; model said {choice['kernel']} "
@@ -159,7 +164,8 @@ class SpmmPlan:
             return launch.spmm_window(self._dm, B, out, self.config, accumulate=accumulate)
         if kernel == "metcf-split":
             N = int(B.shape[1])
-            k = ksplit or self.choices.get(N, {}).get("prediction", {}).get("split_ksplit") or \
+            ch = self.choices.get(N, {})  # autotuned ksplit, else the model's, else the largest
+            k = ksplit or ch.get("ksplit") or ch.get("prediction", {}).get("split_ksplit") or \
                 launch.max_ksplit(N, self.config)
             return launch.spmm_split(self._dm, B, out, self.config, ksplit=k, accumulate=accumulate)
         if kernel == "metcf-balanced":

@@ -116,3 +116,14 @@ def test_autotune_policy():
     assert wants_autotune("auto", 1000, {**far, "cusparse_ms": 0.012}, 1.4)  # within AUTOTUNE_MARGIN
     assert wants_autotune("auto", 1000, {**far, "plain_ms": 1.0, "balanced_ms": 1.0, "split_ms": 0.04}, 1.4)  # split counts as TC
     assert wants_autotune(True, 10, far) and not wants_autotune(False, 10**9, far)
+
+
+def test_slots_follow_the_launched_block_width():
+    """At N = 128 the window kernel launches 2-warp blocks: their residency, not the 4-warp one, sets the slots."""
+    dev = DeviceModel(name="test-gpu", sm_count=132, blocks_per_sm_plain=5, blocks_per_sm_balanced=3,
+                      copy_gbs=2900.0, window_blocks_per_sm=((1, 20), (2, 10), (3, 6), (4, 5)),
+                      balanced_blocks_per_sm=((2, 7), (4, 3)))
+    rwo = rwo_from_blocks(np.full(5000, 6))
+    assert predict(rwo, 5000 * 6 * 20, (80_000, 10**5), 128, dev, CAL)["plain_slots"] == 132 * 10
+    assert predict(rwo, 5000 * 6 * 20, (80_000, 10**5), 512, dev, CAL)["plain_slots"] == 132 * 5
+    assert predict(rwo, 5000 * 6 * 20, (80_000, 10**5), 128, H100_LIKE, CAL)["plain_slots"] == 132 * 9  # fallback
