@@ -211,8 +211,8 @@ def short_tc(rows):
 def where_time_goes(rows, meta) -> str:
     tcx = lambda r: r["tc_speedup_vs_same_cusparse"]  # noqa: E731  best TC kernel vs cuSPARSE, same matrix
     wins, loss = [r for r in rows if tcx(r) > 1], [r for r in rows if tcx(r) <= 1]
-    s = [f"The TC kernel (fastest of {'/'.join(short_tc(rows))}) beats cuSPARSE on the same matrix in {len(wins)} of {len(rows)} "
-         "(matrix, order, N) cases"]
+    s = [f"The TC kernel (fastest of {'/'.join(short_tc(rows))}) beats cuSPARSE on the same matrix in {len(wins)} "
+         f"of {len(rows)} (matrix, order, N) cases"]
     if wins:
         s[-1] += (f" ({'; '.join(sorted({r['matrix'] + ' ' + r['order'] for r in wins}))}); all of them have "
                   f"MeanNnzTC ≥ {min(r['mean_nnz_tc'] for r in wins):.1f}, up to {max(map(tcx, wins)):.2f}x")

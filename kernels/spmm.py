@@ -3,8 +3,9 @@
 "cpu-reference") and returns float32 like the GPU path.
 
 Kernels: "metcf-window" (one thread block per 16-row window), "metcf-balanced" (strict balance + combine),
-"metcf-split" (one thread block per window, its TC blocks shared by ksplit warps per column slice), "cusparse" (kernels.cusparse baseline), chosen per N by kernels.selector (cost model + simulated schedule) or,
-with autotune, by timing the candidates once on the first B of each N. `plan.choice` holds the last decision
+"metcf-split" (one thread block per window, its TC blocks shared by ksplit warps per column slice), "cusparse"
+(kernels.cusparse baseline), chosen per N by kernels.selector (cost model + simulated schedule) or, with
+autotune, by timing the candidates once on the first B of each N (device time, every ksplit of the split kernel). `plan.choice` holds the last decision
 (kernel, reason, predicted and measured ms) and `plan.choices[N]` every one.
 """
 from __future__ import annotations
