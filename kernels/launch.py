@@ -149,10 +149,21 @@ def bitmap(dm: KernelArrays, config: KernelConfig = CONFIG):
     return words
 
 
+def tf32_round(x):
+    """float32 cupy array rounded to TF32 (10 mantissa bits, to nearest, ties away: what cvt.rna.tf32.f32 does),
+    low 13 bits cleared; infinities and NaN unchanged."""
+    import cupy
+
+    bits = x.view(cupy.uint32)
+    return cupy.where(cupy.isfinite(x), (bits + cupy.uint32(0x1000)) & cupy.uint32(0xFFFFE000), bits).view(
+        cupy.float32)
+
+
 def fragments(dm: KernelArrays):
     """Every TC block's 128 values in mma fragment order (KernelConfig.a_dense): float32 [max(n_blocks, 1), 32, 4]
     with [b][lane][k] = A[r][c] of block b, lane = (r % 8) * 4 + c % 4, k = r // 8 + 2 * (c // 4) (the m16n8k8
-    A fragment: a0 = (g, q), a1 = (g + 8, q), a2 = (g, q + 4), a3 = (g + 8, q + 4)); zeros where A has none."""
+    A fragment: a0 = (g, q), a1 = (g + 8, q), a2 = (g, q + 4), a3 = (g + 8, q + 4)); zeros where A has none.
+    Values are stored rounded to TF32 (tf32_round), so the kernels feed them to the mma without converting."""
     if dm._frag is not None:
         return dm._frag
     import cupy
@@ -163,18 +174,27 @@ def fragments(dm: KernelArrays):
         lid = dm.tc_local_id.astype(cupy.int64)
         r, c = lid >> 3, lid & 7
         flat = block * 128 + ((r & 7) * 4 + (c & 3)) * 4 + (r >> 3) + 2 * (c >> 2)
-        frag.reshape(-1)[flat] = dm.data
+        frag.reshape(-1)[flat] = tf32_round(dm.data)
     dm._frag = frag
     return frag
 
 
 def col_pairs(dm: KernelArrays):
     """sparse_a_to_b as pairs [n_blocks, 4, 2] int32: [b][q] = (a_to_b[b][q], a_to_b[b][q + 4]), the two B rows
-    a lane with q = lane % 4 multiplies (one 8-byte load; the dense-fragment kernels read these)."""
+    a lane with q = lane % 4 multiplies (one 8-byte load; the dense-fragment kernels read these). Padding (-1, the
+    unused columns of a window's last block) is replaced by the block's first column: its A entries there are
+    zeros, so the kernel loads without a padding test and a non-finite B value reaches only the window that
+    already references its row (the contract of a dense 16 x 8 tile). Raises ValueError for a block without
+    columns (not ME-TCF as the converters build it)."""
     if dm._pairs is None:
         import cupy
 
-        dm._pairs = cupy.ascontiguousarray(dm.sparse_a_to_b.reshape(-1, 2, 4).transpose(0, 2, 1))
+        cols = dm.sparse_a_to_b.reshape(-1, 8)
+        if cols.shape[0] and bool((cols[:, 0] < 0).any()):  # synchronize!
+            raise ValueError("ME-TCF has a TC block whose first column is padding (-1): every block must hold "
+                             "at least one column (build it with kernels.formats.metcf.csr_to_metcf or metcf_gpu)")
+        cols = cupy.where(cols < 0, cols[:, :1], cols)
+        dm._pairs = cupy.ascontiguousarray(cols.reshape(-1, 2, 4).transpose(0, 2, 1))
         if dm._pairs.size == 0:
             dm._pairs = cupy.full((1, 4, 2), -1, dtype=cupy.int32)
     return dm._pairs

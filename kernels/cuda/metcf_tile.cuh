@@ -73,10 +73,15 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // Plain equivalent: wait until every cp.async this thread issued has landed in shared memory.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// Plain equivalent: x with its mantissa rounded to 10 bits (round to nearest, ties away), as a bit pattern.
+// Plain equivalent: x with its mantissa rounded to 10 bits, as a bit pattern. sm_90: round to nearest even, one
+// instruction (F2FP.TF32); sm_80 has only ties-away (cvt.rna: an infinity test and an add per value).
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;
+#if __CUDA_ARCH__ >= 900
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#else
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#endif
   return r;
 }
 
@@ -273,8 +278,24 @@ __device__ __forceinline__ Slices warp_slices(i64 n0, i64 N, bool vec_ok) {
   return sl;
 }
 
+// FAST path of one B row (every slice inside N and float4-aligned): row pointer with one 32-bit x 32-bit wide
+// multiply-add, no branch and no select, so a group's loads issue back to back. The dense-fragment column pairs
+// never hold padding (kernels/launch.py col_pairs repeats the block's first column, whose A entries are zeros
+// there); col < 0 only marks a block past the end, whose loads are never multiplied: it reads row 0 instead.
+__device__ __forceinline__ void load_row_fast(float (&v)[CFG_WARP_SLICES][4], const float* __restrict__ B_lane,
+                                              int col, unsigned n32) {
+  const float* row = B_lane + (unsigned long long)(unsigned)max(col, 0) * n32;
+#pragma unroll
+  for (int s = 0; s < CFG_WARP_SLICES; ++s) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(row + s * CFG_WARP_COLS));
+    v[s][0] = x.x; v[s][1] = x.y; v[s][2] = x.z; v[s][3] = x.w;
+  }
+}
+
 // Issue one block's loads: a = the mma A fragment {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, lo[s]/hi[s] =
 // B rows col_lo/col_hi at this lane's 4 columns of slice s (left unset for inactive slices: never multiplied).
+// FAST: every slice active and float4 (the warp-uniform common case, chosen once per kernel by reg_pipeline).
+template <bool FAST>
 __device__ __forceinline__ void load_block(float (&a)[4], float (&lo)[CFG_WARP_SLICES][4],
                                            float (&hi)[CFG_WARP_SLICES][4], const BlockMeta& m,
                                            const float* __restrict__ data, const float* __restrict__ B, i64 N,
@@ -290,24 +311,31 @@ __device__ __forceinline__ void load_block(float (&a)[4], float (&lo)[CFG_WARP_S
   a[2] = a_value(data, m.m_lo, m.base_lo, bit + 4);
   a[3] = a_value(data, m.m_hi, m.base_hi, bit + 4);
 #endif
+  if (FAST) {  // B + n_lane[0]: slice s is 32 s columns further (warp_slices)
+    load_row_fast(lo, B + sl.n_lane[0], m.col_lo, (unsigned)N);
+    load_row_fast(hi, B + sl.n_lane[0], m.col_hi, (unsigned)N);
+  } else {
 #pragma unroll
-  for (int s = 0; s < CFG_WARP_SLICES; ++s) {
-    if (sl.active[s]) {
-      load_b4(lo[s], B, m.col_lo, N, sl.n_lane[s], sl.vec[s]);
-      load_b4(hi[s], B, m.col_hi, N, sl.n_lane[s], sl.vec[s]);
+    for (int s = 0; s < CFG_WARP_SLICES; ++s) {
+      if (sl.active[s]) {
+        load_b4(lo[s], B, m.col_lo, N, sl.n_lane[s], sl.vec[s]);
+        load_b4(hi[s], B, m.col_hi, N, sl.n_lane[s], sl.vec[s]);
+      }
     }
   }
 }
 
 // acc[s][t] += A_tile x Bt_t of slice s for the 4 remapped n8 tiles, A fragment in registers (see warp_tile_mma).
+template <bool FAST>
 __device__ __forceinline__ void reg_tile_mma(Acc& acc, const float (&av)[4], const float (&lo)[CFG_WARP_SLICES][4],
                                              const float (&hi)[CFG_WARP_SLICES][4], const Slices& sl) {
   unsigned a[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) a[k] = to_tf32(av[k]);
+  for (int k = 0; k < 4; ++k)  // dense fragments are stored TF32-rounded already (kernels/launch.py fragments)
+    a[k] = CFG_A_DENSE ? __float_as_uint(av[k]) : to_tf32(av[k]);
 #pragma unroll
   for (int s = 0; s < CFG_WARP_SLICES; ++s)
-    if (sl.active[s]) {
+    if (FAST || sl.active[s]) {
 #pragma unroll
       for (int t = 0; t < 4; ++t) mma_tf32(acc[s][t], a, to_tf32(lo[s][t]), to_tf32(hi[s][t]));
     }
@@ -318,12 +346,11 @@ __device__ __forceinline__ void reg_tile_mma(Acc& acc, const float (&av)[4], con
 // values) are all issued before its first mma, and the next group's metadata is loaded while they are in flight
 // (v0 waited on a barrier, a shared-memory column id and then B, block by block). after(b, acc) runs after
 // block b's mma, in block order, exactly as in tile_pipeline.
-template <class After>
-__device__ __forceinline__ void reg_pipeline(i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
-                                             const uint4* __restrict__ bitmap, const float* __restrict__ data,
-                                             const int* __restrict__ a_to_b, const float* __restrict__ B, i64 N,
-                                             i64 n0, bool vec_ok, Acc& acc, After after) {
-  const Slices sl = warp_slices(n0, N, vec_ok);
+template <bool FAST, class After>
+__device__ __forceinline__ void reg_pipeline_impl(i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
+                                                  const uint4* __restrict__ bitmap, const float* __restrict__ data,
+                                                  const int* __restrict__ a_to_b, const float* __restrict__ B, i64 N,
+                                                  const Slices& sl, Acc& acc, After after) {
   BlockMeta meta[CFG_UNROLL];
 #pragma unroll
   for (int u = 0; u < CFG_UNROLL; ++u)
@@ -331,16 +358,34 @@ __device__ __forceinline__ void reg_pipeline(i64 b_begin, i64 b_end, const i64* 
   for (i64 b0 = b_begin; b0 < b_end; b0 += CFG_UNROLL) {
     float av[CFG_UNROLL][4], lo[CFG_UNROLL][CFG_WARP_SLICES][4], hi[CFG_UNROLL][CFG_WARP_SLICES][4];
 #pragma unroll
-    for (int u = 0; u < CFG_UNROLL; ++u) load_block(av[u], lo[u], hi[u], meta[u], data, B, N, sl);
+    for (int u = 0; u < CFG_UNROLL; ++u) load_block<FAST>(av[u], lo[u], hi[u], meta[u], data, B, N, sl);
     const i64 nb = b0 + CFG_UNROLL;  // the next group's metadata, in flight during this group's mma
 #pragma unroll
     for (int u = 0; u < CFG_UNROLL; ++u) load_meta(meta[u], nb + u, nb + u < b_end, tc_offset, bitmap, a_to_b);
 #pragma unroll
     for (int u = 0; u < CFG_UNROLL; ++u) {
       if (b0 + u < b_end) {  // uniform across the warp
-        reg_tile_mma(acc, av[u], lo[u], hi[u], sl);
+        reg_tile_mma<FAST>(acc, av[u], lo[u], hi[u], sl);
         after(b0 + u, acc);
       }
     }
   }
+}
+
+// The pipeline for this warp's columns: FAST (no per-load slice or alignment checks) when every slice lies inside
+// N and may use float4, which is warp-uniform and decided once here; the checked path otherwise (N % 4 != 0,
+// unaligned B or C, the last column chunk past N).
+template <class After>
+__device__ __forceinline__ void reg_pipeline(i64 b_begin, i64 b_end, const i64* __restrict__ tc_offset,
+                                             const uint4* __restrict__ bitmap, const float* __restrict__ data,
+                                             const int* __restrict__ a_to_b, const float* __restrict__ B, i64 N,
+                                             i64 n0, bool vec_ok, Acc& acc, After after) {
+  const Slices sl = warp_slices(n0, N, vec_ok);
+  bool fast = true;
+#pragma unroll
+  for (int s = 0; s < CFG_WARP_SLICES; ++s) fast = fast && sl.vec[s];
+  if (fast)
+    reg_pipeline_impl<true>(b_begin, b_end, tc_offset, bitmap, data, a_to_b, B, N, sl, acc, after);
+  else
+    reg_pipeline_impl<false>(b_begin, b_end, tc_offset, bitmap, data, a_to_b, B, N, sl, acc, after);
 }

@@ -373,3 +373,30 @@ def test_plan_capture_replays_with_new_b(kernel):
         assert np.linalg.norm(C - csr_spmm(A, B2)) / np.linalg.norm(csr_spmm(A, B2)) < TF32_RTOL, kernel
     with pytest.raises(TypeError, match="cupy arrays"):
         plan.capture(cupy.asnumpy(B), out)
+
+
+def test_tf32_round_matches_ties_away_and_keeps_non_finite():
+    x = np.array([1.0, 1 + 2**-11, 1 + 2**-12, -(1 + 2**-11), 3.4e38, np.inf, -np.inf, np.nan, 0.0, 1e-40],
+                 dtype=np.float32)
+    got = cupy.asnumpy(launch.tf32_round(cupy.asarray(x)))
+    bits = x.view(np.uint32)
+    want = np.where(np.isfinite(x), (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits).view(np.float32)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert got[1] == 1 + 2**-10 and got[2] == 1.0 and got[3] == -(1 + 2**-10)  # tie away from zero, below: down
+    assert np.isinf(got[4]) and np.isposinf(got[5]) and np.isneginf(got[6]) and np.isnan(got[7])
+
+
+def test_col_pairs_fill_padding_with_the_first_column_and_refuse_empty_blocks():
+    rng = np.random.default_rng(43)
+    M = csr_to_metcf(random_csr(100, 300, 5, rng))
+    dm = launch.upload(M)
+    pairs = cupy.asnumpy(launch.col_pairs(dm)).transpose(0, 2, 1).reshape(-1, 8)
+    cols = M.sparse_a_to_b.reshape(-1, 8)
+    assert (cols < 0).any()  # the test needs padded blocks
+    assert np.array_equal(pairs, np.where(cols < 0, cols[:, :1], cols))
+    bad = cols.copy()
+    bad[0] = -1
+    dm_bad = launch.upload(type(M)(M.shape, M.row_window_offset, M.tc_offset, M.tc_local_id, bad.reshape(-1),
+                                   M.data))
+    with pytest.raises(ValueError, match="first column is padding"):
+        launch.col_pairs(dm_bad)
