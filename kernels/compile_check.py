@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernels.config import CONFIG, V0_CONFIG
+from kernels.config import BITMAP_CONFIG, CONFIG, V0_CONFIG
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 ARCHS = ("sm_80", "sm_90")
@@ -28,7 +28,7 @@ def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for cu in sorted(CUDA_DIR.glob("*.cu")):
-            for arch, (cfg_name, cfg) in ((a, c) for a in archs for c in (("default", CONFIG), ("v0", V0_CONFIG))):
+            for arch, (cfg_name, cfg) in ((a, c) for a in archs for c in (("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))):
                 cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
                        *cfg.defines(), str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}-{cfg_name}.o")]
                 proc = subprocess.run(cmd, capture_output=True, text=True)

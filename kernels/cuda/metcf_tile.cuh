@@ -279,16 +279,23 @@ __device__ __forceinline__ Slices warp_slices(i64 n0, i64 N, bool vec_ok) {
 }
 
 // FAST path of one B row (every slice inside N and float4-aligned): row pointer with one 32-bit x 32-bit wide
-// multiply-add, no branch and no select, so a group's loads issue back to back. The dense-fragment column pairs
-// never hold padding (kernels/launch.py col_pairs repeats the block's first column, whose A entries are zeros
-// there); col < 0 only marks a block past the end, whose loads are never multiplied: it reads row 0 instead.
+// multiply-add and no branch, so a group's loads issue back to back. The dense-fragment column pairs never hold
+// padding (kernels/launch.py col_pairs repeats the block's first column, whose A entries are zeros there), so
+// col < 0 only marks a block past the end, whose loads are never multiplied: it reads row 0 instead. The bitmap
+// pipeline reads sparse_a_to_b, padding included: there a select (not a multiply by A's zero, which would let a
+// non-finite B[0] through) gives the zeros.
 __device__ __forceinline__ void load_row_fast(float (&v)[CFG_WARP_SLICES][4], const float* __restrict__ B_lane,
                                               int col, unsigned n32) {
   const float* row = B_lane + (unsigned long long)(unsigned)max(col, 0) * n32;
 #pragma unroll
   for (int s = 0; s < CFG_WARP_SLICES; ++s) {
     const float4 x = __ldg(reinterpret_cast<const float4*>(row + s * CFG_WARP_COLS));
+#if CFG_A_DENSE
     v[s][0] = x.x; v[s][1] = x.y; v[s][2] = x.z; v[s][3] = x.w;
+#else
+    const bool pad = col < 0;
+    v[s][0] = pad ? 0.0f : x.x; v[s][1] = pad ? 0.0f : x.y; v[s][2] = pad ? 0.0f : x.z; v[s][3] = pad ? 0.0f : x.w;
+#endif
   }
 }
 
