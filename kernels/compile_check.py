@@ -28,7 +28,8 @@ def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for cu in sorted(CUDA_DIR.glob("*.cu")):
-            for arch, (cfg_name, cfg) in ((a, c) for a in archs for c in (("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))):
+            configs = (("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))
+            for arch, (cfg_name, cfg) in ((a, c) for a in archs for c in configs):
                 cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
                        *cfg.defines(), str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}-{cfg_name}.o")]
                 proc = subprocess.run(cmd, capture_output=True, text=True)

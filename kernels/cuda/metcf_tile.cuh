@@ -14,7 +14,8 @@
 // launcher's bitmap or fragments + column pairs (docs/CONTRACTS.md, "Device-side arrays");
 // B row-major [K, N] float32, C row-major [M, N] float32; vec != 0 only when N % 4 == 0 and B, C are
 // 16-byte aligned. A non-finite value in a referenced row of B reaches all 16 rows of its window (a dense
-// 16x8 tile multiplies it by the tile's zeros); padding slots (-1) never read B.
+// 16x8 tile multiplies it by the tile's zeros); padding slots (-1) never read B (the dense column pairs hold the
+// block's first column there instead: a referenced row, times A's zeros).
 #pragma once
 
 #if !defined(CFG_WINDOW_ROWS) || !defined(CFG_BLOCK_COLS) || !defined(CFG_WARP_COLS) || \
