@@ -317,10 +317,15 @@ def spmm_section(runs, v0, older) -> list[str]:
         ratio = geo(a["ms"]["metcf-window"] / b["ms"]["metcf-window"] for a, b in pairs)
         tg = {n: geo(r["speedup_vs_original_cusparse"] for r in old.rows if r["order"] != "none" and r["N"] == n)
               for n in (128, 256)}
+        same_timing = old.meta.get("timing") == run.meta.get("timing")
         out += [f"Earlier kernel version: `{old.path.name}` ({old.meta.get('date')}, `{old.meta.get('command')}`, "
-                f"{len(old.rows)} rows). On the {len(pairs)} (matrix, order, N) cases in both files its window kernel "
-                f"took a geomean {f(ratio)}x of this version's time (earlier ms / this ms); its reordered geomean "
-                f"speedup vs original cuSPARSE was {f(tg[128])}x at N=128 and {f(tg[256])}x at N=256.", ""]
+                f"{len(old.rows)} rows{'; ' + old.meta['note'] if old.meta.get('note') else ''}). On the "
+                f"{len(pairs)} (matrix, order, N) cases in both files its window kernel took a geomean {f(ratio)}x of "
+                f"this version's time (earlier ms / this ms"
+                + ("" if same_timing else "; its times are single calls with the host launch path included, so the "
+                   "ratio overstates the kernel's gain on cases under ~0.1 ms")
+                + f"); its reordered geomean speedup vs original cuSPARSE was {f(tg[128])}x at N=128 and "
+                f"{f(tg[256])}x at N=256.", ""]
     return out + older_note(older) + [reproduce("spmm", run), ""]
 
 

@@ -288,3 +288,21 @@ def test_reorder_halo_table(summarize, results, tmp_path):
     line = next(ln for ln in body.splitlines() if ln.startswith("| sbm-1M") and "/" in ln)
     assert [c.strip() for c in line.strip("|").split("|")] == ["sbm-1M", "100.0 / 290.0", "9.5 / 12.2",
                                                                "10.0 / 13.0", "80.0 / 200.0"]
+
+
+def test_earlier_version_with_other_timing_is_flagged(summarize, results, tmp_path):
+    """An earlier file timed another way (no `timing` in its meta: single calls) gets the caveat; one timed like
+    the summarized run does not."""
+    doc = json.loads((results / "spmm-test-gpu-2026-01-02.json").read_text())
+    doc["meta"]["timing"] = "graph replays"
+    write(results, "spmm-test-gpu-2026-01-02.json", doc)
+    write(results, "spmm-test-gpu-2026-01-01-v7.json",
+          {"meta": {**doc["meta"], "note": "merged v7 files"}, "rows": doc["rows"][:2]})
+    out = tmp_path / "docs" / "benchmarks.md"
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    md = out.read_text()
+    v0 = next(line for line in md.splitlines() if line.startswith("Earlier kernel version: `spmm-test-gpu-2026-01-01-v0"))
+    v7 = next(line for line in md.splitlines() if line.startswith("Earlier kernel version: `spmm-test-gpu-2026-01-01-v7"))
+    assert "single calls with the host launch path included" in v0
+    assert "single calls" not in v7 and "merged v7 files" in v7
+    assert "Times: graph replays." in md
