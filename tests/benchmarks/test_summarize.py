@@ -301,8 +301,9 @@ def test_earlier_version_with_other_timing_is_flagged(summarize, results, tmp_pa
     out = tmp_path / "docs" / "benchmarks.md"
     assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
     md = out.read_text()
-    v0 = next(line for line in md.splitlines() if line.startswith("Earlier kernel version: `spmm-test-gpu-2026-01-01-v0"))
-    v7 = next(line for line in md.splitlines() if line.startswith("Earlier kernel version: `spmm-test-gpu-2026-01-01-v7"))
+    earlier = {line[len("Earlier kernel version: `spmm-test-gpu-2026-01-01-"):][:2]: line for line in md.splitlines()
+               if line.startswith("Earlier kernel version: `spmm-test-gpu-2026-01-01-")}
+    v0, v7 = earlier["v0"], earlier["v7"]
     assert "single calls with the host launch path included" in v0
     assert "single calls" not in v7 and "merged v7 files" in v7
     assert "Times: graph replays." in md
