@@ -91,6 +91,15 @@ class KernelConfig:
         """Columns of C one full SpMM thread block covers."""
         return self.warp_n * self.max_warps
 
+    def slices(self, N: int, windows: int = 1) -> int:
+        """Warps per window of an SpMM thread block at N columns: one per warp_n-column slice, at most
+        max_warps // windows (kernels/launch.py launches this shape; kernels/selector.py models it)."""
+        return max(1, min(self.max_warps // windows, -(-int(N) // self.warp_n)))
+
+    def chunks(self, N: int, windows: int = 1) -> int:
+        """Column chunks (gridDim.y) of an SpMM launch at N columns: N / the columns one block's slices cover."""
+        return -(-int(N) // (self.warp_n * self.slices(N, windows)))
+
     def defines(self) -> tuple[str, ...]:
         """``-D`` options carrying every constant into the CUDA sources."""
         return (f"-DCFG_WINDOW_ROWS={self.window_rows}", f"-DCFG_BLOCK_COLS={self.block_cols}",

@@ -265,9 +265,9 @@ def _check_b_out(dm: KernelArrays, B, out, accumulate: bool = False):
 def _spmm_block(N: int, config: KernelConfig, windows: int = 1) -> tuple[int, int]:
     """(threads per block, column chunks) for `windows` windows per block: each window gets
     min(ceil(N / warp_n), max_warps // windows) warps of warp_n columns; a chunk is the columns they cover."""
-    slices = max(1, min(config.max_warps // windows, -(-N // config.warp_n)))
+    slices = config.slices(N, windows)
     threads = 32 * windows * slices
-    chunks = -(-N // (config.warp_n * slices))
+    chunks = config.chunks(N, windows)
     if chunks > MAX_GRID_Y:
         raise ValueError(f"N = {N} needs {chunks} column chunks, more than gridDim.y = {MAX_GRID_Y}")
     return threads, chunks
@@ -293,11 +293,11 @@ def split_shape(N: int, ksplit: int, config: KernelConfig = CONFIG) -> tuple[int
     slices (at most max_warps), each with ksplit warps; the reduction tree keeps ksplit / 2 accumulators per slice."""
     if ksplit < 1 or ksplit & (ksplit - 1):
         raise ValueError(f"ksplit is {ksplit}, expected a power of two >= 1")
-    slices = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
+    slices = config.slices(N)
     if slices * ksplit > config.split_max_warps:
         raise ValueError(f"ksplit {ksplit} x {slices} column slices = {slices * ksplit} warps, more than "
                          f"KernelConfig.split_max_warps = {config.split_max_warps}")
-    chunks = -(-int(N) // (config.warp_n * slices))
+    chunks = config.chunks(N)
     if chunks > MAX_GRID_Y:
         raise ValueError(f"N = {N} needs {chunks} column chunks, more than gridDim.y = {MAX_GRID_Y}")
     smem = (ksplit // 2) * slices * 32 * config.warp_slices * 16 * 4
@@ -306,7 +306,7 @@ def split_shape(N: int, ksplit: int, config: KernelConfig = CONFIG) -> tuple[int
 
 def max_ksplit(N: int, config: KernelConfig = CONFIG) -> int:
     """The largest power-of-two ksplit metcf_spmm_split takes at N columns (split_max_warps / column slices)."""
-    slices = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
+    slices = config.slices(N)
     k = 1
     while 2 * k * slices <= config.split_max_warps:
         k *= 2

@@ -107,12 +107,6 @@ def list_schedule_makespan(costs, slots: int, *, exact: bool | None = None) -> f
     return max(free)
 
 
-def _chunks(N: int, config: KernelConfig, windows: int = 1) -> int:
-    """Column chunks of a launch, as kernels.launch._spmm_block computes them."""
-    slices = max(1, min(config.max_warps // windows, -(-int(N) // config.warp_n)))
-    return -(-int(N) // (config.warp_n * slices))
-
-
 def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal: Calibration,
             config: KernelConfig = CONFIG) -> dict:
     """Predicted ms of the plain and balanced TC kernels and of cuSPARSE, with the makespans behind them."""
@@ -120,13 +114,13 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     n_rows = int(shape[0])
     blocks = np.diff(rwo)
     n_blocks = int(rwo[-1]) if rwo.size else 0
-    chunks = _chunks(N, config)
+    chunks = config.chunks(N)
     # Plain: (window, column chunk) jobs in launch order (blockIdx.x fastest): windows of chunk 0, then of chunk
     # 1, ...; a block of windows_per_block windows runs them as independent warps: that many slots per block.
     wpb = config.windows_per_block
-    plain_chunks = _chunks(N, config, wpb)
+    plain_chunks = config.chunks(N, wpb)
     plain_costs = np.tile(cal.tb_us + cal.block_us * blocks, plain_chunks)
-    plain_warps = wpb * max(1, min(config.max_warps // wpb, -(-int(N) // config.warp_n)))
+    plain_warps = wpb * config.slices(N, wpb)
     slots_plain = device.sm_count * _per_sm(device.window_blocks_per_sm, plain_warps, device.blocks_per_sm_plain) * wpb
     makespan_plain = list_schedule_makespan(plain_costs, slots_plain)
     # No schedule beats perfect balance, nor the largest piece that strict balance cannot split (a window of at
@@ -141,7 +135,7 @@ def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal
     if item_blocks.size and n_blocks % bpi:
         item_blocks[-1] = n_blocks % bpi
     bal_costs = np.tile(cal.tb_us + cal.block_us * item_blocks, chunks)
-    bal_warps = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
+    bal_warps = config.slices(N)
     slots_bal = device.sm_count * _per_sm(device.balanced_blocks_per_sm, bal_warps, device.blocks_per_sm_balanced)
     makespan_bal = list_schedule_makespan(bal_costs, slots_bal)
     nonempty = blocks > 0
@@ -170,8 +164,7 @@ def _split_makespan(blocks, N: int, device: DeviceModel, cal: Calibration, confi
     A (window, column chunk) thread block whose warps share nb TC blocks k ways costs
     ``tb_us * (1 + log2 k) + block_us * ceil(nb / k)`` (each tree step assumed to cost one thread-block start:
     an accumulator through shared memory and two barriers); slots = SMs x resident blocks of that shape."""
-    slices = max(1, min(config.max_warps, -(-int(N) // config.warp_n)))
-    chunks = -(-int(N) // (config.warp_n * slices))
+    slices, chunks = config.slices(N), config.chunks(N)
     best = (float("inf"), 0)
     for (sl, k), per_sm in device.split_blocks_per_sm:
         if sl != slices or k < 2 or per_sm < 1:

@@ -128,3 +128,14 @@ def test_slots_follow_the_launched_block_width():
     assert predict(rwo, 5000 * 6 * 20, (80_000, 10**5), 128, dev, CAL)["plain_slots"] == 132 * 10
     assert predict(rwo, 5000 * 6 * 20, (80_000, 10**5), 512, dev, CAL)["plain_slots"] == 132 * 5
     assert predict(rwo, 5000 * 6 * 20, (80_000, 10**5), 128, H100_LIKE, CAL)["plain_slots"] == 132 * 9  # fallback
+
+
+def test_block_shape_the_launcher_and_the_model_share():
+    """KernelConfig.slices / chunks: warps per window and gridDim.y, as kernels/launch.py launches them."""
+    from kernels.config import CONFIG, KernelConfig
+
+    assert (CONFIG.slices(1), CONFIG.chunks(1)) == (1, 1)
+    assert (CONFIG.slices(128), CONFIG.chunks(128)) == (2, 1)  # 64 columns per warp
+    assert (CONFIG.slices(512), CONFIG.chunks(512)) == (4, 2)  # at most max_warps = 4 warps per block
+    two = KernelConfig(windows_per_block=2)
+    assert (two.slices(512, 2), two.chunks(512, 2)) == (2, 4)
