@@ -147,7 +147,7 @@ class Case:
         out = cupy.empty((self.shape[0], N), dtype=cupy.float32)
         pred = selector.predict(self.dm.row_window_offset_host, self.nnz, self.shape, N, self.device_model,
                                 self.cal)
-        ks = [1 << i for i in range(1, launch.max_ksplit(N).bit_length())] if pred["split_ksplit"] else []
+        ks = launch.ksplits(N) if pred["split_ksplit"] else []
         kernels = ["metcf-window", "metcf-balanced", *(f"metcf-split-k{k}" for k in ks)]
         self.run("metcf-balanced", B, out)  # its workspace: allocated outside the capture
         times = {k: launch.graph_ms(lambda k=k: self.run(k, B, out), repeats=repeats, warmup=5) for k in kernels}

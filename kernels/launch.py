@@ -304,13 +304,18 @@ def split_shape(N: int, ksplit: int, config: KernelConfig = CONFIG) -> tuple[int
     return 32 * slices * ksplit, chunks, smem
 
 
+def ksplits(N: int, config: KernelConfig = CONFIG) -> list[int]:
+    """Every ksplit >= 2 metcf_spmm_split takes at N columns: powers of two while column slices x ksplit fits
+    split_max_warps (the candidates autotune times and the selector models)."""
+    slices, out = config.slices(N), []
+    while slices * 2 ** (len(out) + 1) <= config.split_max_warps:
+        out.append(2 ** (len(out) + 1))
+    return out
+
+
 def max_ksplit(N: int, config: KernelConfig = CONFIG) -> int:
-    """The largest power-of-two ksplit metcf_spmm_split takes at N columns (split_max_warps / column slices)."""
-    slices = config.slices(N)
-    k = 1
-    while 2 * k * slices <= config.split_max_warps:
-        k *= 2
-    return k
+    """The largest power-of-two ksplit metcf_spmm_split takes at N columns (1 when no split fits)."""
+    return (ksplits(N, config) or [1])[-1]
 
 
 def spmm_split(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *, ksplit: int,

@@ -203,7 +203,7 @@ def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
 
     from kernels.launch import copy_bandwidth_gbs, module
 
-    from kernels.launch import split_shape
+    from kernels.launch import ksplits, split_shape
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     mod = module(config)
@@ -216,11 +216,9 @@ def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
     if config.a_regs:
         fn = mod.get_function("metcf_spmm_split")
         for slices in range(1, config.max_warps + 1):
-            k = 2
-            while slices * k <= config.split_max_warps:
+            for k in ksplits(slices * config.warp_n, config):
                 threads, _, smem = split_shape(slices * config.warp_n, k, config)
                 split.append(((slices, k), resident_blocks(fn, threads, smem)))
-                k *= 2
     return DeviceModel(name=props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
                        sm_count=int(props["multiProcessorCount"]),
                        blocks_per_sm_plain=per_sm["metcf_spmm_window"],

@@ -145,10 +145,10 @@ class SpmmPlan:
                 cands.remove("metcf-balanced")  # nothing to balance; saves its 16 x N per split window workspace
             measured = {k: self._time(k, B, repeats=10, warmup=3) for k in cands}
             if self.balance == "auto" and pred.get("split_ksplit"):  # every ksplit the block size allows
-                from kernels.launch import max_ksplit
+                from kernels.launch import ksplits
 
                 by_k = {k: self._time("metcf-split", B, repeats=10, warmup=3, ksplit=k)
-                        for k in (1 << i for i in range(1, max_ksplit(N, self.config).bit_length()))}
+                        for k in ksplits(N, self.config)}
                 choice["ksplit"] = min(by_k, key=by_k.get)
                 choice["split_ms_by_ksplit"] = by_k
                 measured["metcf-split"] = by_k[choice["ksplit"]]

@@ -50,8 +50,7 @@ def dense_b(A, N, rng):
 
 def split_ks(N, config=None):
     """Every ksplit metcf_spmm_split takes at N (2, 4, ... up to launch.max_ksplit)."""
-    kmax = launch.max_ksplit(N, config or CONFIG)
-    return [1 << i for i in range(1, kmax.bit_length())]
+    return launch.ksplits(N, config or CONFIG)
 
 
 def run_kernel(kernel, dm, Bd, out, config=None, **kw):

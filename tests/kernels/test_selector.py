@@ -139,3 +139,7 @@ def test_block_shape_the_launcher_and_the_model_share():
     assert (CONFIG.slices(512), CONFIG.chunks(512)) == (4, 2)  # at most max_warps = 4 warps per block
     two = KernelConfig(windows_per_block=2)
     assert (two.slices(512, 2), two.chunks(512, 2)) == (2, 4)
+    from kernels.launch import ksplits, max_ksplit
+
+    assert ksplits(32) == [2, 4, 8, 16] and ksplits(128) == [2, 4, 8] and ksplits(512) == [2, 4]  # 16 warps max
+    assert ksplits(128, KernelConfig(split_max_warps=2)) == [] and max_ksplit(128, KernelConfig(split_max_warps=2)) == 1
