@@ -14,9 +14,10 @@ import scipy.sparse as sp
 
 from kernels.indexing import index_dtype
 
-WINDOW = 16  # rows per row window (the m16 of mma.m16n8k8)
-WIDTH = 8  # condensed columns per TC block (the k8 of mma.m16n8k8)
-BLOCK = WINDOW * WIDTH  # 128 slots; tc_local_id = r * 8 + c < 128 fits uint8
+WINDOW = 16  # rows per row window (the m16 of mma.m16n8k8 and m16n8k16)
+WIDTH = 8  # condensed columns per TC block for TF32 (the k8 of mma.m16n8k8)
+WIDTHS = (8, 16)  # block widths: k8 (TF32, m16n8k8) and k16 (FP16/BF16, m16n8k16)
+BLOCK = WINDOW * WIDTH  # 128 slots of a TF32 block; tc_local_id = r * width + c < 256 fits uint8 for both widths
 DEFAULT_CHUNK_NNZ = 1 << 22  # nonzeros per conversion chunk: ~0.4 GB of temporaries
 
 
@@ -24,26 +25,29 @@ DEFAULT_CHUNK_NNZ = 1 << 22  # nonzeros per conversion chunk: ~0.4 GB of tempora
 class METCF:
     """An M x K sparse matrix A in ME-TCF (memory-efficient Tensor-Core format).
 
-    Arrays (n_windows = ceil(M / 16), n_blocks = number of 16x8 TC blocks, nnz = A's stored entries):
+    The block width w (``width``: the k of the mma instruction, 8 for TF32 m16n8k8, 16 for FP16/BF16 m16n8k16)
+    is ``sparse_a_to_b.shape[1]``.
+
+    Arrays (n_windows = ceil(M / 16), n_blocks = number of 16 x w TC blocks, nnz = A's stored entries):
 
     - ``row_window_offset`` [n_windows + 1], ``index_dtype(n_blocks)``: non-decreasing, starts at 0, ends at n_blocks.
       Window w (rows 16w .. 16w+15) owns TC blocks ``row_window_offset[w]:row_window_offset[w+1]``.
     - ``tc_offset`` [n_blocks + 1], ``index_dtype(nnz)``: strictly increasing (every block holds >= 1 nonzero),
       starts at 0, ends at nnz. Block b owns nonzeros ``tc_offset[b]:tc_offset[b+1]``.
-    - ``tc_local_id`` [nnz], uint8: ``r * 8 + c`` with r = row within the window (0..15), c = slot in the block
-      (0..7); strictly increasing within a block (no duplicates), and ``16 * window + r < M``.
-    - ``sparse_a_to_b`` [n_blocks, 8], ``index_dtype(K)``: original column of slot c of block b, -1 for padding.
+    - ``tc_local_id`` [nnz], uint8: ``r * w + c`` with r = row within the window (0..15), c = slot in the block
+      (0..w-1); strictly increasing within a block (no duplicates), and ``16 * window + r < M``.
+    - ``sparse_a_to_b`` [n_blocks, w], ``index_dtype(K)``: original column of slot c of block b, -1 for padding.
       Within a window the non-padding entries are strictly increasing in (block, c); padding only at the tail of
       the window's last block; every non-padding slot is used by >= 1 nonzero of its block.
     - ``data`` [nnz], A's dtype: the values (explicit zeros kept), in the order of ``tc_local_id``.
 
-    Canonical form: a window's distinct columns, sorted ascending, cut into groups of 8 (the last group padded
+    Canonical form: a window's distinct columns, sorted ascending, cut into groups of w (the last group padded
     with -1); within a block, nonzeros sorted by ``tc_local_id``. Windows without nonzeros own no blocks.
 
     Forward map (row, col) -> (window, block, r, c): window = row // 16, r = row % 16; k = position of col among
-    the window's sorted distinct columns; block = row_window_offset[window] + k // 8, c = k % 8.
+    the window's sorted distinct columns; block = row_window_offset[window] + k // w, c = k % w.
     Inverse map: row = 16 * window + r, col = sparse_a_to_b[block, c], where window is the w with
-    row_window_offset[w] <= block < row_window_offset[w + 1], and (r, c) = divmod(tc_local_id[i], 8).
+    row_window_offset[w] <= block < row_window_offset[w + 1], and (r, c) = divmod(tc_local_id[i], w).
     """
 
     shape: tuple[int, int]
@@ -52,6 +56,11 @@ class METCF:
     tc_local_id: np.ndarray
     sparse_a_to_b: np.ndarray
     data: np.ndarray
+
+    @property
+    def width(self) -> int:
+        """Condensed columns per TC block: 8 (TF32, m16n8k8) or 16 (FP16/BF16, m16n8k16)."""
+        return int(self.sparse_a_to_b.shape[1]) if self.sparse_a_to_b.ndim == 2 else WIDTH
 
     @property
     def n_windows(self) -> int:
@@ -73,7 +82,7 @@ class METCF:
 
     @property
     def mean_nnz_tc(self) -> float:
-        """Mean nonzeros per 16x8 TC block (0.0 when there are no blocks); 128 is a dense block."""
+        """Mean nonzeros per 16 x width TC block (0.0 when there are no blocks); 16 x width is a dense block."""
         return self.nnz / self.n_blocks if self.n_blocks else 0.0
 
     def block_window(self) -> np.ndarray:
@@ -97,8 +106,10 @@ class METCF:
                 raise ValueError(f"{name} has {arr.shape[0]} entries, expected {what} = {n_expected}")
         if tco.shape[0] < 1:
             raise ValueError("tc_offset has 0 entries, expected n_blocks + 1 >= 1")
-        if sab.shape != (nb, WIDTH):
-            raise ValueError(f"sparse_a_to_b has shape {sab.shape}, expected (n_blocks, 8) = ({nb}, {WIDTH})")
+        width = int(sab.shape[1]) if sab.ndim == 2 else -1
+        if sab.ndim != 2 or width not in WIDTHS or sab.shape[0] != nb:
+            raise ValueError(f"sparse_a_to_b has shape {sab.shape}, expected (n_blocks, width) = ({nb}, 8 or 16)")
+        shift = width.bit_length() - 1  # local id = r * width + c: r = id >> shift, c = id & (width - 1)
         if lid.dtype != np.uint8:
             raise ValueError(f"tc_local_id has dtype {lid.dtype}, expected uint8")
         for name, arr, size in (("row_window_offset", rwo, nb), ("tc_offset", tco, nnz),
@@ -119,12 +130,12 @@ class METCF:
         if nb and np.any(per_block <= 0):
             b = int(np.flatnonzero(per_block <= 0)[0])
             raise ValueError(f"tc_offset: block {b} holds {int(per_block[b])} nonzeros, expected >= 1")
-        if nnz and int(lid.max()) >= BLOCK:
+        if nnz and int(lid.max()) >= WINDOW * width:
             i = int(np.argmax(lid))
-            raise ValueError(f"tc_local_id[{i}] = {int(lid[i])}, expected < {BLOCK} (r * 8 + c)")
+            raise ValueError(f"tc_local_id[{i}] = {int(lid[i])}, expected < {WINDOW * width} (r * {width} + c)")
         bw = self.block_window()
         nz_block = np.repeat(np.arange(nb), per_block)
-        rows = WINDOW * bw[nz_block].astype(np.int64) + (lid >> 3)
+        rows = WINDOW * bw[nz_block].astype(np.int64) + (lid >> shift)
         if nnz and int(rows.max()) >= n_rows:
             i = int(np.argmax(rows))
             raise ValueError(f"nonzero {i} lies in row {int(rows[i])}, expected < n_rows = {n_rows}")
@@ -134,28 +145,28 @@ class METCF:
             i = int(np.flatnonzero(later[1:] & (lid[1:] <= lid[:-1]))[0]) + 1
             raise ValueError(f"tc_local_id not strictly increasing within block {int(nz_block[i])} at nonzero {i}: "
                              f"{int(lid[i - 1])} then {int(lid[i])}")
-        cols = sab[nz_block, lid & 7]
+        cols = sab[nz_block, lid & (width - 1)]
         if np.any(cols < 0):
             i = int(np.flatnonzero(cols < 0)[0])
-            raise ValueError(f"nonzero {i} uses padding slot {int(lid[i]) & 7} of block {int(nz_block[i])}")
+            raise ValueError(f"nonzero {i} uses padding slot {int(lid[i]) & (width - 1)} of block {int(nz_block[i])}")
         flat = sab.reshape(-1)
         pad = flat < 0
         if np.any(flat >= n_cols):
             raise ValueError(f"sparse_a_to_b holds column {int(flat.max())}, expected < n_cols = {n_cols}")
         # Canonical order: within a window the slot columns strictly increase; padding only at the window's tail.
-        slot_window = np.repeat(bw, WIDTH)
+        slot_window = np.repeat(bw, width)
         same = slot_window[1:] == slot_window[:-1]
         bad_pad = same & pad[:-1] & ~pad[1:]
         bad_order = same & ~pad[:-1] & ~pad[1:] & (flat[1:] <= flat[:-1])
         if np.any(bad_pad | bad_order):
             s = int(np.flatnonzero(bad_pad | bad_order)[0])
-            raise ValueError(f"sparse_a_to_b block {s // WIDTH}: slot columns {int(flat[s])}, {int(flat[s + 1])} "
+            raise ValueError(f"sparse_a_to_b block {s // width}: slot columns {int(flat[s])}, {int(flat[s + 1])} "
                              "are not ascending distinct columns with -1 padding at the window's tail")
-        used = np.zeros(nb * WIDTH, dtype=bool)
-        used[nz_block * WIDTH + (lid & 7)] = True
+        used = np.zeros(nb * width, dtype=bool)
+        used[nz_block * width + (lid & (width - 1))] = True
         if np.any(used != ~pad):
             s = int(np.flatnonzero(used != ~pad)[0])
-            raise ValueError(f"sparse_a_to_b slot {s % WIDTH} of block {s // WIDTH} is "
+            raise ValueError(f"sparse_a_to_b slot {s % width} of block {s // width} is "
                              f"{'unused by any nonzero' if not used[s] else 'padding but used'}")
 
 
@@ -178,10 +189,10 @@ def window_chunks(wptr: np.ndarray, chunk_nnz: int, max_windows: int | None = No
     return np.unique(np.concatenate([[0], cuts, [n_windows]])).astype(np.int64)
 
 
-def _convert_chunk(local_rows: np.ndarray, cols: np.ndarray, n_cols: int, n_windows: int):
+def _convert_chunk(local_rows: np.ndarray, cols: np.ndarray, n_cols: int, n_windows: int, width: int = WIDTH):
     """Condense one window range. Inputs are the range's nonzeros in CSR order (row-major, columns ascending).
 
-    Returns (blocks_per_window [n_windows], nnz_per_block [n_blocks], slot_cols [n_blocks, 8] with -1,
+    Returns (blocks_per_window [n_windows], nnz_per_block [n_blocks], slot_cols [n_blocks, width] with -1,
     order (permutation of the range's nonzeros into ME-TCF order), tc_local_id uint8 in ME-TCF order).
     """
     window = local_rows >> 4
@@ -202,14 +213,14 @@ def _convert_chunk(local_rows: np.ndarray, cols: np.ndarray, n_cols: int, n_wind
     distinct = np.bincount(u_window, minlength=n_windows)  # distinct columns per window
     first_u = np.concatenate([[0], np.cumsum(distinct)[:-1]])
     u_rank = np.arange(unique_key.shape[0], dtype=np.int64) - first_u[u_window]  # k in the contract's map
-    blocks_per_window = -(-distinct // WIDTH)
+    blocks_per_window = -(-distinct // width)
     block_start = np.concatenate([[0], np.cumsum(blocks_per_window)])
-    u_block = block_start[u_window] + (u_rank >> 3)  # k // 8
+    u_block = block_start[u_window] + u_rank // width
     n_blocks = int(block_start[-1])
-    slot_cols = np.full((n_blocks, WIDTH), -1, dtype=index_dtype(n_cols))  # final dtype: no int64 copy kept
-    slot_cols[u_block, u_rank & (WIDTH - 1)] = u_col
+    slot_cols = np.full((n_blocks, width), -1, dtype=index_dtype(n_cols))  # final dtype: no int64 copy kept
+    slot_cols[u_block, u_rank & (width - 1)] = u_col
     nz_block = u_block[inverse]
-    local_id = ((local_rows & 15) * WIDTH + (u_rank[inverse] & (WIDTH - 1))).astype(np.uint8)
+    local_id = ((local_rows & 15) * width + (u_rank[inverse] & (width - 1))).astype(np.uint8)
     del inverse
     # CSR order is (row, col) inside a window, i.e. (r, c) inside each block, so a *stable* sort on the block id
     # alone yields the canonical (block, tc_local_id) order.
@@ -226,8 +237,9 @@ def _canonical(A) -> sp.csr_array:
     return A
 
 
-def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ) -> METCF:
-    """Convert any SciPy sparse matrix (CSR preferred; rectangular, empty rows, int64 indices) to canonical ME-TCF.
+def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ, width: int = WIDTH) -> METCF:
+    """Convert any SciPy sparse matrix (CSR preferred; rectangular, empty rows, int64 indices) to canonical ME-TCF
+    with 16 x ``width`` TC blocks (8: TF32 m16n8k8; 16: FP16/BF16 m16n8k16).
 
     Values and explicit zeros are kept as they are (A's dtype); duplicates are summed first. Work is done per
     chunk of consecutive windows holding about ``chunk_nnz`` nonzeros: peak extra memory is O(chunk_nnz) plus
@@ -253,7 +265,7 @@ def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ) -> METCF:
             continue
         local_rows = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(indptr[r0:r1 + 1]))
         bpw, npb, slot_cols, order, lid = _convert_chunk(
-            local_rows, indices[p0:p1].astype(np.int64, copy=False), n_cols, w1 - w0)
+            local_rows, indices[p0:p1].astype(np.int64, copy=False), n_cols, w1 - w0, width)
         blocks_per_window[w0:w1] = bpw
         per_block.append(npb)
         slots.append(slot_cols)
@@ -267,7 +279,7 @@ def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ) -> METCF:
     tc_offset = np.zeros(n_blocks + 1, dtype=index_dtype(nnz))
     np.cumsum(nnz_per_block, out=tc_offset[1:])
     sab_dtype = index_dtype(n_cols)
-    sparse_a_to_b = np.concatenate(slots) if slots else np.zeros((0, WIDTH), dtype=sab_dtype)
+    sparse_a_to_b = np.concatenate(slots) if slots else np.zeros((0, width), dtype=sab_dtype)
     return METCF((n_rows, n_cols), row_window_offset, tc_offset, local_id, sparse_a_to_b, data)
 
 
@@ -277,10 +289,12 @@ def metcf_concat(pieces: list[METCF]) -> METCF:
     of 16 rows, so windows never straddle two pieces."""
     if not pieces:
         raise ValueError("metcf_concat needs at least one piece")
-    n_cols = int(pieces[0].shape[1])
+    n_cols, width = int(pieces[0].shape[1]), pieces[0].width
     for k, P in enumerate(pieces):
         if int(P.shape[1]) != n_cols:
             raise ValueError(f"piece {k} has {P.shape[1]} columns, expected {n_cols}")
+        if P.width != width:
+            raise ValueError(f"piece {k} has {P.width}-wide TC blocks, expected {width}")
         if k < len(pieces) - 1 and int(P.shape[0]) % WINDOW:
             raise ValueError(f"piece {k} has {P.shape[0]} rows, expected a multiple of {WINDOW} (all but the last)")
     block_base = np.cumsum([0] + [P.n_blocks for P in pieces])
@@ -302,8 +316,9 @@ def expand(M: METCF, w0: int = 0, w1: int | None = None):
     blocks = np.repeat(np.arange(b0, b1, dtype=np.int64), np.diff(M.tc_offset[b0:b1 + 1]))
     windows = np.repeat(np.arange(w0, w1, dtype=np.int64), np.diff(M.row_window_offset[w0:w1 + 1]))
     lid = M.tc_local_id[p0:p1]
-    rows = WINDOW * windows[blocks - b0] + (lid >> 3)
-    cols = M.sparse_a_to_b[blocks, lid & 7].astype(np.int64)
+    width = M.width
+    rows = WINDOW * windows[blocks - b0] + lid // width
+    cols = M.sparse_a_to_b[blocks, lid % width].astype(np.int64)
     return rows, cols, M.data[p0:p1]
 
 

@@ -3,12 +3,12 @@
 CuPy is imported inside the functions, so this module imports on a machine without CuPy or a GPU.
 Method (all device-wide primitives, no custom kernel): row of each nonzero by `searchsorted` on indptr; one sort
 of the int64 key ``window * n_cols + col`` gives each window's distinct columns (unique by adjacent difference +
-`cumsum`); ranks within a window give block and slot; a second sort on the unique key ``block * 128 + tc_local_id``
+`cumsum`); ranks within a window give block and slot; a second sort on the unique key ``block * 16 * width + tc_local_id``
 gives the canonical nonzero order. Peak device memory is about 60 bytes per nonzero on top of the inputs.
 """
 from __future__ import annotations
 
-from kernels.formats.metcf import BLOCK, METCF, WIDTH, WINDOW
+from kernels.formats.metcf import METCF, WIDTH, WIDTHS, WINDOW
 from kernels.indexing import index_dtype
 
 
@@ -35,7 +35,7 @@ def to_host(arrays: DeviceMETCF) -> METCF:
     return METCF(shape=(int(shape[0]), int(shape[1])), **host)
 
 
-def csr_to_metcf_gpu(indptr, indices, data, shape) -> DeviceMETCF:
+def csr_to_metcf_gpu(indptr, indices, data, shape, width: int = WIDTH) -> DeviceMETCF:
     """Convert a CSR given as arrays (NumPy or CuPy; int32 or int64 indices) to ME-TCF on the current device.
 
     Contract: ``indptr`` [M + 1] non-decreasing from 0 to nnz, ``indices`` [nnz] in [0, K), no duplicate
@@ -45,6 +45,8 @@ def csr_to_metcf_gpu(indptr, indices, data, shape) -> DeviceMETCF:
     """
     import cupy
 
+    if width not in WIDTHS:
+        raise ValueError(f"width is {width}, expected one of {WIDTHS}")
     n_rows, n_cols = int(shape[0]), int(shape[1])
     indptr = cupy.asarray(indptr)
     indices = cupy.asarray(indices)
@@ -60,7 +62,7 @@ def csr_to_metcf_gpu(indptr, indices, data, shape) -> DeviceMETCF:
         return DeviceMETCF((n_rows, n_cols), {
             "row_window_offset": cupy.zeros(n_windows + 1, dtype=index_dtype(0)),
             "tc_offset": cupy.zeros(1, dtype=index_dtype(0)), "tc_local_id": cupy.zeros(0, dtype=cupy.uint8),
-            "sparse_a_to_b": cupy.zeros((0, WIDTH), dtype=index_dtype(n_cols)), "data": data.copy()})
+            "sparse_a_to_b": cupy.zeros((0, width), dtype=index_dtype(n_cols)), "data": data.copy()})
 
     rows = cupy.searchsorted(indptr, cupy.arange(nnz, dtype=indptr.dtype), side="right").astype(cupy.int64) - 1
     window = rows >> 4
@@ -89,18 +91,18 @@ def csr_to_metcf_gpu(indptr, indices, data, shape) -> DeviceMETCF:
     distinct = cupy.bincount(u_window, minlength=n_windows)
     first_pair = cupy.cumsum(distinct) - distinct
     u_rank = cupy.arange(n_pairs, dtype=cupy.int64) - first_pair[u_window]
-    blocks_per_window = (distinct + (WIDTH - 1)) // WIDTH
+    blocks_per_window = (distinct + (width - 1)) // width
     block_start = cupy.concatenate([cupy.zeros(1, dtype=cupy.int64), cupy.cumsum(blocks_per_window)])
     n_blocks = int(block_start[-1])  # synchronize!
-    u_block = block_start[u_window] + u_rank // WIDTH
+    u_block = block_start[u_window] + u_rank // width
     sab_dtype = index_dtype(n_cols)
-    sparse_a_to_b = cupy.full((n_blocks, WIDTH), -1, dtype=sab_dtype)
-    sparse_a_to_b[u_block, u_rank % WIDTH] = u_col.astype(sab_dtype)
+    sparse_a_to_b = cupy.full((n_blocks, width), -1, dtype=sab_dtype)
+    sparse_a_to_b[u_block, u_rank % width] = u_col.astype(sab_dtype)
 
     nz_block = u_block[inverse]
-    local_id = (rows & 15) * WIDTH + u_rank[inverse] % WIDTH
+    local_id = (rows & 15) * width + u_rank[inverse] % width
     del inverse, rows, window, cols
-    order = cupy.argsort(nz_block * BLOCK + local_id)  # unique keys: any sort gives the canonical order
+    order = cupy.argsort(nz_block * (WINDOW * width) + local_id)  # unique keys: any sort gives the canonical order
     tc_local_id = local_id[order].astype(cupy.uint8)
     out_data = data[order]
     nnz_per_block = cupy.bincount(nz_block, minlength=n_blocks)
@@ -112,7 +114,7 @@ def csr_to_metcf_gpu(indptr, indices, data, shape) -> DeviceMETCF:
         "sparse_a_to_b": sparse_a_to_b, "data": out_data})
 
 
-def csr_to_metcf_gpu_from_scipy(A) -> DeviceMETCF:
+def csr_to_metcf_gpu_from_scipy(A, width: int = WIDTH) -> DeviceMETCF:
     """Convenience: upload a SciPy sparse matrix (made canonical first, as the CPU converter does) and convert."""
     import scipy.sparse as sp
 
@@ -120,7 +122,7 @@ def csr_to_metcf_gpu_from_scipy(A) -> DeviceMETCF:
     if not A.has_canonical_format:
         A = A.copy()
         A.sum_duplicates()
-    return csr_to_metcf_gpu(A.indptr, A.indices, A.data, A.shape)
+    return csr_to_metcf_gpu(A.indptr, A.indices, A.data, A.shape, width)
 
 
 __all__ = ["DeviceMETCF", "csr_to_metcf_gpu", "csr_to_metcf_gpu_from_scipy", "to_host"]
