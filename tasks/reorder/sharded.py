@@ -1,7 +1,9 @@
 """TCA's block work on a Dask cluster: the caller passes a ``distributed.Client``; this module never creates one.
 
 Map / reduce (everything sent to workers is a module-level function of `tasks.reorder.minhash` or this module):
-1. The CSR arrays (indptr, indices) are scattered once to every worker (``broadcast=True``).
+1. The CSR arrays (indptr, indices) are scattered once to every worker (``broadcast=True``) under fresh keys
+   (``hash=False``): content-hashed keys are shared by every call on the same matrix, so a later call on a reused
+   client could wait on data an earlier call had just released ("lost dependencies"); ``close`` releases them.
 2. Map over row blocks of ``block_rows`` rows: ``minhash_block(indptr, indices, r0, r1, hash_params)`` ->
    signatures; the driver concatenates them in row order.
 3. Reduce by band hash: one task per LSH band groups all rows by that band's key (a sort) and emits candidate pairs
@@ -31,8 +33,8 @@ class DaskBackend:
         self.client = client
         self.n = int(indptr.size - 1)
         self.block_rows, self.pair_shard = int(block_rows), int(pair_shard)
-        self._indptr = client.scatter(np.asarray(indptr), broadcast=True)
-        self._indices = client.scatter(np.asarray(indices), broadcast=True)
+        self._indptr = client.scatter(np.asarray(indptr), broadcast=True, hash=False)
+        self._indices = client.scatter(np.asarray(indices), broadcast=True, hash=False)
         self._held = [self._indptr, self._indices]
 
     def minhash(self, params: np.ndarray) -> np.ndarray:
@@ -43,12 +45,13 @@ class DaskBackend:
         return np.concatenate(parts) if parts else np.empty((0, params.shape[1]), dtype=np.uint32)
 
     def band_pairs(self, sig, valid, bands, band_rows, window) -> list[np.ndarray]:
-        valid_f = self.client.scatter(valid, broadcast=True)
+        valid_f = self.client.scatter(valid, broadcast=True, hash=False)
         cols = [mh.band_columns(sig.shape[1], b, band_rows) for b in range(bands)]
         futs = [self.client.submit(band_block, np.ascontiguousarray(sig[:, c]), valid_f, band_rows, window, pure=False)
                 for c in cols]
         out = self.client.gather(futs)
-        del valid_f
+        for fut in (*futs, valid_f):
+            fut.release()
         return out
 
     def jaccard(self, pairs: np.ndarray) -> np.ndarray:
@@ -59,6 +62,8 @@ class DaskBackend:
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.float32)
 
     def close(self) -> None:
-        """Drop the scattered arrays so the workers can free them."""
+        """Release the scattered arrays so the workers can free them."""
+        for fut in self._held:
+            fut.release()
         self._held.clear()
         self._indptr = self._indices = None

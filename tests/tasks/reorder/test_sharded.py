@@ -53,3 +53,23 @@ def test_same_perm_other_blocks(clients, matrix_and_ref):
     A, ref = matrix_and_ref
     _, client = clients(4, False)
     assert np.array_equal(reorder(A, "tca", seed=5, client=client, block_rows=4999, pair_shard=123), ref)
+
+
+@pytest.mark.parametrize("n_workers,processes", [(1, False), (2, True)])
+def test_many_calls_on_one_client(clients, n_workers, processes):
+    """Issue 17 item 7: the catalog flow and long-lived clusters reuse one client for many matrices and repeats.
+    Content-hashed scatter keys made the 2nd call on the same matrix wait on data an earlier call had released
+    ("lost dependencies"); every call must work and give the same permutation."""
+    from tasks.fetch.generators import generate
+
+    A = generate("longrow", "rows=3000&cols=6000&min_row_nnz=40&max_row_nnz=80&seed=2")
+    _, client = clients(n_workers, processes)
+    ref = reorder(A, "tca", seed=1)
+    for _ in range(5):
+        assert np.array_equal(reorder(A, "tca", seed=1, client=client, block_rows=500, pair_shard=20_000), ref)
+    import time
+
+    deadline = time.monotonic() + 30  # releases reach the scheduler asynchronously
+    while client.who_has() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not client.who_has(), "calls must release what they scattered"
