@@ -22,7 +22,8 @@ longrow    ``rows``, ``cols`` (rows), ``min_row_nnz``/``max_row_nnz`` (300/600),
 Shuffling relabels rows and columns with one permutation when the matrix is square (a graph stays the same graph)
 and with two independent ones when it is rectangular. Output: canonical CSR (sorted, no duplicates, no explicit
 zeros), float32 data, int32 or int64 indices per ``kernels.indexing.index_dtype``. ``matrix_id`` is
-``gen.<kind>.<sha12>`` of the canonical (defaults filled in) parameters.
+``gen.<kind>.<sha12>`` of the canonical (defaults filled in) parameters. Parameters whose matrix would not fit in
+memory (``configs.limits``) are refused when the spec is fetched, before anything is drawn.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from configs.errors import InputError
+from configs.limits import Limits
 from kernels.indexing import index_dtype
 from tasks.fetch.spec import RawMatrix, Spec
 
@@ -89,13 +91,45 @@ def canonical_spec(kind: str, params: dict[str, Any]) -> str:
     return f"gen:{kind}?{query}"
 
 
-def fetch_gen(spec: Spec) -> RawMatrix:
-    """Validate a ``gen:`` spec; nothing is generated until ``tasks.parse.load_matrix``."""
+def fetch_gen(spec: Spec, limits: Limits | None = None) -> RawMatrix:
+    """Validate a ``gen:`` spec (its memory too); nothing is generated until ``tasks.parse.load_matrix``."""
     params = canonical_params(spec.gen_kind, spec.query)
+    check_gen_memory(spec.gen_kind, params, limits)
     canonical = canonical_spec(spec.gen_kind, params)
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
     return RawMatrix(matrix_id=f"gen.{spec.gen_kind}.{digest[:12]}", spec=spec.text, kind="gen", path=None,
                      source_url=canonical, sha256=digest, params={"kind": spec.gen_kind, **params})
+
+
+def estimate(kind: str, params: dict[str, Any]) -> tuple[tuple[int, int], int]:
+    """(shape, coordinates drawn before duplicates merge) of canonical ``params``, from the parameters alone."""
+    p = params
+    if kind == "rmat":
+        n = 1 << p["scale"]
+        return (n, n), p["edge_factor"] * n
+    if kind == "sbm":
+        n, blocks = p["n"], p["blocks"]
+        return (n, n), int(p["p_in"] * n * n / blocks + 1.1 * p["p_out"] * n * n) + 16
+    if kind == "mesh":
+        n = p["nx"] * p["ny"] * p["nz"]
+        return (n, n), n * p["stencil"]
+    if kind == "banded":
+        return (p["n"], p["n"]), int(p["n"] * (2 * p["bandwidth"] + 1) * p["density"]) + 1
+    if kind == "uniform":
+        return (p["rows"], p["cols"]), 2 * p["nnz"]  # collisions are drawn again
+    return (p["rows"], p["cols"]), p["rows"] * p["max_row_nnz"]  # longrow
+
+
+def check_gen_memory(kind: str, params: dict[str, Any], limits: Limits | None = None) -> None:
+    """Refuse (one line naming the size and the memory) parameters whose matrix would not fit in memory: the
+    draws as int64 coordinates and sort keys, the CSR, and per-row temporaries (degrees, relabelling)."""
+    from tasks.parse.sizes import check_csr_memory
+
+    params = canonical_params(kind, params)
+    shape, draws = estimate(kind, params)
+    rectangular_shuffle = params["shuffle"] and kind != "uniform" and shape[0] != shape[1]
+    extra = 8 * draws + 32 * shape[0] + (8 * shape[1] if rectangular_shuffle else 0)
+    check_csr_memory(f"gen:{kind}", shape, draws, 4, limits, extra_bytes=extra)
 
 
 def generate(kind: str, params: dict[str, Any] | str) -> sp.csr_array:

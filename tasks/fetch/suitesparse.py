@@ -4,8 +4,10 @@
   then ``Group,Name,nrows,ncols,nnz,isReal,isBinary,isND,posdef,psym,nsym,kind,nentries``. ``nnz`` excludes explicit
   zeros and counts both triangles of symmetric matrices; ``nentries`` includes explicit zeros.
 - Matrix: ``{base}/MM/{Group}/{Name}.tar.gz`` holding ``{Name}/{Name}.mtx`` (other members are auxiliary data and
-  ignored). The archive is checked (complete gzip stream, readable tar, the ``.mtx`` member present) before it
-  enters the cache, so a corrupt or truncated download never lands there.
+  ignored). The archive is checked (complete gzip stream, readable tar, the ``.mtx`` member present as a regular
+  file, its unpacked size within the budget the index's entry count allows) before it enters the cache, so a
+  corrupt, truncated or padded download never lands there. A matrix whose indexed size would not fit in memory
+  (``configs.limits``) is refused before its download starts.
 """
 from __future__ import annotations
 
@@ -20,8 +22,11 @@ from typing import Any
 
 from configs import SourcesConfig
 from configs.errors import FetchError, InputError
+from configs.limits import format_size
 from tasks.fetch.http import download
 from tasks.fetch.spec import RawMatrix, Spec
+from tasks.parse.archive import Budget, extract_budget, over_budget, scan_members
+from tasks.parse.sizes import check_csr_memory
 
 INDEX_PATH = "files/ssstats.csv"
 _COLUMNS = ("group", "name", "nrows", "ncols", "nnz", "is_real", "is_binary", "is_nd", "posdef", "psym", "nsym",
@@ -73,25 +78,47 @@ def load_index(data_root: Path, sources: SourcesConfig) -> dict[tuple[str, str],
     return parse_index(entry.path.read_text(encoding="utf-8", errors="replace"), url)
 
 
-def check_archive(path: Path, member: str, label: str) -> None:
-    """Raise FetchError naming ``label`` unless ``path`` is a complete .tar.gz holding the regular file ``member``.
+_TAR_SLACK_BYTES = 1 << 20  # tar headers, block padding and the end-of-archive blocks around the members
+
+
+def check_archive(path: Path, member: str, label: str, budget: Budget | None = None) -> None:
+    """Raise FetchError naming ``label`` unless ``path`` is a complete .tar.gz holding the regular file ``member``
+    and unpacking to at most ``budget`` (default: the extraction cap).
 
     Two streaming passes: the gzip stream to its end (catches truncation and CRC errors, which tar's own reader
-    can miss when the damage is past the tar end-of-archive blocks), then the tar member list.
+    can miss when the damage is past the tar end-of-archive blocks; stops once past the budget), then the tar
+    member headers.
     """
+    budget = budget or extract_budget(None, label)
     try:
+        unpacked = 0
         with gzip.open(path, "rb") as stream:
-            while stream.read(1 << 22):
-                pass
+            while block := stream.read(1 << 22):
+                unpacked += len(block)
+                if unpacked > budget.n_bytes + _TAR_SLACK_BYTES:
+                    raise over_budget(label, f"it unpacks to more than {format_size(unpacked)}", budget)
         with tarfile.open(path, "r:gz") as tar:
-            names = {m.name: m for m in tar.getmembers()}
+            names = {m.name: m for m in scan_members(tar, label, budget)}
     except (OSError, EOFError, zlib.error, tarfile.TarError) as err:
         reason = " ".join(str(err).split()) or type(err).__name__
         raise FetchError(f"archive {label} is corrupt or truncated: {reason}") from err
     info = names.get(member) or names.get(f"./{member}")
-    if info is None or not info.isfile():
+    if info is None:
         shown = ", ".join(sorted(names)[:5]) or "nothing"
         raise FetchError(f"archive {label} has no member {member} (it holds {shown})")
+    if not info.isfile():
+        raise FetchError(f"archive {label}: refusing member {info.name}: it is {_member_kind(info)}, not a regular "
+                         f"file")
+
+
+def _member_kind(info: tarfile.TarInfo) -> str:
+    if info.issym():
+        return f"a symbolic link to {info.linkname!r}"
+    if info.islnk():
+        return f"a hard link to {info.linkname!r}"
+    if info.isdir():
+        return "a directory"
+    return "a device or FIFO"
 
 
 def fetch_suitesparse(spec: Spec, data_root: Path, sources: SourcesConfig) -> RawMatrix:
@@ -103,8 +130,12 @@ def fetch_suitesparse(spec: Spec, data_root: Path, sources: SourcesConfig) -> Ra
         raise InputError(f"matrix '{group}/{name}' is not in the SuiteSparse index at {index_url(sources)}")
     url = matrix_url(sources, group, name)
     member = f"{name}/{name}.mtx"
+    entries = max(rec["nnz"], rec["nentries"])
+    # Before the download: a size the index announces must fit in memory (the header is checked again at parse).
+    check_csr_memory(f"{group}/{name}", (rec["nrows"], rec["ncols"]), entries, 8 if rec["is_real"] else 16)
+    budget = extract_budget(entries, "the SuiteSparse index")
     entry = download(url, data_root, http_config=sources.http, label=f"{group}/{name}",
-                     verify=lambda path, _d: check_archive(path, member, url))
+                     verify=lambda path, _d: check_archive(path, member, url, budget))
     return RawMatrix(
         matrix_id=f"suitesparse.{group}.{name}",
         spec=spec.text,

@@ -12,6 +12,9 @@ Accepts ``coordinate`` and ``array``; ``real``, ``integer``, ``pattern`` and (wi
 - Indices are checked against the header (1-based); a missing or extra entry, a bad banner, a truncated file or
   a malformed number raises ``InputError`` with one line ``<label> line <n>: <problem>``.
 - Data is float64 (real, integer, complex converted) or float32 (pattern); index dtype per ``index_dtype``.
+- The header's size is checked against the memory limit (``tasks.parse.sizes``) before anything is read.
+- NaN and Inf values are refused with their count and the first one's line, row and column, unless
+  ``allow_nonfinite``; ``nonfinite_entries`` counts them either way.
 
 ``nonzero_entries`` counts stored entries with a nonzero value after expansion and duplicate summing but before
 any complex conversion: the number SuiteSparse's ``ssstats.csv`` calls ``nnz``.
@@ -29,7 +32,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from configs.errors import InputError
+from configs.limits import Limits
 from tasks.parse.csr import coo_to_csr
+from tasks.parse.sizes import check_csr_memory
 
 ComplexMode = Literal["real", "abs"] | None
 COMPLEX_MODES = ("real", "abs")
@@ -44,9 +49,11 @@ class MtxMatrix:
     field: str
     symmetry: str
     nonzero_entries: int
+    nonfinite_entries: int = 0
 
 
-def read_mtx(path: Path, label: str, *, complex_mode: ComplexMode = None, parallelism: int = 1) -> MtxMatrix:
+def read_mtx(path: Path, label: str, *, complex_mode: ComplexMode = None, parallelism: int = 1,
+             allow_nonfinite: bool = False, limits: Limits | None = None) -> MtxMatrix:
     """Read ``path`` into canonical CSR; errors name ``label`` (e.g. ``HB/bcsstk17.mtx``) and the line."""
     if complex_mode not in (None, *COMPLEX_MODES):
         raise InputError(f"{label}: complex_mode must be None, 'real' or 'abs', got {complex_mode!r}")
@@ -57,6 +64,7 @@ def read_mtx(path: Path, label: str, *, complex_mode: ComplexMode = None, parall
     fmt, field, symmetry = header.format, header.field, header.symmetry
     if field == "complex" and complex_mode is None:
         raise InputError(f"{label} is complex; pass complex_mode='real'|'abs' to convert")
+    _check_header_size(header, label, limits)
     try:
         if fmt == "array":
             dense = fmm.read_array(str(path), parallelism=parallelism)
@@ -68,6 +76,11 @@ def read_mtx(path: Path, label: str, *, complex_mode: ComplexMode = None, parall
     except (ValueError, RuntimeError) as err:
         raise _translate(err, path, label, header) from None
     shape = (int(shape[0]), int(shape[1]))
+    nonfinite = 0
+    if field != "pattern":
+        nonfinite = int(data.size - np.count_nonzero(np.isfinite(data)))
+        if nonfinite and not allow_nonfinite:
+            raise _nonfinite_error(path, label, fmt, rows, cols, data, nonfinite)
     if fmt != "array" and symmetry != "general":
         rows, cols, data = _expand(rows, cols, data, symmetry, label)
     if field == "pattern":
@@ -78,7 +91,47 @@ def read_mtx(path: Path, label: str, *, complex_mode: ComplexMode = None, parall
     nonzero = int(np.count_nonzero(A.data))
     if field == "complex":
         A.data = np.abs(A.data) if complex_mode == "abs" else A.data.real.copy()
-    return MtxMatrix(A, fmt, field, symmetry, nonzero)
+    return MtxMatrix(A, fmt, field, symmetry, nonzero, nonfinite)
+
+
+def _check_header_size(header, label: str, limits: Limits | None) -> None:
+    """Refuse before reading when the declared size would not fit: symmetric files may double their entries, and
+    an ``array`` file holds every value densely while it is read."""
+    value_bytes = 16 if header.field == "complex" else 8
+    shape = (int(header.nrows), int(header.ncols))
+    if header.format == "array":
+        dense = shape[0] * shape[1]
+        check_csr_memory(label, shape, dense, value_bytes, limits, extra_bytes=dense * value_bytes)
+    else:
+        entries = int(header.nnz) * (1 if header.symmetry == "general" else 2)
+        check_csr_memory(label, shape, entries, value_bytes, limits)
+
+
+def _nonfinite_error(path: Path, label: str, fmt: str, rows, cols, data, count: int) -> InputError:
+    """One line: how many values are NaN or Inf and where the first one is (line, row, column; 1-based)."""
+    k = int(np.flatnonzero(~np.isfinite(data))[0])
+    r, c = int(rows[k]) + 1, int(cols[k]) + 1
+    where = f"row {r}, column {c}"
+    if fmt == "coordinate":
+        lineno = _data_start_line(path) + k
+        tokens = _line(path, lineno).split()
+        if tokens[:2] == [str(r), str(c)]:  # no blank line before it: the line number is exact
+            where = f"line {lineno}, {where}"
+    value = data[k]
+    shown = str(value.real) if np.iscomplexobj(data) and not np.isfinite(value.real) else str(value)
+    plural = "s are" if count > 1 else " is"
+    return InputError(f"{label}: {count:,} value{plural} not finite (NaN or Inf), the first at {where} ({shown}); "
+                      f"pass --allow-nonfinite to keep them")
+
+
+def _data_start_line(path: Path) -> int:
+    """1-based number of the first entry line: after the banner, comments, blank lines and the size line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            text = raw.strip()
+            if text and not text.startswith(b"%"):
+                return lineno + 1
+    return 1
 
 
 def _expand(rows: np.ndarray, cols: np.ndarray, data: np.ndarray, symmetry: str, label: str):
