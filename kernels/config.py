@@ -43,6 +43,13 @@ class KernelConfig:
     # metcf_spmm_split: at most this many warps per thread block (column slices x ksplit); its __launch_bounds__
     # (x 32 threads, 1 block per SM) caps the registers at 65536 / 512 = 128 at 16 warps
     split_max_warps: int = 16
+    # FP16 / BF16 kernels (kernels/cuda/metcf_half.cuh, mma.m16n8k16 on 16 x 16 TC blocks): a warp covers 64 columns
+    # as 8 register-remapped n8 tiles (one 16-byte B load per B row and lane), fixed by the remapping
+    half_warp_cols: int = 64
+    half_unroll: int = 2  # TC blocks whose loads a warp issues before their mma (as `unroll`)
+    # the half window kernel's __launch_bounds__ minimum (x max_warps warps): 4 caps the registers at 128; nvcc 13.0
+    # gives 120 (sm_80) / 116 (sm_90), no spills; at 5 (96) it spills 20 B, and so does unroll 1 at 6 (80)
+    half_min_blocks_per_sm: int = 4
 
     def __post_init__(self) -> None:
         if (self.window_rows, self.block_cols, self.warp_cols) != (16, 8, 32):
@@ -73,6 +80,14 @@ class KernelConfig:
             raise ValueError(f"unroll is {self.unroll}, expected 1..8 TC blocks per group")
         if not 1 <= self.split_max_warps <= 32:
             raise ValueError(f"split_max_warps is {self.split_max_warps}, expected 1..32")
+        if self.half_warp_cols != 64:
+            raise ValueError(f"half_warp_cols is {self.half_warp_cols}, expected 64 (8 n8 tiles, one 16-byte B "
+                             "vector per row and lane)")
+        if not 1 <= self.half_unroll <= 4:
+            raise ValueError(f"half_unroll is {self.half_unroll}, expected 1..4 TC blocks per group")
+        if not 1 <= self.half_min_blocks_per_sm * self.max_warps <= 64:
+            raise ValueError(f"half_min_blocks_per_sm x max_warps = {self.half_min_blocks_per_sm * self.max_warps}"
+                             ", expected 1..64 warps per SM")
         if self.blocks_per_item < 1:
             raise ValueError(f"blocks_per_item is {self.blocks_per_item}, expected >= 1")
 
@@ -91,14 +106,15 @@ class KernelConfig:
         """Columns of C one full SpMM thread block covers."""
         return self.warp_n * self.max_warps
 
-    def slices(self, N: int, windows: int = 1) -> int:
-        """Warps per window of an SpMM thread block at N columns: one per warp_n-column slice, at most
-        max_warps // windows (kernels/launch.py launches this shape; kernels/selector.py models it)."""
-        return max(1, min(self.max_warps // windows, -(-int(N) // self.warp_n)))
+    def slices(self, N: int, windows: int = 1, *, warp_n: int | None = None) -> int:
+        """Warps per window of an SpMM thread block at N columns: one per warp_n-column slice (default
+        self.warp_n; the half kernels pass half_warp_cols), at most max_warps // windows (kernels/launch.py and
+        kernels/launch_half.py launch this shape; kernels/selector.py models it)."""
+        return max(1, min(self.max_warps // windows, -(-int(N) // (warp_n or self.warp_n))))
 
-    def chunks(self, N: int, windows: int = 1) -> int:
+    def chunks(self, N: int, windows: int = 1, *, warp_n: int | None = None) -> int:
         """Column chunks (gridDim.y) of an SpMM launch at N columns: N / the columns one block's slices cover."""
-        return -(-int(N) // (self.warp_n * self.slices(N, windows)))
+        return -(-int(N) // ((warp_n or self.warp_n) * self.slices(N, windows, warp_n=warp_n)))
 
     def defines(self) -> tuple[str, ...]:
         """``-D`` options carrying every constant into the CUDA sources."""
@@ -111,7 +127,9 @@ class KernelConfig:
                 f"-DCFG_WINDOWS_PER_BLOCK={self.windows_per_block}",
                 f"-DCFG_BALANCED_MIN_BLOCKS_PER_SM={self.balanced_min_blocks_per_sm}",
                 f"-DCFG_WARP_SLICES={self.warp_slices}", f"-DCFG_A_DENSE={int(self.a_dense)}",
-                f"-DCFG_SPLIT_MAX_WARPS={self.split_max_warps}")
+                f"-DCFG_SPLIT_MAX_WARPS={self.split_max_warps}", f"-DCFG_HALF_WARP_COLS={self.half_warp_cols}",
+                f"-DCFG_HALF_UNROLL={self.half_unroll}",
+                f"-DCFG_HALF_MIN_BLOCKS_PER_SM={self.half_min_blocks_per_sm}")
 
 
 CONFIG = KernelConfig()

@@ -259,3 +259,28 @@ extern "C" __global__ void metcf_bitmap(const i64* __restrict__ tc_offset,
     bitmap[b] = make_uint4(w0, w1, w2, w3);
   }
 }
+
+// ---- FP16 / BF16 (mma.m16n8k16, 16-wide ME-TCF): bodies, mapping and contract in metcf_half.cuh -----------------
+#include "metcf_half.cuh"
+
+#define HALF_WINDOW_ARGS                                                                                        \
+  const i64 *__restrict__ row_window_offset, const uint4 *__restrict__ frag, const int4 *__restrict__ cols,    \
+      const u16 *__restrict__ B, void *__restrict__ C, i64 M, i64 N, int flags
+extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_HALF_MIN_BLOCKS_PER_SM)
+    metcf_half_window_f16(HALF_WINDOW_ARGS) {
+  half_window<false>(row_window_offset, frag, cols, B, C, M, N, flags);
+}
+extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_HALF_MIN_BLOCKS_PER_SM)
+    metcf_half_window_bf16(HALF_WINDOW_ARGS) {
+  half_window<true>(row_window_offset, frag, cols, B, C, M, N, flags);
+}
+extern "C" __global__ void __launch_bounds__(CFG_SPLIT_MAX_WARPS * 32, 1)
+    metcf_half_split_f16(HALF_WINDOW_ARGS, int ksplit) {
+  extern __shared__ float red[];
+  half_split<false>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
+}
+extern "C" __global__ void __launch_bounds__(CFG_SPLIT_MAX_WARPS * 32, 1)
+    metcf_half_split_bf16(HALF_WINDOW_ARGS, int ksplit) {
+  extern __shared__ float red[];
+  half_split<true>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
+}
