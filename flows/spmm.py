@@ -23,17 +23,20 @@ from tasks.stages import flow_cluster
 def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder: str = "auto",
               fmt: str = "metcf", devices: str = "auto", mode: str = "oneshot", scheduler: str | None = None,
               seed: int = 0, data_root: str | None = None, save_c: bool = False, drop_zeros: bool = False,
-              complex_mode: str | None = None) -> dict:
-    """C = A @ B for one matrix spec; returns each stage's result and the report table."""
+              complex_mode: str | None = None, allow_overflow: bool = False) -> dict:
+    """C = A @ B for one matrix spec; returns each stage's result and the report table. ``dtype`` float32 (TF32),
+    float16 or bfloat16; float16 refuses values it cannot hold unless ``allow_overflow``."""
     root = resolve_data_root(data_root)
     run_id = uuid.uuid4().hex[:12]
     ingested = steps.ingest(matrix, root, drop_zeros, complex_mode)
     matrix_id = ingested["matrix_id"]
+    checked = steps.check_precision(matrix_id, root, dtype, allow_overflow)  # before anything is reordered
     with flow_cluster(scheduler, devices) as address:
-        ordered = steps.reorder(matrix_id, reorder, root, seed, address)
+        ordered = steps.reorder(matrix_id, reorder, root, seed, address, dtype)
         converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype, address)
         multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,
-                                devices, mode, seed, address, save_c)
+                                devices, mode, seed, address, save_c, fmt)
+    multiplied["precision_check"] = checked
     results = {"ingest": ingested, "reorder": ordered, "convert": converted, "spmm": multiplied}
     table = steps.write_report(root, run_id, matrix_id, results)
     print(f"\ntcspmm run {run_id}: {matrix_id} {ingested['shape']} nnz={ingested['nnz']} N={n_cols_b}\n{table}")
@@ -45,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matrix", required=True, help="Group/Name (SuiteSparse), igb:tiny|small|medium, "
                    "a .mtx/.mtx.gz/.tar.gz path, or gen:<kind>?k=v")
     p.add_argument("-N", "--n-cols", dest="n_cols_b", type=int, default=128, help="columns of the dense B")
-    p.add_argument("--dtype", default="float32", help="value type of A, B and C (float32; TF32 on Tensor Cores)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 (FP32 accumulation)")
+    p.add_argument("--allow-overflow", action="store_true",
+                   help="run float16 even when values exceed its range or would round to zero (default: refuse)")
     p.add_argument("--reorder", default="auto", help="tca|rowshuffle|jaccard|rcm|degree|community|none|auto")
     p.add_argument("--format", dest="fmt", default="metcf", help="converted format (metcf)")
     p.add_argument("--devices", default="auto", help="auto (one GPU if present, else CPU), cpu, all, or a count")

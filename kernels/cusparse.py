@@ -1,11 +1,15 @@
-"""Baseline: cuSPARSE generic SpMM, C = A @ B with A in CSR (fp32 values), B and C dense row-major
+"""Baseline: cuSPARSE generic SpMM, C = A @ B with A in CSR (float32, float16 or bfloat16 values, FP32 compute:
+the same precision as our kernels; half CSR computes on CUDA cores, not Tensor Cores), B and C dense row-major
 (CUSPARSE_ORDER_ROW), through CuPy's low-level bindings (cupy_backends.cuda.libs.cusparse: descriptors, buffer
 size) plus ctypes, on the same libcusparse CuPy already has in the process, for cusparseSpMM_preprocess and
 cusparseDnMatSetValues (no CuPy 14.2 binding) and for cusparseSpMM and cusparseSetStream (CuPy's refuse to run
 while a stream is captured into a CUDA graph). Not cupyx.scipy.sparse's ``@`` (column-major C, default algorithm only).
 
-`CusparseSpmm(A).tune(B)` times CSR_ALG1/2/3 (preprocess where it applies, warm-up, CUDA events around a captured
-graph) and keeps the fastest per N; `.run(B, out=None)` then uses it. Handle, descriptors and buffers are cached per N.
+`CusparseSpmm(A, dtype=...).tune(B)` times CSR_ALG1/2/3 (preprocess where it applies, warm-up, CUDA events around a
+captured graph) and keeps the fastest per N; `.run(B, out=None)` then uses it. Handle, descriptors and buffers are
+cached per N. Determinism (the default): `tune` also runs each algorithm three times on the same B and keeps only
+those whose outputs are bitwise equal, so a plan that falls back to cuSPARSE gives bitwise-stable C;
+``deterministic=False`` trades that check for the fastest algorithm whatever it does.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from kernels.indexing import index_dtype
 ALGORITHMS = {"CSR_ALG1": 4, "CSR_ALG2": 6, "CSR_ALG3": 12}
 PREPROCESS = {"CSR_ALG3"}
 CUDA_R_32F = 0  # cudaDataType_t (library_types.h)
+VALUE_TYPES = {"float32": (CUDA_R_32F, np.float32), "float16": (2, np.float16), "bfloat16": (14, np.uint16)}
+# bfloat16 values are uint16 bit patterns (kernels.precision): NumPy and CuPy have no bfloat16 dtype
 
 
 def _libcusparse() -> ctypes.CDLL:
@@ -44,7 +50,7 @@ def _libcusparse() -> ctypes.CDLL:
 class CusparseSpmm:
     """cuSPARSE SpMM for one CSR matrix on the current device (scipy CSR in; uploaded once)."""
 
-    def __init__(self, A, *, algorithms=tuple(ALGORITHMS)):
+    def __init__(self, A, *, algorithms=tuple(ALGORITHMS), dtype: str = "float32", deterministic: bool = True):
         import cupy
         import scipy.sparse as sp
         from cupy_backends.cuda.libs import cusparse
@@ -56,7 +62,14 @@ class CusparseSpmm:
         idx = index_dtype(max(self.shape), self.nnz)  # cuSPARSE needs one index type for indptr and indices
         self.indptr = cupy.asarray(A.indptr.astype(idx, copy=False))
         self.indices = cupy.asarray(A.indices.astype(idx, copy=False))
-        self.data = cupy.asarray(A.data.astype(np.float32, copy=False))
+        from kernels.precision import precision
+
+        if dtype not in VALUE_TYPES:
+            raise ValueError(f"dtype {dtype!r} is not supported by the cuSPARSE baseline; one of {list(VALUE_TYPES)}")
+        self.dtype, self.deterministic = dtype, bool(deterministic)
+        self._ctype, self._np_dtype = VALUE_TYPES[dtype]
+        values = A.data if A.dtype == self._np_dtype else precision(dtype).to_storage(A.data.astype(np.float32))
+        self.data = cupy.asarray(values)
         itype = cusparse.CUSPARSE_INDEX_32I if idx == np.int32 else cusparse.CUSPARSE_INDEX_64I
         self.handle = cupy.cuda.device.get_cusparse_handle()
         self._lib = _libcusparse()
@@ -64,18 +77,19 @@ class CusparseSpmm:
         self._beta_add = np.ones(1, np.float32)  # accumulate: C = A B + 1 C
         self.descr_a = cusparse.createCsr(self.shape[0], self.shape[1], self.nnz, self.indptr.data.ptr,
                                           self.indices.data.ptr, self.data.data.ptr, itype, itype,
-                                          cusparse.CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F)
+                                          cusparse.CUSPARSE_INDEX_BASE_ZERO, self._ctype)
         self.algorithms = tuple(algorithms)
         self._per_n: dict[int, dict] = {}  # N -> {"b", "c": descriptors, "ptrs", "buffers": {alg: buf}, "failed"}
         self.best: dict[int, str] = {}  # N -> fastest algorithm name
         self.timings: dict[int, dict] = {}  # N -> {alg: median ms}
+        self.nondeterministic: set[str] = set()  # algorithms whose repeated outputs differed (tune)
 
     def _state(self, N: int, B, C) -> dict:
         cs, cupy = self._cs, self._cupy
         st = self._per_n.get(N)
         if st is None:
-            st = {"b": cs.createDnMat(self.shape[1], N, N, B.data.ptr, CUDA_R_32F, cs.CUSPARSE_ORDER_ROW),
-                  "c": cs.createDnMat(self.shape[0], N, N, C.data.ptr, CUDA_R_32F, cs.CUSPARSE_ORDER_ROW),
+            st = {"b": cs.createDnMat(self.shape[1], N, N, B.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW),
+                  "c": cs.createDnMat(self.shape[0], N, N, C.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW),
                   "ptrs": (B.data.ptr, C.data.ptr), "buffers": {}, "failed": {}}
             self._per_n[N] = st
         elif st["ptrs"] != (B.data.ptr, C.data.ptr):
@@ -106,17 +120,19 @@ class CusparseSpmm:
 
     def _check_b(self, B, out, accumulate: bool = False):
         cupy = self._cupy
-        if not isinstance(B, cupy.ndarray) or B.dtype != cupy.float32 or B.ndim != 2 or not B.flags.c_contiguous:
-            raise TypeError("B must be a C-contiguous 2-D cupy float32 array")
+        if not isinstance(B, cupy.ndarray) or B.dtype != self._np_dtype or B.ndim != 2 or not B.flags.c_contiguous:
+            raise TypeError(f"B must be a C-contiguous 2-D cupy {np.dtype(self._np_dtype)} array ({self.dtype}), got "
+                            f"{type(B).__name__} {getattr(B, 'dtype', None)}")
         if B.shape[0] != self.shape[1]:
             raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {self.shape[1]}")
         N = int(B.shape[1])
         if out is None and accumulate:
             raise ValueError("accumulate=True adds A @ B to out: pass out")
         if out is None:
-            out = cupy.empty((self.shape[0], N), dtype=cupy.float32)
-        elif out.shape != (self.shape[0], N) or out.dtype != cupy.float32 or not out.flags.c_contiguous:
-            raise ValueError(f"out must be C-contiguous float32 {(self.shape[0], N)}, got {out.dtype} {out.shape}")
+            out = cupy.empty((self.shape[0], N), dtype=self._np_dtype)
+        elif out.shape != (self.shape[0], N) or out.dtype != self._np_dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be C-contiguous {np.dtype(self._np_dtype)} {(self.shape[0], N)}, got "
+                             f"{out.dtype} {out.shape}")
         return out, N
 
     def run(self, B, out=None, algorithm: str | None = None, *, accumulate: bool = False):
@@ -144,7 +160,8 @@ class CusparseSpmm:
 
     def tune(self, B, out=None, repeats: int = 20, warmup: int = 3, timer=None) -> dict:
         """Median ms of each algorithm on this B (default timer kernels.launch.graph_ms: the device time of one
-        call, CUDA events around a captured graph); keeps the fastest in self.best[N]."""
+        call, CUDA events around a captured graph); keeps the fastest in self.best[N] (with ``deterministic``,
+        the fastest whose three outputs on this B are bitwise equal)."""
         from kernels.launch import graph_ms
 
         timer = timer or graph_ms
@@ -153,6 +170,10 @@ class CusparseSpmm:
         for alg in self.algorithms:
             try:
                 self.run(B, out, alg)  # buffer and preprocessing (they allocate: not inside a capture)
+                if self.deterministic and not self._repeatable(B, out, alg):
+                    self.nondeterministic.add(alg)
+                    errors[alg] = "outputs of repeated calls differ bitwise (deterministic=True)"
+                    continue
                 times[alg] = timer(lambda: self.run(B, out, alg), repeats=repeats, warmup=warmup)
             except Exception as err:  # cuSPARSE refuses some algorithm/layout/size combinations
                 errors[alg] = f"{type(err).__name__}: {err}"
@@ -161,6 +182,16 @@ class CusparseSpmm:
         self.best[N] = min(times, key=times.get)
         self.timings[N] = {"ms": times, "errors": errors, "best": self.best[N]}
         return self.timings[N]
+
+    def _repeatable(self, B, out, alg: str) -> bool:
+        """Three calls of ``alg`` on the same B give bitwise-equal C (compared as raw bits: NaN patterns too)."""
+        first = self.run(B, out, alg).copy()
+        view = first.view(self._cupy.uint16 if first.itemsize == 2 else self._cupy.uint32)
+        for _ in range(2):
+            again = self.run(B, out, alg)
+            if not bool((again.view(view.dtype) == view).all()):  # synchronize!
+                return False
+        return True
 
     def close(self) -> None:
         cs = self._cs

@@ -4,14 +4,15 @@ A format is described by a ``BlockLayout``: its arrays split into
 
 - a group offset (``row_window_offset`` [n_windows + 1]): window w owns tiles ``[gofs[w], gofs[w + 1])``;
 - an item offset (``tc_offset`` [n_tiles + 1]): tile t owns nonzeros ``[iofs[t], iofs[t + 1])``;
-- fixed per-tile arrays (``sparse_a_to_b`` [n_tiles, 8]) -> ``fixed_size_list<dtype, width>`` columns
-  (width 0: a 1-D per-tile array -> scalar column);
+- fixed per-tile arrays (``sparse_a_to_b`` [n_tiles, w]) -> ``fixed_size_list<dtype, w>`` columns, w taken from
+  the array (ME-TCF's block width depends on the precision) and recorded in the file metadata (``widths``);
+  a 1-D per-tile array -> scalar column;
 - ragged per-nonzero arrays (``tc_local_id`` uint8, ``data``) -> ``list<dtype>`` columns sharing the item offsets.
 
 Each Parquet row also has ``window`` (int64, global), so empty windows and window sub-ranges are rebuilt exactly.
 Files: ``formats/<fmt>/<perm_key>/part-<w0>-<w1>.parquet``, one per window shard. Reads rebuild the offsets of the
 requested window range relative to its first tile / nonzero, vectorised over list offsets (no loop over tiles).
-ME-TCF (``metcf``) is registered here; another tiled format registers its own layout with ``register_layout``.
+Layouts are registered by the format plugins (``kernels.formats``, ``register_layout``): the store names no format.
 """
 from __future__ import annotations
 
@@ -36,14 +37,12 @@ class BlockLayout:
     rows_per_group: int
     group_offset: str
     item_offset: str
-    fixed: dict = field(default_factory=dict)   # name -> width (0 = one scalar per tile)
+    fixed: dict = field(default_factory=dict)   # name -> default width (0 = one scalar per tile; 2-D arrays keep
+    # their own width, recorded in the metadata)
     ragged: tuple = ()
 
 
-LAYOUTS: dict[str, BlockLayout] = {
-    "metcf": BlockLayout(rows_per_group=16, group_offset="row_window_offset", item_offset="tc_offset",
-                         fixed={"sparse_a_to_b": 8}, ragged=("tc_local_id", "data")),
-}
+LAYOUTS: dict[str, BlockLayout] = {}
 
 
 def register_layout(fmt: str, layout: BlockLayout) -> None:
@@ -51,11 +50,17 @@ def register_layout(fmt: str, layout: BlockLayout) -> None:
 
 
 def layout_of(fmt: str) -> BlockLayout:
+    if fmt not in LAYOUTS:
+        import kernels.formats  # noqa: F401  (the plugins register their layouts on import)
     try:
         return LAYOUTS[fmt]
     except KeyError:
         raise InputError(f"format {fmt!r} has no storage layout; known: {sorted(LAYOUTS)} "
                          f"(register one with storage.formats.register_layout)") from None
+
+
+def _width(a: np.ndarray) -> int:
+    return int(a.shape[1]) if a.ndim == 2 else 0
 
 
 def check_arrays(arrays: dict, lay: BlockLayout) -> tuple[np.ndarray, np.ndarray]:
@@ -70,9 +75,9 @@ def check_arrays(arrays: dict, lay: BlockLayout) -> tuple[np.ndarray, np.ndarray
                          f"{n_tiles + 1}")
     for name, width in lay.fixed.items():
         a = np.asarray(arrays[name])
-        want = (n_tiles, width) if width else (n_tiles,)
-        if a.shape != want:
-            raise InputError(f"{name} has shape {a.shape}, expected {want}")
+        want = (n_tiles, _width(a)) if width else (n_tiles,)
+        if a.shape != want or (width and a.shape[1] < 1):
+            raise InputError(f"{name} has shape {a.shape}, expected {want if width else (n_tiles,)}")
     for name in lay.ragged:
         if len(arrays[name]) != nnz:
             raise InputError(f"{name} has {len(arrays[name])} entries, expected {lay.item_offset}[-1] = {nnz}")
@@ -101,18 +106,20 @@ def format_tables(fmt: str, arrays: dict, lay: BlockLayout, shards: list, meta: 
     ragged = {n: np.asarray(arrays[n]) for n in lay.ragged}
     dtypes = {n: a.dtype.name for n, a in {**fixed, **ragged}.items()}
     dtypes.update({lay.group_offset: gofs.dtype.name, lay.item_offset: iofs.dtype.name})
+    widths = {n: _width(a) for n, a in fixed.items()}
+    value_types = {n: str(v) for n, v in (meta.get("value_types") or {}).items()}  # e.g. data: bfloat16 (uint16 bits)
     common = {"format": fmt, "shape": [int(s) for s in arrays["shape"]], "nnz": int(iofs[-1]),
               "n_tiles": int(gofs[-1]), "n_windows": len(gofs) - 1, "rows_per_window": lay.rows_per_group,
-              "dtypes": dtypes, "ranges": shards, "source": meta}
+              "dtypes": dtypes, "widths": widths, "value_types": value_types, "ranges": shards, "source": meta}
     for w0, w1 in shards:
         b0, b1 = int(gofs[w0]), int(gofs[w1])
         n0, n1 = int(iofs[b0]), int(iofs[b1])
-        schema = format_schema(GROUP_KEY, {n: (a.dtype, lay.fixed[n]) for n, a in fixed.items()},
+        schema = format_schema(GROUP_KEY, {n: (a.dtype, widths[n]) for n, a in fixed.items()},
                                {n: a.dtype for n, a in ragged.items()}, n1 - n0)
         cols = [pa.array(np.repeat(np.arange(w0, w1, dtype=np.int64), np.diff(gofs[w0:w1 + 1])))]
         for name, a in fixed.items():
             flat = pa.array(np.ascontiguousarray(a[b0:b1]).reshape(-1))
-            cols.append(pa.FixedSizeListArray.from_arrays(flat, lay.fixed[name]) if lay.fixed[name] else flat)
+            cols.append(pa.FixedSizeListArray.from_arrays(flat, widths[name]) if widths[name] else flat)
         offs = iofs[b0:b1 + 1] - n0
         for name, a in ragged.items():
             list_t = schema.field(name).type
@@ -143,6 +150,7 @@ def read_format(folder: Path, entry: dict, lay: BlockLayout, w0: int | None, w1:
     if not 0 <= w0 <= w1 <= n_windows:
         raise InputError(f"window range [{w0}, {w1}) is outside [0, {n_windows})")
     dt = {k: np.dtype(v) for k, v in meta["dtypes"].items()}
+    widths = {**lay.fixed, **meta.get("widths", {})}  # files before session 5 carry no widths: the layout's
     windows, fixed, lengths, values = [], {n: [] for n in lay.fixed}, [], {n: [] for n in lay.ragged}
     for rec in entry["files"]:
         a, b = rec["range"]
@@ -172,7 +180,8 @@ def read_format(folder: Path, entry: dict, lay: BlockLayout, w0: int | None, w1:
     iofs = np.zeros(len(n_len) + 1, dt[lay.item_offset])
     np.cumsum(n_len, out=iofs[1:])
     out = {lay.group_offset: gofs, lay.item_offset: iofs}
-    for name, width in lay.fixed.items():
+    for name in lay.fixed:
+        width = widths[name]
         flat = np.concatenate(fixed[name]) if fixed[name] else np.empty(0, dt[name])
         out[name] = flat.astype(dt[name], copy=False).reshape((-1, width) if width else (-1,))
     for name in lay.ragged:

@@ -13,9 +13,11 @@ import numpy as np
 
 from configs.errors import InputError
 from storage import BlockStore
-from tasks.stages import DTYPES, METCF, _jsonable, dask_client
+from kernels.precision import precision as as_precision
+from tasks.stages import METCF, _jsonable, dask_client
 
-# TF32 inputs (10-bit mantissa) accumulated in fp32: about 1e-3 of ||ref||; fp32 CPU paths land far below.
+# TF32 inputs (10-bit mantissa) accumulated in fp32: about 1e-3 of ||ref||; fp32 CPU paths land far below. The
+# half precisions' contract (kernels.precision): 1e-2 float16, 3e-2 bfloat16, on the CPU path too (rounded inputs).
 REL_TOL = {"tf32": 2e-3, "fp32": 1e-5}
 
 
@@ -24,29 +26,32 @@ def dense_b(n_rows: int, n_cols: int, seed: int, dtype=np.float32) -> np.ndarray
     return np.random.default_rng(seed).standard_normal((n_rows, n_cols), dtype=np.float32).astype(dtype, copy=False)
 
 
-def cusparse_baseline(A, B: np.ndarray, repeats: int) -> dict:
-    """The strongest cuSPARSE CSR SpMM on A (CSR_ALG1/2/3 tried, row-major B; median of ``repeats``)."""
+def cusparse_baseline(A, B: np.ndarray, repeats: int, dtype: str = "float32") -> dict:
+    """The strongest cuSPARSE CSR SpMM on A in ``dtype`` (CSR_ALG1/2/3 tried, row-major B; median of ``repeats``)."""
     import cupy
 
     from kernels.cusparse import CusparseSpmm
 
-    op = CusparseSpmm(A)
+    prec = as_precision(dtype)
+    op = CusparseSpmm(A, dtype=prec.name)
     try:
-        timings = op.tune(cupy.asarray(B, dtype=cupy.float32), repeats=repeats)
+        timings = op.tune(cupy.asarray(prec.to_storage(B)), repeats=repeats)
     finally:
         op.close()
     return {"algorithm": timings["best"], "median_ms": timings["ms"][timings["best"]], "all_ms": timings["ms"]}
 
 
-def _run_one_device(A, perm: np.ndarray, M, B: np.ndarray, device: str, repeats: int) -> tuple[np.ndarray, dict]:
+def _run_one_device(A, perm: np.ndarray, M, B: np.ndarray, device: str, repeats: int, dtype: str = "float32",
+                    fmt: str = METCF) -> tuple[np.ndarray, dict]:
     """The selector's path on the reordered matrix, except where cuSPARSE on the ORIGINAL order is faster (a
     reordering that packs TC blocks can still cost cuSPARSE its cache locality): then that runs instead, so the
     pipeline is never slower than what a user has without it."""
     from kernels.spmm import SpmmPlan
 
-    plan = SpmmPlan(M, device=device)
+    prec = as_precision(dtype)
+    plan = SpmmPlan(M if M is not None else A[perm], device=device, dtype=prec.name, format=fmt)
     C = np.empty((A.shape[0], B.shape[1]), dtype=np.float32)
-    C[perm] = plan.run(B)  # back to the original row order
+    C[perm] = prec.to_float32(plan.run(B))  # back to the original row order
     bench = plan.benchmark(B, repeats=repeats)
     result = {"kernel": plan.choice.get("kernel"), "device": plan.choice.get("device", "cpu"),
               "kernel_ms": bench["median_ms"], "choice": plan.choice, "baseline": {}, "per_device": []}
@@ -54,10 +59,10 @@ def _run_one_device(A, perm: np.ndarray, M, B: np.ndarray, device: str, repeats:
         return C, result
     baseline = result["baseline"]  # what a user has without us, and what the kernel alone is worth
     for key, matrix in (("original", A), ("reordered", A[perm])):
-        baseline[key] = cusparse_baseline(matrix, B, repeats)
+        baseline[key] = cusparse_baseline(matrix, B, repeats, prec.name)
         baseline[key]["speedup"] = baseline[key]["median_ms"] / bench["median_ms"]
     if baseline["original"]["median_ms"] < bench["median_ms"]:
-        C = cusparse_product(A, B, baseline["original"]["algorithm"])
+        C = cusparse_product(A, B, baseline["original"]["algorithm"], prec.name)
         result["choice"] = {**plan.choice, "kernel": "cusparse-original-order",
                             "reason": f"cuSPARSE {baseline['original']['algorithm']} on the original order "
                                       f"({baseline['original']['median_ms']:.4g} ms) beat {plan.choice['kernel']} "
@@ -93,24 +98,32 @@ def _run_sharded(mstore, format_key: str, perm: np.ndarray, M, B: np.ndarray, de
     return C, result
 
 
-def cusparse_product(A, B: np.ndarray, algorithm: str) -> np.ndarray:
-    """C = A @ B by cuSPARSE's ``algorithm`` (row-major B and C), back on the host."""
+def cusparse_product(A, B: np.ndarray, algorithm: str, dtype: str = "float32") -> np.ndarray:
+    """C = A @ B by cuSPARSE's ``algorithm`` in ``dtype`` (row-major B and C), back on the host as float32."""
     import cupy
 
     from kernels.cusparse import CusparseSpmm
 
-    op = CusparseSpmm(A)
+    prec = as_precision(dtype)
+    op = CusparseSpmm(A, dtype=prec.name)
     try:
-        return cupy.asnumpy(op.run(cupy.asarray(B, dtype=cupy.float32), algorithm=algorithm))  # synchronize!
+        C = op.run(cupy.asarray(prec.to_storage(B)), algorithm=algorithm)
+        return prec.to_float32(cupy.asnumpy(C))  # synchronize!
     finally:
         op.close()
 
 
-def load_metcf(mstore, format_key: str):
-    """The stored ME-TCF arrays of a matrix as a ``METCF`` (as each shard's worker rebuilds its own)."""
-    from tasks.distribute.plan import metcf_from_arrays
+def load_format(mstore, fmt: str, format_key: str):
+    """A stored format of a matrix as its host object (``Format.from_arrays``), as each shard's worker rebuilds its
+    own; ``fmt`` a registered name."""
+    from kernels.formats import get
 
-    return metcf_from_arrays(mstore.read_format(METCF, format_key))
+    return get(fmt).from_arrays(mstore.read_format(fmt, format_key))
+
+
+def load_metcf(mstore, format_key: str):
+    """The stored ME-TCF arrays of a matrix as a ``METCF``."""
+    return load_format(mstore, METCF, format_key)
 
 
 def parse_devices(devices: str | int) -> str | int:
@@ -127,7 +140,7 @@ def parse_devices(devices: str | int) -> str | int:
 
 def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, n_cols_b: int = 128,
              dtype: str = "float32", devices: str | int = "auto", mode: str = "oneshot", seed: int = 0,
-             scheduler: str | None = None, repeats: int = 20, save_c: bool = False) -> dict:
+             scheduler: str | None = None, repeats: int = 20, save_c: bool = False, fmt: str = METCF) -> dict:
     """Run one SpMM and return timings, the kernel chosen, the baseline's time and the correctness check."""
     if n_cols_b < 1:
         raise InputError(f"-N {n_cols_b}: the dense B needs at least one column")
@@ -135,24 +148,35 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
     mstore = BlockStore(data_root).matrix(matrix_id)
     A = mstore.read_csr()
     perm = mstore.read_perm(perm_key)
-    M = load_metcf(mstore, format_key)
-    B = dense_b(A.shape[1], n_cols_b, seed, DTYPES[dtype])
+    from kernels.formats import candidates
+
+    prec = as_precision(dtype)
+    formats = candidates(fmt, prec.name)
+    # One format: its stored object; auto over several: SpmmPlan converts the reordered CSR to each on the device
+    M = load_format(mstore, formats[0].name, format_key) if len(formats) == 1 else None
+    B = dense_b(A.shape[1], n_cols_b, seed)
     t0 = time.perf_counter()
     if devices in ("auto", "cpu", 1):
-        C, result = _run_one_device(A, perm, M, B, "cpu" if devices == "cpu" else "auto", repeats)
+        C, result = _run_one_device(A, perm, M, B, "cpu" if devices == "cpu" else "auto", repeats, prec.name, fmt)
     else:
         if scheduler is None:
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
+        if prec.half or len(formats) > 1 or formats[0].name != METCF:
+            raise InputError(f"--devices {devices}: sharded SpMM runs ME-TCF in float32 (TF32) so far; "
+                             f"--dtype {prec.name} --format {fmt} runs on one device (--devices auto)")
         C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats)
     result["wall_ms"] = (time.perf_counter() - t0) * 1e3
     ref = A.astype(np.float64) @ B.astype(np.float64)
     rel_err = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), np.finfo(np.float64).tiny))
-    tol = REL_TOL["tf32"] if "cpu" not in str(result["kernel"]) else REL_TOL["fp32"]
+    if prec.half:
+        tol = prec.tolerance
+    else:
+        tol = REL_TOL["tf32"] if "cpu" not in str(result["kernel"]) else REL_TOL["fp32"]
     if not np.isfinite(rel_err) or rel_err > tol:
         raise RuntimeError(f"{matrix_id}: SpMM result differs from the float64 reference: "
                            f"relative error {rel_err:.3g} > {tol:g} (kernel {result['kernel']})")
     flops = 2.0 * A.nnz * n_cols_b
-    result.update(rel_err=rel_err, tolerance=tol, n_cols_b=n_cols_b, nnz=int(A.nnz),
+    result.update(rel_err=rel_err, tolerance=tol, n_cols_b=n_cols_b, nnz=int(A.nnz), dtype=prec.name,
                   gflops=flops / (result["kernel_ms"] * 1e6) if result["kernel_ms"] > 0 else float("nan"))
     if save_c:
         run_id = uuid.uuid4().hex[:12]

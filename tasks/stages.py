@@ -23,9 +23,7 @@ from configs.errors import InputError
 from storage import BlockStore, perm_key as make_perm_key
 from storage.naming import dumps
 
-METCF = "metcf"
-FORMATS = (METCF,)
-DTYPES = {"float32": np.float32}
+METCF = "metcf"  # the default format (``--format``); every registered one works (kernels.formats.REGISTRY)
 
 
 @contextlib.contextmanager
@@ -105,8 +103,10 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
 
 
 def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, scheduler: str | None = None,
-            sm_count: int = 132) -> dict:
-    """Compute (or reuse) the row permutation; never apply one that increases the TC block count over ``none``."""
+            sm_count: int = 132, dtype: str = "float32") -> dict:
+    """Compute (or reuse) the row permutation; never apply one that increases the TC block count over ``none``.
+    The block count is of the precision's TC blocks (16 x 8 for float32, 16 x 16 for float16/bfloat16)."""
+    from kernels.precision import precision
     from tasks.reorder import METHODS, auto_reorder, reorder_checked
 
     if method not in (*METHODS, "auto"):
@@ -117,6 +117,9 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
         from kernels.spmm import gpu_available  # the devices draw differently: each gets its own stored order
 
         params["device"] = extra["device"] = "gpu" if gpu_available() else "cpu"
+    width = precision(dtype).block_width
+    if width != 8:  # TF32 keys stay as they were, so stores written before widths existed are reused
+        params["tc_width"] = width
     key = make_perm_key(method, params)
     mstore = BlockStore(data_root).matrix(matrix_id)
     t0 = time.perf_counter()
@@ -126,11 +129,12 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
     A = mstore.read_csr()
     with dask_client(scheduler) as client:
         if method == "auto":
-            applied, perm, report = auto_reorder(A, seed=seed, client=client, params={"tca": {"sm_count": sm_count}})
+            applied, perm, report = auto_reorder(A, seed=seed, client=client, params={"tca": {"sm_count": sm_count}},
+                                                 width=width)
             report["why"] = report.pop("reason")
             report["before"], report["after"] = report["methods"]["none"], report["methods"][applied]
         else:
-            perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, **extra)
+            perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, width=width, **extra)
             applied = method if ok else "none"
             report = {"before": before, "after": after,
                       "why": "applied" if ok else f"{method} did not reduce TC blocks; kept the input order"}
@@ -139,31 +143,52 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
     return {"perm_key": key, "method": method, "reused": False, "ms": _elapsed_ms(t0), **_jsonable(report)}
 
 
+def check_precision(matrix_id: str, data_root: str, dtype: str = "float32", *, allow_overflow: bool = False) -> dict:
+    """Refuse a matrix whose values ``dtype`` cannot hold (float16: |x| > 65504, or many values that would round to
+    zero) before anything is reordered or converted for the run; the report keeps the counts."""
+    from kernels.precision import check_range, precision
+
+    prec = precision(dtype)
+    if not prec.half:
+        return {"dtype": dtype}
+    A = BlockStore(data_root).matrix(matrix_id).read_csr()
+    return {"dtype": dtype, **check_range(A.data, prec, f"{matrix_id} ({dtype})", allow_overflow=allow_overflow)}
+
+
 def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, dtype: str = "float32",
             scheduler: str | None = None) -> dict:
-    """Convert the reordered matrix to ``fmt`` and store it in row-window-range blocks (reused when stored).
-    Large matrices are converted in window-aligned row blocks on the flow's Dask workers."""
-    from kernels.formats.metcf import csr_to_metcf, metcf_stats
+    """Convert the reordered matrix to ``fmt`` (a registered format, or ``auto``: every format with kernels for
+    ``dtype``) at ``dtype`` and store it in row-window-range blocks (reused when stored). Large matrices are
+    converted in window-aligned row blocks on the flow's Dask workers. Returns the first format's key and stats,
+    with ``formats`` mapping every converted format to its key."""
+    from kernels.formats import candidates
+    from kernels.precision import precision
     from tasks.convert import SHARD_MIN_NNZ, convert_on_cluster
 
-    if fmt not in FORMATS:
-        raise InputError(f"--format {fmt!r} is not supported; choose one of {', '.join(FORMATS)}")
-    if dtype not in DTYPES:
-        raise InputError(f"--dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+    prec = precision(dtype)
+    formats = candidates(fmt, prec.name)
     mstore = BlockStore(data_root).matrix(matrix_id)
     fkey = f"{perm_key}-{dtype}"
     t0 = time.perf_counter()
-    if mstore.has_format(fmt, fkey):
-        return {"format": fmt, "format_key": fkey, "reused": True, "ms": _elapsed_ms(t0),
-                **mstore.format_meta(fmt, fkey).get("stats", {})}
-    A = mstore.read_csr()
-    perm = mstore.read_perm(perm_key)
-    A = A[perm].astype(DTYPES[dtype])
-    with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client:
-        M = csr_to_metcf(A) if client is None else convert_on_cluster(A, client)
-    stats = _jsonable(metcf_stats(M, A_csr_nbytes=A.indptr.nbytes + A.indices.nbytes + A.data.nbytes))
-    mstore.write_format(fmt, fkey, M, {"perm_key": perm_key, "dtype": dtype, "stats": stats})
-    return {"format": fmt, "format_key": fkey, "reused": False, "ms": _elapsed_ms(t0), **stats}
+    results, A = {}, None
+    for f in formats:
+        if mstore.has_format(f.name, fkey):
+            results[f.name] = {"reused": True, **mstore.format_meta(f.name, fkey).get("stats", {})}
+            continue
+        if A is None:
+            A = mstore.read_csr()
+            A = A[mstore.read_perm(perm_key)]
+            A = A.astype(np.float32) if A.dtype != np.float32 else A
+        with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client:
+            obj = f.convert(A, prec) if client is None else convert_on_cluster(A, client, f, prec)
+        stats = _jsonable({**f.stats(obj, A.indptr.nbytes + A.indices.nbytes + A.data.nbytes),
+                           "block_shape": [16, f.block_width[prec.name]]})
+        mstore.write_format(f.name, fkey, obj, {"perm_key": perm_key, "dtype": dtype, "stats": stats,
+                                                "value_types": {"data": prec.name}})
+        results[f.name] = {"reused": False, **stats}
+    first = formats[0].name
+    return {"format": first, "format_key": fkey, "dtype": dtype, "formats": {n: fkey for n in results},
+            "ms": _elapsed_ms(t0), **results[first]}
 
 
 def _jsonable(obj):

@@ -21,8 +21,14 @@ def ingest(spec: str, data_root: str, drop_zeros: bool = False, complex_mode: st
 
 
 @task(name="reorder", cache_policy=NO_CACHE)
-def reorder(matrix_id: str, method: str, data_root: str, seed: int, scheduler: str | None) -> dict:
-    return stages.reorder(matrix_id, method, data_root, seed=seed, scheduler=scheduler)
+def reorder(matrix_id: str, method: str, data_root: str, seed: int, scheduler: str | None,
+            dtype: str = "float32") -> dict:
+    return stages.reorder(matrix_id, method, data_root, seed=seed, scheduler=scheduler, dtype=dtype)
+
+
+@task(name="check precision", cache_policy=NO_CACHE)
+def check_precision(matrix_id: str, data_root: str, dtype: str, allow_overflow: bool) -> dict:
+    return stages.check_precision(matrix_id, data_root, dtype, allow_overflow=allow_overflow)
 
 
 @task(name="convert", cache_policy=NO_CACHE)
@@ -32,9 +38,9 @@ def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str,
 
 @task(name="spmm", cache_policy=NO_CACHE)
 def spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, n_cols_b: int, dtype: str,
-         devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool) -> dict:
+         devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool, fmt: str = "metcf") -> dict:
     return execute.run_spmm(matrix_id, perm_key, format_key, data_root, n_cols_b=n_cols_b, dtype=dtype,
-                            devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c)
+                            devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c, fmt=fmt)
 
 
 @task(name="report", cache_policy=NO_CACHE)

@@ -308,6 +308,16 @@ def metcf_concat(pieces: list[METCF]) -> METCF:
                  np.concatenate([P.data for P in pieces]))
 
 
+def metcf_from_arrays(arrays: dict) -> METCF:
+    """A METCF from ``store.read_format`` output (a dict of the five arrays and ``shape``), offsets recast to
+    ``index_dtype`` of its own sizes (a shard's offsets restart at 0)."""
+    rwo, tco = arrays["row_window_offset"], arrays["tc_offset"]
+    n_blocks, nnz = int(rwo[-1]) if len(rwo) else 0, int(tco[-1]) if len(tco) else 0
+    shape = tuple(int(s) for s in arrays["shape"])
+    return METCF(shape, rwo.astype(index_dtype(n_blocks), copy=False), tco.astype(index_dtype(nnz), copy=False),
+                 arrays["tc_local_id"], arrays["sparse_a_to_b"], arrays["data"])
+
+
 def expand(M: METCF, w0: int = 0, w1: int | None = None):
     """Triplets (rows int64, cols int64, data) of windows [w0, w1), in ME-TCF order (the inverse map)."""
     w1 = M.n_windows if w1 is None else w1

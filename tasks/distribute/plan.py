@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.formats.metcf import METCF, WIDTH, WINDOW
+from kernels.formats.metcf import METCF, WIDTH, WINDOW, metcf_from_arrays  # noqa: F401 (re-exported)
 from kernels.indexing import index_dtype
 
 PLAN_VERSION = 1
@@ -315,10 +315,3 @@ def persist_plan(M: METCF, plan: PartitionPlan, store, perm_key: str, *, fmt: st
     return path
 
 
-def metcf_from_arrays(arrays: dict) -> METCF:
-    """A METCF from ``store.read_format`` output, offsets recast to ``index_dtype`` of the shard's own sizes."""
-    rwo, tco = arrays["row_window_offset"], arrays["tc_offset"]
-    n_blocks, nnz = int(rwo[-1]) if len(rwo) else 0, int(tco[-1]) if len(tco) else 0
-    shape = tuple(int(s) for s in arrays["shape"])
-    return METCF(shape, rwo.astype(index_dtype(n_blocks), copy=False), tco.astype(index_dtype(nnz), copy=False),
-                 arrays["tc_local_id"], arrays["sparse_a_to_b"], arrays["data"])

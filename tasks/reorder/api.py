@@ -76,35 +76,38 @@ def reorder(A, method: str, *, seed: int = 0, client=None, **params) -> np.ndarr
 
 
 def reorder_checked(A, method: str, *, seed: int = 0, client=None, stats_before: dict | None = None,
-                    **params) -> tuple[np.ndarray, dict, dict, bool]:
+                    width: int = 8, **params) -> tuple[np.ndarray, dict, dict, bool]:
     """``reorder`` with the guarantee that TC blocks never grow.
 
     Returns (perm, stats_before, stats_after, applied). ``applied`` is True only when the method strictly lowers
-    `tc_stats`' n_tc_blocks; otherwise perm is the identity and stats_after == stats_before.
+    `tc_stats`' n_tc_blocks of 16 x ``width`` blocks (8: TF32, 16: FP16/BF16); otherwise perm is the identity
+    and stats_after == stats_before.
     """
     A = canonical_csr(A)
-    before = stats_before if stats_before is not None else tc_stats(A)
+    before = stats_before if stats_before is not None else tc_stats(A, width=width)
     perm = reorder(A, method, seed=seed, client=client, **params)
-    after = tc_stats(A[perm]) if method != "none" else before
+    after = tc_stats(A[perm], width=width) if method != "none" else before
     if after["n_tc_blocks"] < before["n_tc_blocks"]:
         return perm, before, after, True
     return simple.none_order(A), before, before, False
 
 
 def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: float = 300.0,
-                 params: dict | None = None) -> tuple[str, np.ndarray, dict]:
+                 params: dict | None = None, width: int = 8) -> tuple[str, np.ndarray, dict]:
     """Pick the method with the fewest TC blocks among ``candidates`` cheap enough for A.
 
     A method is skipped when its estimated single-core time nnz * COST_NS_PER_NNZ exceeds ``max_cost`` seconds.
     ``none`` is kept unless a method strictly lowers n_tc_blocks. ``params``: {method: kwargs}. Returns
     (method, perm, report); report = {"chosen", "reason", "methods": {name: {n_tc_blocks, mean_nnz_tc, seconds}
-    or {skipped: why}}}.
+    or {skipped: why}}}. Blocks are 16 x ``width`` (the objective: 8 for TF32, 16 for FP16/BF16); each entry also
+    gives MeanNnzTC at the other width (``mean_nnz_tc_8`` / ``mean_nnz_tc_16``).
     """
     A = canonical_csr(A)
     candidates = list(candidates) if candidates is not None else list(AUTO_METHODS)
     params = params or {}
-    base = tc_stats(A)
-    methods = {"none": {"n_tc_blocks": base["n_tc_blocks"], "mean_nnz_tc": base["mean_nnz_tc"], "seconds": 0.0}}
+    base = tc_stats(A, width=width)
+    methods = {"none": {"n_tc_blocks": base["n_tc_blocks"], "mean_nnz_tc": base["mean_nnz_tc"], "seconds": 0.0,
+                        **_both_widths(A, width, base)}}
     best, best_perm, best_blocks = "none", simple.none_order(A), base["n_tc_blocks"]
     for m in candidates:
         if m == "none":
@@ -118,8 +121,9 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
         t0 = time.perf_counter()
         perm = reorder(A, m, seed=seed, client=client, **params.get(m, {}))
         seconds = time.perf_counter() - t0
-        s = tc_stats(A[perm])
-        methods[m] = {"n_tc_blocks": s["n_tc_blocks"], "mean_nnz_tc": s["mean_nnz_tc"], "seconds": seconds}
+        s = tc_stats(A[perm], width=width)
+        methods[m] = {"n_tc_blocks": s["n_tc_blocks"], "mean_nnz_tc": s["mean_nnz_tc"], "seconds": seconds,
+                      **_both_widths(A[perm], width, s)}
         if s["n_tc_blocks"] < best_blocks:
             best, best_perm, best_blocks = m, perm, s["n_tc_blocks"]
     if best == "none":
@@ -127,3 +131,10 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
     else:
         reason = f"{best}: {best_blocks} TC blocks vs {base['n_tc_blocks']} for none (fewest among candidates)"
     return best, best_perm, {"chosen": best, "reason": reason, "methods": methods}
+
+
+def _both_widths(A, width: int, stats: dict) -> dict:
+    """MeanNnzTC at both TC block widths (8: TF32 m16n8k8, 16: FP16/BF16 m16n8k16), one of them already counted."""
+    other = 16 if width == 8 else 8
+    return {f"mean_nnz_tc_{width}": stats["mean_nnz_tc"],
+            f"mean_nnz_tc_{other}": tc_stats(A, width=other)["mean_nnz_tc"]}

@@ -303,8 +303,8 @@ def test_bitmap_matches_local_ids_and_rejects_non_canonical():
 
 
 def test_plan_falls_back_to_bitmap_kernels_when_fragments_do_not_fit(monkeypatch):
-    from kernels import spmm as spmm_mod
     from kernels.config import BITMAP_CONFIG
+    from kernels.formats import metcf_plugin as spmm_mod
 
     rng = np.random.default_rng(31)
     A = random_csr(200, 150, 6, rng)

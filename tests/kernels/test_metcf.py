@@ -158,7 +158,7 @@ def test_validate_messages():
     M.validate(full=True)
     with pytest.raises(ValueError, match=r"row_window_offset has 2 entries, expected n_windows \+ 1 = 3"):
         corrupt(M, row_window_offset=M.row_window_offset[:2]).validate()
-    with pytest.raises(ValueError, match=r"sparse_a_to_b has shape \(2, 8\), expected \(n_blocks, 8\) = \(3, 8\)"):
+    with pytest.raises(ValueError, match=r"sparse_a_to_b has shape \(2, 8\), expected \(n_blocks, width\) = \(3, 8 or 16\)"):
         corrupt(M, sparse_a_to_b=M.sparse_a_to_b[:2]).validate()
     with pytest.raises(ValueError, match="tc_local_id has dtype int32, expected uint8"):
         corrupt(M, tc_local_id=M.tc_local_id.astype(np.int32)).validate()

@@ -105,7 +105,7 @@ def test_split_chosen_for_few_windows_not_for_many():
 
 def test_autotune_policy():
     """SpmmPlan's "auto" times the candidates for large matrices, close predictions and hub windows only."""
-    from kernels.spmm import AUTOTUNE_MIN_NNZ, wants_autotune
+    from kernels.formats.metcf_plugin import AUTOTUNE_MIN_NNZ, wants_autotune
 
     far = {"plain_ms": 0.01, "balanced_ms": 0.02, "split_ms": float("inf"), "cusparse_ms": 0.05,
            "approximation_ratio": 1.0}

@@ -63,8 +63,8 @@ def test_convert_stage_shards_large_matrices_over_the_flows_cluster(monkeypatch,
     monkeypatch.setattr(tasks.convert, "CHUNK_NNZ", 5000)
     calls = []
     monkeypatch.setattr(tasks.convert, "convert_on_cluster",
-                        lambda A, client, **kw: calls.append(len(client.scheduler_info()["workers"]))
-                        or convert_on_cluster(A, client, chunk_nnz=5000))
+                        lambda A, client, *args, **kw: calls.append(len(client.scheduler_info()["workers"]))
+                        or convert_on_cluster(A, client, *args, chunk_nnz=5000))
     out = stages.ingest("gen:sbm?n=4000&blocks=40&p_in=0.05&p_out=0.0005&seed=3", str(data_root))
     order = stages.reorder(out["matrix_id"], "degree", str(data_root))
     with LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster:

@@ -11,7 +11,7 @@ class FakeGpuPlan:
     """Stands in for SpmmPlan on a GPU: the product of the reordered matrix, timed at ``KERNEL_MS``."""
     KERNEL_MS = 2.0
 
-    def __init__(self, M, device):
+    def __init__(self, M, device, dtype="float32", format="metcf"):
         self.M, self.device = M, "gpu"
         self.choice = {"kernel": "metcf-window", "reason": "model", "device": "fake"}
 
@@ -36,13 +36,13 @@ def test_one_device_never_slower_than_cusparse_on_the_original_order(monkeypatch
     monkeypatch.setattr(kernels.spmm, "SpmmPlan", FakeGpuPlan)
     timed = {}
 
-    def fake_baseline(matrix, B, repeats):
+    def fake_baseline(matrix, B, repeats, dtype="float32"):
         key = "original" if (matrix != A).nnz == 0 else "reordered"
         timed[key] = True
         return {"algorithm": "CSR_ALG2", "median_ms": original_ms if key == "original" else 2.5}
 
     monkeypatch.setattr(execute, "cusparse_baseline", fake_baseline)
-    monkeypatch.setattr(execute, "cusparse_product", lambda A, B, algorithm: (A @ B).astype(np.float32))
+    monkeypatch.setattr(execute, "cusparse_product", lambda A, B, algorithm, dtype="float32": (A @ B).astype(np.float32))
     C, result = execute._run_one_device(A, perm, A[perm], B, "auto", repeats=3)
     assert timed == {"original": True, "reordered": True}
     assert result["kernel"] == expect

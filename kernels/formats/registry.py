@@ -1,0 +1,83 @@
+"""The format seam: a sparse format is one `Format` record, registered once, and no stage names a format.
+
+A format provides, for each precision it supports (`kernels.precision`):
+- ``block_width[precision]``: TC block columns (the mma's k); rows are 16 for every format here;
+- ``convert(csr, precision)``: canonical CSR (one row block: Dask converts row-window-aligned blocks) -> the
+  format's host object; ``concat(pieces)`` stitches row blocks back (equal to converting the whole matrix);
+- ``layout``: its Parquet block layout (`storage.formats.BlockLayout`), registered with the store here, and
+  ``from_arrays(dict)`` to rebuild the object from the store's arrays;
+- ``reference_spmm(obj, B)``: the NumPy twin (float64) the kernels are tested against;
+- ``stats(obj, csr_nbytes)``: the numbers the convert stage reports (MeanNnzTC, bytes) and the cost model reads;
+- ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): ``Class(A, precision, config)``
+  converts/uploads once and exposes ``decide(N, B, ...)`` (its best kernel for N, from its cost model and/or
+  timings) and ``launch(kernel, B, out, accumulate=..., **params)``.
+
+`SpmmPlan`, the convert stage, the store and the multi-GPU shards iterate `REGISTRY`; adding a format means its
+module(s), one `.cu`, one `register(...)` line in ``kernels/formats/__init__.py`` and its tests.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from configs.errors import InputError
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    summary: str  # one line: the paper and what the format is
+    block_width: dict  # precision name -> TC block columns
+    convert: Callable[..., Any]  # (csr, precision) -> host object
+    concat: Callable[[list], Any]
+    layout: Any  # storage.formats.BlockLayout
+    from_arrays: Callable[[dict], Any]
+    reference_spmm: Callable[..., Any]
+    stats: Callable[..., dict]
+    device: str  # "module:Class", imported only when a GPU plan is built
+    value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        return tuple(self.block_width)
+
+    def device_class(self):
+        module, cls = self.device.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+REGISTRY: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    """Add a format (and its storage layout) once; a second registration of the same name is a bug."""
+    from storage.formats import register_layout
+
+    if fmt.name in REGISTRY and REGISTRY[fmt.name] is not fmt:
+        raise ValueError(f"format {fmt.name!r} is registered twice")
+    REGISTRY[fmt.name] = fmt
+    register_layout(fmt.name, fmt.layout)
+    return fmt
+
+
+def get(name: str) -> Format:
+    """The registered format ``name``; InputError naming the known ones otherwise."""
+    if name not in REGISTRY:
+        raise InputError(f"--format {name!r} is not a registered format; choose auto or one of "
+                         f"{', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def candidates(name: str, precision: str) -> list[Format]:
+    """The formats a plan of ``--format name`` tries at ``precision``: that one, or every registered format that
+    supports the precision for ``auto``."""
+    if name == "auto":
+        found = [f for f in REGISTRY.values() if precision in f.block_width]
+        if not found:
+            raise InputError(f"no registered format supports dtype {precision}")
+        return found
+    fmt = get(name)
+    if precision not in fmt.block_width:
+        raise InputError(f"format {name!r} has no {precision} kernels; it supports {', '.join(fmt.precisions)}")
+    return [fmt]

@@ -1,0 +1,114 @@
+"""Precisions of the Tensor Core products, decided in one place: what A, B and C are stored in, which mma shape
+multiplies them, the accuracy contract, and the range checks that refuse inputs a 16-bit type cannot hold.
+
+    float32   A, B, C float32; TF32 mma.m16n8k8 (16 x 8 TC blocks), FP32 accumulation
+    float16   A, B, C float16 (C optionally float32); mma.m16n8k16 (16 x 16 TC blocks), FP32 accumulation
+    bfloat16  as float16 with bfloat16 values; NumPy and CuPy have no bfloat16 dtype, so its values travel as the
+              uint16 bit patterns (round to nearest even), which is also how they are stored in Parquet
+
+Accuracy contract (README, "Precision"): relative Frobenius error against a float64 reference of the product of
+the un-rounded inputs, on inputs within range: <= 2e-3 for float32 (TF32), <= 1e-2 for float16, <= 3e-2 for
+bfloat16. Inputs out of range for float16 (|x| > 65504, or many nonzeros that would flush to zero) are refused by
+`check_range` unless the caller allows overflow.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from configs.errors import InputError
+
+FP16_MAX = 65504.0
+FP16_TINY = 2.0 ** -24  # smallest float16 subnormal: smaller magnitudes round to zero
+UNDERFLOW_FRACTION = 0.01  # refuse when more than this share of the nonzero values would round to zero
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str  # float32 | float16 | bfloat16
+    block_width: int  # columns of a TC block: the k of the mma instruction
+    mma: str  # the instruction, for reports
+    storage_dtype: np.dtype  # host/device dtype of A's values, B and C (uint16 = bfloat16 bits)
+    tolerance: float  # the accuracy contract, relative Frobenius error vs float64
+    itemsize: int
+
+    @property
+    def half(self) -> bool:
+        return self.itemsize == 2
+
+    def to_storage(self, x) -> np.ndarray:
+        """float values -> this precision's storage (bfloat16: uint16 bits, round to nearest even; NaN stays NaN)."""
+        x = np.asarray(x)
+        if self.name != "bfloat16":
+            return x.astype(self.storage_dtype)
+        return bf16_bits(x)
+
+    def to_float32(self, x) -> np.ndarray:
+        """Storage values -> float32 (exact)."""
+        x = np.asarray(x)
+        if self.name == "bfloat16":
+            return (x.astype(np.uint32) << 16).view(np.float32)
+        return x.astype(np.float32)
+
+    def rounded(self, x) -> np.ndarray:
+        """float64 copy of ``x`` rounded to this precision (TF32 for float32: what the Tensor Cores read)."""
+        x = np.asarray(x, dtype=np.float32)
+        if self.name == "float32":
+            bits = x.view(np.uint32)
+            r = np.where(np.isfinite(x), (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+            return r.view(np.float32).astype(np.float64)
+        return self.to_float32(self.to_storage(x)).astype(np.float64)
+
+
+def bf16_bits(x) -> np.ndarray:
+    """float -> bfloat16 bit patterns (uint16), round to nearest even, NaN kept NaN (quiet)."""
+    f = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    u = f.view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    out = np.where(np.isnan(f), (u >> 16) | 0x40, rounded)
+    return out.astype(np.uint16)
+
+
+PRECISIONS = {
+    "float32": Precision("float32", 8, "mma.m16n8k8.tf32", np.dtype(np.float32), 2e-3, 4),
+    "float16": Precision("float16", 16, "mma.m16n8k16.f16", np.dtype(np.float16), 1e-2, 2),
+    "bfloat16": Precision("bfloat16", 16, "mma.m16n8k16.bf16", np.dtype(np.uint16), 3e-2, 2),
+}
+
+
+def precision(name) -> Precision:
+    """The Precision for a name or NumPy dtype (float32 / float16 / 'bfloat16')."""
+    if isinstance(name, Precision):
+        return name
+    key = name if isinstance(name, str) else np.dtype(name).name
+    if key not in PRECISIONS:
+        raise InputError(f"dtype {key!r} is not supported; choose one of {', '.join(PRECISIONS)}")
+    return PRECISIONS[key]
+
+
+def check_range(values, prec: Precision, source: str, *, allow_overflow: bool = False) -> dict:
+    """Refuse values a float16 run cannot hold: any |x| > 65504 (would become inf) or more than 1% of the nonzero
+    values below float16's smallest subnormal (would become 0). Returns counts for the report; raises InputError
+    with one line naming the largest value and suggesting bfloat16 unless ``allow_overflow``."""
+    v = np.asarray(values)
+    report = {"overflow": 0, "underflow": 0, "max_abs": 0.0}
+    if prec.name != "float16" or v.size == 0:
+        return report
+    a = np.abs(v[np.isfinite(v)]).astype(np.float64)
+    if a.size == 0:
+        return report
+    nonzero = a[a > 0]
+    report.update(overflow=int((a > FP16_MAX).sum()), underflow=int((nonzero < FP16_TINY).sum()),
+                  max_abs=float(a.max()))
+    if allow_overflow:
+        return report
+    if report["overflow"]:
+        raise InputError(f"{source}: {report['overflow']} values exceed the float16 range (largest |x| = "
+                         f"{report['max_abs']:.6g} > {FP16_MAX:g}); use --dtype bfloat16 (or float32), or pass "
+                         "--allow-overflow to run float16 anyway")
+    if nonzero.size and report["underflow"] > UNDERFLOW_FRACTION * nonzero.size:
+        raise InputError(f"{source}: {report['underflow']} of {nonzero.size} nonzero values are below float16's "
+                         f"smallest subnormal {FP16_TINY:.3g} and would round to zero (smallest |x| = "
+                         f"{float(nonzero.min()):.3g}); use --dtype bfloat16 (or float32), or pass --allow-overflow")
+    return report
