@@ -1,0 +1,150 @@
+"""``SparseOp``: one sparse matrix A (a graph's propagation matrix, ``A[dst, src]``) ready for the GNN autograd
+functions, with every product they need, on the CPU and on CUDA devices. Tensors in and out are torch tensors in
+the user's node order; the row permutation of the Tensor Core path stays inside.
+
+| product                         | CPU (SciPy)       | CUDA float32 / float16 / bfloat16                   |
+| ------------------------------- | ----------------- | --------------------------------------------------- |
+| ``matmul(X)``: A @ X            | csr @ X           | ``SpmmPlan(A[perm])``, rows scattered back by perm   |
+| ``matmul(G, transpose=True)``   | csr(A.T) @ G      | ``SpmmPlan(A.T[perm])`` built once (A's plan when A is symmetric) |
+| ``matmul_values(v, X[, transpose])``: A's pattern with per-call values v | csr @ X | kernels.cusparse SpMM, values written in place |
+| ``sddmm(U, V)``: U[row_k] . V[col_k] | gnn.reference.sddmm | kernels.cusparse_sddmm                        |
+
+Per-call values (attention) go through cuSPARSE, not the ME-TCF plans: a plan bakes A's values in when it is
+built. Precision: CPU float64 stays float64 (gradcheck), everything else computes in float32 (TF32 on the Tensor
+Core kernels) and returns the input's dtype; half inputs use a half plan when ``SpmmPlan`` takes ``dtype=``
+float16/bfloat16, else a float32 plan (``op.compute`` records which ran). CUDA float64 runs torch's own sparse ops
+(for references, not speed). GPU work runs on torch's current stream; tensors cross to CuPy through DLPack,
+zero-copy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from configs.errors import InputError
+from gnn import reference as ref
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+class SparseOp:
+    """A (``shape`` [n_rows, n_cols], CSR, sorted, no duplicates) with an optional row permutation ``perm``
+    (``perm[new] = old``; the Tensor Core plans run on ``A[perm]``). Read-only after construction."""
+
+    def __init__(self, A, perm=None, *, name: str | None = None):
+        if not sp.issparse(A) or A.ndim != 2:
+            raise InputError(f"gnn.SparseOp: needs a 2-D SciPy sparse matrix, got {type(A).__name__}")
+        A = sp.csr_array(A)
+        A.sum_duplicates()  # sorts too; canonical CSR from the store is already both
+        self.A, self.shape, self.nnz, self.name = A, tuple(int(s) for s in A.shape), int(A.nnz), name
+        if perm is not None:
+            perm = np.asarray(perm, dtype=np.int64)
+            n = self.shape[0]
+            if perm.shape != (n,) or (n and np.bincount(perm, minlength=n).max() != 1) or \
+                    (n and (perm.min() < 0 or perm.max() >= n)):
+                raise InputError(f"gnn.SparseOp: perm of shape {perm.shape} is not a permutation of the "
+                                 f"{n} rows")
+        self.perm = perm
+        self._t = None  # (indptr_t, indices_t, order) of A.T
+        self._sym = None
+        self._cpu: dict = {}
+        self._gpu: dict = {}
+        self._rows: dict = {}
+        self.compute: dict = {}
+
+    @classmethod
+    def gcn(cls, A, perm=None, *, add_self_loops: bool = True, name: str | None = None) -> "SparseOp":
+        """The GCN propagation matrix ``D^-1/2 (A + I) D^-1/2`` of adjacency A (gnn.norm.gcn_norm)."""
+        from gnn.norm import gcn_norm
+
+        return cls(gcn_norm(A, add_self_loops=add_self_loops, dtype=np.float64), perm, name=name)
+
+    # ---- structure ----------------------------------------------------------------------------------------------
+    @property
+    def transpose_pattern(self):
+        if self._t is None:
+            self._t = ref.transpose_order(self.A.indptr, self.A.indices, self.shape)
+        return self._t
+
+    @property
+    def symmetric(self) -> bool:
+        """A == A.T (pattern and values): the backward then reuses the forward plan."""
+        if self._sym is None:
+            A = self.A
+            self._sym = A.shape[0] == A.shape[1] and (abs(A - A.T) > 0).nnz == 0
+        return self._sym
+
+    def edge_rows(self, device) -> torch.Tensor:
+        """Destination (row) of each stored nonzero, int64, on ``device`` (cached)."""
+        key = str(torch.device(device))
+        if key not in self._rows:
+            self._rows[key] = torch.from_numpy(ref.edge_rows(self.A.indptr)).to(device)
+        return self._rows[key]
+
+    # ---- products -----------------------------------------------------------------------------------------------
+    def matmul(self, X: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+        """A @ X (A.T @ X with ``transpose``), X 2-D."""
+        self._check(X, self.shape[0] if transpose else self.shape[1], "X")
+        if X.device.type == "cpu":
+            cd = _cpu_dtype(X.dtype)
+            out = self._cpu_matrix(_NP[cd], transpose) @ X.detach().to(cd).contiguous().numpy()
+            return torch.from_numpy(np.ascontiguousarray(out)).to(X.dtype)
+        return self._engine(X.device).matmul(X, transpose)
+
+    def matmul_values(self, values: torch.Tensor, X: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+        """A_v @ X where A_v has A's pattern and ``values`` [nnz] (in A's CSR order) as its data."""
+        if values.shape != (self.nnz,):
+            raise ValueError(f"gnn.SparseOp: values has shape {tuple(values.shape)}, expected ({self.nnz},)")
+        self._check(X, self.shape[0] if transpose else self.shape[1], "X")
+        if X.device.type == "cpu":
+            cd = _cpu_dtype(X.dtype)
+            v = values.detach().to(cd).numpy()
+            if transpose:
+                indptr, indices, order = self.transpose_pattern
+                M = sp.csr_array((v[order], indices, indptr), shape=self.shape[::-1])
+            else:
+                M = sp.csr_array((v, self.A.indices, self.A.indptr), shape=self.shape)
+            out = M @ X.detach().to(cd).contiguous().numpy()
+            return torch.from_numpy(np.ascontiguousarray(out)).to(X.dtype)
+        return self._engine(X.device).matmul_values(values, X, transpose)
+
+    def sddmm(self, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+        """``out[k] = U[row_k] . V[col_k]`` [nnz]: U [n_rows, K], V [n_cols, K]; dtype promoted from U and V."""
+        self._check(U, self.shape[0], "U")
+        self._check(V, self.shape[1], "V")
+        dtype = torch.promote_types(U.dtype, V.dtype)
+        if U.device.type == "cpu":
+            cd = _cpu_dtype(dtype)
+            out = ref.sddmm(self.A.indptr, self.A.indices, U.detach().to(cd).numpy(), V.detach().to(cd).numpy())
+            return torch.from_numpy(np.ascontiguousarray(out)).to(dtype)
+        return self._engine(U.device).sddmm(U, V).to(dtype)
+
+    # ---- helpers ------------------------------------------------------------------------------------------------
+    def _check(self, X: torch.Tensor, rows: int, what: str) -> None:
+        if X.ndim != 2 or X.shape[0] != rows:
+            raise ValueError(f"gnn.SparseOp: {what} has shape {tuple(X.shape)}, expected ({rows}, F)")
+
+    def _cpu_matrix(self, dtype, transpose: bool) -> sp.csr_array:
+        key = (np.dtype(dtype).name, transpose)
+        if key not in self._cpu:
+            M = self.A.T if transpose else self.A
+            self._cpu[key] = sp.csr_array(M, dtype=dtype)
+            self.compute[("cpu", key)] = "scipy csr @ dense"
+        return self._cpu[key]
+
+    def _engine(self, device):
+        from gnn.gpu import GpuEngine
+
+        key = torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
+        if key not in self._gpu:
+            self._gpu[key] = GpuEngine(self, torch.device("cuda", key))
+        return self._gpu[key]
+
+
+def _cpu_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The CPU compute dtype: float64 stays (gradcheck), everything else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+_NP = {torch.float64: np.float64, torch.float32: np.float32}

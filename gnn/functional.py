@@ -1,0 +1,103 @@
+"""Autograd functions over a ``gnn.SparseOp``: the GNN layers' sparse steps with hand-written backward passes.
+
+- ``spmm(op, X) = A @ X``; backward ``dX = A.T @ G`` (the op's plan of A.T, built once per device).
+- ``edge_spmm(op, values, X) = A_v @ X`` (A's pattern, per-call ``values`` [nnz] in A's CSR order, e.g. attention);
+  backward ``dX = A_v.T @ G``, ``d values[k] = G[row_k] . X[col_k]`` (an SDDMM).
+- ``sddmm(op, U, V)[k] = U[row_k] . V[col_k]``; backward ``dU = S_g @ V``, ``dV = S_g.T @ U`` with S_g = A's pattern
+  carrying the upstream gradient g.
+- ``edge_softmax(op, e)``: softmax over each destination's incoming edges, in torch ops (autograd derives it).
+
+Autocast: the functions are marked ``custom_fwd``/``custom_bwd`` for CUDA, so the backward runs under the forward's
+autocast state; they return their dense input's dtype (float16/bfloat16 under autocast) and compute as
+``SparseOp`` says. Gradients come back in each input's own dtype.
+"""
+from __future__ import annotations
+
+import torch
+
+from gnn.backend import SparseOp
+
+_fwd = torch.amp.custom_fwd(device_type="cuda")
+_bwd = torch.amp.custom_bwd(device_type="cuda")
+
+
+class _Spmm(torch.autograd.Function):
+    @staticmethod
+    @_fwd
+    def forward(ctx, X, op: SparseOp):
+        ctx.op = op
+        return op.matmul(X)
+
+    @staticmethod
+    @_bwd
+    def backward(ctx, G):
+        return ctx.op.matmul(G.contiguous(), transpose=True), None
+
+
+class _EdgeSpmm(torch.autograd.Function):
+    @staticmethod
+    @_fwd
+    def forward(ctx, values, X, op: SparseOp):
+        ctx.op = op
+        ctx.save_for_backward(values, X)
+        return op.matmul_values(values, X)
+
+    @staticmethod
+    @_bwd
+    def backward(ctx, G):
+        values, X = ctx.saved_tensors
+        op, G = ctx.op, G.contiguous()
+        g_values = op.sddmm(G, X).to(values.dtype) if ctx.needs_input_grad[0] else None
+        g_X = op.matmul_values(values, G, transpose=True).to(X.dtype) if ctx.needs_input_grad[1] else None
+        return g_values, g_X, None
+
+
+class _Sddmm(torch.autograd.Function):
+    @staticmethod
+    @_fwd
+    def forward(ctx, U, V, op: SparseOp):
+        ctx.op = op
+        ctx.save_for_backward(U, V)
+        return op.sddmm(U, V)
+
+    @staticmethod
+    @_bwd
+    def backward(ctx, g):
+        U, V = ctx.saved_tensors
+        op, g = ctx.op, g.contiguous()
+        g_U = op.matmul_values(g, V).to(U.dtype) if ctx.needs_input_grad[0] else None
+        g_V = op.matmul_values(g, U, transpose=True).to(V.dtype) if ctx.needs_input_grad[1] else None
+        return g_U, g_V, None
+
+
+def spmm(op: SparseOp, X: torch.Tensor) -> torch.Tensor:
+    """A @ X with A's fixed values (X: [n_cols, F] -> [n_rows, F])."""
+    return _Spmm.apply(X, op)
+
+
+def edge_spmm(op: SparseOp, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """A_v @ X, A's pattern with ``values`` [nnz] (A's CSR order) as its data."""
+    return _EdgeSpmm.apply(values, X, op)
+
+
+def sddmm(op: SparseOp, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """``out[k] = U[row_k] . V[col_k]`` on A's pattern, [nnz]."""
+    return _Sddmm.apply(U, V, op)
+
+
+def edge_softmax(op: SparseOp, e: torch.Tensor) -> torch.Tensor:
+    """Softmax of edge scores ``e`` ([nnz] or [nnz, H]) over each row's (destination's) edges; half inputs are
+    computed and returned in float32 (exp of a half logit loses the small weights)."""
+    if e.shape[0] != op.nnz:
+        raise ValueError(f"gnn.edge_softmax: e has {e.shape[0]} entries, expected nnz = {op.nnz}")
+    if e.dtype in (torch.float16, torch.bfloat16):
+        e = e.float()
+    rows = op.edge_rows(e.device)
+    idx = rows.view(-1, *([1] * (e.ndim - 1))).expand_as(e)
+    shape = (op.shape[0], *e.shape[1:])
+    # the row max is a constant shift (softmax is invariant to it): no gradient through it
+    m = torch.full(shape, float("-inf"), dtype=e.dtype, device=e.device)
+    m = m.scatter_reduce(0, idx, e.detach(), reduce="amax", include_self=True)
+    ex = torch.exp(e - m.gather(0, idx))
+    s = torch.zeros(shape, dtype=e.dtype, device=e.device).index_add(0, rows, ex)
+    return ex / s.gather(0, idx)

@@ -1,0 +1,130 @@
+"""``GCNConv`` and ``GATConv``: PyTorch Geometric's layers (same parameters, initialisation and math) on tcspmm's
+sparse products. ``forward(x, graph)``: ``x`` [N, F] in the user's node order; ``graph`` a ``gnn.Graph``, a SciPy
+adjacency ``A[dst, src]``, or a ready ``SparseOp`` (used as the propagation matrix / attention pattern as is).
+The propagation operator is built once per graph and cached (PyG's ``cached=True``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+
+from gnn.backend import SparseOp
+from gnn.functional import edge_softmax, edge_spmm, sddmm, spmm
+from gnn.norm import with_self_loops
+
+
+def _adjacency(graph):
+    """(A, perm, already normalised) of a Graph or SciPy matrix."""
+    if sp.issparse(graph):
+        return graph, None, False
+    if hasattr(graph, "adj"):
+        return graph.adj, graph.perm, bool(getattr(graph, "normalized", False))
+    raise TypeError(f"gnn layer: graph must be a gnn.Graph, a SciPy sparse adjacency or a gnn.SparseOp, "
+                    f"got {type(graph).__name__}")
+
+
+def _glorot(t: torch.Tensor) -> None:
+    """PyG's glorot: U(-a, a), a = sqrt(6 / (fan_in + fan_out)) over the last two dims."""
+    a = math.sqrt(6.0 / (t.size(-2) + t.size(-1)))
+    with torch.no_grad():
+        t.uniform_(-a, a)
+
+
+class _Cached(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._cache: tuple | None = None
+
+    def _op(self, graph, build) -> SparseOp:
+        if isinstance(graph, SparseOp):
+            return graph
+        if self._cache is None or self._cache[0] is not graph:
+            self._cache = (graph, build(*_adjacency(graph)))
+        return self._cache[1]
+
+
+class GCNConv(_Cached):
+    """PyG ``GCNConv``: ``out = A_hat @ (x @ W.T) + b``, ``A_hat = D^-1/2 (A + I) D^-1/2`` (computed once; skipped
+    for a ``Graph`` of a stored ``.gcn`` variant, which is normalised already, or when ``normalize=False``)."""
+
+    def __init__(self, in_channels: int, out_channels: int, *, bias: bool = True, normalize: bool = True,
+                 add_self_loops: bool = True):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.normalize, self.add_self_loops = normalize, add_self_loops
+        self.lin = torch.nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = torch.nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _glorot(self.lin.weight)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+
+    def propagation(self, graph) -> SparseOp:
+        def build(A, perm, normalized):
+            if self.normalize and not normalized:
+                return SparseOp.gcn(A, perm, add_self_loops=self.add_self_loops)
+            return SparseOp(A, perm)
+
+        return self._op(graph, build)
+
+    def forward(self, x: torch.Tensor, graph) -> torch.Tensor:
+        out = spmm(self.propagation(graph), self.lin(x))
+        return out if self.bias is None else out + self.bias
+
+
+class GATConv(_Cached):
+    """PyG ``GATConv`` (v1 attention): ``e_ij = leaky_relu(a_dst . h_i + a_src . h_j)`` on the edges j -> i (self
+    loops added, as PyG does), softmax over i's incoming edges, dropout on the coefficients, ``out_i = sum_j
+    alpha_ij h_j`` per head; heads concatenated or averaged, plus bias.
+
+    The logits are one SDDMM per head on the graph's pattern with rank-2 factors ``U = [a_dst, 1]``,
+    ``V = [1, a_src]`` (``U_i . V_j = a_dst_i + a_src_j``), the aggregation an SpMM with the coefficients as A's
+    values; both have hand-written backward passes (gnn.functional)."""
+
+    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, *, concat: bool = True,
+                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, bias: bool = True):
+        super().__init__()
+        self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
+        self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
+        self.lin = torch.nn.Linear(in_channels, heads * out_channels, bias=False)
+        self.att_src = torch.nn.Parameter(torch.empty(1, heads, out_channels))
+        self.att_dst = torch.nn.Parameter(torch.empty(1, heads, out_channels))
+        self.bias = torch.nn.Parameter(torch.empty(heads * out_channels if concat else out_channels)) if bias \
+            else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for t in (self.lin.weight, self.att_src, self.att_dst):
+            _glorot(t)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+
+    def pattern(self, graph) -> SparseOp:
+        def build(A, perm, _normalized):
+            A = with_self_loops(A) if self.add_self_loops else sp.csr_array(A, dtype=np.float32)
+            return SparseOp(A, perm)
+
+        return self._op(graph, build)
+
+    def forward(self, x: torch.Tensor, graph, *, return_attention: bool = False):
+        op = self.pattern(graph)
+        n, H, C = op.shape[0], self.heads, self.out_channels
+        h = self.lin(x).view(n, H, C)
+        a_src = (h * self.att_src).sum(-1)  # [N, H]
+        a_dst = (h * self.att_dst).sum(-1)
+        ones = torch.ones(n, 1, dtype=a_src.dtype, device=a_src.device)
+        logits = torch.stack([sddmm(op, torch.cat([a_dst[:, k:k + 1], ones], 1),
+                                    torch.cat([ones, a_src[:, k:k + 1]], 1)) for k in range(H)], dim=1)
+        alpha = edge_softmax(op, F.leaky_relu(logits, self.negative_slope))  # [E, H]
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        out = torch.stack([edge_spmm(op, alpha[:, k].contiguous(), h[:, k].contiguous()) for k in range(H)], 1)
+        out = out.reshape(n, H * C) if self.concat else out.mean(dim=1)
+        if self.bias is not None:
+            out = out + self.bias
+        return (out, alpha) if return_attention else out

@@ -1,0 +1,49 @@
+"""GCN normalisation of an adjacency ``A[dst, src]`` (SciPy, no torch): ``D^-1/2 (A + I) D^-1/2``.
+
+Degrees are row sums of ``A + I``, i.e. weighted in-degrees of the destinations, as PyG's ``gcn_norm`` computes them
+for ``flow="source_to_target"`` (``deg = scatter_add(edge_weight, col)`` over its ``edge_index[1]``, which is our
+row). A node whose degree is 0 (no self loop added and no in-edges) gets a 0 factor, not an infinity, as in PyG.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from configs.errors import InputError
+
+
+def with_self_loops(A, fill: float = 1.0) -> sp.csr_array:
+    """``A`` with every diagonal entry set to ``fill`` (existing self loops replaced, as PyG's
+    ``add_remaining_self_loops`` keeps one loop per node); sorted indices, float dtype of A (float32 if integer)."""
+    A = _square(A)
+    n = A.shape[0]
+    dtype = A.dtype if A.dtype.kind == "f" else np.float32
+    off = sp.csr_array(A, dtype=dtype, copy=True)
+    off.setdiag(0)
+    off.eliminate_zeros()  # drops the old loops only (and explicit zeros elsewhere: they add no message)
+    out = sp.csr_array(off + sp.eye_array(n, dtype=dtype, format="csr") * dtype.type(fill))
+    out.sort_indices()
+    return out
+
+
+def gcn_norm(A, *, add_self_loops: bool = True, dtype=np.float32) -> sp.csr_array:
+    """``D^-1/2 (A + I) D^-1/2`` (``A`` alone when ``add_self_loops`` is False) with ``D = diag(row sums)``, in
+    ``dtype``; the degree arithmetic runs in float64."""
+    A = with_self_loops(A) if add_self_loops else sp.csr_array(_square(A), dtype=np.float64, copy=True)
+    A = sp.csr_array(A, dtype=np.float64)
+    deg = np.asarray(A.sum(axis=1)).ravel()
+    with np.errstate(divide="ignore"):
+        inv_sqrt = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    data = A.data * inv_sqrt[rows] * inv_sqrt[A.indices]
+    out = sp.csr_array((data.astype(dtype), A.indices.copy(), A.indptr.copy()), shape=A.shape)
+    out.has_sorted_indices = A.has_sorted_indices
+    return out
+
+
+def _square(A) -> sp.csr_array:
+    if not sp.issparse(A) or A.ndim != 2:
+        raise InputError(f"gnn.norm: needs a 2-D SciPy sparse adjacency, got {type(A).__name__}")
+    if A.shape[0] != A.shape[1]:
+        raise InputError(f"gnn.norm: adjacency has shape {A.shape}, expected a square matrix (nodes x nodes)")
+    return sp.csr_array(A)
