@@ -41,7 +41,8 @@ class Precision:
         """float values -> this precision's storage (bfloat16: uint16 bits, round to nearest even; NaN stays NaN)."""
         x = np.asarray(x)
         if self.name != "bfloat16":
-            return x.astype(self.storage_dtype)
+            with np.errstate(over="ignore"):  # out-of-range values become inf (refused unless allow_overflow)
+                return x.astype(self.storage_dtype)
         return bf16_bits(x)
 
     def to_float32(self, x) -> np.ndarray:

@@ -108,13 +108,13 @@ class SpmmPlan:
                 "reason": f"fastest measured format of {measured}: {best}; {per_format[best]['reason']}"}
 
     def _ops_for(self, kernel: str, choice: dict | None):
+        """The device operator of the format a kernel belongs to: kernels are named "<format>-<variant>"."""
         fmt = (choice or {}).get("format")
-        if fmt in self._ops:
-            return self._ops[fmt]
-        for ops in self._ops.values():  # a kernel named by the caller: the format whose name prefixes it
-            if kernel.startswith(type(ops).__module__.rsplit(".", 1)[-1].split("_")[0]):
-                return ops
-        return next(iter(self._ops.values()))
+        if fmt not in self._ops:
+            fmt = kernel.split("-", 1)[0]
+        if fmt not in self._ops:
+            raise ValueError(f"kernel {kernel!r} belongs to none of this plan's formats {sorted(self._ops)}")
+        return self._ops[fmt]
 
     def _launch(self, kernel: str, B, out, accumulate: bool = False, ksplit: int | None = None, *, ops=None,
                 choice=None):
@@ -125,6 +125,8 @@ class SpmmPlan:
             return op.run(B, out, accumulate=accumulate)
         choice = choice if choice is not None else self.choices.get(int(B.shape[1]), {})
         ops = ops or self._ops_for(kernel, choice)
+        if out is None:  # C in the plan's out_dtype (the launchers' own default is float32)
+            out = self._out(int(B.shape[1]), kernel)
         return ops.launch(kernel, B, out, accumulate=accumulate, ksplit=ksplit, choice=choice)
 
     def _out(self, N: int, kernel: str):

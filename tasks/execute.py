@@ -167,7 +167,16 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
         C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats)
     result["wall_ms"] = (time.perf_counter() - t0) * 1e3
     ref = A.astype(np.float64) @ B.astype(np.float64)
-    rel_err = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), np.finfo(np.float64).tiny))
+    # A kept with NaN/Inf (--allow-nonfinite): compare the entries whose reference is finite, count the others
+    finite = np.isfinite(ref)
+    if prec.half:  # float16 run with --allow-overflow: entries that overflowed are not compared, only counted
+        from kernels.precision import check_range
+
+        if check_range(A.data, prec, matrix_id, allow_overflow=True)["overflow"]:
+            finite &= np.isfinite(C)
+    nonfinite_c = int(finite.size - np.count_nonzero(finite))
+    C_cmp, ref = (np.where(finite, C, 0), np.where(finite, ref, 0)) if nonfinite_c else (C, ref)
+    rel_err = float(np.linalg.norm(C_cmp - ref) / max(np.linalg.norm(ref), np.finfo(np.float64).tiny))
     if prec.half:
         tol = prec.tolerance
     else:
@@ -176,6 +185,8 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
         raise RuntimeError(f"{matrix_id}: SpMM result differs from the float64 reference: "
                            f"relative error {rel_err:.3g} > {tol:g} (kernel {result['kernel']})")
     flops = 2.0 * A.nnz * n_cols_b
+    if nonfinite_c:
+        result.update(nonfinite_a=int(A.nnz - np.count_nonzero(np.isfinite(A.data))), nonfinite_c=nonfinite_c)
     result.update(rel_err=rel_err, tolerance=tol, n_cols_b=n_cols_b, nnz=int(A.nnz), dtype=prec.name,
                   gflops=flops / (result["kernel_ms"] * 1e6) if result["kernel_ms"] > 0 else float("nan"))
     if save_c:

@@ -1,0 +1,102 @@
+"""SpmmPlan in every precision on the GPU: the accuracy contract (kernels.precision) against a float64 product of
+the un-rounded inputs, bitwise determinism of every kernel the selector can choose (cuSPARSE included), the half
+cuSPARSE baseline, float32 C from a half plan, and graph capture of a half plan."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from kernels.precision import PRECISIONS, precision  # noqa: E402
+from kernels.spmm import SpmmPlan  # noqa: E402
+
+KERNELS = {"float32": ("metcf-window", "metcf-balanced", "metcf-split", "cusparse"),
+           "float16": ("metcf-window", "metcf-split", "cusparse"),
+           "bfloat16": ("metcf-window", "metcf-split", "cusparse")}
+
+
+def matrix(n_rows, n_cols, per_row, seed):
+    """Rows of Poisson length with a hub row (a window of many blocks) and a few empty rows; values N(0, 1)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(per_row, n_rows).clip(0, n_cols)
+    counts[3] = min(n_cols, 40 * per_row)  # hub
+    counts[n_rows // 2: n_rows // 2 + 20] = 0  # an empty window and more
+    rows = np.repeat(np.arange(n_rows), counts)
+    cols = np.concatenate([rng.choice(n_cols, c, replace=False) for c in counts])
+    A = sp.csr_array((rng.standard_normal(rows.size), (rows, cols)), shape=(n_rows, n_cols))
+    A.sum_duplicates()
+    return A
+
+
+def rel_err(C, ref):
+    return float(np.linalg.norm(C - ref) / np.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("dtype", list(PRECISIONS))
+@pytest.mark.parametrize("N", [8, 72, 256])
+def test_plan_meets_the_accuracy_contract_and_is_bitwise_repeatable(dtype, N):
+    prec = precision(dtype)
+    A = matrix(1003, 777, 9, seed=N)  # rectangular, last window partial, K not a multiple of 16
+    rng = np.random.default_rng(1)
+    B = rng.standard_normal((777, N)).astype(np.float32)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, autotune=False)
+    Bd = cupy.asarray(prec.to_storage(B))
+    for kernel in KERNELS[dtype]:
+        out = cupy.full((1003, N), np.nan, dtype=plan.out_dtype) if prec.name != "bfloat16" else \
+            cupy.full((1003, N), 0x7FC0, dtype=cupy.uint16)  # poisoned: every element must be written
+        C1 = plan.run(Bd, out, kernel=kernel).copy()
+        C2 = plan.run(Bd, out, kernel=kernel)
+        assert cupy.array_equal(C1.view(cupy.uint16 if C1.itemsize == 2 else cupy.uint32),
+                                C2.view(cupy.uint16 if C2.itemsize == 2 else cupy.uint32)), (kernel, "bitwise")
+        err = rel_err(prec.to_float32(cupy.asnumpy(C1)).astype(np.float64), ref)
+        assert err <= prec.tolerance, (kernel, err)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_plan_chooses_by_timing_and_returns_float32_on_request(dtype):
+    prec = precision(dtype)
+    A = matrix(4000, 3000, 12, seed=5)
+    B = np.random.default_rng(2).standard_normal((3000, 128)).astype(np.float32)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, out_dtype=np.float32)
+    C = plan.run(B)  # NumPy float32 B: converted to the precision on the way in
+    assert C.dtype == np.float32 and rel_err(C, ref) <= prec.tolerance
+    ch = plan.choices[128]
+    assert set(ch["measured_ms"]) >= {"metcf-window", "cusparse"} and ch["precision"] == dtype
+    assert ch["kernel"] == min(ch["measured_ms"], key=ch["measured_ms"].get)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_capture_replays_with_new_b(dtype):
+    prec = precision(dtype)
+    A = matrix(700, 500, 9, seed=7)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, autotune=False)
+    rng = np.random.default_rng(3)
+    B = cupy.asarray(prec.to_storage(rng.standard_normal((500, 64)).astype(np.float32)))
+    out = cupy.empty((700, 64), dtype=plan.out_dtype)
+    replay = plan.capture(B, out)
+    B2 = rng.standard_normal((500, 64)).astype(np.float32)
+    B[...] = cupy.asarray(prec.to_storage(B2))
+    replay()
+    ref = A.astype(np.float64) @ prec.rounded(B2)
+    assert rel_err(prec.to_float32(cupy.asnumpy(out)).astype(np.float64), ref) <= prec.tolerance
+
+
+@pytest.mark.parametrize("dtype", list(PRECISIONS))
+def test_cusparse_baseline_in_the_same_precision_keeps_only_repeatable_algorithms(dtype):
+    from kernels.cusparse import CusparseSpmm
+
+    prec = precision(dtype)
+    A = matrix(3000, 2000, 10, seed=9)
+    B = np.random.default_rng(4).standard_normal((2000, 128)).astype(np.float32)
+    op = CusparseSpmm(A, dtype=dtype)
+    t = op.tune(cupy.asarray(prec.to_storage(B)), repeats=3)
+    assert t["best"] in t["ms"] and t["best"] not in op.nondeterministic
+    C = prec.to_float32(cupy.asnumpy(op.run(cupy.asarray(prec.to_storage(B)))))
+    assert rel_err(C.astype(np.float64), A.astype(np.float64) @ B.astype(np.float64)) <= prec.tolerance

@@ -1,0 +1,114 @@
+"""kernels.precision: bfloat16 rounding, storage round trips, the float16 range refusal; the format registry."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from configs.errors import InputError
+from kernels.formats import REGISTRY, candidates, get
+from kernels.formats.metcf import csr_to_metcf
+from kernels.precision import FP16_MAX, bf16_bits, check_range, precision
+
+
+def test_bf16_bits_round_to_nearest_even_and_keep_nan():
+    # 1 + 2^-8 is exactly halfway between bfloat16 1.0 (0x3F80) and its successor 0x3F81: ties go to even (0x3F80);
+    # 1 + 3 * 2^-8 is halfway between 0x3F81 and 0x3F82: to even 0x3F82.
+    x = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -2.5, np.inf, -np.inf, np.nan, 3.0e38], dtype=np.float32)
+    bits = bf16_bits(x)
+    assert bits.dtype == np.uint16
+    assert bits[:6].tolist() == [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80, 0xFF80]
+    back = precision("bfloat16").to_float32(bits)
+    assert np.isnan(back[6]) and back[7] == np.float32(np.uint32(0x7F62 << 16).view(np.float32))
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+def test_storage_round_trip_is_exact_on_representable_values(name):
+    p = precision(name)
+    x = np.array([0.0, 1.0, -0.5, 1024.0, 0.375], dtype=np.float32)
+    assert np.array_equal(p.to_float32(p.to_storage(x)), x)
+    assert p.rounded(x).dtype == np.float64
+
+
+def test_unknown_dtype_is_one_line():
+    with pytest.raises(InputError, match=r"dtype 'float64' is not supported; choose one of float32, float16, "):
+        precision(np.float64)
+
+
+def test_float16_refuses_overflow_naming_the_largest_value_and_bf16():
+    v = np.array([1.0, -7.0e4, 3.0, 1e5])
+    with pytest.raises(InputError, match=r"HB/x \(float16\): 2 values exceed the float16 range \(largest \|x\| = "
+                                         r"100000 > 65504\); use --dtype bfloat16"):
+        check_range(v, precision("float16"), "HB/x (float16)")
+    report = check_range(v, precision("float16"), "HB/x", allow_overflow=True)
+    assert report["overflow"] == 2 and report["max_abs"] == 1e5
+    assert check_range(v, precision("bfloat16"), "HB/x")["overflow"] == 0  # bfloat16 holds float32's range
+    assert check_range(np.array([FP16_MAX, -1.0]), precision("float16"), "ok")["overflow"] == 0
+
+
+def test_float16_refuses_mass_underflow_but_not_a_few_tiny_values():
+    tiny = np.full(100, 1e-9)
+    with pytest.raises(InputError, match=r"100 of 100 nonzero values are below float16's smallest subnormal"):
+        check_range(tiny, precision("float16"), "m")
+    few = np.concatenate([np.ones(1000), tiny[:5]])
+    assert check_range(few, precision("float16"), "m")["underflow"] == 5
+
+
+def test_registry_lists_metcf_for_every_precision_and_refuses_unknown_formats():
+    assert "metcf" in REGISTRY and set(get("metcf").precisions) == {"float32", "float16", "bfloat16"}
+    assert [f.name for f in candidates("auto", "float16")] == [f.name for f in REGISTRY.values()
+                                                             if "float16" in f.block_width]
+    with pytest.raises(InputError, match=r"--format 'csc' is not a registered format; choose auto or one of metcf"):
+        candidates("csc", "float32")
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+def test_metcf_plugin_converts_with_the_precision_block_width(name):
+    p = precision(name)
+    A = sp.random(37, 333, density=0.1, random_state=3, format="csr")  # 7-row tail window, K % 16 != 0
+    M = get("metcf").convert(A, p)
+    M.validate(full=True)
+    assert M.width == p.block_width and M.data.dtype == p.storage_dtype
+    B = np.random.default_rng(0).standard_normal((333, 5))
+    ref = (sp.csr_array((p.to_float32(p.to_storage(A.data)), A.indices, A.indptr), shape=A.shape) @ B)
+    assert np.allclose(get("metcf").reference_spmm(M, B, p), ref)
+    pieces = [get("metcf").convert(A[:16], p), get("metcf").convert(A[16:], p)]
+    whole = get("metcf").concat(pieces)
+    assert np.array_equal(whole.sparse_a_to_b, M.sparse_a_to_b) and np.array_equal(whole.data, M.data)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_cpu_plan_in_half_precision_meets_the_contract(name):
+    from kernels.spmm import SpmmPlan
+
+    p = precision(name)
+    A = sp.random(200, 150, density=0.05, random_state=4, format="csr")
+    B = np.random.default_rng(1).standard_normal((150, 9)).astype(np.float32)
+    plan = SpmmPlan(A, device="cpu", dtype=name)
+    C = plan.run(B)
+    assert C.dtype == p.storage_dtype and plan.choice["precision"] == name
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.linalg.norm(p.to_float32(C) - ref) / np.linalg.norm(ref) <= p.tolerance
+    C32 = SpmmPlan(A, device="cpu", dtype=name, out_dtype=np.float32).run(B)
+    assert C32.dtype == np.float32
+    with pytest.raises(ValueError, match="out_dtype float64 is not supported"):
+        SpmmPlan(A, device="cpu", dtype=name, out_dtype=np.float64)
+
+
+def test_half_width_metcf_round_trips_through_the_store(tmp_path):
+    from storage import BlockStore
+
+    A = sp.random(70, 90, density=0.2, random_state=5, format="csr", dtype=np.float32)
+    for name in ("float16", "bfloat16"):
+        p = precision(name)
+        M = get("metcf").convert(A, p)
+        ms = BlockStore(tmp_path).matrix("gen.test")
+        ms.write_format("metcf", f"k-{name}", M, {"dtype": name, "value_types": {"data": name}},
+                        window_ranges=[0, 2, 5])
+        back = get("metcf").from_arrays(ms.read_format("metcf", f"k-{name}"))
+        for field in ("row_window_offset", "tc_offset", "tc_local_id", "sparse_a_to_b", "data"):
+            assert np.array_equal(getattr(back, field), getattr(M, field)), (name, field)
+        assert back.width == 16 and back.data.dtype == p.storage_dtype
+        part = ms.read_format("metcf", f"k-{name}", 2, 5)  # one shard's window range
+        assert part["sparse_a_to_b"].shape[1] == 16
+        assert ms.format_meta("metcf", f"k-{name}")["value_types"] == {"data": name}
