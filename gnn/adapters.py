@@ -11,6 +11,7 @@ NumPy buffers; moving to a CUDA ``device`` copies once).
 from __future__ import annotations
 
 import types
+import warnings
 
 import numpy as np
 import torch
@@ -27,7 +28,10 @@ def to_torch_csr(graph, device=None) -> torch.Tensor:
     A = graph.adj
     idx = np.int64 if max(A.indptr[-1], A.shape[0]) >= 2**31 else A.indices.dtype
     crow, col = _t(A.indptr.astype(idx, copy=False)), _t(A.indices.astype(idx, copy=False))
-    t = torch.sparse_csr_tensor(crow, col, _t(A.data), size=A.shape)
+    # the store's CSR is canonical (sorted, in range: storage checks it on write), so torch need not re-check it
+    with warnings.catch_warnings():  # torch's once-per-process "CSR support is in beta" note is not actionable
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+        t = torch.sparse_csr_tensor(crow, col, _t(A.data), size=A.shape, check_invariants=False)
     return t if device is None else t.to(device)
 
 

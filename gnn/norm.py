@@ -13,15 +13,18 @@ from configs.errors import InputError
 
 
 def with_self_loops(A, fill: float = 1.0) -> sp.csr_array:
-    """``A`` with every diagonal entry set to ``fill`` (existing self loops replaced, as PyG's
-    ``add_remaining_self_loops`` keeps one loop per node); sorted indices, float dtype of A (float32 if integer)."""
+    """``A`` plus a self loop of weight ``fill`` on every node that has none; existing loops keep their weight (PyG's
+    ``add_remaining_self_loops``). Sorted indices; A's float dtype (float32 for an integer A); explicit zeros kept."""
     A = _square(A)
     n = A.shape[0]
-    dtype = A.dtype if A.dtype.kind == "f" else np.float32
-    off = sp.csr_array(A, dtype=dtype, copy=True)
-    off.setdiag(0)
-    off.eliminate_zeros()  # drops the old loops only (and explicit zeros elsewhere: they add no message)
-    out = sp.csr_array(off + sp.eye_array(n, dtype=dtype, format="csr") * dtype.type(fill))
+    dtype = A.dtype if A.dtype.kind == "f" else np.dtype(np.float32)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(A.indptr))
+    has_loop = np.zeros(n, dtype=bool)
+    has_loop[rows[rows == A.indices]] = True
+    missing = np.flatnonzero(~has_loop)
+    coo = sp.coo_array((np.concatenate([A.data.astype(dtype), np.full(missing.size, fill, dtype=dtype)]),
+                        (np.concatenate([rows, missing]), np.concatenate([A.indices, missing]))), shape=A.shape)
+    out = sp.csr_array(coo)  # COO -> CSR keeps explicit zeros; nothing is duplicated
     out.sort_indices()
     return out
 

@@ -22,8 +22,10 @@ def random_graph(n=7, nnz=20, seed=0, empty_rows=(2,)):
 
 def test_gcn_norm_matches_the_dense_formula():
     A = random_graph()
+    A[0, 0] = 3.0  # an existing loop keeps its weight; the others get weight 1 (PyG's add_remaining_self_loops)
     D = A.toarray()
-    np.fill_diagonal(D, 1.0)  # self loops replaced by one loop of weight 1, as PyG's add_remaining_self_loops
+    missing = np.flatnonzero(D.diagonal() == 0)
+    D[missing, missing] = 1.0
     inv = 1 / np.sqrt(D.sum(1))
     np.testing.assert_allclose(gcn_norm(A, dtype=np.float64).toarray(), inv[:, None] * D * inv[None, :],
                                rtol=1e-12)
@@ -34,7 +36,15 @@ def test_gcn_norm_without_loops_gives_isolated_nodes_a_zero_row():
     A = random_graph()
     N = gcn_norm(A, add_self_loops=False, dtype=np.float64)
     assert np.isfinite(N.data).all() and N[[2]].nnz == 0
-    assert with_self_loops(A).diagonal().tolist() == [1.0] * 7
+    had = A.diagonal() != 0
+    loops = with_self_loops(A).diagonal()
+    np.testing.assert_array_equal(loops[had], A.diagonal()[had])
+    assert (loops[~had] == 1.0).all()
+    A = sp.csr_array(A.toarray())
+    A[3, 3] = 0.0  # an explicit zero loop (SciPy stores the assigned zero) is a loop: kept, not filled
+    assert with_self_loops(A).diagonal()[3] == 0.0
+    stored_loops = int((ref.edge_rows(A.indptr) == A.indices).sum())
+    assert with_self_loops(A).nnz == A.nnz + 7 - stored_loops
 
 
 def test_gcn_norm_refuses_a_rectangular_matrix():

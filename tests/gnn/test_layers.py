@@ -1,0 +1,156 @@
+"""Torch autograd functions and layers on the CPU path, against float64 references: gradcheck on each function,
+whole layers against gnn.reference and PyG's own layers (where PyG imports). Needs torch (the ``gnn`` extra)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+torch = pytest.importorskip("torch", reason="needs torch: pip install -e '.[gnn]'")
+
+import gnn  # noqa: E402
+from gnn import reference as ref  # noqa: E402
+from gnn.norm import with_self_loops  # noqa: E402
+
+
+def graph(n=9, nnz=30, seed=0):
+    """9 nodes, ~30 random directed edges, row 4 without in-edges, values in [0.5, 1.5)."""
+    rng = np.random.default_rng(seed)
+    r, c = rng.integers(0, n, nnz), rng.integers(0, n, nnz)
+    keep = r != 4
+    A = sp.csr_array((rng.random(keep.sum()) + 0.5, (r[keep], c[keep])), shape=(n, n))
+    A.sum_duplicates()
+    return A
+
+
+def op_with_perm(A, seed=0):
+    return gnn.SparseOp(A, np.random.default_rng(seed).permutation(A.shape[0]))
+
+
+def t64(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=torch.float64, generator=g).requires_grad_()
+
+
+def test_spmm_gradcheck_with_a_permutation_and_a_directed_graph():
+    op = op_with_perm(graph())
+    assert not op.symmetric
+    assert torch.autograd.gradcheck(lambda X: gnn.spmm(op, X), (t64(9, 3),))
+
+
+def test_spmm_on_a_rectangular_matrix_and_its_values():
+    A = sp.csr_array(graph()[:, :5])  # 9 x 5
+    op = gnn.SparseOp(A)
+    X = t64(5, 4)
+    np.testing.assert_allclose(gnn.spmm(op, X).detach().numpy(), A @ X.detach().numpy(), rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda X: gnn.spmm(op, X), (X,))
+
+
+def test_edge_spmm_gradcheck_in_values_and_features():
+    op = op_with_perm(graph(seed=1), seed=1)
+    assert torch.autograd.gradcheck(lambda v, X: gnn.edge_spmm(op, v, X), (t64(op.nnz, seed=2), t64(9, 3)))
+
+
+def test_sddmm_gradcheck_and_value():
+    op = gnn.SparseOp(graph(seed=2))
+    U, V = t64(9, 4, seed=3), t64(9, 4, seed=4)
+    expect = ref.sddmm(op.A.indptr, op.A.indices, U.detach().numpy(), V.detach().numpy())
+    np.testing.assert_allclose(gnn.sddmm(op, U, V).detach().numpy(), expect, rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda U, V: gnn.sddmm(op, U, V), (U, V))
+
+
+def test_edge_softmax_gradcheck_matches_the_numpy_twin():
+    op = gnn.SparseOp(graph(seed=3))
+    e = t64(op.nnz, 2, seed=5)
+    np.testing.assert_allclose(gnn.edge_softmax(op, e).detach().numpy(),
+                               ref.edge_softmax(op.A.indptr, e.detach().numpy()), rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda e: gnn.edge_softmax(op, e), (e,))
+
+
+def test_gcnconv_matches_the_reference_and_passes_gradcheck_in_its_parameters():
+    A = graph(seed=4)
+    conv = gnn.GCNConv(3, 2).double()
+    with torch.no_grad():
+        conv.bias.normal_()
+    X = t64(9, 3, seed=6)
+    expect = ref.gcn_layer(gnn.gcn_norm(A, dtype=np.float64), X.detach().numpy(), conv.lin.weight.detach().numpy(),
+                           conv.bias.detach().numpy())
+    np.testing.assert_allclose(conv(X, A).detach().numpy(), expect, rtol=1e-12)
+    names = [n for n, _ in conv.named_parameters()]
+
+    def f(X, *params):
+        return torch.func.functional_call(conv, dict(zip(names, params)), (X, A))
+
+    assert torch.autograd.gradcheck(f, (X, *[p.detach().clone().requires_grad_() for p in conv.parameters()]))
+
+
+@pytest.mark.parametrize("concat", [True, False])
+def test_gatconv_matches_the_reference_and_passes_gradcheck_in_its_parameters(concat):
+    A = graph(seed=5)
+    conv = gnn.GATConv(3, 2, heads=2, concat=concat).double()
+    with torch.no_grad():
+        conv.bias.normal_()
+    X = t64(9, 3, seed=7)
+    P = with_self_loops(A)
+    expect = ref.gat_layer(P.indptr, P.indices, X.detach().numpy(), conv.lin.weight.detach().numpy(),
+                           conv.att_src.detach().numpy()[0], conv.att_dst.detach().numpy()[0],
+                           conv.bias.detach().numpy(), heads=2, concat=concat)
+    np.testing.assert_allclose(conv(X, A).detach().numpy(), expect, rtol=1e-10, atol=1e-12)
+    names = [n for n, _ in conv.named_parameters()]
+
+    def f(X, *params):
+        return torch.func.functional_call(conv, dict(zip(names, params)), (X, A))
+
+    assert torch.autograd.gradcheck(f, (X, *[p.detach().clone().requires_grad_() for p in conv.parameters()]))
+
+
+def test_layers_take_a_graph_cache_its_operator_and_keep_half_dtypes():
+    A = graph(seed=6)
+    g = gnn.Graph("g", A, perm=np.random.default_rng(0).permutation(9))
+    conv = gnn.GCNConv(3, 4)
+    x = torch.randn(9, 3)
+    out = conv(x, g)
+    op = conv.propagation(g)
+    assert op is conv.propagation(g) and op.perm is g.perm  # built once, the graph's row order inside
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = conv.lin(x)
+        propagated = gnn.spmm(op, h)
+        half = conv(x, g)  # + the float32 bias: float32, as in PyG under autocast
+        att = gnn.GATConv(3, 4, heads=2)(x, g)
+    assert h.dtype == propagated.dtype == torch.bfloat16 and torch.isfinite(att).all()
+    # bfloat16 keeps 8 bits of mantissa: relative error about 2**-8 per rounding, a few roundings deep
+    np.testing.assert_allclose(half.float().detach().numpy(), out.detach().numpy(), rtol=0.05, atol=0.05)
+    half.float().sum().backward()
+    assert conv.lin.weight.grad.dtype == torch.float32
+
+
+def test_a_normalised_variant_is_not_normalised_twice():
+    A = graph(seed=7)
+    N = gnn.gcn_norm(A)
+    g = gnn.Graph("g.gcn", N, meta={"normalization": "gcn"})
+    conv = gnn.GCNConv(3, 2).double()
+    x = t64(9, 3)
+    np.testing.assert_allclose(conv(x, g).detach().numpy(), conv(x, A).detach().numpy(), rtol=1e-6)
+
+
+def test_pyg_layers_agree_forward_and_backward():
+    tg = pytest.importorskip("torch_geometric", reason="needs PyG: pip install -e '.[gnn]'")
+    from torch_geometric.nn import GATConv as PygGAT
+    from torch_geometric.nn import GCNConv as PygGCN
+
+    A = graph(n=30, nnz=150, seed=8)
+    g = gnn.Graph("g", A, perm=np.random.default_rng(1).permutation(30))
+    data = gnn.to_pyg(g)
+    x = torch.randn(30, 5, dtype=torch.float64)
+    for ours, theirs, kw in ((gnn.GCNConv(5, 4), PygGCN(5, 4), {"edge_weight": data.edge_weight.double()}),
+                             (gnn.GATConv(5, 3, heads=2), PygGAT(5, 3, heads=2), {})):
+        ours, theirs = ours.double(), theirs.double()
+        ours.load_state_dict({k: v for k, v in theirs.state_dict().items()})
+        ei = data.edge_index.as_tensor() if hasattr(data.edge_index, "as_tensor") else data.edge_index
+        a, b = ours(x, g), theirs(x, ei, **kw)
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+        a.square().sum().backward()
+        b.square().sum().backward()
+        for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+    assert tg.__version__
