@@ -1,0 +1,146 @@
+"""GPU path of the GNN layers: cuSPARSE SDDMM, SparseOp's products (SpmmPlan with the row permutation inside,
+cuSPARSE with per-call values), the layers' forward and backward against the CPU float64 path, half precision under
+autocast, and torch streams. TF32 tolerances: about 1e-3 relative to the norm per product (10-bit mantissa)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+torch = pytest.importorskip("torch", reason="needs torch with CUDA: pip install -e '.[gnn]'")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU visible to torch", allow_module_level=True)
+
+import gnn  # noqa: E402
+from gnn import reference as ref  # noqa: E402
+from kernels.cusparse_sddmm import CusparseSddmm  # noqa: E402
+
+CUDA = torch.device("cuda")
+TF32 = 5e-3  # relative to the norm: TF32 products (2**-11 per rounding) summed over ~10-40 terms, two products deep
+
+
+def graph(n=1000, deg=12, seed=0, hub=True):
+    """Random directed graph, rows 5..9 empty, one hub row wider than a 16x8 tile when ``hub``."""
+    rng = np.random.default_rng(seed)
+    r, c = rng.integers(0, n, n * deg), rng.integers(0, n, n * deg)
+    if hub:
+        r = np.concatenate([r, np.full(300, 17)])
+        c = np.concatenate([c, rng.integers(0, n, 300)])
+    keep = (r < 5) | (r > 9)
+    A = sp.csr_array((rng.random(keep.sum()).astype(np.float32) + 0.5, (r[keep], c[keep])), shape=(n, n))
+    A.sum_duplicates()
+    return A
+
+
+def rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+@pytest.mark.parametrize("K", [1, 2, 37])
+def test_cusparse_sddmm_matches_the_reference_and_repeats_bit_identically(K):
+    A = sp.csr_array(graph(n=333, deg=3, seed=K)[:, :250])  # rectangular, remainders everywhere
+    rng = np.random.default_rng(K)
+    U, V = rng.standard_normal((333, K)).astype(np.float32), rng.standard_normal((250, K)).astype(np.float32)
+    op = CusparseSddmm(A.indptr, A.indices, A.shape)
+    got = op.run(cupy.asarray(U), cupy.asarray(V))
+    expect = ref.sddmm(A.indptr, A.indices, U.astype(np.float64), V.astype(np.float64))
+    np.testing.assert_allclose(cupy.asnumpy(got), expect, rtol=1e-5, atol=1e-5 * np.sqrt(K))
+    again = op.run(cupy.asarray(U), cupy.asarray(V), out=cupy.empty(A.nnz, cupy.float32))
+    assert bool((again == got).all())  # deterministic
+
+
+def test_cusparse_sddmm_on_an_empty_pattern():
+    A = sp.csr_array((4, 3), dtype=np.float32)
+    out = CusparseSddmm(A.indptr, A.indices, A.shape).run(cupy.ones((4, 2), cupy.float32),
+                                                          cupy.ones((3, 2), cupy.float32))
+    assert out.shape == (0,)
+
+
+def test_sparse_op_products_match_float64_with_the_permutation_inside():
+    A = graph()
+    perm = np.random.default_rng(1).permutation(A.shape[0])
+    op = gnn.SparseOp(A, perm)
+    X = torch.randn(A.shape[0], 64, device=CUDA)
+    Xn = X.cpu().double().numpy()
+    A64 = A.astype(np.float64)
+    assert rel(op.matmul(X).cpu(), A64 @ Xn) < TF32
+    assert rel(op.matmul(X, transpose=True).cpu(), A64.T @ Xn) < TF32
+    v = torch.rand(op.nnz, device=CUDA)
+    Av = sp.csr_array((v.cpu().double().numpy(), A.indices, A.indptr), shape=A.shape)
+    assert rel(op.matmul_values(v, X).cpu(), Av @ Xn) < 1e-5  # cuSPARSE: full float32
+    assert rel(op.matmul_values(v, X, transpose=True).cpu(), Av.T @ Xn) < 1e-5
+    U, V = torch.randn(A.shape[0], 8, device=CUDA), torch.randn(A.shape[0], 8, device=CUDA)
+    expect = ref.sddmm(A.indptr, A.indices, U.cpu().double().numpy(), V.cpu().double().numpy())
+    assert rel(op.sddmm(U, V).cpu(), expect) < 1e-5
+    assert any("SpmmPlan" in str(how) for how in op.compute.values())
+
+
+def test_symmetric_operator_reuses_one_plan_for_the_backward():
+    A = graph(hub=False)
+    S = gnn.gcn_norm(A + A.T)
+    op = gnn.SparseOp(S, np.random.default_rng(2).permutation(S.shape[0]))
+    X = torch.randn(S.shape[0], 32, device=CUDA)
+    assert op.symmetric
+    assert rel(op.matmul(X, transpose=True).cpu(), S.astype(np.float64).T @ X.cpu().double().numpy()) < TF32
+    engine = next(iter(op._gpu.values()))
+    assert len({id(p) for p in engine._plans.values()}) == 1
+
+
+@pytest.mark.parametrize("layer", ["gcn", "gat"])
+def test_layers_forward_and_backward_match_the_cpu_float64_path(layer):
+    A = graph(n=600, deg=10, seed=3)
+    g = gnn.Graph("g", A, perm=np.random.default_rng(3).permutation(600))
+    torch.manual_seed(0)
+    conv = gnn.GCNConv(48, 32) if layer == "gcn" else gnn.GATConv(48, 16, heads=2)
+    with torch.no_grad():
+        conv.bias.normal_()
+    ref_conv = (gnn.GCNConv(48, 32) if layer == "gcn" else gnn.GATConv(48, 16, heads=2)).double()
+    ref_conv.load_state_dict({k: v.double() for k, v in conv.state_dict().items()})
+    x = torch.randn(600, 48)
+    conv = conv.to(CUDA)
+    out = conv(x.to(CUDA), g)
+    expect = ref_conv(x.double(), g)
+    assert rel(out.detach().cpu(), expect.detach()) < TF32
+    out.square().sum().backward()
+    expect.square().sum().backward()
+    for (name, p), q in zip(conv.named_parameters(), ref_conv.parameters()):
+        assert rel(p.grad.cpu(), q.grad) < 2 * TF32, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_under_autocast(dtype):
+    A = graph(n=800, deg=8, seed=4)
+    g = gnn.Graph("g", A, perm=np.random.default_rng(4).permutation(800))
+    torch.manual_seed(1)
+    conv, att = gnn.GCNConv(64, 32).to(CUDA), gnn.GATConv(64, 16, heads=2).to(CUDA)
+    x = torch.randn(800, 64, device=CUDA)
+    full, full_att = conv(x, g), att(x, g)
+    with torch.autocast("cuda", dtype=dtype):
+        h = conv.lin(x)
+        assert gnn.spmm(conv.propagation(g), h).dtype == dtype
+        half, half_att = conv(x, g), att(x, g)
+    # 8 (bf16) or 11 (fp16) mantissa bits: about 1e-2 relative to the norm through a linear layer and a product
+    assert rel(half.float().detach().cpu(), full.detach().cpu()) < 3e-2
+    assert rel(half_att.float().detach().cpu(), full_att.detach().cpu()) < 3e-2
+    half.float().sum().backward()
+    assert torch.isfinite(conv.lin.weight.grad).all()
+
+
+def test_products_follow_torch_streams():
+    A = graph(n=500, deg=8, seed=5)
+    op = gnn.SparseOp(A, np.random.default_rng(5).permutation(500))
+    X = torch.randn(500, 64, device=CUDA)
+    first = op.matmul(X)  # plans built and tuned on the default stream
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        Y = X * 2  # produced on the side stream; the product must see it
+        out = op.matmul(Y)
+        att = op.matmul_values(torch.ones(op.nnz, device=CUDA), Y)
+    torch.cuda.current_stream().wait_stream(side)
+    assert rel(out.cpu(), 2 * first.cpu()) < 1e-6
+    assert rel(att.cpu(), sp.csr_array((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+               @ Y.cpu().double().numpy()) < 1e-5
