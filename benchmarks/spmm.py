@@ -37,7 +37,7 @@ from kernels import launch, selector  # noqa: E402
 from kernels.config import CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.cusparse import CusparseSpmm  # noqa: E402
 from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
-from kernels.spmm import wants_autotune  # noqa: E402
+from kernels.formats.metcf_plugin import wants_autotune  # noqa: E402
 
 SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen to fit one ~6-minute device call
     "quick": [("rmat-s17", "rmat", "scale=17&edge_factor=16"),

@@ -1,0 +1,136 @@
+"""Baseline: cuSPARSE Blocked-ELL SpMM (CUSPARSE_SPMM_BLOCKED_ELL_ALG1), cuSPARSE's Tensor Core path for half
+precision: C = A @ B with A in Blocked-ELL (b x b dense blocks, every block row padded to the longest one), B and C
+dense row-major, FP32 compute.
+
+Blocked-ELL pads each block row to the block row with the most nonzero blocks, so it applies to matrices whose
+block rows are alike (meshes, banded, block-sparse DNN weights); `plan_blocked_ell` says how many bytes it would
+take, and `CusparseBlockedEll` refuses above a cap (the caller reports "does not apply" with that size). Rows and
+columns are padded to multiples of b; `run` takes B and C already padded (``padded_b`` / ``padded_c``) so a timed
+call moves only what cuSPARSE moves.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import scipy.sparse as sp
+
+from kernels.cusparse import VALUE_TYPES, CUDA_R_32F, _libcusparse
+
+BLOCKED_ELL_ALG1 = 13  # cusparseSpMMAlg_t
+MAX_BYTES = 4 << 30  # refuse Blocked-ELL layouts above this many bytes of values
+
+
+def plan_blocked_ell(A, block: int = 16) -> dict:
+    """Block rows, the longest block row's nonzero blocks (ell_blocks) and the value bytes (2-byte values) of A in
+    Blocked-ELL, without building it."""
+    A = sp.csr_array(A)
+    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr)) // block
+    key = np.unique(rows * (-(-A.shape[1] // block)) + A.indices.astype(np.int64) // block)
+    n_brows = -(-A.shape[0] // block)
+    per_brow = np.bincount(key // max(-(-A.shape[1] // block), 1), minlength=n_brows)
+    ell_blocks = int(per_brow.max()) if per_brow.size else 0
+    return {"block": block, "block_rows": n_brows, "ell_blocks": ell_blocks, "nonzero_blocks": int(key.size),
+            "value_bytes": n_brows * block * ell_blocks * block * 2,
+            "fill": A.nnz / max(n_brows * ell_blocks * block * block, 1)}
+
+
+class CusparseBlockedEll:
+    """A (SciPy sparse) in Blocked-ELL on the current device, half precision values ("float16" or "bfloat16")."""
+
+    def __init__(self, A, *, block: int = 16, dtype: str = "float16", max_bytes: int = MAX_BYTES):
+        import cupy
+        from cupy_backends.cuda.libs import cusparse
+
+        from kernels.precision import precision
+
+        A = sp.csr_array(A)
+        info = plan_blocked_ell(A, block)
+        if info["value_bytes"] > max_bytes:
+            raise ValueError(f"Blocked-ELL does not apply: padding every block row to the longest "
+                             f"({info['ell_blocks']} blocks of {block}x{block}) takes "
+                             f"{info['value_bytes'] / 2**30:.1f} GiB > {max_bytes / 2**30:.1f} GiB")
+        self.info, self.block, self.dtype = info, block, dtype
+        self._cs, self._cupy, self._lib = cusparse, cupy, _libcusparse()
+        self._ctype, np_dtype = VALUE_TYPES[dtype]
+        self.shape = (int(A.shape[0]), int(A.shape[1]))
+        self.padded_shape = (info["block_rows"] * block, -(-self.shape[1] // block) * block)
+        nbc = self.padded_shape[1] // block
+        rows = np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(A.indptr))
+        cols = A.indices.astype(np.int64)
+        brow, bcol = rows // block, cols // block
+        key = brow * nbc + bcol
+        ukey, inverse = np.unique(key, return_inverse=True)
+        ub = ukey // nbc
+        first = np.searchsorted(ub, np.arange(info["block_rows"]))
+        slot = np.arange(ukey.size) - first[ub]  # position of each block in its block row
+        ell = max(info["ell_blocks"], 1)
+        col_ind = np.full((info["block_rows"], ell), -1, dtype=np.int32)
+        col_ind[ub, slot] = (ukey % nbc).astype(np.int32)
+        values = np.zeros((self.padded_shape[0], ell * block), dtype=np.float32)
+        values[rows, slot[inverse] * block + cols % block] = A.data
+        self.col_ind = cupy.asarray(col_ind)
+        self.values = cupy.asarray(precision(dtype).to_storage(values).astype(np_dtype, copy=False))
+        self._np_dtype = np_dtype
+        descr = ctypes.c_void_p()
+        self._lib.cusparseCreateBlockedEll.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64,
+                                                       ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                                       ctypes.c_int]
+        self._lib.cusparseCreateBlockedEll.restype = ctypes.c_int
+        status = self._lib.cusparseCreateBlockedEll(
+            ctypes.byref(descr), self.padded_shape[0], self.padded_shape[1], block, ell * block,
+            self.col_ind.data.ptr, self.values.data.ptr, cusparse.CUSPARSE_INDEX_32I,
+            cusparse.CUSPARSE_INDEX_BASE_ZERO, self._ctype)
+        if status != 0:
+            raise RuntimeError(f"cusparseCreateBlockedEll returned cusparseStatus_t {status}")
+        self.descr_a = descr.value
+        self.handle = cupy.cuda.device.get_cusparse_handle()
+        self._alpha, self._beta = np.ones(1, np.float32), np.zeros(1, np.float32)
+        self._dn: dict = {}  # (B ptr, C ptr, N) -> (descr b, descr c, buffer)
+
+    def padded_b(self, B):
+        """B [K, N] -> the zero-padded [K_pad, N] copy cuSPARSE reads (in the value dtype)."""
+        cupy = self._cupy
+        out = cupy.zeros((self.padded_shape[1], B.shape[1]), dtype=self._np_dtype)
+        out[:B.shape[0]] = B
+        return out
+
+    def padded_c(self, N: int):
+        return self._cupy.empty((self.padded_shape[0], N), dtype=self._np_dtype)
+
+    def run(self, Bp, Cp):
+        """Cp = A @ Bp on padded operands (C's first M rows are A @ B)."""
+        cs, N = self._cs, int(Bp.shape[1])
+        key = (Bp.data.ptr, Cp.data.ptr, N)
+        if key not in self._dn:
+            b = cs.createDnMat(self.padded_shape[1], N, N, Bp.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW)
+            c = cs.createDnMat(self.padded_shape[0], N, N, Cp.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW)
+            op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+            size = cs.spMM_bufferSize(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, b,
+                                      self._beta.ctypes.data, c, CUDA_R_32F, BLOCKED_ELL_ALG1)
+            self._dn[key] = (b, c, self._cupy.empty(max(int(size), 1), dtype=self._cupy.uint8))
+        b, c, buf = self._dn[key]
+        self._lib.cusparseSetStream(self.handle, self._cupy.cuda.get_current_stream().ptr)
+        op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+        status = self._lib.cusparseSpMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, b,
+                                        self._beta.ctypes.data, c, CUDA_R_32F, BLOCKED_ELL_ALG1, buf.data.ptr)
+        if status != 0:
+            raise RuntimeError(f"cusparseSpMM(BLOCKED_ELL_ALG1) returned cusparseStatus_t {status}")
+        return Cp
+
+    def close(self) -> None:
+        cs = self._cs
+        for b, c, _ in self._dn.values():
+            cs.destroyDnMat(b)
+            cs.destroyDnMat(c)
+        self._dn.clear()
+        if self.descr_a:
+            cs.destroySpMat(self.descr_a)
+            self.descr_a = 0
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the bindings may be gone already
+            pass
