@@ -28,3 +28,14 @@ def test_static_asserts_guard_the_config(tmp_path):
     assert proc.returncode != 0 and "16-row windows" in proc.stderr
     proc = subprocess.run(cmd[:5] + [str(cu), "-o", str(tmp_path / "y.o")], capture_output=True, text=True)
     assert proc.returncode != 0 and "KernelConfig.defines" in proc.stderr
+
+
+def test_static_asserts_guard_the_half_config(tmp_path):
+    # metcf_half.cuh re-checks KernelConfig.half_warp_cols (the 16-byte register remapping needs 64)
+    cu = compile_check.CUDA_DIR / "metcf_spmm.cu"
+    bad = [d.replace("CFG_HALF_WARP_COLS=64", "CFG_HALF_WARP_COLS=32") for d in compile_check.CONFIG.defines()]
+    assert bad != list(compile_check.CONFIG.defines())
+    cmd = [shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", f"-I{compile_check.CUDA_DIR}", *bad, str(cu),
+           "-o", str(tmp_path / "x.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode != 0 and "KernelConfig.half_warp_cols" in proc.stderr

@@ -17,9 +17,10 @@ from kernel_cases import BASE_CASES, random_csr  # noqa: E402
 
 PRECISIONS = ("float16", "bfloat16")
 # Against the float64 product of the same 16-bit-rounded A and B: the products are exact in fp32 (11 + 11 and 8 + 8
-# significant bits), the sums fp32 (~1e-6 relative), so float32 C gets 1e-5; a 16-bit C adds one rounding per
-# element (2^-11 = 4.9e-4 float16, 2^-8 = 3.9e-3 bfloat16 relative), hence 1e-3 and 8e-3.
-ROUNDED_RTOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
+# significant bits), the sums fp32 in the Tensor Cores' order: the hub row's sums of 40,000 products measured 1.4e-5
+# on an H200 (~1e-6 elsewhere), so float32 C gets 1e-4 (a wrong index or fragment slot gives O(1)); a 16-bit C adds
+# one rounding per element (2^-11 = 4.9e-4 float16, 2^-8 = 3.9e-3 bfloat16 relative), hence 1e-3 and 8e-3.
+ROUNDED_RTOL = {"float32": 1e-4, "float16": 1e-3, "bfloat16": 8e-3}
 # Against the float64 product of the un-rounded inputs: the accuracy contract (kernels/precision.py).
 TRUE_RTOL = {"float16": 1e-2, "bfloat16": 3e-2}
 NAN_BITS = {"float16": 0x7E00, "bfloat16": 0x7FC0}
