@@ -24,6 +24,7 @@ import numpy as np
 from kernels import launch
 from kernels.config import CONFIG, KernelConfig
 from kernels.indexing import INT32_MAX
+from kernels.precision import from_bf16_bits, to_bf16_bits  # noqa: F401 (part of this module's API)
 
 PRECISIONS = ("float16", "bfloat16")
 WIDTH = 16  # the k of mma.m16n8k16: columns of a TC block
@@ -36,22 +37,6 @@ MAX_GRID_X = 2 ** 31 - 1
 def _xp(x):
     """numpy for a NumPy array, else cupy (imported only then)."""
     return np if isinstance(x, np.ndarray) else importlib.import_module("cupy")
-
-
-def to_bf16_bits(x):
-    """float32 array (NumPy or CuPy) -> uint16 bfloat16 bit patterns, round to nearest even; infinities kept,
-    NaN stays (quiet) NaN; finite values past the largest bfloat16 round to infinity."""
-    xp = _xp(x)
-    bits = xp.ascontiguousarray(x, dtype=xp.float32).view(xp.uint32)
-    rounded = (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & xp.uint32(1))) >> xp.uint32(16)
-    nan = (bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000)
-    return xp.where(nan, (bits >> xp.uint32(16)) | xp.uint32(0x0040), rounded).astype(xp.uint16)
-
-
-def from_bf16_bits(u):
-    """uint16 bfloat16 bit patterns (NumPy or CuPy) -> float32, exact."""
-    xp = _xp(u)
-    return (xp.asarray(u).astype(xp.uint32) << xp.uint32(16)).view(xp.float32)
 
 
 def to_bits16(x, precision: str):

@@ -40,16 +40,16 @@ class Precision:
     def to_storage(self, x) -> np.ndarray:
         """float values -> this precision's storage (bfloat16: uint16 bits, round to nearest even; NaN stays NaN)."""
         x = np.asarray(x)
-        if self.name != "bfloat16":
-            with np.errstate(over="ignore"):  # out-of-range values become inf (refused unless allow_overflow)
-                return x.astype(self.storage_dtype)
-        return bf16_bits(x)
+        if self.name == "bfloat16":
+            return to_bf16_bits(x.astype(np.float32, copy=False))
+        with np.errstate(over="ignore"):  # out-of-range values become inf (refused unless allow_overflow)
+            return x.astype(self.storage_dtype)
 
     def to_float32(self, x) -> np.ndarray:
         """Storage values -> float32 (exact)."""
         x = np.asarray(x)
         if self.name == "bfloat16":
-            return (x.astype(np.uint32) << 16).view(np.float32)
+            return from_bf16_bits(x)
         return x.astype(np.float32)
 
     def rounded(self, x) -> np.ndarray:
@@ -62,13 +62,30 @@ class Precision:
         return self.to_float32(self.to_storage(x)).astype(np.float64)
 
 
-def bf16_bits(x) -> np.ndarray:
-    """float -> bfloat16 bit patterns (uint16), round to nearest even, NaN kept NaN (quiet)."""
-    f = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
-    u = f.view(np.uint32).astype(np.uint64)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    out = np.where(np.isnan(f), (u >> 16) | 0x40, rounded)
-    return out.astype(np.uint16)
+def _xp(x):
+    """numpy for a NumPy array, else cupy (imported only then: this module loads without a GPU)."""
+    import importlib
+
+    return np if isinstance(x, np.ndarray) else importlib.import_module("cupy")
+
+
+def to_bf16_bits(x):
+    """float32 array (NumPy or CuPy) -> uint16 bfloat16 bit patterns, round to nearest even; infinities kept,
+    NaN stays (quiet) NaN; finite values past the largest bfloat16 round to infinity."""
+    xp = _xp(x)
+    bits = xp.ascontiguousarray(x, dtype=xp.float32).view(xp.uint32)
+    rounded = (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & xp.uint32(1))) >> xp.uint32(16)
+    nan = (bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000)
+    return xp.where(nan, (bits >> xp.uint32(16)) | xp.uint32(0x0040), rounded).astype(xp.uint16)
+
+
+def from_bf16_bits(u):
+    """uint16 bfloat16 bit patterns (NumPy or CuPy) -> float32, exact."""
+    xp = _xp(u)
+    return (xp.asarray(u).astype(xp.uint32) << xp.uint32(16)).view(xp.float32)
+
+
+bf16_bits = to_bf16_bits
 
 
 PRECISIONS = {
