@@ -52,13 +52,14 @@ class GpuEngine:
             if permuted:  # A.T of a square A is permuted like A (A's plan when symmetric: A[perm] = A.T[perm])
                 A = A[self.op.perm]
             with self._on_torch_stream():
-                try:
-                    plan = SpmmPlan(A, device="gpu", dtype=name)
+                try:  # half plans return float32 C (cast to the input's dtype here: one rounding, not two)
+                    plan = SpmmPlan(A, device="gpu", dtype=name, **({"out_dtype": np.float32} if name != "float32"
+                                                                     else {}))
                     how = f"SpmmPlan dtype={name}"
-                except (ValueError, TypeError) as err:  # no half kernels (yet): float32 plan, inputs cast
+                except (ValueError, TypeError) as err:  # a SpmmPlan without half kernels: float32, inputs cast
                     if name == "float32":
                         raise
-                    plan = self._plans.get((transpose, "float32")) or SpmmPlan(A, device="gpu", dtype="float32")
+                    plan = self._plans.get((transpose, "float32")) or SpmmPlan(A, device="gpu")
                     self._plans[(transpose, "float32")] = plan
                     how = f"SpmmPlan float32 (inputs cast from {name}: {err})"
             plan.gnn_permuted = permuted
@@ -76,8 +77,11 @@ class GpuEngine:
         if N not in plan.choices:  # the first call per N may autotune on CuPy's private streams: X must be ready
             torch.cuda.current_stream(self.device).synchronize()  # synchronize!
         with self._on_torch_stream() as cupy:
-            C = plan.run(cupy.from_dlpack(Xc))
-            Ct = torch.from_dlpack(C)
+            if Xc.dtype == torch.bfloat16:  # CuPy has no bfloat16: the plan takes the bit patterns as uint16
+                B = cupy.from_dlpack(Xc.view(torch.int16)).view(cupy.uint16)
+            else:
+                B = cupy.from_dlpack(Xc)
+            Ct = torch.from_dlpack(plan.run(B))
         if plan.gnn_permuted:  # C's row r is row perm[r] of the product: out[perm] = C
             Ct = torch.empty_like(Ct).index_copy_(0, self._perm, Ct)
         return Ct.to(X.dtype)
@@ -94,7 +98,11 @@ class GpuEngine:
             else:
                 M = sp.csr_array((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)
             with self._on_torch_stream():
-                self._cus[transpose] = CusparseSpmm(M)
+                try:  # bitwise repeatability is not needed for training (PyG's scatter is not either): the
+                    # fastest algorithm, not the fastest deterministic one
+                    self._cus[transpose] = CusparseSpmm(M, deterministic=False)
+                except TypeError:  # a CusparseSpmm without the option
+                    self._cus[transpose] = CusparseSpmm(M)
             self.op.compute[(str(self.device), "values", "A.T" if transpose else "A")] = "cuSPARSE SpMM"
         return self._cus[transpose]
 
