@@ -75,6 +75,7 @@ def variant_id(matrix_id: str, *, drop_zeros: bool = False, complex_mode: str | 
 
 def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode: str | None = None) -> dict:
     """Fetch ``spec`` (cached download or generator) and store its canonical CSR; reuse it when already stored."""
+    from tasks.features import ingest_node_data
     from tasks.fetch import fetch
     from tasks.parse import load_matrix
 
@@ -90,7 +91,9 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
         mstore.write_csr(parsed.csr, {**parsed.meta, "matrix_id": matrix_id, "drop_zeros": drop_zeros,
                                       "complex_mode": complex_mode})
     meta = mstore.csr_meta()
+    node = ingest_node_data(raw, Path(data_root), matrix_id)  # IGB features and labels (reused when stored)
     return {
+        **node,
         "matrix_id": matrix_id,
         "spec": spec,
         "source_url": raw.source_url,
