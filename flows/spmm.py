@@ -9,13 +9,14 @@ stages live in ``tasks/``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import uuid
 
 from prefect import flow
 
-from tasks import steps
-from tasks.cli import data_root as resolve_data_root, run_cli
+from tasks import cli, steps
+from tasks.cli import data_root as resolve_data_root
 from tasks.stages import flow_cluster
 
 
@@ -23,19 +24,20 @@ from tasks.stages import flow_cluster
 def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder: str = "auto",
               fmt: str = "metcf", devices: str = "auto", mode: str = "oneshot", scheduler: str | None = None,
               seed: int = 0, data_root: str | None = None, save_c: bool = False, drop_zeros: bool = False,
-              complex_mode: str | None = None, allow_overflow: bool = False) -> dict:
+              complex_mode: str | None = None, allow_overflow: bool = False, allow_nonfinite: bool = False,
+              repeats: int = 20) -> dict:
     """C = A @ B for one matrix spec; returns each stage's result and the report table. ``dtype`` float32 (TF32),
     float16 or bfloat16; float16 refuses values it cannot hold unless ``allow_overflow``."""
     root = resolve_data_root(data_root)
     run_id = uuid.uuid4().hex[:12]
-    ingested = steps.ingest(matrix, root, drop_zeros, complex_mode)
+    ingested = steps.ingest(matrix, root, drop_zeros, complex_mode, allow_nonfinite)
     matrix_id = ingested["matrix_id"]
     checked = steps.check_precision(matrix_id, root, dtype, allow_overflow)  # before anything is reordered
     with flow_cluster(scheduler, devices) as address:
         ordered = steps.reorder(matrix_id, reorder, root, seed, address, dtype)
         converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype, address)
         multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,
-                                devices, mode, seed, address, save_c, fmt)
+                                devices, mode, seed, address, save_c, fmt, repeats)
     multiplied["precision_check"] = checked
     results = {"ingest": ingested, "reorder": ordered, "convert": converted, "spmm": multiplied}
     table = steps.write_report(root, run_id, matrix_id, results)
@@ -44,31 +46,66 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flows/spmm.py", description=__doc__.split("\n")[0])
-    p.add_argument("--matrix", required=True, help="Group/Name (SuiteSparse), igb:tiny|small|medium, "
-                   "a .mtx/.mtx.gz/.tar.gz path, or gen:<kind>?k=v")
-    p.add_argument("-N", "--n-cols", dest="n_cols_b", type=int, default=128, help="columns of the dense B")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                   help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 (FP32 accumulation)")
-    p.add_argument("--allow-overflow", action="store_true",
-                   help="run float16 even when values exceed its range or would round to zero (default: refuse)")
-    p.add_argument("--reorder", default="auto", help="tca|rowshuffle|jaccard|rcm|degree|community|none|auto")
-    p.add_argument("--format", dest="fmt", default="metcf", help="converted format (metcf)")
-    p.add_argument("--devices", default="auto", help="auto (one GPU if present, else CPU), cpu, all, or a count")
-    p.add_argument("--mode", default="oneshot", choices=["oneshot", "resident"], help="multi-device execution")
-    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: local)")
-    p.add_argument("--seed", type=int, default=0, help="seed of B and of randomized reorderings")
-    p.add_argument("--data-root", default=None, help="data root (default: $TCSPMM_DATA or ./data)")
-    p.add_argument("--save-c", action="store_true", help="store C as Parquet blocks under results/")
-    p.add_argument("--drop-zeros", action="store_true", help="drop explicit zeros of the .mtx")
-    p.add_argument("--complex", dest="complex_mode", choices=["real", "abs"], default=None,
-                   help="convert a complex matrix by its real part or modulus (default: refuse)")
+    """Every option is checked here, before Prefect or the pipeline start (types and choices from ``tasks.cli``)."""
+    from kernels.formats import REGISTRY
+    from tasks.reorder import METHODS
+
+    p = cli.Parser(prog="tcspmm", description=__doc__.split("\n")[0],
+                   epilog="The result table (or --json) goes to stdout, logs to stderr. Bad input ends with one "
+                          "line 'error: <source>: <problem>' and exit status 1 (2 for a bad option).")
+    src = p.add_argument_group("input")
+    src.add_argument("--matrix", required=True, type=cli.matrix_spec, help="Group/Name (SuiteSparse), "
+                     "igb:tiny|small|medium, a .mtx/.mtx.gz/.tar.gz path, or gen:<kind>?k=v")
+    src.add_argument("-N", "--n-cols", dest="n_cols_b", type=cli.positive_int, default=128,
+                     help="columns of the dense B (default 128)")
+    src.add_argument("--data-root", default=None, help="data root (default: $TCSPMM_DATA or ./data)")
+    src.add_argument("--drop-zeros", action="store_true", help="drop explicit zeros of the .mtx")
+    src.add_argument("--complex", dest="complex_mode", choices=["real", "abs"], default=None,
+                     help="convert a complex matrix by its real part or modulus (default: refuse)")
+    src.add_argument("--allow-nonfinite", action="store_true",
+                     help="keep NaN/Inf values (default: refuse); the check then compares finite entries")
+    src.add_argument("--memory-limit", type=cli.size_bytes, default=None,
+                     help="refuse matrices whose parse needs more, e.g. 16G (default: what this machine has)")
+    src.add_argument("--extract-cap", type=cli.size_bytes, default=None,
+                     help="most any archive may unpack to, e.g. 100G (default 256G; configs/limits.yaml)")
+    order = p.add_argument_group("reordering")
+    order.add_argument("--reorder", default="auto", choices=[*METHODS, "auto"],
+                       help="row reordering (default auto: the cheap method with the fewest TC blocks)")
+    order.add_argument("--seed", type=cli.nonnegative_int, default=0, help="seed of B and of randomized reorderings")
+    fmt = p.add_argument_group("format and precision")
+    fmt.add_argument("--format", dest="fmt", default="metcf", choices=[*REGISTRY, "auto"],
+                     help="converted format (default metcf; auto: every format, the selector picks)")
+    fmt.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                     help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 "
+                          "(FP32 accumulation)")
+    fmt.add_argument("--allow-overflow", action="store_true",
+                     help="run float16 even when values exceed its range or would round to zero (default: refuse)")
+    dev = p.add_argument_group("devices")
+    dev.add_argument("--devices", default="auto", type=cli.devices,
+                     help="auto (one GPU if present, else CPU), cpu, all, or a count")
+    dev.add_argument("--mode", default="oneshot", choices=["oneshot", "resident"], help="multi-device execution")
+    dev.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: local)")
+    dev.add_argument("--nondeterministic", action="store_true",
+                     help="let the SpMM fall back to cuSPARSE where it is faster (C may then differ bitwise from "
+                          "run to run; default: only our kernels, bitwise repeatable)")
+    dev.add_argument("--repeats", type=cli.positive_int, default=20,
+                     help="timed SpMM runs; GFLOP/s is from their median (default 20)")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the whole result as one JSON object on stdout")
+    out.add_argument("--save-c", action="store_true", help="store C as Parquet blocks under results/")
+    out.add_argument("-v", "--verbose", action="store_true", help="show Prefect's INFO logs on stderr")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
-    return run_cli(lambda: spmm_flow(**args))
+    as_json, verbose = args.pop("json"), args.pop("verbose")
+    for option, var in (("memory_limit", "TCSPMM_MEMORY_LIMIT"), ("extract_cap", "TCSPMM_EXTRACT_CAP")):
+        value = args.pop(option)
+        if value is not None:  # read by configs.limits wherever a size is checked
+            os.environ[var] = value
+    return cli.run_cli(lambda: spmm_flow(**args), verbose=verbose,
+                       emit=lambda result: print(cli.spmm_result_text(result, as_json)))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,29 @@
-"""Command-line plumbing shared by the flows: one-line errors for bad input, exit codes, the data root."""
+"""Command-line plumbing shared by the flows: options checked in the parser, quiet logs, one-line errors, the
+result on stdout, and a temporary Prefect API whose life is the run's.
+
+- Option types (``positive_int``, ``matrix_spec``, ...) fail in the parser, before Prefect or the pipeline start.
+- Logs go to stderr; Prefect's at WARNING unless ``--verbose``. Bad input ends with one last line
+  ``error: <source>: <problem>`` on stderr and exit status 1 (130 after Ctrl-C, 143 after SIGTERM).
+- ``run_cli`` turns SIGTERM and SIGHUP into the same unwinding as Ctrl-C, so the flow's Dask cluster and the
+  temporary Prefect API server (which would otherwise outlive the run, holding the caller's pipes) are stopped.
+"""
 from __future__ import annotations
 
+import argparse
 import logging
+import os
+import re
+import signal
 import sys
+from pathlib import Path
 from typing import Callable
 
 from configs import data_root as resolve_data_root
 from configs.errors import InputError
+
+_PREFECT_LOGGERS = ("prefect", "prefect.extra", "prefect.client", "prefect.infrastructure", "prefect.server",
+                    "uvicorn", "fastapi")
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def data_root(path: str | None = None) -> str:
@@ -14,29 +31,199 @@ def data_root(path: str | None = None) -> str:
     return str(resolve_data_root(path).resolve())
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``error: -N/--n-cols: must be a positive integer, got 0`` and exit status 2
+    (a bad option), without the usage block; ``--help`` shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message.removeprefix('argument ')} (see --help)\n")
+
+
+# -- option types: each raises ArgumentTypeError, which argparse prints as "error: argument X: <message>" --------
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def size_bytes(text: str) -> str:
+    """A memory or disk size (``16G``); kept as text, it becomes an environment variable (``configs.limits``)."""
+    from configs.limits import parse_size
+
+    try:
+        parse_size(text, "size")
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("size: ")) from None
+    return text
+
+
+def devices(text: str) -> str:
+    from tasks.execute import parse_devices
+
+    try:
+        parse_devices(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[-1]) from None
+    return text
+
+
+def matrix_spec(text: str) -> str:
+    """A spec ``tasks.fetch`` accepts, checked without touching the network: a local file must exist (and not be
+    a directory); a generator's parameters must be valid."""
+    from tasks.fetch.generators import canonical_params
+    from tasks.fetch.spec import parse_spec
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a .mtx, .mtx.gz or .tar.gz file in it")
+    try:
+        spec = parse_spec(text)
+        if spec.kind == "file" and not spec.path.is_file():
+            raise InputError(f"{text}: no such file")
+        if spec.kind == "gen":
+            canonical_params(spec.gen_kind, spec.query)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+# -- running -----------------------------------------------------------------------------------------------------
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM/SIGHUP, raised in the main thread: unwinds like Ctrl-C (context managers stop what they started)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame) -> None:
+    for sig in _SIGNALS:  # a second signal while cleaning up ends the process the default way
+        signal.signal(sig, signal.SIG_DFL)
+    raise _Terminated(signum)
+
+
+def _our_error_names() -> str:
+    names, todo = set(), [InputError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return "|".join(sorted(names))
+
+
 class _OneLineInputErrors(logging.Filter):
-    """Drop the traceback from log records about bad input: the message already names the source and problem."""
+    """Bad input is reported once, by ``run_cli``: drop its tracebacks from log records, and (``quiet``) the
+    records Prefect writes about it (task failed, flow failed, finished in state Failed)."""
+
+    def __init__(self, quiet: bool) -> None:
+        super().__init__()
+        self.quiet = quiet
+        self.mentions = re.compile(rf"\b({_our_error_names()})\b")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], InputError):
+        about_input = bool(record.exc_info and isinstance(record.exc_info[1], InputError))
+        if self.quiet and record.levelno >= logging.ERROR and (about_input or
+                                                               self.mentions.search(record.getMessage())):
+            return False
+        if about_input:
             record.exc_info = None
             record.exc_text = None
         return True
 
 
-def run_cli(run: Callable[[], object]) -> int:
-    """Run ``run()``; bad input prints ``error: <message>`` (one line) on stderr and returns 1."""
-    one_line = _OneLineInputErrors()
+def configure_logging(verbose: bool) -> None:
+    """Prefect's logs at WARNING (INFO with ``verbose``) on stderr; the temporary API server's at WARNING and
+    without telemetry (which fails without a network and says so at ERROR)."""
+    level = logging.INFO if verbose else logging.WARNING
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")  # its access log is no news, even verbose
+    for name in _PREFECT_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+    one_line = _OneLineInputErrors(quiet=not verbose)
     for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:
         handler.addFilter(one_line)
     for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(one_line)
+
+
+def stop_temporary_servers() -> None:
+    """Stop the temporary Prefect API servers this process started (Prefect stops them only at interpreter exit,
+    which a signal skips). ``_instances`` is Prefect's own registry of them (prefect/server/api/server.py)."""
+    server_module = sys.modules.get("prefect.server.api.server")
+    servers = list(server_module.SubprocessASGIServer._instances.values()) if server_module else []
+    if not servers:
+        return
+    # Send what the run logged and emitted while the server is still up (else: "Error logging to API" on stderr
+    # after our last line). Prefect drains these workers at exit too; then there is nothing left.
+    for module, worker in (("prefect.logging.handlers", "APILogWorker"), ("prefect.events.worker", "EventsWorker")):
+        if module in sys.modules:
+            getattr(sys.modules[module], worker).drain_all(timeout=5)
+    for server in servers:
+        server.stop()
+
+
+def run_cli(run: Callable[[], object], *, verbose: bool = True,
+            emit: Callable[[object], None] | None = None) -> int:
+    """Run ``run()``; ``emit(result)`` writes the result (stdout). Bad input prints ``error: <message>`` as the
+    last line on stderr and returns 1; Ctrl-C returns 130, SIGTERM 143, SIGHUP 129."""
+    configure_logging(verbose)
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in _SIGNALS}
+    code, message = 0, None
     try:
-        run()
+        result = run()
+        if emit is not None:
+            emit(result)
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        code, message = 1, str(err)
+    except KeyboardInterrupt as err:
+        signum = err.signum if isinstance(err, _Terminated) else signal.SIGINT
+        code, message = 128 + signum, f"interrupted by {signal.Signals(signum).name}"
+    finally:
+        try:
+            stop_temporary_servers()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    if message is not None:
+        sys.stdout.flush()
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+# -- output ------------------------------------------------------------------------------------------------------
+
+TABLE_LEGEND = (
+    "wall ms: the stage's wall-clock time in this run (spmm: the plan, warm-up runs, all --repeats timed runs and, "
+    "on a GPU, the cuSPARSE baselines).\n"
+    "GFLOP/s: 2 x nnz x N / kernel_ms, kernel_ms being the median of the --repeats timed runs of the chosen kernel "
+    "(GPU time on a GPU).")
+
+
+def spmm_result_text(result: dict, as_json: bool = False) -> str:
+    """What the spmm CLI prints on stdout: the run's table with its legend, or the whole result as JSON."""
+    if as_json:
+        import json
+
+        return json.dumps(result, default=str)
+    ingest = result.get("ingest", {})
+    shape = "x".join(str(s) for s in ingest.get("shape", ()))
+    n_cols = result.get("spmm", {}).get("n_cols_b", "?")
+    return (f"tcspmm run {result['run_id']}: {result['matrix_id']} {shape} nnz={ingest.get('nnz')} N={n_cols}\n"
+            f"{result['table']}\n\n{TABLE_LEGEND}")

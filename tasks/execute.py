@@ -166,6 +166,7 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
                              f"--dtype {prec.name} --format {fmt} runs on one device (--devices auto)")
         C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats)
     result["wall_ms"] = (time.perf_counter() - t0) * 1e3
+    result["repeats"] = repeats  # kernel_ms (and GFLOP/s) is the median of this many timed runs
     ref = A.astype(np.float64) @ B.astype(np.float64)
     # A kept with NaN/Inf (--allow-nonfinite): compare the entries whose reference is finite, count the others
     finite = np.isfinite(ref)

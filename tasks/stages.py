@@ -73,8 +73,10 @@ def variant_id(matrix_id: str, *, drop_zeros: bool = False, complex_mode: str | 
     return matrix_id + (f".complex-{complex_mode}" if complex_mode else "") + (".nozeros" if drop_zeros else "")
 
 
-def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode: str | None = None) -> dict:
-    """Fetch ``spec`` (cached download or generator) and store its canonical CSR; reuse it when already stored."""
+def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode: str | None = None,
+           allow_nonfinite: bool = False) -> dict:
+    """Fetch ``spec`` (cached download or generator) and store its canonical CSR; reuse it when already stored.
+    NaN/Inf values are refused unless ``allow_nonfinite`` (a stored matrix that holds some, too)."""
     from tasks.features import ingest_node_data
     from tasks.fetch import fetch
     from tasks.parse import load_matrix
@@ -87,10 +89,15 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
     reused = mstore.has_csr()
     t1 = time.perf_counter()
     if not reused:
-        parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode, data_root=data_root)
+        parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode, data_root=data_root,
+                             allow_nonfinite=allow_nonfinite)
         mstore.write_csr(parsed.csr, {**parsed.meta, "matrix_id": matrix_id, "drop_zeros": drop_zeros,
                                       "complex_mode": complex_mode})
     meta = mstore.csr_meta()
+    nonfinite = int(meta.get("source", {}).get("nonfinite_entries") or 0)
+    if nonfinite and not allow_nonfinite:
+        raise InputError(f"{spec}: the stored matrix {matrix_id} holds {nonfinite:,} values that are not finite "
+                         f"(NaN or Inf); pass --allow-nonfinite to use it")
     node = ingest_node_data(raw, Path(data_root), matrix_id)  # IGB features and labels (reused when stored)
     return {
         **node,
@@ -102,6 +109,7 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
         "fetch_ms": fetch_ms,
         "parse_ms": _elapsed_ms(t1),
         "reused": reused,
+        "nonfinite_entries": nonfinite,
     }
 
 

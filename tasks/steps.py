@@ -16,8 +16,10 @@ from tasks import execute, report, stages
 
 
 @task(name="ingest", cache_policy=NO_CACHE)
-def ingest(spec: str, data_root: str, drop_zeros: bool = False, complex_mode: str | None = None) -> dict:
-    return stages.ingest(spec, data_root, drop_zeros=drop_zeros, complex_mode=complex_mode)
+def ingest(spec: str, data_root: str, drop_zeros: bool = False, complex_mode: str | None = None,
+           allow_nonfinite: bool = False) -> dict:
+    return stages.ingest(spec, data_root, drop_zeros=drop_zeros, complex_mode=complex_mode,
+                         allow_nonfinite=allow_nonfinite)
 
 
 @task(name="reorder", cache_policy=NO_CACHE)
@@ -38,9 +40,11 @@ def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str,
 
 @task(name="spmm", cache_policy=NO_CACHE)
 def spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, n_cols_b: int, dtype: str,
-         devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool, fmt: str = "metcf") -> dict:
+         devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool, fmt: str = "metcf",
+         repeats: int = 20) -> dict:
     return execute.run_spmm(matrix_id, perm_key, format_key, data_root, n_cols_b=n_cols_b, dtype=dtype,
-                            devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c, fmt=fmt)
+                            devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c, fmt=fmt,
+                            repeats=repeats)
 
 
 @task(name="report", cache_policy=NO_CACHE)

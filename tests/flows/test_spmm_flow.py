@@ -82,3 +82,28 @@ def test_sharded_run_on_a_cpu_cluster_matches_one_device(prefect_harness, data_r
     assert all(devices)  # each shard names its device, in both modes
     shown = format_table(stage_rows("run", "m", out)).splitlines()[-1]  # the spmm line of the printed report
     assert shown.startswith("spmm") and "devices=" in shown and ("2 x " in shown or devices[0] in shown)
+
+
+def test_nonfinite_values_refused_or_counted(prefect_harness, data_root, tmp_path):
+    """Issue 17 item 3: NaN/Inf refused at parse (nothing stored); with allow_nonfinite the check compares the
+    finite entries of C and the report says how many were not."""
+    import scipy.io
+    import scipy.sparse as sp
+
+    from configs.errors import InputError
+
+    A = sp.random(300, 300, density=0.02, format="coo", random_state=5, dtype=np.float64)
+    A.data[[3, 40]] = [np.nan, np.inf]
+    path = tmp_path / "nonfinite.mtx"
+    scipy.io.mmwrite(str(path), A)
+    with pytest.raises(InputError, match="2 values are not finite"):
+        spmm_flow(matrix=str(path), n_cols_b=8, reorder="none", devices="cpu", data_root=str(data_root))
+    assert not list(Path(data_root).rglob("*.parquet"))
+    out = spmm_flow(matrix=str(path), n_cols_b=8, reorder="none", devices="cpu", data_root=str(data_root),
+                    allow_nonfinite=True)
+    rows_hit = len({int(A.row[3]), int(A.row[40])})
+    assert out["ingest"]["nonfinite_entries"] == 2 and out["spmm"]["nonfinite_a"] == 2
+    assert out["spmm"]["nonfinite_c"] == rows_hit * 8 and out["spmm"]["rel_err"] < 1e-5
+    assert "nonfinite_a=2" in out["table"] and f"nonfinite_c={rows_hit * 8}" in out["table"]
+    with pytest.raises(InputError, match="holds 2 values that are not finite"):  # the stored copy, without the option
+        spmm_flow(matrix=str(path), n_cols_b=8, reorder="none", devices="cpu", data_root=str(data_root))

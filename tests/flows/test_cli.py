@@ -1,0 +1,160 @@
+"""The spmm CLI as a script sees it: options checked before anything starts, the result on stdout (text or JSON),
+quiet logs, one last error line, and no temporary Prefect server left behind after SIGTERM or Ctrl-C."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.spmm import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+GEN = "gen:sbm?n=1500&blocks=15&p_in=0.05&p_out=0.0005&seed=4"
+
+
+def _env(extra=None) -> dict:
+    """The caller's environment, this checkout first on the path, and no Prefect server: a temporary one."""
+    env = {**os.environ, **(extra or {}), "PYTHONPATH": str(REPO)}
+    env.pop("PREFECT_API_URL", None)
+    return env
+
+
+def _cli(args, env_extra=None, timeout=300):
+    env = _env(env_extra)
+    return subprocess.run([sys.executable, str(REPO / "flows" / "spmm.py"), *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=REPO)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-N", "0"], "error: -N/--n-cols: must be a positive integer, got 0 (see --help)"),
+    (["-N", "-5"], "error: -N/--n-cols: must be a positive integer, got -5 (see --help)"),
+    (["--reorder", "foo"], "error: --reorder: invalid choice: 'foo' (choose from 'tca', 'rowshuffle', 'jaccard', "
+                           "'rcm', 'degree', 'community', 'none', 'auto') (see --help)"),
+    (["--repeats", "0"], "error: --repeats: must be a positive integer, got 0 (see --help)"),
+    (["--devices", "two"], "error: --devices: expected auto, cpu, all or a count (see --help)"),
+    (["--seed", "-1"], "error: --seed: must be >= 0, got -1 (see --help)"),
+    (["--matrix", "gen:rmat?scale=x"], "error: --matrix: gen:rmat: scale='x' is not a valid int (see --help)"),
+    (["--matrix", "gen:rmat?scale=5&bogus=1"], "error: --matrix: gen:rmat: unknown parameter(s) bogus; valid: "
+                                               "scale, edge_factor, a, b, c, seed, shuffle, values (see --help)"),
+    (["--memory-limit", "lots"], "error: --memory-limit: 'lots' is not a size; use bytes or a number with K, M, G "
+                                 "or T (see --help)"),
+    (["--dtype", "float64"], "error: --dtype: invalid choice: 'float64' (choose from 'float32', 'float16', "
+                             "'bfloat16') (see --help)"),
+])
+def test_bad_options_are_refused_by_the_parser(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["--matrix", "gen:rmat?scale=5", *args])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [message]
+
+
+def test_a_directory_or_missing_file_says_so(capsys, tmp_path):
+    for matrix, said in ((tmp_path, f"{tmp_path} is a directory; give a .mtx, .mtx.gz or .tar.gz file in it"),
+                         (tmp_path / "nope.mtx", f"{tmp_path / 'nope.mtx'}: no such file")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--matrix", str(matrix)])
+        assert capsys.readouterr().err.splitlines() == [f"error: --matrix: {said} (see --help)"]
+
+
+def test_bad_option_fails_before_anything_starts(tmp_path):
+    start = time.monotonic()
+    proc = _cli(["--matrix", "gen:rmat?scale=5", "-N", "0", "--data-root", str(tmp_path / "data")])
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["error: -N/--n-cols: must be a positive integer, got 0 (see --help)"]
+    assert not (tmp_path / "data").exists()
+    assert elapsed < 5, f"{elapsed:.1f} s (1.5 s measured on an idle 2-core box; the target is 2 s)"
+
+
+def test_help_lists_the_options_grouped():
+    text = build_parser().format_help()
+    groups = ["input:", "reordering:", "format and precision:", "devices:", "output:"]
+    positions = [text.index(f"\n{g}\n") for g in groups]
+    assert positions == sorted(positions)
+    for group, option in zip(groups, ["--matrix", "--reorder", "--dtype", "--devices", "--json"]):
+        section = text[text.index(f"\n{group}\n"):]
+        assert option in section.split("\n\n")[0], (group, option)
+
+
+def test_console_script_is_declared_and_runs():
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "tcspmm"]
+    assert script.load() is __import__("flows.spmm", fromlist=["main"]).main
+    exe = Path(sys.executable).parent / "tcspmm"
+    if exe.exists():  # installed into this environment (pip install -e .)
+        proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "format and precision:" in proc.stdout
+
+
+def test_result_on_stdout_logs_quiet_and_json(data_root):
+    args = ["--matrix", GEN, "-N", "8", "--reorder", "degree", "--devices", "cpu", "--data-root", str(data_root)]
+    text = _cli([*args, "--repeats", "3"])
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert text.stderr == ""  # Prefect's INFO lines stay out of a successful run's output
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("tcspmm run ") and " N=8" in lines[0]
+    assert lines[1].split()[:3] == ["stage", "wall", "ms"] and lines[6].startswith("spmm")
+    assert any(line.startswith("GFLOP/s: 2 x nnz x N / kernel_ms") for line in lines)
+    assert any(line.startswith("wall ms: the stage's wall-clock time") for line in lines)
+    as_json = _cli([*args, "--repeats", "4", "--json"])
+    assert as_json.returncode == 0, as_json.stderr[-3000:]
+    result = json.loads(as_json.stdout)
+    assert result["spmm"]["repeats"] == 4 and result["spmm"]["gflops"] > 0
+    assert result["ingest"]["reused"] and result["matrix_id"].startswith("gen.sbm.")
+    verbose = _cli([*args, "--repeats", "1", "-v"])
+    assert "Beginning flow run" in verbose.stderr and verbose.stdout.startswith("tcspmm run ")
+
+
+def test_failed_run_prints_only_the_error_line(tmp_path, data_root):
+    bad = tmp_path / "bad.mtx"
+    bad.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 2 2.0\n")
+    proc = _cli(["--matrix", str(bad), "--data-root", str(data_root)])
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["error: bad.mtx line 4: row index 4 exceeds the declared 3 rows"]
+    verbose = _cli(["--matrix", str(bad), "--data-root", str(data_root), "--verbose"])
+    assert verbose.returncode == 1 and "Traceback" not in verbose.stderr
+    assert verbose.stderr.splitlines()[-1] == "error: bad.mtx line 4: row index 4 exceeds the declared 3 rows"
+
+
+@pytest.mark.parametrize("signum,when", [(signal.SIGTERM, "startup"), (signal.SIGTERM, "download"),
+                                         (signal.SIGINT, "download")])
+def test_signal_stops_the_temporary_server(mirror, data_root, signum, when):
+    """Issue 17 item 6: killed while its temporary Prefect API server starts, or while a download stalls, the run
+    stops that server (and its Dask cluster): every process it started is gone and the caller's pipes close."""
+    psutil = pytest.importorskip("psutil")
+    mirror.fail("suitesparse/MM/HB/bcsstk13.tar.gz", "stall", after_bytes=1000)
+    env = _env({**mirror.env(), "TCSPMM_HTTP_TIMEOUT_S": "120"})
+    proc = subprocess.Popen([sys.executable, str(REPO / "flows" / "spmm.py"), "--matrix", "HB/bcsstk13",
+                             "--data-root", str(data_root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=REPO)
+    children = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            children = psutil.Process(proc.pid).children(recursive=True)
+            if children if when == "startup" else mirror.gets("bcsstk13"):
+                break
+            time.sleep(0.05)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "expected the temporary Prefect server as a child process"
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)  # returns only once no process holds the pipes
+        assert proc.returncode == 128 + signum
+        assert err.splitlines()[-1] == f"error: interrupted by {signal.Signals(signum).name}"
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, alive
+    finally:
+        for child in children:  # only what this run started, by pid
+            if child.is_running():
+                child.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        mirror.reset()
