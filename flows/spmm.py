@@ -25,9 +25,10 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
               fmt: str = "metcf", devices: str = "auto", mode: str = "oneshot", scheduler: str | None = None,
               seed: int = 0, data_root: str | None = None, save_c: bool = False, drop_zeros: bool = False,
               complex_mode: str | None = None, allow_overflow: bool = False, allow_nonfinite: bool = False,
-              repeats: int = 20) -> dict:
+              repeats: int = 20, nondeterministic: bool = False) -> dict:
     """C = A @ B for one matrix spec; returns each stage's result and the report table. ``dtype`` float32 (TF32),
-    float16 or bfloat16; float16 refuses values it cannot hold unless ``allow_overflow``."""
+    float16 or bfloat16; float16 refuses values it cannot hold unless ``allow_overflow``. ``nondeterministic``
+    lets the SpMM fall back to cuSPARSE (faster on some matrices, not bitwise repeatable)."""
     root = resolve_data_root(data_root)
     run_id = uuid.uuid4().hex[:12]
     ingested = steps.ingest(matrix, root, drop_zeros, complex_mode, allow_nonfinite)
@@ -37,7 +38,7 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
         ordered = steps.reorder(matrix_id, reorder, root, seed, address, dtype)
         converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype, address)
         multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,
-                                devices, mode, seed, address, save_c, fmt, repeats)
+                                devices, mode, seed, address, save_c, fmt, repeats, not nondeterministic)
     multiplied["precision_check"] = checked
     results = {"ingest": ingested, "reorder": ordered, "convert": converted, "spmm": multiplied}
     table = steps.write_report(root, run_id, matrix_id, results)

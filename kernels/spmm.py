@@ -33,10 +33,12 @@ def gpu_available() -> bool:
 
 class SpmmPlan:
     def __init__(self, A, *, device="auto", dtype=np.float32, format="metcf", balance="auto", autotune="auto",
-                 config: KernelConfig = CONFIG, calibration=None, out_dtype=None):
+                 config: KernelConfig = CONFIG, calibration=None, out_dtype=None, deterministic: bool = True):
         """``A``: a SciPy sparse matrix (any format) or an already converted format object (a METCF whose block
         width matches the precision). ``out_dtype``: C's dtype, default the precision's (float32 for TF32);
-        half plans may ask for float32 C. ``format``: a registered name or "auto"."""
+        half plans may ask for float32 C. ``format``: a registered name or "auto". ``deterministic`` (default):
+        two runs on the same B give bitwise-equal C, so only our kernels (no atomics, fixed reduction orders) are
+        chosen; False also lets the choice fall to cuSPARSE, whose CSR SpMM is not bitwise repeatable."""
         self.precision = as_precision(dtype)
         if balance not in ("auto", True, False):
             raise ValueError(f"balance is {balance!r}, expected 'auto', True or False")
@@ -50,6 +52,7 @@ class SpmmPlan:
                              f"{self.precision.storage_dtype} or float32")
         self.formats = format_candidates("metcf" if isinstance(A, METCF) else format, self.precision.name)
         self.balance, self.shape, self.nnz = balance, tuple(int(s) for s in A.shape), int(A.nnz)
+        self.deterministic = bool(deterministic)
         self._csr = None if isinstance(A, METCF) else sp.csr_array(A)
         self._given = A
         use_gpu = device == "gpu" or (device == "auto" and gpu_available())
@@ -68,7 +71,8 @@ class SpmmPlan:
             return
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._ops = {f.name: f.device_class()(A if isinstance(A, METCF) else self._csr, self.precision, config,
-                                               calibration, balance=balance, autotune=autotune)
+                                               calibration, balance=balance, autotune=autotune,
+                                               allow_cusparse=not self.deterministic)
                      for f in self.formats}
         for name, ops in self._ops.items():
             self.timings.update(ops.timings if len(self._ops) == 1 else {f"{name}:{k}": v

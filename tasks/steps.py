@@ -41,10 +41,10 @@ def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str,
 @task(name="spmm", cache_policy=NO_CACHE)
 def spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, n_cols_b: int, dtype: str,
          devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool, fmt: str = "metcf",
-         repeats: int = 20) -> dict:
+         repeats: int = 20, deterministic: bool = True) -> dict:
     return execute.run_spmm(matrix_id, perm_key, format_key, data_root, n_cols_b=n_cols_b, dtype=dtype,
                             devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c, fmt=fmt,
-                            repeats=repeats)
+                            repeats=repeats, deterministic=deterministic)
 
 
 @task(name="report", cache_policy=NO_CACHE)

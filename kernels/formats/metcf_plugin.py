@@ -62,12 +62,13 @@ class MetcfDevice:
     (dense A fragments, column pairs) built once; `decide` and `launch` per call."""
 
     def __init__(self, A, precision: Precision, config: KernelConfig, calibration=None, *, balance="auto",
-                 autotune="auto"):
+                 autotune="auto", allow_cusparse: bool = False):
         import cupy
 
         from kernels import selector
 
         self.precision, self.config, self.balance = precision, config, balance
+        self.allow_cusparse = allow_cusparse  # False: only this format's kernels (deterministic), never cuSPARSE
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self.timings: dict = {}
         self.nnz, self.shape = int(A.nnz), tuple(int(s) for s in A.shape)
@@ -129,7 +130,7 @@ class MetcfDevice:
 
         pred = selector.predict(self.row_window_offset_host, self.nnz, self.shape, N, self._device_model,
                                 self._cal, self.config)
-        choice = selector.choose(pred, self._cal, balance=self.balance)
+        choice = selector.choose(pred, self._cal, balance=self.balance, allow_cusparse=self.allow_cusparse)
         choice.update({"N": N, "prediction": pred, "calibration": self._cal.source,
                        "device": self._device_model.name, "conversion": self.timings.get("conversion"),
                        "a_layout": "dense fragments" if self.config.a_dense else "bitmap",
@@ -141,6 +142,8 @@ class MetcfDevice:
                  False: ["metcf-window", "cusparse"]}[self.balance]
         if self.balance == "auto" and pred["approximation_ratio"] < AUTOTUNE_MIN_AR:
             cands.remove("metcf-balanced")  # nothing to balance; saves its 16 x N per split window workspace
+        if not self.allow_cusparse:
+            cands.remove("cusparse")
         measured = {k: time_fn(k) for k in cands}
         if self.balance == "auto" and pred.get("split_ksplit"):  # every ksplit the block size allows
             from kernels.launch import ksplits
@@ -157,7 +160,7 @@ class MetcfDevice:
                             "the window kernel unless the candidates are timed"}
         if B is None or self.autotune is False:
             return choice
-        measured = {k: time_fn(k) for k in ("metcf-window", "cusparse")}
+        measured = {k: time_fn(k) for k in ("metcf-window", "cusparse")[:2 if self.allow_cusparse else 1]}
         self._time_splits(choice, measured, launch_half.ksplits_half(N, self.config), time_fn)
         return _autotuned(choice, measured)
 

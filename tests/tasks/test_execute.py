@@ -11,7 +11,7 @@ class FakeGpuPlan:
     """Stands in for SpmmPlan on a GPU: the product of the reordered matrix, timed at ``KERNEL_MS``."""
     KERNEL_MS = 2.0
 
-    def __init__(self, M, device, dtype="float32", format="metcf"):
+    def __init__(self, M, device, dtype="float32", format="metcf", deterministic=True):
         self.M, self.device = M, "gpu"
         self.choice = {"kernel": "metcf-window", "reason": "model", "device": "fake"}
 
@@ -43,12 +43,22 @@ def test_one_device_never_slower_than_cusparse_on_the_original_order(monkeypatch
 
     monkeypatch.setattr(execute, "cusparse_baseline", fake_baseline)
     monkeypatch.setattr(execute, "cusparse_product", lambda A, B, algorithm, dtype="float32": (A @ B).astype(np.float32))
-    C, result = execute._run_one_device(A, perm, A[perm], B, "auto", repeats=3)
+    C, result = execute._run_one_device(A, perm, A[perm], B, "auto", repeats=3, deterministic=False)
     assert timed == {"original": True, "reordered": True}
     assert result["kernel"] == expect
     assert result["kernel_ms"] == min(original_ms, FakeGpuPlan.KERNEL_MS)
     assert result["baseline"]["reordered"]["speedup"] == pytest.approx(2.5 / FakeGpuPlan.KERNEL_MS)
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)  # original row order either way
+
+
+def test_deterministic_run_times_cusparse_but_never_falls_back_to_it(monkeypatch, problem):
+    A, perm, B = problem
+    monkeypatch.setattr(kernels.spmm, "SpmmPlan", FakeGpuPlan)
+    monkeypatch.setattr(execute, "cusparse_baseline", lambda matrix, B, repeats, dtype="float32":
+                        {"algorithm": "CSR_ALG2", "median_ms": 0.5})
+    C, result = execute._run_one_device(A, perm, A[perm], B, "auto", repeats=3)
+    assert result["kernel"] == "metcf-window" and result["kernel_ms"] == FakeGpuPlan.KERNEL_MS
+    assert result["baseline"]["original"]["speedup"] == pytest.approx(0.25)  # reported, not hidden
 
 
 def test_cpu_path_reports_no_baseline(problem):
