@@ -5,11 +5,11 @@
 
 Each matrix is a subflow run of ``tcspmm-spmm``; they share one Dask cluster (started here, or ``--scheduler``),
 so heavy block work from concurrent subflows is scheduled together. A matrix that fails is reported and does not
-stop the others; the flow fails at the end if any did.
+stop the others; the flow fails at the end if any did. The summary gives each matrix's stage times and GFLOP/s.
 """
 from __future__ import annotations
 
-import argparse
+import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,43 +17,60 @@ from prefect import flow
 
 from configs import load_catalog
 from flows.spmm import spmm_flow
-from tasks.cli import data_root as resolve_data_root, run_cli
+from tasks import cli
+from tasks.cli import data_root as resolve_data_root
 from tasks.stages import flow_cluster
 
 
 @flow(name="tcspmm-catalog", log_prints=True)
 def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str = "auto", devices: str = "auto",
-                 scheduler: str | None = None, concurrency: int = 2, data_root: str | None = None) -> dict:
-    """Run every catalog entry; returns ``{spec: run_id or error}``."""
+                 scheduler: str | None = None, concurrency: int = 2, data_root: str | None = None,
+                 repeats: int = 20) -> dict:
+    """Run every catalog entry; returns ``{spec: outcome}``, an outcome being ``cli.run_outcome`` (run id, each
+    stage's wall ms, kernel, median kernel ms, GFLOP/s) or ``{"error": message}``."""
     root = resolve_data_root(data_root)
     specs = load_catalog(catalog)
-    outcome: dict[str, str] = {}
+    outcome: dict[str, dict] = {}
     with flow_cluster(scheduler, devices) as address, ThreadPoolExecutor(max(1, concurrency)) as pool:
         futures = {spec: pool.submit(spmm_flow, matrix=spec, n_cols_b=n_cols_b, reorder=reorder, devices=devices,
-                                     scheduler=address, data_root=root) for spec in specs}
+                                     scheduler=address, data_root=root, repeats=repeats) for spec in specs}
         for spec, future in futures.items():
             try:
-                outcome[spec] = future.result()["run_id"]
+                outcome[spec] = cli.run_outcome(future.result())
             except Exception as err:  # one matrix's failure must not hide the others' results
-                outcome[spec] = f"error: {err}"
-    failed = {s: o for s, o in outcome.items() if o.startswith("error:")}
-    print("\n".join(f"{spec:<60} {o}" for spec, o in outcome.items()))
+                outcome[spec] = {"error": str(err)}
+    print(cli.catalog_summary(outcome))
+    failed = [s for s, o in outcome.items() if "error" in o]
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(specs)} catalog matrices failed: {', '.join(failed)}")
     return outcome
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="flows/catalog.py", description=__doc__.split("\n")[0])
+def build_parser() -> cli.Parser:
+    from tasks.reorder import METHODS
+
+    p = cli.Parser(prog="flows/catalog.py", description=__doc__.split("\n")[0],
+                   epilog="The summary (or --json) goes to stdout, logs to stderr.")
     p.add_argument("--catalog", default=None, help="catalog YAML (default: configs/catalog.yaml)")
-    p.add_argument("-N", "--n-cols", dest="n_cols_b", type=int, default=128)
-    p.add_argument("--reorder", default="auto")
-    p.add_argument("--devices", default="auto")
-    p.add_argument("--scheduler", default=None)
-    p.add_argument("--concurrency", type=int, default=2)
-    p.add_argument("--data-root", default=None)
-    args = vars(p.parse_args(argv))
-    return run_cli(lambda: catalog_flow(**args))
+    p.add_argument("-N", "--n-cols", dest="n_cols_b", type=cli.positive_int, default=128,
+                   help="columns of the dense B (default 128)")
+    p.add_argument("--reorder", default="auto", choices=[*METHODS, "auto"], help="row reordering (default auto)")
+    p.add_argument("--devices", default="auto", type=cli.devices, help="auto, cpu, all, or a count")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: local)")
+    p.add_argument("--concurrency", type=cli.positive_int, default=2, help="matrices run at once (default 2)")
+    p.add_argument("--repeats", type=cli.positive_int, default=20, help="timed SpMM runs per matrix (default 20)")
+    p.add_argument("--data-root", default=None, help="data root (default: $TCSPMM_DATA or ./data)")
+    p.add_argument("--json", action="store_true", help="print the outcome as one JSON object on stdout")
+    p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's INFO logs on stderr")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    as_json, verbose = args.pop("json"), args.pop("verbose")
+    emit = (lambda out: print(json.dumps(out, default=str))) if as_json else \
+        (lambda out: print(cli.catalog_summary(out)))
+    return cli.run_cli(lambda: catalog_flow(**args), verbose=verbose, emit=emit)
 
 
 if __name__ == "__main__":

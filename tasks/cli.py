@@ -227,3 +227,30 @@ def spmm_result_text(result: dict, as_json: bool = False) -> str:
     n_cols = result.get("spmm", {}).get("n_cols_b", "?")
     return (f"tcspmm run {result['run_id']}: {result['matrix_id']} {shape} nnz={ingest.get('nnz')} N={n_cols}\n"
             f"{result['table']}\n\n{TABLE_LEGEND}")
+
+
+_STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
+
+
+def run_outcome(result: dict) -> dict:
+    """The numbers a catalog summary shows of one spmm flow result."""
+    ingest, order, conv, mult = (result.get(k, {}) for k in ("ingest", "reorder", "convert", "spmm"))
+    ms = {"fetch": ingest.get("fetch_ms"), "parse": ingest.get("parse_ms"), "reorder": order.get("ms"),
+          "convert": conv.get("ms"), "spmm": mult.get("wall_ms")}
+    return {"run_id": result.get("run_id"), "matrix_id": result.get("matrix_id"), "wall_ms": ms,
+            "kernel": mult.get("kernel"), "kernel_ms": mult.get("kernel_ms"), "gflops": mult.get("gflops")}
+
+
+def catalog_summary(outcome: dict[str, dict]) -> str:
+    """One line per catalog matrix: each stage's wall ms, the kernel, its median ms and GFLOP/s (or the error)."""
+    head = f"{'matrix':<44} " + " ".join(f"{s + ' ms':>11}" for s in _STAGES) + \
+        f" {'kernel ms':>10} {'GFLOP/s':>8}  kernel"
+    lines = [head]
+    for spec, out in outcome.items():
+        if "error" in out:
+            lines.append(f"{spec:<44} error: {out['error']}")
+            continue
+        stages = " ".join(f"{out['wall_ms'].get(s) or 0:>11.1f}" for s in _STAGES)
+        lines.append(f"{spec:<44} {stages} {out['kernel_ms'] or 0:>10.4g} {out['gflops'] or 0:>8.2f}  "
+                     f"{out['kernel']}")
+    return "\n".join(lines + ["", TABLE_LEGEND])

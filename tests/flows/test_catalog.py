@@ -1,0 +1,36 @@
+"""The catalog job's summary: each matrix's stage times, kernel and GFLOP/s, on stdout (text or JSON)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flows.catalog import main
+from tasks.cli import catalog_summary
+
+
+def test_catalog_summary_shows_times_and_gflops(prefect_harness, data_root, tmp_path, capsys):
+    catalog = tmp_path / "catalog.yaml"
+    specs = ["gen:banded?n=600&bandwidth=4&seed=1", "gen:mesh?nx=30&seed=2"]
+    catalog.write_text("matrices:\n" + "".join(f"  - '{s}'\n" for s in specs))
+    code = main(["--catalog", str(catalog), "-N", "4", "--devices", "cpu", "--reorder", "degree", "--repeats", "2",
+                 "--concurrency", "2", "--data-root", str(data_root), "--json"])
+    assert code == 0
+    outcome = json.loads(capsys.readouterr().out)
+    assert list(outcome) == specs
+    for out in outcome.values():
+        assert set(out["wall_ms"]) == {"fetch", "parse", "reorder", "convert", "spmm"}
+        assert out["gflops"] > 0 and out["kernel_ms"] > 0 and out["kernel"]
+    lines = catalog_summary(outcome).splitlines()
+    assert lines[0].split()[:3] == ["matrix", "fetch", "ms"] and "GFLOP/s" in lines[0]
+    assert lines[1].startswith(specs[0]) and float(lines[1].split()[-2]) == pytest.approx(outcome[specs[0]]["gflops"],
+                                                                                        rel=1e-2)
+    assert catalog_summary({"HB/x": {"error": "HB/x: not found"}}).splitlines()[1].endswith("error: HB/x: not found")
+
+
+def test_catalog_options_are_checked_first(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--concurrency", "0"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == ["error: --concurrency: must be a positive integer, got 0 "
+                                                    "(see --help)"]
