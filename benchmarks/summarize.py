@@ -25,10 +25,13 @@ sys.path.insert(0, str(REPO))
 
 from storage.atomic import atomic_path  # noqa: E402
 
+from summarize_precision import precision_section  # noqa: E402  (benchmarks/ is the script folder)
+
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
                "reorder": "benchmarks/reorder.py --sizes 1M,10M,100M --workers 16 --fixtures",
                "multi_gpu": "benchmarks/multi_gpu.py --nnz 100e6 --orders none,natural,tca",
-               "convert": "benchmarks/convert.py", "parse": "benchmarks/parse.py"}
+               "convert": "benchmarks/convert.py", "parse": "benchmarks/parse.py",
+               "precision": "benchmarks/precision.py --suite full"}
 VERSION_KEYS = ("python", "numpy", "scipy", "numba", "cupy", "cuda_runtime", "driver", "fast_matrix_market",
                 "pyarrow", "dask", "distributed", "dask_cuda", "torch")
 SIZE_RE = re.compile(r"^([a-z0-9]+)-(\d+(?:\.\d+)?)([KMG])$", re.I)  # reorder's generated labels, e.g. sbm-10M
@@ -76,7 +79,7 @@ def pick(results: Path, family: str):
     runs.sort(key=lambda r: (r.date, r.path.name), reverse=True)
     if family == "reorder":
         chosen = list({series(r.path): r for r in reversed(runs)}.values())
-    elif family in ("multi_gpu", "spmm") and runs:
+    elif family in ("multi_gpu", "spmm", "precision") and runs:
         chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:
         chosen = runs[:1]
@@ -655,8 +658,9 @@ def parse_section(runs, v0, older) -> list[str]:
     return out + older_note(older) + ["No targets are defined for this benchmark.", "", reproduce("parse", run), ""]
 
 
-SECTIONS = {"spmm": spmm_section, "calibration": calibration_section, "reorder": reorder_section,
-            "multi_gpu": multi_gpu_section, "convert": convert_section, "parse": parse_section}
+SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, h=sys.modules[__name__]),
+            "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
+            "convert": convert_section, "parse": parse_section}
 
 
 def render(results: Path) -> str:

@@ -1,0 +1,61 @@
+"""The half-precision section of docs/benchmarks.md (benchmarks/precision.py's files), for benchmarks/summarize.py.
+
+Targets (issue "Formats as plugins, and half precision"), computed from the rows after TCA reordering:
+- FP16 ME-TCF >= 1.6x faster than our own TF32 path on the same reordered matrices of 10M+ nnz;
+- FP16 selected path >= 2x geomean over the best cuSPARSE FP16 CSR on the matrix as given, none < 0.95x.
+"""
+from __future__ import annotations
+
+
+def _speed(r, base_key: str) -> float:
+    return r[base_key] / r["float16"]["replay_ms"]
+
+
+def precision_section(runs, v0, older, *, h) -> list[str]:
+    """``h``: summarize's helpers (env, table, targets, f, geo, status, mnnz, absent, older_note, reproduce)."""
+    title = "Half precision: FP16 / BF16 ME-TCF (mma.m16n8k16) vs TF32 and cuSPARSE in the same precision"
+    if not runs:
+        return h.absent("precision", title, [("FP16 vs TF32, 10M+ nnz after TCA", ">= 1.6x"),
+                                             ("FP16 vs cuSPARSE FP16 on the original, geomean", ">= 2x")])
+    run = runs[0]
+    rows = run.rows
+    for r in rows:
+        r["_tf32"] = r["float32"]["replay_ms"]
+        r["_cus_orig"] = r["cusparse_float16_original_ms"]
+        r["_cus_same"] = r["cusparse_float16"]["ms"]
+    out = [f"## {title}", ""] + h.env(run)
+    out += ["Times are device ms per call from CUDA-graph replays (`kernels.launch.graph_ms`) unless marked "
+            "*issued* (one `plan.run(B, out)` per Python loop iteration between CUDA events: what a caller gets). "
+            "Each plan is `SpmmPlan(A, dtype=...)` autotuned among its deterministic kernels; `x TF32` = TF32 "
+            "selected ms / FP16 selected ms; `x cuSP16 orig` / `same` = best cuSPARSE FP16 CSR algorithm on the "
+            "matrix as given / on the same (reordered) matrix, over FP16 selected; BELL16 = cuSPARSE Blocked-ELL "
+            "16x16 FP16 (– where padding to the longest block row exceeds 4 GiB); floor = A as the kernel reads it "
+            "plus B and C once at the measured copy bandwidth; errors are relative Frobenius errors on 2048 sampled "
+            "rows against float64 of the un-rounded inputs (contract: 1e-2 FP16, 3e-2 BF16).", ""]
+    out += h.table(("matrix", "order", "nnz", "N", "TF32 ms", "FP16 ms", "FP16 kernel", "BF16 ms", "x TF32",
+                    "x cuSP16 orig", "x cuSP16 same", "BELL16 ms", "torch16 ms", "FP16 issued ms", "floor %",
+                    "err FP16", "err BF16"),
+                   [(f"`{r['matrix']}`", r["order"], h.mnnz(r["nnz"]), r["N"], h.f(r["_tf32"], 4),
+                     h.f(r["float16"]["replay_ms"], 4), r["float16"]["selected"].replace("metcf-", ""),
+                     h.f(r["bfloat16"]["replay_ms"], 4), h.f(_speed(r, "_tf32")), h.f(_speed(r, "_cus_orig")),
+                     h.f(_speed(r, "_cus_same")),
+                     h.f(r["blocked_ell_float16"]["ms"], 4) if r["blocked_ell_float16"].get("applies") else "–",
+                     h.f(r["torch_float16"].get("ms"), 4), h.f(r["float16"]["issued_ms"], 4),
+                     h.f(100 * r["float16"]["floor_ms"] / r["float16"]["replay_ms"], 0),
+                     f"{r['float16']['rel_err']:.1e}", f"{r['bfloat16']['rel_err']:.1e}") for r in rows])
+    tca = [r for r in rows if r["order"] == "tca"]
+    big = [r for r in tca if r["nnz"] >= 10_000_000]
+    over_tf32 = h.geo([_speed(r, "_tf32") for r in big])
+    over_cus = [_speed(r, "_cus_orig") for r in tca]
+    g = h.geo(over_cus)
+    out += h.targets([
+        ("FP16 vs our TF32, same reordered matrices, 10M+ nnz (geomean)", ">= 1.6x", h.f(over_tf32, 2, "x"),
+         h.status(None if over_tf32 is None else over_tf32 >= 1.6)),
+        ("FP16 selected vs best cuSPARSE FP16 CSR on the original (geomean, after TCA)", ">= 2x", h.f(g, 2, "x"),
+         h.status(None if g is None else g >= 2.0)),
+        ("same, no case below", ">= 0.95x", h.f(min(over_cus), 2, "x") if over_cus else "–",
+         h.status(None if not over_cus else min(over_cus) >= 0.95)),
+        ("errors within the contract (FP16 1e-2, BF16 3e-2)", "all",
+         f"max {max(r['float16']['rel_err'] for r in rows):.1e} / {max(r['bfloat16']['rel_err'] for r in rows):.1e}",
+         h.status(all(r["float16"]["rel_err"] <= 1e-2 and r["bfloat16"]["rel_err"] <= 3e-2 for r in rows)))])
+    return out + h.older_note(older) + [h.reproduce("precision", run), ""]
