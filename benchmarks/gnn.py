@@ -128,7 +128,11 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype)
     row.update({"ours_first_ms": res["epoch_ms"][0], "ours_ms": float(np.median(res["epoch_ms"][1:])),
                 "ours_losses": res["losses"], "ours_test_acc": res["test_acc"]})
     if theirs is not None:
-        res_p = fit(theirs, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype)
+        try:
+            res_p = fit(theirs, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype)
+        except RuntimeError as err:  # PyG's torch.sparse path has no half SpMM in cuSPARSE's backward (seen on H200)
+            row["pyg_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            return row
         row.update({"pyg_first_ms": res_p["epoch_ms"][0], "pyg_ms": float(np.median(res_p["epoch_ms"][1:])),
                     "pyg_losses": res_p["losses"], "pyg_test_acc": res_p["test_acc"],
                     "speedup": float(np.median(res_p["epoch_ms"][1:]) / np.median(res["epoch_ms"][1:])),
@@ -147,7 +151,7 @@ def versions() -> dict:
         except ImportError:
             out[mod] = None
     try:
-        out["tcspmm_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+        out["tcspmm_commit"] = subprocess.run(  # the checkout's HEAD: uncommitted edits are not in it["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                               text=True).stdout.strip() or None
     except OSError:
         out["tcspmm_commit"] = None
@@ -175,8 +179,12 @@ def plot(rows, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 2.8), squeeze=False)
-    for ax, r in zip(axes[0], rows):
+    cols = min(4, len(rows))
+    n_rows = -(-len(rows) // cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(3.2 * cols, 2.6 * n_rows), squeeze=False)
+    for ax in axes.flat[len(rows):]:
+        ax.axis("off")
+    for ax, r in zip(axes.flat, rows):
         ax.plot(r["ours_losses"], label="tcspmm")
         if r.get("pyg_losses"):
             ax.plot(r["pyg_losses"], "--", label="PyG")
