@@ -151,7 +151,8 @@ def versions() -> dict:
         except ImportError:
             out[mod] = None
     try:
-        out["tcspmm_commit"] = subprocess.run(  # the checkout's HEAD: uncommitted edits are not in it["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+        # the checkout's HEAD: uncommitted edits are not in it
+        out["tcspmm_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                               text=True).stdout.strip() or None
     except OSError:
         out["tcspmm_commit"] = None
