@@ -119,3 +119,12 @@ def test_load_gives_edge_index_in_pyg_orientation(data_root):
         gnn.load("tri", data_root, perm="rcm-x")
     with pytest.raises(InputError, match="has no node array 'label'"):
         gnn.load("tri", data_root, label="label")
+
+
+def test_storage_one_liner_reads_a_node_array(tmp_path):
+    import storage
+
+    store = BlockStore(tmp_path)
+    small_matrix(store, n=10)
+    write_node_array(store.matrix("m"), "label", np.arange(10))
+    np.testing.assert_array_equal(storage.load_node_array("m", "label", tmp_path), np.arange(10))
