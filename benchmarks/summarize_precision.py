@@ -7,6 +7,14 @@ Targets (issue "Formats as plugins, and half precision"), computed from the rows
 from __future__ import annotations
 
 
+def _out_of_range(r) -> bool:
+    return bool((r.get("float16_range") or {}).get("overflow"))
+
+
+def _err16(r) -> str:
+    return "out of range" if _out_of_range(r) else f"{r['float16']['rel_err']:.1e}"
+
+
 def _speed(r, base_key: str) -> float:
     return r[base_key] / r["float16"]["replay_ms"]
 
@@ -42,7 +50,11 @@ def precision_section(runs, v0, older, *, h) -> list[str]:
                      h.f(r["blocked_ell_float16"]["ms"], 4) if r["blocked_ell_float16"].get("applies") else "–",
                      h.f(r["torch_float16"].get("ms"), 4), h.f(r["float16"]["issued_ms"], 4),
                      h.f(100 * r["float16"]["floor_ms"] / r["float16"]["replay_ms"], 0),
-                     f"{r['float16']['rel_err']:.1e}", f"{r['bfloat16']['rel_err']:.1e}") for r in rows])
+                     _err16(r), f"{r['bfloat16']['rel_err']:.1e}") for r in rows])
+    out += [f"Out of float16's range (left out of the targets; the flow refuses them unless --allow-overflow): "
+            + ", ".join(sorted({f"`{r['matrix']}` (max |x| {r['float16_range']['max_abs']:.3g})" for r in rows
+                                if _out_of_range(r)})), ""] if any(_out_of_range(r) for r in rows) else []
+    rows = [r for r in rows if not _out_of_range(r)]
     tca = [r for r in rows if r["order"] == "tca"]
     big = [r for r in tca if r["nnz"] >= 10_000_000]
     over_tf32 = h.geo([_speed(r, "_tf32") for r in big])

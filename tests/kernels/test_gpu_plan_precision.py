@@ -81,7 +81,8 @@ def test_half_plan_chooses_by_timing_and_returns_float32_on_request(dtype):
     C = plan.run(B)  # NumPy float32 B: converted to the precision on the way in
     assert C.dtype == np.float32 and rel_err(C, ref) <= prec.tolerance
     ch = plan.choices[128]
-    assert set(ch["measured_ms"]) >= {"metcf-window", "cusparse"} and ch["precision"] == dtype
+    assert "metcf-window" in ch["measured_ms"] and "cusparse" not in ch["measured_ms"]  # deterministic plan
+    assert ch["precision"] == dtype
     assert ch["kernel"] == min(ch["measured_ms"], key=ch["measured_ms"].get)
 
 
