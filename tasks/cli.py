@@ -163,11 +163,17 @@ def configure_logging(verbose: bool) -> None:
         logging.getLogger(name).addFilter(one_line)
 
 
-def stop_temporary_servers() -> None:
-    """Stop the temporary Prefect API servers this process started (Prefect stops them only at interpreter exit,
-    which a signal skips). ``_instances`` is Prefect's own registry of them (prefect/server/api/server.py)."""
+def temporary_servers() -> list:
+    """The temporary Prefect API servers running in this process. ``_instances`` is Prefect's own registry of them
+    (prefect/server/api/server.py)."""
     server_module = sys.modules.get("prefect.server.api.server")
-    servers = list(server_module.SubprocessASGIServer._instances.values()) if server_module else []
+    return list(server_module.SubprocessASGIServer._instances.values()) if server_module else []
+
+
+def stop_temporary_servers(keep: list | tuple = ()) -> None:
+    """Stop the temporary Prefect API servers started since ``keep`` was taken (Prefect stops them only at
+    interpreter exit, which a signal skips); one a caller started before (a test harness) keeps running."""
+    servers = [server for server in temporary_servers() if not any(server is kept for kept in keep)]
     if not servers:
         return
     # Send what the run logged and emitted while the server is still up (else: "Error logging to API" on stderr
@@ -184,6 +190,7 @@ def run_cli(run: Callable[[], object], *, verbose: bool = True,
     """Run ``run()``; ``emit(result)`` writes the result (stdout). Bad input prints ``error: <message>`` as the
     last line on stderr and returns 1; Ctrl-C returns 130, SIGTERM 143, SIGHUP 129."""
     configure_logging(verbose)
+    before = temporary_servers()
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in _SIGNALS}
     code, message = 0, None
     try:
@@ -197,7 +204,7 @@ def run_cli(run: Callable[[], object], *, verbose: bool = True,
         code, message = 128 + signum, f"interrupted by {signal.Signals(signum).name}"
     finally:
         try:
-            stop_temporary_servers()
+            stop_temporary_servers(keep=before)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
