@@ -10,6 +10,8 @@ Environment variables:
 - ``TCSPMM_HTTP_TIMEOUT_S``, ``TCSPMM_HTTP_RETRIES``, ``TCSPMM_HTTP_BACKOFF_S``: download socket timeout, retry
   count and first backoff.
 - ``TCSPMM_IGB_MD5_<SIZE>`` (``TINY``, ``SMALL``, ``MEDIUM``): expected md5 of an IGB archive.
+- ``TCSPMM_MEMORY_LIMIT``, ``TCSPMM_EXTRACT_FACTOR``, ``TCSPMM_EXTRACT_CAP``: limits on sizes from outside
+  (``configs.limits``, ``limits.yaml``).
 """
 from __future__ import annotations
 
