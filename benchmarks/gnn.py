@@ -165,8 +165,9 @@ def table(rows) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         f = (lambda k, fmt: format(r[k], fmt) if r.get(k) is not None else "-")
+        speedup = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
         lines.append(f"{r['graph']:10} {r['nnz']:>10} {r['model']:5} {r['hidden']:>4} {r['precision']:8} "
-                     f"{f('ours_ms', '8.2f'):>8} {f('pyg_ms', '8.2f'):>8} {(f('speedup', '6.2f') + 'x') if r.get('speedup') else '-':>7} "
+                     f"{f('ours_ms', '8.2f'):>8} {f('pyg_ms', '8.2f'):>8} {speedup:>7} "
                      f"{f('forward_rel_err', '8.1e'):>8} {f('loss_max_rel_gap', '8.1e'):>8} "
                      f"{f('ours_test_acc', '8.3f'):>8} {f('pyg_test_acc', '8.3f'):>8}")
     return "\n".join(lines)

@@ -2,12 +2,12 @@
 functions, with every product they need, on the CPU and on CUDA devices. Tensors in and out are torch tensors in
 the user's node order; the row permutation of the Tensor Core path stays inside.
 
-| product                         | CPU (SciPy)       | CUDA float32 / float16 / bfloat16                   |
-| ------------------------------- | ----------------- | --------------------------------------------------- |
-| ``matmul(X)``: A @ X            | csr @ X           | ``SpmmPlan(A[perm])``, rows scattered back by perm   |
-| ``matmul(G, transpose=True)``   | csr(A.T) @ G      | ``SpmmPlan(A.T[perm])`` built once (A's plan when A is symmetric) |
-| ``matmul_values(v, X[, transpose])``: A's pattern with per-call values v | csr @ X | kernels.cusparse SpMM, values written in place |
-| ``sddmm(U, V)``: U[row_k] . V[col_k] | gnn.reference.sddmm | kernels.cusparse_sddmm                        |
+- ``matmul(X)``, A @ X: CPU csr @ X; CUDA ``SpmmPlan(A[perm])``, rows scattered back by perm.
+- ``matmul(G, transpose=True)``, A.T @ G: CPU csr(A.T) @ G; CUDA ``SpmmPlan(A.T[perm])`` built once (A's own
+  plan when A is symmetric).
+- ``matmul_values(v, X[, transpose])``, A's pattern with per-call values v: CPU csr @ X; CUDA kernels.cusparse
+  SpMM with the values written into its CSR in place.
+- ``sddmm(U, V)``, U[row_k] . V[col_k]: CPU gnn.reference.sddmm; CUDA kernels.cusparse_sddmm.
 
 Per-call values (attention) go through cuSPARSE, not the ME-TCF plans: a plan bakes A's values in when it is
 built. Precision: CPU float64 stays float64 (gradcheck), everything else computes in float32 (TF32 on the Tensor
