@@ -22,10 +22,11 @@ from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # summarize_precision, beside this script
 
 from storage.atomic import atomic_path  # noqa: E402
 
-from summarize_precision import precision_section  # noqa: E402  (benchmarks/ is the script folder)
+from summarize_precision import precision_section, seam_section  # noqa: E402  (benchmarks/ is the script folder)
 
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
                "reorder": "benchmarks/reorder.py --sizes 1M,10M,100M --workers 16 --fixtures",
@@ -658,7 +659,8 @@ def parse_section(runs, v0, older) -> list[str]:
     return out + older_note(older) + ["No targets are defined for this benchmark.", "", reproduce("parse", run), ""]
 
 
-SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, h=sys.modules[__name__]),
+SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, h=SimpleNamespace(**globals())),
+            "seam-ab": lambda *a: seam_section(*a, h=SimpleNamespace(**globals())),
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
             "convert": convert_section, "parse": parse_section}
 

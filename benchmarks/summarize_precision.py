@@ -70,4 +70,50 @@ def precision_section(runs, v0, older, *, h) -> list[str]:
         ("errors within the contract (FP16 1e-2, BF16 3e-2)", "all",
          f"max {max(r['float16']['rel_err'] for r in rows):.1e} / {max(r['bfloat16']['rel_err'] for r in rows):.1e}",
          h.status(all(r["float16"]["rel_err"] <= 1e-2 and r["bfloat16"]["rel_err"] <= 3e-2 for r in rows)))])
+    below = sorted({f"`{r['matrix']}` {r['order']} N={r['N']} ({_speed(r, '_cus_orig'):.2f}x)" for r in tca
+                    if _speed(r, "_cus_orig") < 0.95})
+    floors = [100 * r["float16"]["floor_ms"] / r["float16"]["replay_ms"] for r in big]
+    out += [f"Where the time goes: on the 10M+ nnz matrices after TCA the FP16 kernel runs at "
+            f"{min(floors, default=0):.0f}-{max(floors, default=0):.0f}% of its memory floor, so it is bound by its "
+            "instruction stream (per 16 x 16 block and 64 columns: one 16-byte A fragment, one 16-byte column-id "
+            "load, four 16-byte B row loads, 16 byte permutes and 8 mma), not by bytes; a 16 x 16 block costs about "
+            "what a TF32 16 x 8 block costs, and after TCA the 16-wide blocks are less full than two 8-wide ones, "
+            "which caps FP16 over TF32 near the block-count ratio. "
+            + (f"Below 0.95x of cuSPARSE FP16 on the original: {', '.join(below)} (small matrices, where the plan "
+               "keeps to its deterministic kernels; `deterministic=False` lets it take cuSPARSE)." if below else ""),
+            ""]
     return out + h.older_note(older) + [h.reproduce("precision", run), ""]
+
+
+def seam_section(runs, v0, older, *, h) -> list[str]:
+    """TF32 kernel times before and after ME-TCF moved onto the format seam: the same benchmark command from both
+    trees in one device call (files seam-ab-<device>-<date>-old.json / -new.json)."""
+    title = "TF32 speed through the format seam (before / after, same device call)"
+    if not runs:
+        return [f"## {title}", "", "Status: not run yet (no `seam-ab-*.json` in the results folder).", ""]
+    folder = runs[0].path.parent
+    new = sorted(folder.glob("seam-ab-*-new.json"))
+    pairs = [(h.load(p), h.load(p.with_name(p.name.replace("-new.json", "-old.json")))) for p in new
+             if p.with_name(p.name.replace("-new.json", "-old.json")).exists()]
+    if not pairs:
+        return [f"## {title}", "", "Status: not run (no old/new pair).", ""]
+    after, before = pairs[-1]
+    old = {(r["matrix"], r["order"], r["N"]): r for r in before.rows}
+    rows, ratios = [], []
+    for r in after.rows:
+        o = old.get((r["matrix"], r["order"], r["N"]))
+        if o is None:
+            continue
+        ks = [k for k in ("metcf-window", "metcf-balanced", "metcf-split") if k in r["ms"] and k in o["ms"]]
+        ratios += [r["ms"][k] / o["ms"][k] for k in ks]
+        rows.append((f"`{r['matrix']}`", r["order"], r["N"],
+                     *(f"{h.f(o['ms'].get(k), 4)} / {h.f(r['ms'].get(k), 4)}" for k in
+                       ("metcf-window", "metcf-balanced", "metcf-split"))))
+    out = [f"## {title}", ""] + h.env(after)
+    out += [f"Before: `{before.path.name}` (commit e5a627a, before the seam); after: `{after.path.name}`. Device ms "
+            "per call by graph replay, before / after.", ""]
+    out += h.table(("matrix", "order", "N", "window", "balanced", "split"), rows)
+    g = h.geo(ratios)
+    out += h.targets([("TF32 kernel time after / before (geomean; max)", "unchanged (within 3%)",
+                       f"{h.f(g, 3)}; {h.f(max(ratios), 3)}", h.status(None if g is None else max(ratios) <= 1.03))])
+    return out

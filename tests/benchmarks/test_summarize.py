@@ -138,7 +138,7 @@ def test_empty_results_say_not_run(results, tmp_path):
                    capture_output=True)
     md = out.read_text()
     sections = md.split("\n## ")[1:]
-    assert len(sections) == 6
+    assert len(sections) == 8  # spmm, precision, seam-ab, calibration, reorder, multi_gpu, convert, parse
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():
@@ -307,3 +307,29 @@ def test_earlier_version_with_other_timing_is_flagged(summarize, results, tmp_pa
     assert "single calls with the host launch path included" in v0
     assert "single calls" not in v7 and "merged v7 files" in v7
     assert "Times: graph replays." in md
+
+
+def precision_row(matrix, order, N, nnz, tf32, fp16, cus_orig, cus_same, overflow=0):
+    plan = lambda ms, err: {"selected": "metcf-window", "replay_ms": ms, "issued_ms": ms + 0.01, "floor_ms": ms / 4,
+                            "rel_err": err, "ms": {"metcf-window": ms}}  # noqa: E731
+    return {"matrix": matrix, "order": order, "nnz": nnz, "N": N, "float32": plan(tf32, 3e-4),
+            "float16": plan(fp16, 3e-4 if not overflow else float("nan")), "bfloat16": plan(fp16, 3e-3),
+            "cusparse_float16": {"ms": cus_same}, "cusparse_float16_original_ms": cus_orig,
+            "blocked_ell_float16": {"applies": False, "why": "too big"}, "torch_float16": {"ms": 1.0},
+            "float16_range": {"overflow": overflow, "underflow": 0, "max_abs": 1e9 if overflow else 1.0}}
+
+
+def test_precision_targets_leave_out_of_range_matrices_and_use_tca_rows(summarize, tmp_path):
+    rows = [precision_row("mesh", "none", 128, 20_000_000, 2.0, 1.0, 1.0, 1.0),
+            precision_row("mesh", "tca", 128, 20_000_000, 1.7, 1.0, 3.0, 2.0),  # 1.7x over TF32, 3x over cuSPARSE
+            precision_row("small", "tca", 128, 100_000, 0.1, 0.1, 0.09, 0.09),  # 0.9x: below 0.95
+            precision_row("stiff", "tca", 128, 50_000_000, 9.0, 1.0, 100.0, 100.0, overflow=5)]
+    (tmp_path / "precision-dev-2026-11-25-a.json").write_text(json.dumps(
+        {"meta": {"device": "dev", "date": "2026-11-25T00:00:00+00:00", "command": "benchmarks/precision.py"},
+         "rows": rows}))
+    text = summarize.render(tmp_path)
+    sec = text[text.index("## Half precision"):]
+    assert "`stiff` (max |x| 1e+09)" in sec  # out of float16's range: named, left out of the targets
+    assert "| FP16 vs our TF32, same reordered matrices, 10M+ nnz (geomean) | >= 1.6x | 1.70x | **met** |" in sec
+    assert "| same, no case below | >= 0.95x | 0.90x | **missed** |" in sec
+    assert "`small` tca N=128 (0.90x)" in sec
