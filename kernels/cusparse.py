@@ -49,7 +49,28 @@ def _libcusparse() -> ctypes.CDLL:
     raise RuntimeError("libcusparse is not loaded in this process; create a cuSPARSE handle through CuPy first")
 
 
-class CusparseSpmm:
+class DescriptorOwner:
+    """What each cuSPARSE baseline here holds: a sparse descriptor ``descr_a`` and per-N dense descriptors in
+    ``_per_n`` (dicts with "b" and "c"); `close` destroys them, also when the object is collected."""
+
+    def close(self) -> None:
+        cs = self._cs
+        for st in self._per_n.values():
+            cs.destroyDnMat(st["b"])
+            cs.destroyDnMat(st["c"])
+        self._per_n.clear()
+        if self.descr_a:
+            cs.destroySpMat(self.descr_a)
+            self.descr_a = 0
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the bindings may be gone already
+            pass
+
+
+class CusparseSpmm(DescriptorOwner):
     """cuSPARSE SpMM for one CSR matrix on the current device (scipy CSR in; uploaded once)."""
 
     def __init__(self, A, *, algorithms=tuple(ALGORITHMS), dtype: str = "float32", deterministic: bool = False):
@@ -194,19 +215,3 @@ class CusparseSpmm:
             if not bool((again.view(view.dtype) == view).all()):  # synchronize!
                 return False
         return True
-
-    def close(self) -> None:
-        cs = self._cs
-        for st in self._per_n.values():
-            cs.destroyDnMat(st["b"])
-            cs.destroyDnMat(st["c"])
-        self._per_n.clear()
-        if self.descr_a:
-            cs.destroySpMat(self.descr_a)
-            self.descr_a = 0
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the bindings may be gone already
-            pass

@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.cusparse import VALUE_TYPES, CUDA_R_32F, _libcusparse
+from kernels.cusparse import CUDA_R_32F, VALUE_TYPES, DescriptorOwner, _libcusparse
 
 BLOCKED_ELL_ALG1 = 13  # cusparseSpMMAlg_t
 MAX_BYTES = 4 << 30  # refuse Blocked-ELL layouts above this many bytes of values
@@ -35,7 +35,7 @@ def plan_blocked_ell(A, block: int = 16) -> dict:
             "fill": A.nnz / max(n_brows * ell_blocks * block * block, 1)}
 
 
-class CusparseBlockedEll:
+class CusparseBlockedEll(DescriptorOwner):
     """A (SciPy sparse) in Blocked-ELL on the current device, half precision values ("float16" or "bfloat16")."""
 
     def __init__(self, A, *, block: int = 16, dtype: str = "float16", max_bytes: int = MAX_BYTES):
@@ -87,7 +87,7 @@ class CusparseBlockedEll:
         self.descr_a = descr.value
         self.handle = cupy.cuda.device.get_cusparse_handle()
         self._alpha, self._beta = np.ones(1, np.float32), np.zeros(1, np.float32)
-        self._dn: dict = {}  # (B ptr, C ptr, N) -> (descr b, descr c, buffer)
+        self._per_n: dict = {}  # (B ptr, C ptr, N) -> {"b", "c": descriptors, "buf"}
 
     def padded_b(self, B):
         """B [K, N] -> the zero-padded [K_pad, N] copy cuSPARSE reads (in the value dtype)."""
@@ -103,14 +103,14 @@ class CusparseBlockedEll:
         """Cp = A @ Bp on padded operands (C's first M rows are A @ B)."""
         cs, N = self._cs, int(Bp.shape[1])
         key = (Bp.data.ptr, Cp.data.ptr, N)
-        if key not in self._dn:
+        if key not in self._per_n:
             b = cs.createDnMat(self.padded_shape[1], N, N, Bp.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW)
             c = cs.createDnMat(self.padded_shape[0], N, N, Cp.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW)
             op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
             size = cs.spMM_bufferSize(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, b,
                                       self._beta.ctypes.data, c, CUDA_R_32F, BLOCKED_ELL_ALG1)
-            self._dn[key] = (b, c, self._cupy.empty(max(int(size), 1), dtype=self._cupy.uint8))
-        b, c, buf = self._dn[key]
+            self._per_n[key] = {"b": b, "c": c, "buf": self._cupy.empty(max(int(size), 1), dtype=self._cupy.uint8)}
+        b, c, buf = (self._per_n[key][k] for k in ("b", "c", "buf"))
         self._lib.cusparseSetStream(self.handle, self._cupy.cuda.get_current_stream().ptr)
         op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
         status = self._lib.cusparseSpMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, b,
@@ -118,19 +118,3 @@ class CusparseBlockedEll:
         if status != 0:
             raise RuntimeError(f"cusparseSpMM(BLOCKED_ELL_ALG1) returned cusparseStatus_t {status}")
         return Cp
-
-    def close(self) -> None:
-        cs = self._cs
-        for b, c, _ in self._dn.values():
-            cs.destroyDnMat(b)
-            cs.destroyDnMat(c)
-        self._dn.clear()
-        if self.descr_a:
-            cs.destroySpMat(self.descr_a)
-            self.descr_a = 0
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the bindings may be gone already
-            pass
