@@ -120,3 +120,19 @@ def test_cusparse_baseline_in_the_same_precision(dtype):
         assert "differ bitwise" in str(err)
     C = prec.to_float32(cupy.asnumpy(op.run(cupy.asarray(prec.to_storage(B)))))
     assert rel_err(C.astype(np.float64), A.astype(np.float64) @ B.astype(np.float64)) <= prec.tolerance
+
+
+def test_blocked_ell_baseline_multiplies_correctly_and_refuses_oversized_padding():
+    from kernels.cusparse_bell import CusparseBlockedEll
+
+    n = 1000  # banded: every block row alike, Blocked-ELL's case; 1000 is not a multiple of 16
+    A = sp.diags_array([np.full(n - abs(k), 0.5 + k / 10) for k in range(-9, 10)], offsets=list(range(-9, 10)),
+                       format="csr")
+    B = np.random.default_rng(6).standard_normal((n, 40)).astype(np.float32)
+    op = CusparseBlockedEll(A, block=16, dtype="float16")
+    Cp = op.run(op.padded_b(cupy.asarray(B.astype(np.float16))), op.padded_c(40))
+    ref = A.astype(np.float64) @ B.astype(np.float16).astype(np.float64)
+    assert rel_err(cupy.asnumpy(Cp[:n]).astype(np.float64), ref) <= 1e-2
+    op.close()
+    with pytest.raises(ValueError, match="Blocked-ELL does not apply"):
+        CusparseBlockedEll(A, block=16, max_bytes=1024)

@@ -112,3 +112,14 @@ def test_half_width_metcf_round_trips_through_the_store(tmp_path):
         part = ms.read_format("metcf", f"k-{name}", 2, 5)  # one shard's window range
         assert part["sparse_a_to_b"].shape[1] == 16
         assert ms.format_meta("metcf", f"k-{name}")["value_types"] == {"data": name}
+
+
+def test_blocked_ell_plan_counts_the_padding_to_the_longest_block_row():
+    from kernels.cusparse_bell import plan_blocked_ell
+
+    # block rows of 16: rows 0-15 touch column blocks {0, 2}; rows 16-31 touch {1}; rows 32-36 (partial) none
+    A = sp.csr_array((np.ones(4), ([0, 5, 17, 20], [3, 40, 20, 31])), shape=(37, 50))
+    info = plan_blocked_ell(A, block=16)
+    assert (info["block_rows"], info["ell_blocks"], info["nonzero_blocks"]) == (3, 2, 3)
+    assert info["value_bytes"] == 3 * 16 * 2 * 16 * 2  # every block row padded to 2 blocks of 16 x 16 halves
+    assert info["fill"] == pytest.approx(4 / (3 * 2 * 256))
