@@ -44,16 +44,18 @@ class SpmmPlan:
             raise ValueError(f"balance is {balance!r}, expected 'auto', True or False")
         if device not in ("auto", "gpu", "cpu"):
             raise ValueError(f"device is {device!r}, expected 'auto', 'gpu' or 'cpu'")
-        if not isinstance(A, METCF) and not sp.issparse(A):
-            raise TypeError(f"A must be a METCF or a SciPy sparse matrix, got {type(A).__name__}")
+        given = "metcf" if isinstance(A, METCF) else getattr(A, "format_name", None)  # a converted format's object
+        if given is None and not sp.issparse(A):
+            raise TypeError(f"A must be a METCF or a SciPy sparse matrix (or another registered format's converted "
+                            f"object, e.g. a BCSR), got {type(A).__name__}")
         self.out_dtype = np.dtype(out_dtype) if out_dtype is not None else self.precision.storage_dtype
         if self.out_dtype not in (self.precision.storage_dtype, np.dtype(np.float32)):
             raise ValueError(f"out_dtype {self.out_dtype} is not supported for {self.precision.name}: "
                              f"{self.precision.storage_dtype} or float32")
-        self.formats = format_candidates("metcf" if isinstance(A, METCF) else format, self.precision.name)
+        self.formats = format_candidates(given or format, self.precision.name)
         self.balance, self.shape, self.nnz = balance, tuple(int(s) for s in A.shape), int(A.nnz)
         self.deterministic = bool(deterministic)
-        self._csr = None if isinstance(A, METCF) else sp.csr_array(A)
+        self._csr = None if given else sp.csr_array(A)
         self._given = A
         use_gpu = device == "gpu" or (device == "auto" and gpu_available())
         if device == "gpu" and not gpu_available():
@@ -63,14 +65,14 @@ class SpmmPlan:
         self.timings: dict = {}
         if not use_gpu:
             fmt = self.formats[0]
-            self._host = A if isinstance(A, METCF) else fmt.convert(self._csr, self.precision)
+            self._host = A if given else fmt.convert(self._csr, self.precision)
             self._reference = fmt.reference_spmm
             self.choice = {"kernel": "cpu-reference", "format": fmt.name, "precision": self.precision.name,
                            "reason": f"no CuPy/CUDA device (or device='cpu'): the {fmt.name} NumPy twin in float64 "
                                      f"on {self.precision.name}-rounded inputs", "predicted_ms": None}
             return
         self.autotune = autotune if autotune == "auto" else bool(autotune)
-        self._ops = {f.name: f.device_class()(A if isinstance(A, METCF) else self._csr, self.precision, config,
+        self._ops = {f.name: f.device_class()(A if given else self._csr, self.precision, config,
                                                calibration, balance=balance, autotune=autotune,
                                                allow_cusparse=not self.deterministic)
                      for f in self.formats}
@@ -89,7 +91,8 @@ class SpmmPlan:
         if self._cusparse is None:
             from kernels.cusparse import CusparseSpmm
 
-            csr = self._csr if self._csr is not None else metcf_to_csr(self._given)
+            csr = self._csr if self._csr is not None else (
+                metcf_to_csr(self._given) if isinstance(self._given, METCF) else _format_to_csr(self._given))
             if self.precision.name == "bfloat16" and csr.dtype == np.uint16:
                 csr = sp.csr_array((self.precision.to_float32(csr.data), csr.indices, csr.indptr), shape=csr.shape)
             self._cusparse = CusparseSpmm(csr, dtype=self.precision.name)
@@ -271,6 +274,14 @@ class SpmmPlan:
         ms = self._time(k, Bd, repeats=repeats, warmup=warmup)
         return {"kernel": k, "median_ms": ms, "repeats": repeats, "N": N,
                 "gflops": 2.0 * self.nnz * N / (ms * 1e-3) / 1e9}
+
+
+def _format_to_csr(obj):
+    """CSR of a converted non-ME-TCF object (for the cuSPARSE candidate): its module's ``<name>_to_csr``."""
+    import importlib
+
+    name = obj.format_name
+    return getattr(importlib.import_module(f"kernels.formats.{name}"), f"{name}_to_csr")(obj)
 
 
 def _into_host(C: np.ndarray, out, accumulate: bool):

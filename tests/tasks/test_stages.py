@@ -55,8 +55,8 @@ def test_unknown_reorder_method_and_format_are_input_errors(data_root):
     with pytest.raises(InputError, match="--reorder 'metis'"):
         stages.reorder(out["matrix_id"], "metis", str(data_root))
     order = stages.reorder(out["matrix_id"], "none", str(data_root))
-    with pytest.raises(InputError, match="--format 'bcsr'"):
-        stages.convert(out["matrix_id"], order["perm_key"], str(data_root), fmt="bcsr")
+    with pytest.raises(InputError, match="--format 'csc'"):
+        stages.convert(out["matrix_id"], order["perm_key"], str(data_root), fmt="csc")
 
 
 def test_parse_options_are_part_of_the_stored_matrix(mirror, data_root):
