@@ -6,6 +6,9 @@ import pytest
 import scipy.sparse as sp
 
 torch = pytest.importorskip("torch", reason="needs torch: pip install -e '.[gnn]'")
+# torch 2.11 notes once per process that sparse invariant checks are off when an op (to_dense) meets a CSR tensor
+# built without an explicit choice elsewhere; gnn.to_torch_csr makes its choice (the store's CSR is canonical)
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning")
 
 import gnn  # noqa: E402
 from storage import BlockStore  # noqa: E402
