@@ -8,8 +8,8 @@ from storage import BlockStore
 
 STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
 # What the printed table shows per stage (the runs table keeps everything in ``extra``).
-DETAIL_KEYS = ("reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc", "kernel_ms", "rel_err", "nnz",
-               "shape",
+DETAIL_KEYS = ("format", "dtype", "block_shape", "reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc",
+               "kernel_ms", "rel_err", "nnz", "shape",
                "cusparse_original_ms", "cusparse_reordered_ms", "devices", "nonfinite_a", "nonfinite_c")
 
 
@@ -40,10 +40,10 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
         "reorder": {**{k: order.get(k) for k in ("method", "applied", "why", "reused", "before", "after", "methods")},
                     "tc_blocks": _before_after(order, "n_tc_blocks"),
                     "mean_nnz_tc": _before_after(order, "mean_nnz_tc")},
-        "convert": {k: conv.get(k) for k in ("format", "reused", "n_tc_blocks", "mean_nnz_tc", "metcf_bytes",
-                                             "csr_bytes")},
-        "spmm": {**{k: mult.get(k) for k in ("kernel_ms", "rel_err", "choice", "baseline", "per_device",
-                                             "nonfinite_a", "nonfinite_c")},
+        "convert": {k: conv.get(k) for k in ("format", "dtype", "block_shape", "reused", "n_tc_blocks", "mean_nnz_tc",
+                                             "metcf_bytes", "csr_bytes", "formats")},
+        "spmm": {**{k: mult.get(k) for k in ("dtype", "kernel_ms", "rel_err", "choice", "baseline", "per_device",
+                                             "nonfinite_a", "nonfinite_c", "precision_check")},
                  "devices": _devices(mult.get("per_device")),
                  **{f"cusparse_{key}_ms": base["median_ms"] for key, base in (mult.get("baseline") or {}).items()}},
     }

@@ -184,7 +184,8 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, 
     results, A = {}, None
     for f in formats:
         if mstore.has_format(f.name, fkey):
-            results[f.name] = {"reused": True, **mstore.format_meta(f.name, fkey).get("stats", {})}
+            meta = mstore.format_meta(f.name, fkey)
+            results[f.name] = {"reused": True, **(meta.get("source") or meta).get("stats", {})}
             continue
         if A is None:
             A = mstore.read_csr()
