@@ -29,40 +29,41 @@ def cuda_source(name: str = SOURCE) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(device_id: int, arch: str, options: tuple[str, ...]):
+def _compiled(device_id: int, arch: str, options: tuple[str, ...], source: str = SOURCE):
     import cupy
 
     with cupy.cuda.Device(device_id):
-        mod = cupy.RawModule(code=cuda_source(), options=options, backend="nvrtc")
+        mod = cupy.RawModule(code=cuda_source(source), options=options, backend="nvrtc")
         mod.compile()
     return mod
 
 
-def module(config: KernelConfig = CONFIG):
-    """The compiled RawModule for the current device (sm_80 or newer)."""
+def module(config: KernelConfig = CONFIG, source: str = SOURCE):
+    """The compiled RawModule of ``source`` (a kernels/cuda file; ``config`` any object with ``defines()``) for the
+    current device (sm_80 or newer)."""
     import cupy
 
     dev = cupy.cuda.Device()
     arch = str(dev.compute_capability)
     if int(arch) < 80:
         raise RuntimeError(f"the TF32 mma.m16n8k8 kernels need sm_80 or newer, found sm_{arch}")
-    return _compiled(int(dev.id), arch, ("-std=c++17", *config.defines()))
+    return _compiled(int(dev.id), arch, ("-std=c++17", *config.defines()), source)
 
 
 _FUNCTIONS: dict = {}
 
 
-def function(name: str, config: KernelConfig = CONFIG):
+def function(name: str, config: KernelConfig = CONFIG, source: str = SOURCE):
     """A kernel of the module, cached per (device, config object, name): the launch path then costs one dict
     lookup (module() queries the device's arch, and hashing a KernelConfig walks its fields), which matters for
     small matrices, where host overhead is most of a call."""
     import cupy
 
-    key = (cupy.cuda.runtime.getDevice(), id(config), name)
+    key = (cupy.cuda.runtime.getDevice(), id(config), name, source)
     hit = _FUNCTIONS.get(key)
     if hit is not None and hit[0] is config:
         return hit[1]
-    fn = module(config).get_function(name)
+    fn = module(config, source).get_function(name)
     _FUNCTIONS[key] = (config, fn)  # holding config keeps its id from being reused by another object
     return fn
 

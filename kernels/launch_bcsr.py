@@ -1,0 +1,157 @@
+"""Thin launchers for kernels/cuda/bcsr_spmm.cu (SMaT's BCSR Tensor Core SpMM): check (dtype, contiguity, shape,
+64-bit limits), allocate, launch with grid/block as named locals. Compiled through kernels.launch's NVRTC machinery
+(``launch.function(name, BCSR_CONFIG, SOURCE)``), CuPy imported lazily.
+
+Device arrays (`upload`): ``indptr`` int64 [n_block_rows + 1], ``indices`` int32 [max(n_blocks, 1)], ``data``
+[max(n_blocks, 1), 16, w]: float32 rounded to TF32 (``kernels.launch.tf32_round``), float16, or uint16 bfloat16
+bits. B [K, N] and C [M, N] row-major in the precision's dtype (C float32 or the 16-bit type).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.indexing import INT32_MAX
+
+SOURCE = "bcsr_spmm.cu"
+FLAG_VEC, FLAG_ADD, FLAG_OUT16 = 1, 2, 4  # bcsr_spmm.cu
+MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
+KERNELS = {"float32": "bcsr_spmm_tf32", "float16": "bcsr_spmm_f16", "bfloat16": "bcsr_spmm_bf16"}
+
+
+@dataclass(frozen=True)
+class BcsrConfig:
+    """Compile-time constants of bcsr_spmm.cu (it static_asserts them)."""
+
+    warp_cols: int = 64  # columns per warp: 8 n8 tiles, the shared-memory B slice's width (fixed by its layout)
+    max_warps: int = 8  # warps per thread block (column slices x ksplit): 8 x 5,632 B of stages = 44 KB
+    min_blocks_per_sm: int = 2  # __launch_bounds__ minimum: nvcc 13.0 gives 78-87 registers, no spills
+    smem_per_warp: int = 2 * (512 + 2304)  # two stages of A block + B slice (WARP_SMEM in the .cu)
+
+    def defines(self) -> tuple[str, ...]:
+        return (f"-DBCSR_WARP_COLS={self.warp_cols}", f"-DBCSR_MAX_WARPS={self.max_warps}",
+                f"-DBCSR_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
+
+
+BCSR_CONFIG = BcsrConfig()
+
+
+def module(config: BcsrConfig = BCSR_CONFIG):
+    from kernels import launch
+
+    return launch.module(config, SOURCE)
+
+
+@dataclass
+class BcsrArrays:
+    shape: tuple[int, int]
+    precision: str
+    width: int
+    indptr: object  # cupy int64 [n_block_rows + 1]
+    indices: object  # cupy int32 [max(n_blocks, 1)]
+    data: object  # cupy [max(n_blocks, 1), 16, width]
+    indptr_host: np.ndarray  # int64
+
+    @property
+    def n_block_rows(self) -> int:
+        return int(self.indptr_host.shape[0]) - 1
+
+    @property
+    def n_blocks(self) -> int:
+        return int(self.indptr_host[-1])
+
+
+def upload(X, precision: str) -> BcsrArrays:
+    """A host BCSR (kernels.formats.bcsr) in ``precision``'s storage dtype -> BcsrArrays on the current device."""
+    import cupy
+
+    from kernels.precision import precision as as_precision
+
+    p = as_precision(precision)
+    n_rows, n_cols = (int(s) for s in X.shape)
+    if X.width != p.block_width or X.data.dtype != p.storage_dtype:
+        raise ValueError(f"BCSR with {X.width}-wide {X.data.dtype} blocks given for {p.name}, which needs "
+                         f"{p.block_width}-wide {p.storage_dtype} blocks (kernels.formats.get('bcsr').convert)")
+    if n_cols > INT32_MAX or n_rows > 16 * MAX_GRID_X:
+        raise ValueError(f"A is {n_rows} x {n_cols}; the kernels take at most {INT32_MAX} columns and "
+                         f"{16 * MAX_GRID_X} rows")
+    indptr_host = np.asarray(X.indptr, dtype=np.int64)
+    data = cupy.asarray(X.data) if X.n_blocks else cupy.zeros((1, 16, X.width), dtype=X.data.dtype)
+    if p.name == "float32":
+        from kernels.launch import tf32_round
+
+        data = tf32_round(data)
+    indices = cupy.asarray(X.indices, dtype=cupy.int32) if X.n_blocks else cupy.zeros(1, dtype=cupy.int32)
+    return BcsrArrays((n_rows, n_cols), p.name, X.width, cupy.asarray(indptr_host), indices,
+                      cupy.ascontiguousarray(data), indptr_host)
+
+
+def grid_shape(N: int, ksplit: int = 1, config: BcsrConfig = BCSR_CONFIG) -> tuple[int, int]:
+    """(64-column slices per thread block, column chunks = gridDim.y) at N columns and ksplit warps per slice."""
+    tiles = -(-N // config.warp_cols)
+    slices = max(1, min(tiles, config.max_warps // ksplit))
+    chunks = -(-tiles // slices)
+    if chunks > MAX_GRID_Y:
+        raise ValueError(f"N = {N} needs {chunks} column chunks, more than gridDim.y = {MAX_GRID_Y}")
+    return slices, chunks
+
+
+def ksplits(N: int, config: BcsrConfig = BCSR_CONFIG) -> list[int]:
+    """Every ksplit >= 2 the kernel takes: powers of two up to max_warps (slices shrink to make room)."""
+    return [k for k in (2, 4, 8) if k <= config.max_warps]
+
+
+def _check_b_out(dm: BcsrArrays, B, out, out_dtype, accumulate: bool):
+    import cupy
+
+    from kernels.precision import precision as as_precision
+
+    want = as_precision(dm.precision).storage_dtype
+    if not isinstance(B, cupy.ndarray) or B.ndim != 2 or not B.flags.c_contiguous or B.dtype != want:
+        raise TypeError(f"B must be a C-contiguous 2-D cupy {want} array for {dm.precision}, got "
+                        f"{type(B).__name__} {getattr(B, 'dtype', None)} ndim={getattr(B, 'ndim', None)}")
+    n_rows, n_cols = dm.shape
+    if B.shape[0] != n_cols:
+        raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {n_cols}")
+    N = int(B.shape[1])
+    if N < 1:
+        raise ValueError("B has 0 columns, expected N >= 1")
+    if out is None:
+        if accumulate:
+            raise ValueError("accumulate=True adds A @ B to out: pass out")
+        dtype = np.dtype(np.float32 if out_dtype is None else out_dtype)
+        if dtype not in (np.dtype(np.float32), want):
+            raise ValueError(f"out_dtype is {out_dtype}, expected float32 or {want}")
+        out = cupy.empty((n_rows, N), dtype=dtype)
+    elif out.dtype not in (np.dtype(np.float32), want) or out.shape != (n_rows, N) or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 or {want} of shape {(n_rows, N)}, got {out.dtype} "
+                         f"{out.shape}")
+    per_chunk = 4 if dm.precision == "float32" else 8  # elements of one 16-byte cp.async chunk
+    vec = N % per_chunk == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
+    flags = ((FLAG_VEC if vec else 0) | (FLAG_ADD if accumulate else 0)
+             | (FLAG_OUT16 if out.dtype.itemsize == 2 and dm.precision != "float32" else 0))
+    if dm.precision == "float32" and out.dtype != np.float32:
+        raise ValueError(f"TF32 writes float32 C, got out {out.dtype}")
+    return out, N, flags
+
+
+def spmm(dm: BcsrArrays, B, out=None, config: BcsrConfig = BCSR_CONFIG, *, ksplit: int = 1, out_dtype=None,
+         accumulate: bool = False):
+    """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once); one warp per block row x 64
+    columns x 1/ksplit of the block row's blocks (ksplit a power of two <= max_warps). Writes every element."""
+    from kernels import launch
+
+    out, N, flags = _check_b_out(dm, B, out, out_dtype, accumulate)
+    if ksplit < 1 or ksplit & (ksplit - 1) or ksplit > config.max_warps:
+        raise ValueError(f"ksplit is {ksplit}, expected a power of two <= BcsrConfig.max_warps = {config.max_warps}")
+    if dm.n_block_rows == 0:
+        return out
+    slices, chunks = grid_shape(N, ksplit, config)
+    warps = slices * ksplit
+    grid, block = (dm.n_block_rows, chunks), (32 * warps,)
+    smem = warps * config.smem_per_warp
+    launch.function(KERNELS[dm.precision], config, SOURCE)(
+        grid, block, (dm.indptr, dm.indices, dm.data, B, out, np.int64(dm.shape[0]), np.int64(dm.shape[1]),
+                      np.int64(N), np.int32(flags), np.int32(ksplit)), shared_mem=smem)
+    return out
