@@ -11,9 +11,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.metrics import tc_stats
-from tasks.reorder import community, greedy, simple, tca
+from tasks.reorder import community, greedy, simple, smat, tca
 
-METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree", "community", "none")
+METHODS = ("tca", "rowshuffle", "jaccard", "smat", "rcm", "degree", "community", "none")
 # auto_reorder's default candidates: the methods that aim at TC-block density. community aims at row-partition
 # halos (multi-GPU), rarely has the fewest blocks, and costs the most per nonzero; ask for it by name.
 AUTO_METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree")
@@ -23,7 +23,7 @@ AUTO_METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree")
 # 0.9 us at 2M and 3.1 us at 20M nnz on an SBM); auto_reorder skips a method whose estimate nnz * cost exceeds
 # max_cost seconds.
 COST_NS_PER_NNZ = {"none": 0.0, "degree": 40.0, "rcm": 700.0, "tca": 1000.0, "rowshuffle": 1000.0,
-                   "jaccard": 1000.0, "community": 3100.0}
+                   "jaccard": 1000.0, "smat": 2000.0, "community": 3100.0}
 
 
 def canonical_csr(A) -> sp.csr_matrix:
@@ -60,6 +60,8 @@ def reorder(A, method: str, *, seed: int = 0, client=None, **params) -> np.ndarr
         return greedy.rowshuffle_order(A, **params)
     if method == "jaccard":
         return greedy.jaccard_order(A, seed=seed, **params)
+    if method == "smat":  # SMaT / Sylos Labini, exact (tasks/reorder/smat.py); params: tau, width
+        return smat.smat_order(A, **params)
     block_rows = params.pop("block_rows", 1 << 16)
     pair_shard = params.pop("pair_shard", 1 << 21)
     n_threads = params.pop("n_threads", None)  # local threads; ignored with a client (workers decide)
@@ -107,7 +109,7 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
     params = params or {}
     base = tc_stats(A, width=width)
     methods = {"none": {"n_tc_blocks": base["n_tc_blocks"], "mean_nnz_tc": base["mean_nnz_tc"], "seconds": 0.0,
-                        **_both_widths(A, width, base)}}
+                        **_both_widths(A, width, base), **smat.bcsr_score(A, width)}}
     best, best_perm, best_blocks = "none", simple.none_order(A), base["n_tc_blocks"]
     for m in candidates:
         if m == "none":
@@ -123,7 +125,7 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
         seconds = time.perf_counter() - t0
         s = tc_stats(A[perm], width=width)
         methods[m] = {"n_tc_blocks": s["n_tc_blocks"], "mean_nnz_tc": s["mean_nnz_tc"], "seconds": seconds,
-                      **_both_widths(A[perm], width, s)}
+                      **_both_widths(A[perm], width, s), **smat.bcsr_score(A[perm], width)}
         if s["n_tc_blocks"] < best_blocks:
             best, best_perm, best_blocks = m, perm, s["n_tc_blocks"]
     if best == "none":
