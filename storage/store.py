@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from configs.errors import InputError
+from configs.errors import InputError, StorageError
 from storage import csr as csr_io
 from storage import formats as fmt_io
 from storage import parquet_io as pio
@@ -38,6 +38,21 @@ from storage.naming import default_data_root, validate_id
 from storage.schemas import PERM_DIRECTION, file_meta, perm_schema, with_meta
 
 _PER_FILE_KEYS = ("range", "block_nnz")
+
+
+class _MatrixManifest(Manifest):
+    """A matrix's manifest whose ``require`` tells a matrix that was never stored ("not found", with the ids that
+    are) from an artifact that is missing or damaged ("not complete")."""
+
+    def require(self, name: str) -> dict:
+        if not self.path.is_file():
+            base = self.folder.parent
+            stored = sorted(p.parent.name for p in base.glob("*/manifest.json")) if base.is_dir() else []
+            listing = ", ".join(stored[:5]) + (f" and {len(stored) - 5} more" if len(stored) > 5 else "")
+            raise StorageError(f"matrix '{self.matrix_id}' not found under {base} "
+                               f"({'stored: ' + listing if stored else 'no matrix is stored there'}); "
+                               f"run flows/spmm.py --matrix <spec> first, or check TCSPMM_DATA")
+        return super().require(name)
 
 
 class BlockStore:
@@ -70,7 +85,7 @@ class MatrixStore:
     def __init__(self, data_root: str | Path, matrix_id: str):
         self.matrix_id = validate_id(matrix_id, "matrix_id")
         self.folder = Path(data_root) / "matrices" / matrix_id
-        self.manifest = Manifest(self.folder, matrix_id)
+        self.manifest = _MatrixManifest(self.folder, matrix_id)
         self.last_read: dict = {}
 
     # ---- artifact lifecycle -------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def test_load_csr_uses_env_root(store, monkeypatch):
 def test_missing_and_bad_ids(store):
     m = store.matrix("nothing")
     assert not m.has_csr()
-    with pytest.raises(StorageError, match="not complete"):
+    with pytest.raises(StorageError, match="matrix 'nothing' not found"):  # never stored: not found (issue 16)
         m.read_csr()
     for bad in ["a/b", "..", "", "x y", "é"]:
         with pytest.raises(InputError, match="not valid"):
