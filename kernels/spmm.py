@@ -211,10 +211,17 @@ class SpmmPlan:
     def _run_cpu(self, B, out, accumulate: bool):
         prec = self.precision
         Bh = np.asarray(B)
-        if not prec.half:  # float32: the exact float64 product (the CPU path does not emulate TF32)
-            B64 = Bh.astype(np.float64)
-        else:  # half: what the kernels read, B rounded to the precision (exact when it is already stored so)
-            B64 = prec.to_float32(Bh).astype(np.float64) if Bh.dtype == prec.storage_dtype else prec.rounded(Bh)
+        if not prec.half:  # float32: the multithreaded float32 CSR product (kernels.cpu_spmm; no TF32 emulation)
+            if getattr(self, "_cpu", None) is None:  # built on the first CPU run: A's CSR once, float32 values
+                from kernels.cpu_spmm import CpuCsr
+
+                self._cpu = CpuCsr(self._csr if self._csr is not None else metcf_to_csr(self._host))
+            if out is not None and not accumulate and isinstance(out, np.ndarray) and \
+                    out.dtype == np.float32 and out.flags.c_contiguous:
+                return self._cpu.run(Bh, out)
+            return _into_host(self._cpu.run(Bh), out, accumulate)
+        # half: the float64 reference on what the kernels read, B rounded to the precision (exact when stored so)
+        B64 = prec.to_float32(Bh).astype(np.float64) if Bh.dtype == prec.storage_dtype else prec.rounded(Bh)
         C = self._reference(self._host, B64, prec) if self.formats[0].name == "metcf" else \
             self._reference(self._host, B64)
         C = C.astype(np.float32)
