@@ -244,7 +244,7 @@ def main(argv=None) -> int:
     dev_name = torch.cuda.get_device_name(0)
     slug = dev_name.lower().replace(" ", "-")
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    out = args.out_dir / f"gnn-{slug}-{stamp:%Y-%m-%d-%H%M}.json"
+    out = args.out_dir / f"gnn-{slug}-{stamp:%Y-%m-%d-%H%M%S}.json"
     try:
         sys.path.insert(0, str(REPO / "benchmarks"))
         from machine import cpu_model, gpu_clocks

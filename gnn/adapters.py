@@ -31,6 +31,7 @@ def to_torch_csr(graph, device=None) -> torch.Tensor:
     # the store's CSR is canonical (sorted, in range: storage checks it on write), so torch need not re-check it
     with warnings.catch_warnings():  # torch's once-per-process "CSR support is in beta" note is not actionable
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly", category=UserWarning)
         t = torch.sparse_csr_tensor(crow, col, _t(A.data), size=A.shape, check_invariants=False)
     return t if device is None else t.to(device)
 

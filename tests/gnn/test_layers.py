@@ -134,6 +134,9 @@ def test_a_normalised_variant_is_not_normalised_twice():
     np.testing.assert_allclose(conv(x, g).detach().numpy(), conv(x, A).detach().numpy(), rtol=1e-6, atol=1e-6)
 
 
+# torch 2.11 notes once per process that sparse invariant checks are off when PyG's EdgeIndex path meets a sparse
+# tensor built without an explicit choice; not ours to act on (gnn.to_torch_csr makes its choice)
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning")
 def test_pyg_layers_agree_forward_and_backward():
     tg = pytest.importorskip("torch_geometric", reason="needs PyG: pip install -e '.[gnn]'")
     from torch_geometric.nn import GATConv as PygGAT
