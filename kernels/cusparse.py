@@ -181,6 +181,15 @@ class CusparseSpmm(DescriptorOwner):
                     f"cusparseSpMM({alg})")
         return out
 
+    def bind(self, B, out, algorithm: str | None = None, *, accumulate: bool = False) -> "CusparseBound":
+        """One cusparseSpMM on these B and out, checked and bound once (CusparseBound): the per-call path of
+        repeated calls (SpmmPlan's, and the benchmark's cuSPARSE "as issued"). `algorithm`: default the tuned best
+        for this N (tuned here first, into a scratch C), else CSR_ALG2."""
+        out, N = self._check_b(B, out, accumulate)
+        if algorithm is None and N not in self.best and self.nnz:
+            self.tune(B)
+        return CusparseBound(self, B, out, algorithm or self.best.get(N, "CSR_ALG2"), accumulate)
+
     def tune(self, B, out=None, repeats: int = 20, warmup: int = 3, timer=None) -> dict:
         """Median ms of each algorithm on this B (default timer kernels.launch.graph_ms: the device time of one
         call, CUDA events around a captured graph); keeps the fastest in self.best[N] (with ``deterministic``,
@@ -215,3 +224,60 @@ class CusparseSpmm(DescriptorOwner):
             if not bool((again.view(view.dtype) == view).all()):  # synchronize!
                 return False
         return True
+
+
+class CusparseBound:
+    """cusparseSpMM(op's A, B, out) with everything bound once: dense descriptors created for these two buffers,
+    the algorithm's workspace (and ALG3's preprocessing) made, scalars' addresses and the ctypes argument tuple
+    built. A call is cusparseSetStream(handle, stream) plus cusparseSpMM through ctypes (both capturable; CuPy's
+    own bindings refuse to run during a capture): no check, allocation or lookup. ``set_io`` re-points the
+    descriptors (cusparseDnMatSetValues) at new buffers of the same shape and dtype."""
+
+    def __init__(self, op: CusparseSpmm, B, out, algorithm: str, accumulate: bool):
+        cs, cupy = op._cs, op._cupy
+        self.op, self.algorithm, self.B, self.out = op, algorithm, B, out  # op keeps A's descriptor alive
+        N = int(B.shape[1])
+        self.descr_b = cs.createDnMat(op.shape[1], N, N, B.data.ptr, op._ctype, cs.CUSPARSE_ORDER_ROW)
+        self.descr_c = cs.createDnMat(op.shape[0], N, N, out.data.ptr, op._ctype, cs.CUSPARSE_ORDER_ROW)
+        self._empty = op.nnz == 0
+        beta = op._beta_add if accumulate else op._beta
+        nt = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+        args = (op.handle, nt, nt, op._alpha.ctypes.data, op.descr_a, self.descr_b, beta.ctypes.data, self.descr_c,
+                CUDA_R_32F, ALGORITHMS[algorithm])
+        self.buffer = cupy.empty(max(int(cs.spMM_bufferSize(*args)), 1), dtype=cupy.uint8) if not self._empty \
+            else None
+        if not self._empty and algorithm in PREPROCESS:
+            op._check(op._lib.cusparseSpMM_preprocess(*args, self.buffer.data.ptr),
+                      f"cusparseSpMM_preprocess({algorithm})")
+        self._args = (*args, self.buffer.data.ptr) if not self._empty else None
+        self._spmm, self._set_stream, self._handle = op._lib.cusparseSpMM, op._lib.cusparseSetStream, op.handle
+        self._zero = not accumulate
+
+    def set_io(self, B, out) -> None:
+        for descr, arr in ((self.descr_b, B), (self.descr_c, out)):
+            self.op._check(self.op._lib.cusparseDnMatSetValues(descr, arr.data.ptr), "cusparseDnMatSetValues")
+        self.B, self.out = B, out
+
+    def __call__(self, stream_ptr: int):
+        if self._empty:  # cuSPARSE refuses nnz = 0
+            if self._zero:
+                self.out.fill(0)
+            return self.out
+        status = self._set_stream(self._handle, stream_ptr) or self._spmm(*self._args)
+        if status:
+            raise RuntimeError(f"cusparseSpMM({self.algorithm}) or cusparseSetStream returned cusparseStatus_t "
+                               f"{status}")
+        return self.out
+
+    def close(self) -> None:
+        cs = self.op._cs
+        for name in ("descr_b", "descr_c"):
+            if getattr(self, name, 0):
+                cs.destroyDnMat(getattr(self, name))
+                setattr(self, name, 0)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the bindings may be gone already
+            pass

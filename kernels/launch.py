@@ -68,6 +68,63 @@ def function(name: str, config: KernelConfig = CONFIG, source: str = SOURCE):
     return fn
 
 
+class Bound:
+    """Kernel launches with their arguments packed once, for repeated calls on the same buffers: each launch is
+    one ``cuLaunchKernel`` through CuPy's driver binding with a prebuilt parameter array, so a call costs the
+    driver's launch and nothing else (CuPy's RawKernel call packs every argument anew, ~6-8 us for 13 arguments
+    on the H200 against ~4 us for the bare launch: docs/kernels-notes.md, "Session 6"). Built by ``bind_*``
+    after the same checks as the launchers; ``set_io`` re-points B and out (and re-derives the float4 flag from
+    their alignment) without re-checking: same shapes and dtypes only. ``__call__(stream_ptr)`` launches on that
+    stream (capturable into a CUDA graph). Holds B, out and every array it points to, so none is freed under it."""
+
+    __slots__ = ("B", "out", "_launches", "_io", "_vec_n", "_keep")
+
+    def __init__(self, B, out, vec_n: int):
+        self.B, self.out, self._launches, self._io, self._vec_n, self._keep = B, out, [], [], vec_n, []
+
+    def add(self, fn, grid, block, args, shared_mem: int = 0, *, b_at=None, out_at=None, flags_at=None):
+        """Pack one launch of RawKernel ``fn``; ``*_at``: the indices of B, out and flags in ``args``."""
+        vals = np.array([_arg_bits(a) for a in args], dtype=np.uint64)
+        params = np.array([vals.ctypes.data + 8 * i for i in range(len(args))], dtype=np.uint64)
+        grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
+        self._launches.append((fn.kernel.ptr, *grid, *block, int(shared_mem), int(params.ctypes.data)))
+        self._io.append((vals, b_at, out_at, flags_at))
+        self._keep.append((args, vals, params))  # the parameter arrays and the device arrays they point to
+
+    def set_io(self, B, out) -> None:
+        """Point every launch at new B and out of the same shape and dtype (the caller checked that)."""
+        vec = int(B.shape[1]) % self._vec_n == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
+        for vals, b_at, out_at, flags_at in self._io:
+            if b_at is not None:
+                vals[b_at] = B.data.ptr
+            if out_at is not None:
+                vals[out_at] = out.data.ptr
+            if flags_at is not None:
+                vals[flags_at] = (int(vals[flags_at]) & ~FLAG_VEC) | (FLAG_VEC if vec else 0)
+        self.B, self.out = B, out
+
+    def __call__(self, stream_ptr: int):
+        for f, gx, gy, gz, bx, by, bz, smem, params in self._launches:
+            _launch_kernel(f, gx, gy, gz, bx, by, bz, smem, stream_ptr, params, 0)
+        return self.out
+
+
+def _launch_kernel(*args):
+    from cupy.cuda import driver
+
+    global _launch_kernel
+    _launch_kernel = driver.launchKernel  # bound once: the call then costs the Cython wrapper only
+    return _launch_kernel(*args)
+
+
+def _arg_bits(a) -> int:
+    """A kernel argument as the 64-bit slot cuLaunchKernel reads: a device pointer, or an integer scalar
+    (int32 in the low 4 bytes, little-endian, which is what the kernel reads for an int parameter)."""
+    if isinstance(a, (np.integer, int)):
+        return int(a) & 0xFFFF_FFFF_FFFF_FFFF
+    return int(a.data.ptr)
+
+
 @dataclass
 class KernelArrays:
     """ME-TCF arrays on the device in the dtypes the kernels take (int64 offsets, int32 column ids)."""
@@ -274,19 +331,48 @@ def _spmm_block(N: int, config: KernelConfig, windows: int = 1) -> tuple[int, in
     return threads, chunks
 
 
-def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *, accumulate: bool = False):
-    """C = A @ B, one thread block per (windows_per_block windows, column chunk). Writes every element of out
-    (``accumulate``: out += A @ B, each element read and written once)."""
+def _window_launch(dm: KernelArrays, B, out, config: KernelConfig, accumulate: bool):
+    """(out, launch or None): the checked arguments of one metcf_spmm_window launch."""
     out, N, flags = _check_b_out(dm, B, out, accumulate)
     if dm.n_windows == 0:
-        return out
+        return out, None
     wpb = config.windows_per_block
     threads, chunks = _spmm_block(N, config, wpb)
     grid, block = (-(-dm.n_windows // wpb), chunks), (threads,)
-    function("metcf_spmm_window", config)(
-        grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data,
-                      dm.sparse_a_to_b, B, out, np.int64(dm.shape[0]), np.int64(N), np.int32(flags)))
+    args = (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data, dm.sparse_a_to_b, B,
+            out, np.int64(dm.shape[0]), np.int64(N), np.int32(flags))
+    return out, (function("metcf_spmm_window", config), grid, block, args, 0, 7, 8, 11)
+
+
+def spmm_window(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *, accumulate: bool = False):
+    """C = A @ B, one thread block per (windows_per_block windows, column chunk). Writes every element of out
+    (``accumulate``: out += A @ B, each element read and written once)."""
+    out, ln = _window_launch(dm, B, out, config, accumulate)
+    return _run(out, ln)
+
+
+def bind_window(dm: KernelArrays, B, out, config: KernelConfig = CONFIG, *, accumulate: bool = False) -> Bound:
+    """spmm_window's launch, checked and packed once (Bound)."""
+    return _bind(B, *_window_launch(dm, B, out, config, accumulate))
+
+
+def _run(out, *launches):
+    """Launch (fn, grid, block, args, shared_mem, ...) tuples through CuPy's RawKernel call."""
+    for ln in launches:
+        if ln is not None:
+            fn, grid, block, args, smem = ln[:5]
+            fn(grid, block, args, shared_mem=smem)
     return out
+
+
+def _bind(B, out, *launches, vec_n: int = 4) -> Bound:
+    """A Bound of the given launches; vec_n: the N divisor of the float4 path (4 for TF32, 8 for 16-bit)."""
+    bound = Bound(B, out, vec_n)
+    for ln in launches:
+        if ln is not None:
+            fn, grid, block, args, smem, b_at, out_at, flags_at = ln
+            bound.add(fn, grid, block, args, smem, b_at=b_at, out_at=out_at, flags_at=flags_at)
+    return bound
 
 
 def split_shape(N: int, ksplit: int, config: KernelConfig = CONFIG) -> tuple[int, int, int]:
@@ -319,21 +405,29 @@ def max_ksplit(N: int, config: KernelConfig = CONFIG) -> int:
     return (ksplits(N, config) or [1])[-1]
 
 
-def spmm_split(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *, ksplit: int,
-               accumulate: bool = False):
-    """C = A @ B, one thread block per (window, column chunk) with `ksplit` warps sharing each column slice's TC
-    blocks (metcf_spmm_split: a fixed reduction tree, deterministic). Needs the register pipeline (a_regs)."""
+def _split_launch(dm: KernelArrays, B, out, config: KernelConfig, ksplit: int, accumulate: bool):
     if not config.a_regs:
         raise ValueError("metcf_spmm_split needs KernelConfig.a_regs (the v0 pipeline syncs the whole block)")
     out, N, flags = _check_b_out(dm, B, out, accumulate)
     threads, chunks, smem = split_shape(N, ksplit, config)
     if dm.n_windows == 0:
-        return out
-    function("metcf_spmm_split", config)(
-        (dm.n_windows, chunks), (threads,),
-        (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data, dm.sparse_a_to_b, B,
-         out, np.int64(dm.shape[0]), np.int64(N), np.int32(flags), np.int32(ksplit)), shared_mem=smem)
-    return out
+        return out, None
+    args = (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data, dm.sparse_a_to_b, B,
+            out, np.int64(dm.shape[0]), np.int64(N), np.int32(flags), np.int32(ksplit))
+    return out, (function("metcf_spmm_split", config), (dm.n_windows, chunks), (threads,), args, smem, 7, 8, 11)
+
+
+def spmm_split(dm: KernelArrays, B, out=None, config: KernelConfig = CONFIG, *, ksplit: int,
+               accumulate: bool = False):
+    """C = A @ B, one thread block per (window, column chunk) with `ksplit` warps sharing each column slice's TC
+    blocks (metcf_spmm_split: a fixed reduction tree, deterministic). Needs the register pipeline (a_regs)."""
+    return _run(*_split_launch(dm, B, out, config, ksplit, accumulate))
+
+
+def bind_split(dm: KernelArrays, B, out, config: KernelConfig = CONFIG, *, ksplit: int,
+               accumulate: bool = False) -> Bound:
+    """spmm_split's launch, checked and packed once (Bound)."""
+    return _bind(B, *_split_launch(dm, B, out, config, ksplit, accumulate))
 
 
 def workspace_elems(dm: KernelArrays, N: int, config: KernelConfig = CONFIG) -> int:
@@ -341,33 +435,43 @@ def workspace_elems(dm: KernelArrays, N: int, config: KernelConfig = CONFIG) -> 
     return balance_metadata(dm, config)["n_slots"] * config.window_rows * int(N)
 
 
-def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelConfig = CONFIG, *,
-                  accumulate: bool = False):
-    """C = A @ B with strict balance (BPI TC blocks per thread block) and a deterministic combine pass
-    (``accumulate``: out += A @ B)."""
+def _balanced_launches(dm: KernelArrays, B, out, workspace, config: KernelConfig, accumulate: bool):
     import cupy
 
     out, N, flags = _check_b_out(dm, B, out, accumulate)
     if dm.n_windows == 0:
-        return out
+        return out, None, None
     meta = balance_metadata(dm, config)
     ws_elems = workspace_elems(dm, N, config)
     if workspace is None or workspace.size < ws_elems or workspace.dtype != cupy.float32:
         workspace = cupy.empty(max(ws_elems, 1), dtype=cupy.float32)
     threads, chunks = _spmm_block(N, config)
+    items = combine = None
     if meta["n_items"]:
-        grid, block = (meta["n_items"], chunks), (threads,)
-        function("metcf_spmm_balanced", config)(
-            grid, block, (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data,
-                          dm.sparse_a_to_b, meta["item_window"], meta["part_ptr"], B, out, workspace,
-                          np.int64(dm.shape[0]), np.int64(N), np.int64(dm.n_blocks), np.int32(flags)))
+        args = (dm.row_window_offset, dm.tc_offset, dm.tc_local_id, *a_arrays(dm, config), dm.data, dm.sparse_a_to_b,
+                meta["item_window"], meta["part_ptr"], B, out, workspace, np.int64(dm.shape[0]), np.int64(N),
+                np.int64(dm.n_blocks), np.int32(flags))
+        items = (function("metcf_spmm_balanced", config), (meta["n_items"], chunks), (threads,), args, 0, 9, 10, 15)
     if meta["n_combine"]:
         cthreads = config.combine_threads
         grid, block = (meta["n_combine"], min(MAX_GRID_Y, -(-config.window_rows * N // cthreads))), (cthreads,)
-        function("metcf_combine", config)(
-            grid, block, (meta["combine_windows"], meta["part_ptr"], workspace, out, np.int64(dm.shape[0]),
-                          np.int64(N), np.int32(flags)))
-    return out
+        args = (meta["combine_windows"], meta["part_ptr"], workspace, out, np.int64(dm.shape[0]), np.int64(N),
+                np.int32(flags))
+        combine = (function("metcf_combine", config), grid, block, args, 0, None, 3, 6)
+    return out, items, combine
+
+
+def spmm_balanced(dm: KernelArrays, B, out=None, workspace=None, config: KernelConfig = CONFIG, *,
+                  accumulate: bool = False):
+    """C = A @ B with strict balance (BPI TC blocks per thread block) and a deterministic combine pass
+    (``accumulate``: out += A @ B)."""
+    return _run(*_balanced_launches(dm, B, out, workspace, config, accumulate))
+
+
+def bind_balanced(dm: KernelArrays, B, out, workspace=None, config: KernelConfig = CONFIG, *,
+                  accumulate: bool = False) -> Bound:
+    """spmm_balanced's two launches, checked and packed once (Bound)."""
+    return _bind(B, *_balanced_launches(dm, B, out, workspace, config, accumulate))
 
 
 # Device timing with CUDA events: warm-up, then the median of `repeats` single-call timings.
@@ -386,6 +490,30 @@ def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
         stop.record()
         stop.synchronize()  # synchronize!
         times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5, target_ms: float = 0.5) -> float:
+    """Milliseconds per call as a caller issues them: CUDA events around a Python loop of ``calls`` back-to-back
+    fn() on the current stream, divided by ``calls``; the median of ``repeats`` loops. Where the host issues
+    faster than the GPU runs, this is the GPU's time per call; where slower, the host's cost per call. What
+    ``SpmmPlan`` autotunes with and what the benchmark reports as "as issued" (graph_ms is the GPU's alone).
+    ``calls`` default: enough for ~target_ms per loop (3 to 200), from a single-call estimate."""
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    if calls is None:
+        calls = int(min(200, max(3, round(target_ms / max(median_ms(fn, repeats=3, warmup=0), 1e-3)))))
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()  # synchronize!
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
     return float(np.median(times))
 
 

@@ -172,20 +172,27 @@ def _shape(N: int, config: KernelConfig) -> tuple[int, int]:
     return slices, chunks
 
 
+def _window_half_launch(dh: HalfArrays, B, out, config: KernelConfig, out_dtype, accumulate: bool):
+    out, N, flags = _check_b_out(dh, B, out, out_dtype, accumulate)
+    if dh.n_windows == 0:
+        return out, None
+    slices, chunks = _shape(N, config)
+    grid, block = (dh.n_windows, chunks), (32 * slices,)
+    args = (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N), np.int32(flags))
+    return out, (launch.function(f"metcf_half_window_{dh.suffix}", config), grid, block, args, 0, 3, 4, 7)
+
+
 def spmm_window_half(dh: HalfArrays, B, out=None, config: KernelConfig = CONFIG, *, out_dtype=None,
                      accumulate: bool = False):
     """C = A @ B (``accumulate``: out += A @ B, added in fp32, rounded once), one thread block per (window, column
     chunk), one warp per 64 columns. out: float32 (default) or B's 16-bit dtype (``out_dtype``). Writes every
     element of out."""
-    out, N, flags = _check_b_out(dh, B, out, out_dtype, accumulate)
-    if dh.n_windows == 0:
-        return out
-    slices, chunks = _shape(N, config)
-    grid, block = (dh.n_windows, chunks), (32 * slices,)
-    launch.function(f"metcf_half_window_{dh.suffix}", config)(
-        grid, block, (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N),
-                      np.int32(flags)))
-    return out
+    return launch._run(*_window_half_launch(dh, B, out, config, out_dtype, accumulate))
+
+
+def bind_window_half(dh: HalfArrays, B, out, config: KernelConfig = CONFIG, *, accumulate: bool = False):
+    """spmm_window_half's launch, checked and packed once (kernels.launch.Bound)."""
+    return launch._bind(B, *_window_half_launch(dh, B, out, config, None, accumulate), vec_n=8)
 
 
 def ksplits_half(N: int, config: KernelConfig = CONFIG) -> list[int]:
@@ -195,20 +202,29 @@ def ksplits_half(N: int, config: KernelConfig = CONFIG) -> list[int]:
     return [k for k in (2, 4, 8, 16, 32) if slices * k <= config.split_max_warps]
 
 
-def spmm_split_half(dh: HalfArrays, B, out=None, config: KernelConfig = CONFIG, *, ksplit: int, out_dtype=None,
-                    accumulate: bool = False):
-    """C = A @ B as spmm_window_half, with `ksplit` warps (a power of two) sharing each 64-column slice's TC blocks
-    of a window, summed by a fixed shared-memory tree (deterministic; small matrices and hub windows)."""
+def _split_half_launch(dh: HalfArrays, B, out, config: KernelConfig, ksplit: int, out_dtype, accumulate: bool):
     out, N, flags = _check_b_out(dh, B, out, out_dtype, accumulate)
     slices, chunks = _shape(N, config)
     if ksplit < 1 or ksplit & (ksplit - 1) or slices * ksplit > config.split_max_warps:
         raise ValueError(f"ksplit is {ksplit}, expected a power of two with {slices} slices x ksplit <= "
                          f"KernelConfig.split_max_warps = {config.split_max_warps} (ksplits_half(N) lists them)")
     if dh.n_windows == 0:
-        return out
+        return out, None
     smem = (ksplit // 2) * slices * 32 * 32 * 4  # (ksplit / 2) x slices slots of 32 lanes x 32 fp32 registers
     grid, block = (dh.n_windows, chunks), (32 * slices * ksplit,)
-    launch.function(f"metcf_half_split_{dh.suffix}", config)(
-        grid, block, (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N),
-                      np.int32(flags), np.int32(ksplit)), shared_mem=smem)
-    return out
+    args = (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N), np.int32(flags),
+            np.int32(ksplit))
+    return out, (launch.function(f"metcf_half_split_{dh.suffix}", config), grid, block, args, smem, 3, 4, 7)
+
+
+def spmm_split_half(dh: HalfArrays, B, out=None, config: KernelConfig = CONFIG, *, ksplit: int, out_dtype=None,
+                    accumulate: bool = False):
+    """C = A @ B as spmm_window_half, with `ksplit` warps (a power of two) sharing each 64-column slice's TC blocks
+    of a window, summed by a fixed shared-memory tree (deterministic; small matrices and hub windows)."""
+    return launch._run(*_split_half_launch(dh, B, out, config, ksplit, out_dtype, accumulate))
+
+
+def bind_split_half(dh: HalfArrays, B, out, config: KernelConfig = CONFIG, *, ksplit: int,
+                    accumulate: bool = False):
+    """spmm_split_half's launch, checked and packed once (kernels.launch.Bound)."""
+    return launch._bind(B, *_split_half_launch(dh, B, out, config, ksplit, None, accumulate), vec_n=8)

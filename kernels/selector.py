@@ -67,6 +67,12 @@ class Calibration:
     cus_a_us: float = 8.0
     cus_b_ns: float = 0.0012  # per nonzero x column (gathered B reads)
     cus_c_ns: float = 0.0014  # per row x column (C writes)
+    # Host cost of one call as SpmmPlan.run issues it (bound launch, no graph): a path whose GPU time is below it
+    # takes this long per call instead. H200 (docs/kernels-notes.md, session 6): cuLaunchKernel with packed
+    # arguments 3.7-4.2 us; cuSPARSE through CusparseSpmm.run 11-17 us (the bound call is cheaper; measured by
+    # benchmarks/host_overhead.py)
+    host_launch_us: float = 4.0
+    cus_host_us: float = 8.0
     source: str = "defaults"
 
     @classmethod
@@ -174,8 +180,16 @@ def _split_makespan(blocks, N: int, device: DeviceModel, cal: Calibration, confi
     return best
 
 
+def issued_ms(device_ms: float, launches: int, cal: Calibration, *, cusparse: bool = False) -> float:
+    """Milliseconds per call as issued from Python: the GPU's time, or the host's cost to issue the call where
+    that is larger (the queue then runs dry between calls)."""
+    host_us = cal.cus_host_us if cusparse else cal.host_launch_us * launches
+    return max(device_ms, host_us / 1e3)
+
+
 def choose(pred: dict, cal: Calibration, *, balance="auto", allow_cusparse: bool = True) -> dict:
-    """The kernel for one prediction: balance by the AR rule (or forced), then TC vs cuSPARSE by predicted ms."""
+    """The kernel for one prediction: balance by the AR rule (or forced), then TC vs cuSPARSE by predicted ms per
+    call as issued (`issued_ms`: a path whose host cost exceeds its GPU time is charged the host cost)."""
     ar, thr = pred["approximation_ratio"], cal.balance_threshold
     if balance == "auto":
         use_bal = ar > thr
@@ -189,12 +203,14 @@ def choose(pred: dict, cal: Calibration, *, balance="auto", allow_cusparse: bool
         why += (f"; split-K (ksplit {pred['split_ksplit']}) predicted {pred['split_ms']:.4f} ms < {tc_kernel} "
                 f"{tc_ms:.4f} ms")
         tc_kernel, tc_ms = "metcf-split", pred["split_ms"]
-    if allow_cusparse and pred["cusparse_ms"] < tc_ms:
-        return {"kernel": "cusparse", "predicted_ms": pred["cusparse_ms"],
-                "reason": f"predicted cuSPARSE {pred['cusparse_ms']:.4f} ms < {tc_kernel} {tc_ms:.4f} ms "
+    tc_ms = issued_ms(tc_ms, 2 if tc_kernel == "metcf-balanced" else 1, cal)
+    cus_ms = issued_ms(pred["cusparse_ms"], 1, cal, cusparse=True)
+    if allow_cusparse and cus_ms < tc_ms:
+        return {"kernel": "cusparse", "predicted_ms": cus_ms,
+                "reason": f"predicted cuSPARSE {cus_ms:.4f} ms < {tc_kernel} {tc_ms:.4f} ms per call as issued "
                           f"(MeanNnzTC {pred['mean_nnz_tc']:.1f}); {why}"}
     return {"kernel": tc_kernel, "predicted_ms": tc_ms,
-            "reason": f"{why}; predicted {tc_kernel} {tc_ms:.4f} ms vs cuSPARSE {pred['cusparse_ms']:.4f} ms"}
+            "reason": f"{why}; predicted {tc_kernel} {tc_ms:.4f} ms vs cuSPARSE {cus_ms:.4f} ms per call as issued"}
 
 
 def device_model(config: KernelConfig = CONFIG) -> DeviceModel:

@@ -33,12 +33,15 @@ def gpu_available() -> bool:
 
 class SpmmPlan:
     def __init__(self, A, *, device="auto", dtype=np.float32, format="metcf", balance="auto", autotune="auto",
-                 config: KernelConfig = CONFIG, calibration=None, out_dtype=None, deterministic: bool = True):
+                 config: KernelConfig = CONFIG, calibration=None, out_dtype=None, deterministic: bool = True,
+                 graphs: bool = True):
         """``A``: a SciPy sparse matrix (any format) or an already converted format object (a METCF whose block
         width matches the precision). ``out_dtype``: C's dtype, default the precision's (float32 for TF32);
         half plans may ask for float32 C. ``format``: a registered name or "auto". ``deterministic`` (default):
         two runs on the same B give bitwise-equal C, so only our kernels (no atomics, fixed reduction orders) are
-        chosen; False also lets the choice fall to cuSPARSE, whose CSR SpMM is not bitwise repeatable."""
+        chosen; False also lets the choice fall to cuSPARSE, whose CSR SpMM is not bitwise repeatable.
+        ``graphs`` (default): from the AUTO_GRAPH_AFTER-th ``run`` on the same cupy B and out, replay a CUDA graph
+        of the call instead of launching it (``plan.graphs = False`` opts out; the lean launch stays)."""
         self.precision = as_precision(dtype)
         if balance not in ("auto", True, False):
             raise ValueError(f"balance is {balance!r}, expected 'auto', True or False")
@@ -55,6 +58,8 @@ class SpmmPlan:
         self.formats = format_candidates(given or format, self.precision.name)
         self.balance, self.shape, self.nnz = balance, tuple(int(s) for s in A.shape), int(A.nnz)
         self.deterministic = bool(deterministic)
+        self._graphs = bool(graphs)
+        self._calls: dict = {}  # (B and out pointer, shape, strides, dtype; accumulate; kernel) -> _Call
         self._csr = None if given else sp.csr_array(A)
         self._given = A
         use_gpu = device == "gpu" or (device == "auto" and gpu_available())
@@ -143,15 +148,33 @@ class SpmmPlan:
         return cupy.empty((self.shape[0], N), dtype=dtype)
 
     def _time(self, kernel: str, B, *, repeats: int = 10, warmup: int = 3, ksplit: int | None = None, ops=None,
-              choice=None) -> float:
-        """Device milliseconds of one launch (kernels.launch.graph_ms: a captured graph, no host overhead)."""
-        from kernels.launch import graph_ms
+              choice=None, how: str = "issued") -> float:
+        """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes). "issued"
+        (what autotune compares: a candidate is charged its host cost where that exceeds its GPU time):
+        kernels.launch.issued_ms, a Python loop of calls between CUDA events; "graph": the GPU's time alone
+        (kernels.launch.graph_ms, a captured graph of back-to-back calls)."""
+        import cupy
 
-        out = self._out(int(B.shape[1]), kernel)
+        from kernels.launch import graph_ms, issued_ms
+
+        bound = self._bind(kernel, B, self._out(int(B.shape[1]), kernel), False, ksplit=ksplit, ops=ops,
+                           choice=choice)
+        if how == "graph":
+            return graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup)
+        stream_ptr = cupy.cuda.get_current_stream().ptr
+        return issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup)
+
+    def _bind(self, kernel: str, B, out, accumulate: bool, *, ksplit: int | None = None, ops=None, choice=None):
+        """``kernel``'s launch on these B and out, checked and packed once: ``bound(stream_ptr)`` issues it,
+        ``bound.out`` is C (kernels.launch.Bound, kernels.cusparse.CusparseBound, or a plain launch for a format
+        whose device operator has no ``bind``)."""
         if kernel == "cusparse":
-            self._launch(kernel, B, out)  # tunes cuSPARSE for this N (allocates: outside the capture)
-        return graph_ms(lambda: self._launch(kernel, B, out, ksplit=ksplit, ops=ops, choice=choice),
-                        repeats=repeats, warmup=warmup)
+            return self._cusparse_op().bind(B, out, accumulate=accumulate)
+        choice = choice if choice is not None else self.choices.get(int(B.shape[1]), {})
+        ops = ops or self._ops_for(kernel, choice)
+        if hasattr(ops, "bind"):
+            return ops.bind(kernel, B, out, accumulate=accumulate, ksplit=ksplit, choice=choice)
+        return _Unbound(ops, kernel, B, out, accumulate, ksplit, choice)
 
     def _device_b(self, B):
         """B on the device in the precision's storage dtype, C-contiguous (converted when it is not already)."""
@@ -174,6 +197,18 @@ class SpmmPlan:
         the precision when it is not already in it); C in ``out_dtype`` (bfloat16: uint16 bits). `kernel`
         overrides the choice. ``accumulate``: out += A @ B (out required; on the GPU without an extra pass over
         C), for a product split over A's columns, e.g. a resident shard's own and halo columns."""
+        key = None
+        if out is not None:  # the per-call path: these buffers were checked and their launch bound before
+            try:
+                key = (B.data.ptr, B.shape, B.strides, B.dtype, out.data.ptr, out.shape, out.strides, out.dtype,
+                       accumulate, kernel)
+            except AttributeError:  # NumPy B or out (a memoryview has no ptr), or the CPU path
+                key = None
+            else:
+                call = self._calls.get(key)
+                if call is not None:
+                    self.choice = call.choice
+                    return call()
         if accumulate and out is None:
             raise ValueError("accumulate=True adds A @ B to out: pass out")
         if self.device == "cpu":
@@ -197,9 +232,15 @@ class SpmmPlan:
         if out is not None and not on_host:
             dev_out = out.reshape(self.shape[0], N) if vector else out
         if kernel == "cusparse" and self.out_dtype != self.precision.storage_dtype:  # cuSPARSE writes B's type
-            C = self._launch(kernel, Bd, None).astype(self.out_dtype)
+            C = self._launch(kernel, Bd, None).astype(self.out_dtype)  # (not bound: a cast per call)
             if dev_out is not None:
                 C = cupy.add(dev_out, C, out=dev_out) if accumulate else cupy.copyto(dev_out, C) or dev_out
+        elif key is not None and Bd.data.ptr == B.data.ptr and Bd.dtype == B.dtype:  # B needed no conversion
+            call = _Call(self._bind(kernel, Bd, dev_out, accumulate), out, self.choice, self._graphs)
+            if len(self._calls) >= MAX_BOUND_CALLS:  # the oldest goes (it holds its B and out alive)
+                self._calls.pop(next(iter(self._calls)))
+            self._calls[key] = call
+            return call()
         else:
             C = self._launch(kernel, Bd, dev_out, accumulate and dev_out is not None)
         if vector:
@@ -228,6 +269,20 @@ class SpmmPlan:
         if self.out_dtype != np.dtype(np.float32):
             C = prec.to_storage(C)
         return _into_host(C, out, accumulate)
+
+    @property
+    def graphs(self) -> bool:
+        """Automatic CUDA-graph replay of repeated ``run`` calls on the same buffers (default True)."""
+        return self._graphs
+
+    @graphs.setter
+    def graphs(self, on: bool) -> None:
+        self._graphs = bool(on)
+        self._calls.clear()
+
+    def release(self) -> None:
+        """Drop the bound calls (and the B and out arrays, graphs and cuSPARSE descriptors they hold)."""
+        self._calls.clear()
 
     def capture(self, B, out):
         """A CUDA graph of ``out = A @ B`` with the kernel chosen for B's N (decided, and autotuned, first): for
@@ -278,7 +333,7 @@ class SpmmPlan:
         N = int(Bd.shape[1])
         self.run(Bd)  # decides (and autotunes) for this N
         k = kernel or self.choices[N]["kernel"]
-        ms = self._time(k, Bd, repeats=repeats, warmup=warmup)
+        ms = self._time(k, Bd, repeats=repeats, warmup=warmup, how="graph")
         return {"kernel": k, "median_ms": ms, "repeats": repeats, "N": N,
                 "gflops": 2.0 * self.nnz * N / (ms * 1e-3) / 1e9}
 
@@ -289,6 +344,81 @@ def _format_to_csr(obj):
 
     name = obj.format_name
     return getattr(importlib.import_module(f"kernels.formats.{name}"), f"{name}_to_csr")(obj)
+
+
+AUTO_GRAPH_AFTER = 3  # run replays a captured graph from the 3rd call on the same buffers: one capture (~20-50 us)
+# pays back after a few calls (a replay costs ~2 us of host time against ~4 us for the bare launch on the H200),
+# while a one-off call on fresh buffers never captures
+MAX_BOUND_CALLS = 8  # bound (B, out) pairs a plan keeps (each holds its B and out alive): a GNN layer's forward and
+# backward buffers, a solver's few vectors
+
+
+class _Call:
+    """One bound call of ``run`` on fixed buffers: the lean launch, then (``graphs``) a CUDA graph of it replayed
+    on the caller's current stream. Inside a caller's own stream capture it launches (a graph launch is not
+    permitted there: cudaErrorStreamCaptureUnsupported, seen on the H200), so the caller's graph records the
+    kernels themselves."""
+
+    __slots__ = ("bound", "ret", "choice", "graphs", "calls", "graph")
+
+    def __init__(self, bound, ret, choice, graphs: bool):
+        self.bound, self.ret, self.choice, self.graphs, self.calls, self.graph = bound, ret, choice, graphs, 0, None
+
+    def __call__(self):
+        stream = _current_stream()
+        if self.graph is not None:
+            if stream.is_capturing():
+                self.bound(stream.ptr)
+            else:
+                self.graph.launch(stream)
+            return self.ret
+        self.calls += 1
+        if self.graphs and self.calls >= AUTO_GRAPH_AFTER and not stream.is_capturing():
+            self.graph = self._capture()
+            if self.graph is not None:
+                self.graph.launch(stream)
+                return self.ret
+        self.bound(stream.ptr)
+        return self.ret
+
+    def _capture(self):
+        """The bound launch captured on a private stream; None (and no more tries) if it cannot be captured."""
+        import cupy
+
+        side = cupy.cuda.Stream(non_blocking=True)
+        try:
+            side.begin_capture()
+            try:
+                self.bound(side.ptr)
+            finally:
+                graph = side.end_capture()
+            return graph
+        except Exception:  # a launch that allocates or synchronizes: keep launching it directly
+            self.graphs = False
+            return None
+
+
+class _Unbound:
+    """A format without ``bind`` (its device operator has only ``launch``): the same interface, launching per call
+    on the current stream."""
+
+    def __init__(self, ops, kernel, B, out, accumulate, ksplit, choice):
+        self.ops, self.kernel, self.B, self.out = ops, kernel, B, out
+        self.kw = {"accumulate": accumulate, "ksplit": ksplit, "choice": choice}
+
+    def set_io(self, B, out) -> None:
+        self.B, self.out = B, out
+
+    def __call__(self, stream_ptr: int):
+        return self.ops.launch(self.kernel, self.B, self.out, **self.kw)
+
+
+def _current_stream():
+    import cupy
+
+    global _current_stream
+    _current_stream = cupy.cuda.get_current_stream  # bound once
+    return _current_stream()
 
 
 def _into_host(C: np.ndarray, out, accumulate: bool):

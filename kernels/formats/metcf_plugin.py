@@ -177,35 +177,48 @@ class MetcfDevice:
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         """out (=, or += with accumulate) A @ B with one of this format's kernels; ``choice`` supplies the
         autotuned ksplit of the split kernel."""
+        return self._launcher(kernel, B, out, accumulate, ksplit, choice, bound=False)
+
+    def bind(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
+        """The same launch checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)`` launches it,
+        ``bound.set_io(B, out)`` re-points it): SpmmPlan's per-call path for repeated calls."""
+        return self._launcher(kernel, B, out, accumulate, ksplit, choice, bound=True)
+
+    def _launcher(self, kernel, B, out, accumulate, ksplit, choice, bound: bool):
         if self.precision.half:
-            return self._launch_half(kernel, B, out, accumulate, ksplit, choice or {})
+            return self._launch_half(kernel, B, out, accumulate, ksplit, choice or {}, bound)
         from kernels import launch
 
         if kernel == "metcf-window":
-            return launch.spmm_window(self._dm, B, out, self.config, accumulate=accumulate)
+            fn = launch.bind_window if bound else launch.spmm_window
+            return fn(self._dm, B, out, self.config, accumulate=accumulate)
         if kernel == "metcf-split":
             N = int(B.shape[1])
             ch = choice or {}  # autotuned ksplit, else the model's, else the largest
             k = ksplit or ch.get("ksplit") or (ch.get("prediction") or {}).get("split_ksplit") or \
                 launch.max_ksplit(N, self.config)
-            return launch.spmm_split(self._dm, B, out, self.config, ksplit=k, accumulate=accumulate)
+            fn = launch.bind_split if bound else launch.spmm_split
+            return fn(self._dm, B, out, self.config, ksplit=k, accumulate=accumulate)
         if kernel == "metcf-balanced":
             need = launch.workspace_elems(self._dm, B.shape[1], self.config)
             if self._workspace is None or self._workspace.size < need:
                 import cupy
 
-                self._workspace = cupy.empty(max(need, 1), dtype=cupy.float32)
-            return launch.spmm_balanced(self._dm, B, out, self._workspace, self.config, accumulate=accumulate)
+                self._workspace = cupy.empty(max(need, 1), dtype=cupy.float32)  # bindings keep the old one alive
+            fn = launch.bind_balanced if bound else launch.spmm_balanced
+            return fn(self._dm, B, out, self._workspace, self.config, accumulate=accumulate)
         raise ValueError(f"unknown ME-TCF kernel {kernel!r} (metcf-window, metcf-split, metcf-balanced)")
 
-    def _launch_half(self, kernel, B, out, accumulate, ksplit, choice):
+    def _launch_half(self, kernel, B, out, accumulate, ksplit, choice, bound: bool = False):
         from kernels import launch_half
 
         if kernel == "metcf-window":
-            return launch_half.spmm_window_half(self._dm, B, out, accumulate=accumulate)
+            fn = launch_half.bind_window_half if bound else launch_half.spmm_window_half
+            return fn(self._dm, B, out, accumulate=accumulate)
         if kernel == "metcf-split":
             k = ksplit or choice.get("ksplit") or (launch_half.ksplits_half(int(B.shape[1]), self.config) or [2])[-1]
-            return launch_half.spmm_split_half(self._dm, B, out, ksplit=k, accumulate=accumulate)
+            fn = launch_half.bind_split_half if bound else launch_half.spmm_split_half
+            return fn(self._dm, B, out, ksplit=k, accumulate=accumulate)
         raise ValueError(f"unknown {self.precision.name} ME-TCF kernel {kernel!r} (metcf-window, metcf-split)")
 
 

@@ -1,0 +1,243 @@
+"""Per-call cost of SpmmPlan.run as a user calls it (issue 15): per call as issued next to the GPU's time.
+
+    PYTHONPATH=. python3 benchmarks/host_overhead.py [--ns 128 256] [--label after] [--before FILE] [--code DIR]
+
+For each matrix (the SuiteSparse fixtures in .fixtures, 2.6k-370k nnz, and three generated 1.7-2M nnz graphs in
+their shuffled order), each N, and three plans (deterministic float32: our kernels only; deterministic=False
+float32: cuSPARSE allowed; deterministic float16), with B and out prepared once:
+- ``issued_us``: plan.run(B, out) per call as issued: CUDA events around a Python loop of back-to-back calls,
+  divided by the calls (median of 5 loops; the automatic graph replay of repeated calls is on, as by default);
+- ``issued_nograph_us``: the same with ``plan.graphs = False`` (the bound launch every call);
+- ``graph_us``: the GPU's time of the chosen kernel (kernels.launch.graph_ms: replays of a captured graph of
+  back-to-back launches); ``overhead_us`` = issued - graph.
+cuSPARSE is timed the same ways on the same matrix and B: its best CSR algorithm through a bound call
+(CusparseBound: descriptors and buffer made once, cusparseSpMM through ctypes: the cheapest call CuPy's process
+allows) as issued and by graph replay, and ``cupyx.scipy.sparse`` ``A @ B`` as issued (what a CuPy user writes;
+it allocates C). Correctness in the same run: every plan's C against float64 SciPy. ``--code DIR`` imports
+``kernels`` from DIR (the tree before a change; only features both trees have are used then); ``--before FILE``
+puts that run's numbers beside these. JSON under benchmarks/results/, the table last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import sys
+import tarfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = ["LPnetlib/lp_e226", "HB/young1c", "HB/jagmesh7", "HB/bcspwr10", "HB/bcsstk13", "Pajek/Erdos971",
+            "SNAP/email-Enron"]
+GENERATED = [("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2"),
+             ("mesh3d-40", "mesh", "nx=40&ny=40&nz=40&stencil=27"),
+             ("rmat-s17", "rmat", "scale=17&edge_factor=16")]
+PLANS = {"det-f32": {"dtype": "float32"}, "nondet-f32": {"dtype": "float32", "deterministic": False},
+         "det-f16": {"dtype": "float16"}}
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def fixture(name: str):
+    path = REPO / ".fixtures" / "suitesparse" / "MM" / f"{name}.tar.gz"
+    if not path.exists():
+        return None
+    with tarfile.open(path) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".mtx"))
+        with warnings.catch_warnings():  # SciPy's spmatrix-default notice
+            warnings.simplefilter("ignore")
+            A = scipy.io.mmread(io.BytesIO(tar.extractfile(member).read()))
+    A = sp.csr_array(A, dtype=np.float32)
+    A.sum_duplicates()
+    return A
+
+
+def issued_us(fn, calls: int | None = None, repeats: int = 5) -> float:
+    """Microseconds per call as issued (events around a loop of back-to-back calls); the same method as
+    kernels.launch.issued_ms, written here so that --code can time a tree without it."""
+    import cupy
+
+    for _ in range(5):
+        fn()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    if calls is None:  # ~0.5 ms per loop, 20 to 200 calls
+        start.record(), fn(), stop.record(), stop.synchronize()
+        calls = int(min(200, max(20, 0.5 / max(cupy.cuda.get_elapsed_time(start, stop), 1e-3))))
+    times = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()  # synchronize!
+        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
+    return float(np.median(times))
+
+
+def measure(label, A, N, rng, plans):
+    import cupy
+    import cupyx.scipy.sparse as csp
+
+    from kernels import launch
+    from kernels.spmm import SpmmPlan
+
+    rows = np.sort(rng.choice(A.shape[0], min(2048, A.shape[0]), replace=False))
+    Bh = rng.standard_normal((A.shape[1], N)).astype(np.float32)
+    ref = A[rows].astype(np.float64) @ Bh.astype(np.float64)
+    out_rows = []
+    for name in plans:
+        if PLANS[name]["dtype"] == "float16" and float(np.abs(A.data).max(initial=0)) > 6e4:
+            log(f"  {label}: values beyond float16's range, {name} left out")
+            continue
+        plan = SpmmPlan(A, device="gpu", **PLANS[name])
+        B = cupy.asarray(plan.precision.to_storage(Bh))
+        out = cupy.empty((A.shape[0], N), dtype=plan.out_dtype)
+        plan.run(B, out)  # decides (and autotunes) for this N
+        ch = plan.choices[N]
+        kernel = ch["kernel"]
+        graph_us = 1e3 * launch.graph_ms(lambda: plan._launch(kernel, B, out, choice=ch), repeats=20, warmup=3)
+        row = {"matrix": label, "nnz": int(A.nnz), "shape": list(A.shape), "N": N, "plan": name, "kernel": kernel,
+               "graph_us": graph_us, "issued_us": issued_us(lambda: plan.run(B, out))}
+        if hasattr(plan, "graphs"):
+            plan.graphs = False
+            row["issued_nograph_us"] = issued_us(lambda: plan.run(B, out))
+            plan.graphs = True
+        out.fill(np.nan)
+        plan.run(B, out)
+        C = plan.precision.to_float32(cupy.asnumpy(out)[rows]).astype(np.float64)
+        row["rel_err"] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30)) if np.isfinite(C).all() \
+            else float("nan")
+        row["tolerance"] = plan.precision.tolerance
+        row["overhead_us"] = row["issued_us"] - graph_us
+        out_rows.append(row)
+        log(f"  {label} N={N} {name}: {kernel} graph {graph_us:.1f} us, issued {row['issued_us']:.1f} us"
+            + (f" (no graph {row['issued_nograph_us']:.1f})" if "issued_nograph_us" in row else "")
+            + f", err {row['rel_err']:.1e}")
+    # cuSPARSE, float32, the cheapest ways
+    from kernels.cusparse import CusparseSpmm
+
+    B = cupy.asarray(Bh)
+    out = cupy.empty((A.shape[0], N), dtype=cupy.float32)
+    op = CusparseSpmm(A)
+    tuned = op.tune(B, out)
+    cus = {"cus_alg": tuned["best"], "cus_graph_us": 1e3 * tuned["ms"][tuned["best"]]}
+    if hasattr(op, "bind"):
+        bound = op.bind(B, out)
+        sptr = cupy.cuda.get_current_stream().ptr
+        cus["cus_issued_us"] = issued_us(lambda: bound(sptr))
+    else:
+        cus["cus_issued_us"] = issued_us(lambda: op.run(B, out))
+    Ad = csp.csr_matrix((cupy.asarray(A.data), cupy.asarray(A.indices), cupy.asarray(A.indptr)), shape=A.shape)
+    cus["cupyx_issued_us"] = issued_us(lambda: Ad @ B)
+    C = cupy.asnumpy(out)[rows].astype(np.float64)
+    cus["cus_rel_err"] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30))
+    op.close()
+    for r in out_rows:
+        r.update(cus)
+    log(f"  {label} N={N} cuSPARSE {cus['cus_alg']}: graph {cus['cus_graph_us']:.1f} us, issued "
+        f"{cus['cus_issued_us']:.1f} us, cupyx A @ B {cus['cupyx_issued_us']:.1f} us")
+    return out_rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ns", type=int, nargs="+", default=[128, 256])
+    ap.add_argument("--plans", nargs="+", default=list(PLANS), choices=list(PLANS))
+    ap.add_argument("--label", default="after")
+    ap.add_argument("--code", type=Path, help="import kernels from this tree (e.g. the code before a change)")
+    ap.add_argument("--before", type=Path, help="a results file of this script to put beside these numbers")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--table-from", type=Path, help="reprint the table of a results file and exit (no GPU)")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    if args.table_from:
+        doc = json.loads(args.table_from.read_text())
+        print_table(doc["rows"], doc.get("before_rows", []), args.table_from)
+        return 0
+    if args.code:
+        sys.path.insert(0, str(args.code.resolve()))
+    import cupy
+
+    import kernels
+    from tasks.fetch.generators import generate
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    meta = {"device": device, "label": args.label, "kernels_from": str(Path(kernels.__file__).parent),
+            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
+            "cupy": cupy.__version__, "numpy": np.__version__, "python": sys.version.split()[0],
+            "command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "method": __doc__}
+    rng = np.random.default_rng(0)
+    matrices = [(n, lambda n=n: fixture(n)) for n in FIXTURES]
+    matrices += [(label, lambda k=kind, p=params: generate(k, f"{p}&seed=1&shuffle=1")) for label, kind, params
+                 in GENERATED]
+    rows = []
+    t0 = time.time()
+    for label, make in matrices:
+        A = make()
+        if A is None:
+            log(f"{label}: fixture not present, skipped")
+            continue
+        for N in args.ns:
+            rows.extend(measure(label, sp.csr_array(A), N, rng, args.plans))
+    meta["wall_s"] = time.time() - t0
+    before = json.loads(args.before.read_text())["rows"] if args.before else []
+    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
+    path = args.out_dir / f"host-overhead-{slug}-{dt.date.today().isoformat()}-{args.label}.json"
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, "rows": rows, "before_rows": before}, indent=1))
+    print_table(rows, before, path)
+    return 0
+
+
+def summary(rows, key="overhead_us"):
+    v = np.array([r[key] for r in rows if key in r])
+    return (float(np.median(v)), float(v.max())) if v.size else (float("nan"), float("nan"))
+
+
+def print_table(rows, before, path):
+    prev = {(r["matrix"], r["N"], r["plan"]): r for r in before}
+    print(f"{'matrix':<18}{'nnz':>9}{'N':>5} {'plan':<11}{'kernel':<15}{'graph':>8}{'issued':>8}{'no-graph':>9}"
+          f"{'before':>8}{'cus graph':>10}{'cus iss.':>9}{'cupyx':>8}{'vs cus':>7}{'err':>9}")
+    for r in rows:
+        b = prev.get((r["matrix"], r["N"], r["plan"]))
+        best_cus = min(r["cus_issued_us"], r["cupyx_issued_us"])
+        print(f"{r['matrix'][:17]:<18}{r['nnz']:>9}{r['N']:>5} {r['plan']:<11}{r['kernel']:<15}{r['graph_us']:>8.1f}"
+              f"{r['issued_us']:>8.1f}{r.get('issued_nograph_us', float('nan')):>9.1f}"
+              f"{(b['issued_us'] if b else float('nan')):>8.1f}{r['cus_graph_us']:>10.1f}{r['cus_issued_us']:>9.1f}"
+              f"{r['cupyx_issued_us']:>8.1f}{best_cus / r['issued_us']:>7.2f}{r['rel_err']:>9.1e}")
+    print("times in us per call; issued = plan.run(B, out) in a Python loop between CUDA events (graph replay "
+          "on by default), no-graph = plan.graphs False, before = --before's issued, vs cus = the faster cuSPARSE "
+          "as issued / ours as issued")
+    for plan in sorted({r["plan"] for r in rows}):
+        sel = [r for r in rows if r["plan"] == plan]
+        med, mx = summary(sel)
+        line = f"{plan}: overhead (issued - graph) median {med:.1f} us, max {mx:.1f} us"
+        if any("issued_nograph_us" in r for r in sel):
+            ng = [dict(r, overhead_ng=r["issued_nograph_us"] - r["graph_us"]) for r in sel]
+            line += "; without graphs median {:.1f} us, max {:.1f} us".format(*summary(ng, "overhead_ng"))
+        bsel = [b for b in before if b["plan"] == plan]
+        if bsel:
+            line += "; before median {:.1f} us, max {:.1f} us".format(*summary(bsel))
+        print(line)
+    cus = [dict(r, o=r["cus_issued_us"] - r["cus_graph_us"]) for r in rows if r["plan"] == rows[0]["plan"]]
+    if cus:
+        print("cuSPARSE bound call: overhead median {:.1f} us, max {:.1f} us".format(*summary(cus, "o")))
+    bad = [r for r in rows if not r["rel_err"] <= r["tolerance"]]
+    print(f"correctness: {len(rows) - len(bad)}/{len(rows)} plans within their precision's tolerance"
+          + (f"; FAILED: {[(r['matrix'], r['N'], r['plan']) for r in bad]}" if bad else ""))
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

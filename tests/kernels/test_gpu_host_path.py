@@ -1,0 +1,167 @@
+"""SpmmPlan's per-call path on the GPU: bound launches, automatic CUDA-graph replay, no allocation in steady state."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from cupy.cuda import memory_hook  # noqa: E402
+
+from kernels.reference import csr_spmm  # noqa: E402
+from kernels.spmm import AUTO_GRAPH_AFTER, SpmmPlan  # noqa: E402
+
+TF32_RTOL = 1e-3  # as tests/kernels/test_gpu_spmm.py: TF32 operands, fp32 accumulation
+KERNELS = ["metcf-window", "metcf-split", "metcf-balanced"]
+
+
+def hub_csr(rng, n_rows=700, n_cols=500):
+    """Random rows plus one hub row wider than a TC block and an empty window (rows 32-47)."""
+    A = sp.random_array((n_rows, n_cols), density=0.02, format="lil", dtype=np.float32, rng=rng)
+    A[3, :300] = rng.standard_normal(300).astype(np.float32)
+    A[32:48, :] = 0
+    return sp.csr_array(A)
+
+
+class CountMallocs(memory_hook.MemoryHook):
+    """Counts every allocation through CuPy's memory pool (and every pool miss) while active."""
+
+    name = "CountMallocs"
+
+    def __init__(self):
+        self.mallocs = self.allocs = 0
+
+    def malloc_preprocess(self, **kw):
+        self.mallocs += 1
+
+    def alloc_preprocess(self, **kw):
+        self.allocs += 1
+
+
+def rel_err(C, ref):
+    return np.linalg.norm(C.astype(np.float64) - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+@pytest.mark.parametrize("kernel,dtype,deterministic", [*((k, "float32", True) for k in KERNELS),
+                                                        ("metcf-window", "float16", True),
+                                                        ("metcf-split", "bfloat16", True),
+                                                        ("cusparse", "float32", False)])
+def test_steady_state_run_allocates_nothing(kernel, dtype, deterministic, graphs):
+    rng = np.random.default_rng(0)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, deterministic=deterministic, autotune=False, graphs=graphs)
+    B = cupy.asarray(plan.precision.to_storage(rng.standard_normal((500, 64)).astype(np.float32)))
+    out = cupy.empty((700, 64), dtype=plan.out_dtype)
+    for _ in range(AUTO_GRAPH_AFTER + 2):  # bind, launch, capture (graphs), replay
+        plan.run(B, out, kernel=kernel)
+    cupy.cuda.Device().synchronize()
+    pool = cupy.get_default_memory_pool()
+    used, total = pool.used_bytes(), pool.total_bytes()
+    hook = CountMallocs()
+    with hook:
+        for _ in range(20):
+            C = plan.run(B, out, kernel=kernel)
+    cupy.cuda.Device().synchronize()
+    assert C is out
+    assert (hook.mallocs, hook.allocs) == (0, 0), kernel
+    assert (pool.used_bytes(), pool.total_bytes()) == (used, total)
+    call = next(iter(plan._calls.values()))
+    assert (call.graph is not None) == graphs
+    ref = csr_spmm(A, plan.precision.to_float32(cupy.asnumpy(B)).astype(np.float64))
+    assert rel_err(plan.precision.to_float32(cupy.asnumpy(out)), ref) < plan.precision.tolerance, kernel
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_replay_reads_b_in_place_and_matches_the_launch_bitwise(kernel):
+    """A refilled B (a GNN layer, a solver) is what every later call reads, graph or not; the graph's C is bitwise
+    the launched kernel's."""
+    rng = np.random.default_rng(1)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", autotune=False)
+    B = cupy.empty((500, 40), dtype=cupy.float32)
+    out = cupy.empty((700, 40), dtype=cupy.float32)
+    for i in range(AUTO_GRAPH_AFTER + 3):
+        Bh = rng.standard_normal((500, 40)).astype(np.float32)
+        B[...] = cupy.asarray(Bh)
+        out.fill(np.nan)
+        plan.run(B, out, kernel=kernel)
+        direct = plan._launch(kernel, B, cupy.empty_like(out))  # the RawKernel launch of the same kernel
+        assert rel_err(cupy.asnumpy(out), csr_spmm(A, Bh.astype(np.float64))) < TF32_RTOL, (kernel, i)
+        assert bool((out.view(cupy.uint32) == direct.view(cupy.uint32)).all()), (kernel, i)
+    assert next(iter(plan._calls.values())).graph is not None
+
+
+def test_accumulate_and_alternating_buffers():
+    rng = np.random.default_rng(2)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", autotune=False)
+    Bs = [cupy.asarray(rng.standard_normal((500, 32)).astype(np.float32)) for _ in range(2)]
+    outs = [cupy.zeros((700, 32), dtype=cupy.float32) for _ in range(2)]
+    n = AUTO_GRAPH_AFTER + 3
+    for _ in range(n):  # two bound calls side by side, each accumulating into its own out
+        for B, out in zip(Bs, outs):
+            plan.run(B, out, accumulate=True)
+    for B, out in zip(Bs, outs):
+        assert rel_err(cupy.asnumpy(out), n * csr_spmm(A, cupy.asnumpy(B).astype(np.float64))) < TF32_RTOL
+    assert len(plan._calls) == 2
+
+
+def test_vector_odd_n_and_views_take_the_bound_path_correctly():
+    rng = np.random.default_rng(3)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", autotune=False)
+    big = cupy.asarray(rng.standard_normal((500, 9)).astype(np.float32))
+    v, vout = cupy.ascontiguousarray(big[:, 0]), cupy.empty(700, dtype=cupy.float32)
+    B7, out7 = cupy.ascontiguousarray(big[:, 1:8]), cupy.empty((700, 7), dtype=cupy.float32)
+    for _ in range(AUTO_GRAPH_AFTER + 1):
+        assert plan.run(v, vout) is vout
+        plan.run(B7, out7)
+    ref = csr_spmm(A, cupy.asnumpy(big).astype(np.float64))
+    assert rel_err(cupy.asnumpy(vout), ref[:, 0]) < TF32_RTOL
+    assert rel_err(cupy.asnumpy(out7), ref[:, 1:8]) < TF32_RTOL
+    strided = big[:, 1:8]  # not C-contiguous: converted per call, never bound
+    C = plan.run(strided, cupy.empty((700, 7), dtype=cupy.float32))
+    assert rel_err(cupy.asnumpy(C), ref[:, 1:8]) < TF32_RTOL
+    assert len(plan._calls) == 2
+
+
+def test_run_inside_a_callers_capture_records_the_kernel():
+    """After the plan has its own graph, a caller capturing its stream still gets the kernel in its graph (a graph
+    launch inside a capture is refused by CUDA)."""
+    rng = np.random.default_rng(4)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", autotune=False)
+    B = cupy.asarray(rng.standard_normal((500, 32)).astype(np.float32))
+    out = cupy.empty((700, 32), dtype=cupy.float32)
+    for _ in range(AUTO_GRAPH_AFTER + 1):
+        plan.run(B, out)
+    assert next(iter(plan._calls.values())).graph is not None
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        plan.run(B, out)
+        graph = stream.end_capture()
+    Bh = rng.standard_normal((500, 32)).astype(np.float32)
+    B[...] = cupy.asarray(Bh)
+    out.fill(np.nan)
+    graph.launch(stream)
+    stream.synchronize()
+    assert rel_err(cupy.asnumpy(out), csr_spmm(A, Bh.astype(np.float64))) < TF32_RTOL
+
+
+def test_graphs_opt_out_and_release():
+    rng = np.random.default_rng(5)
+    plan = SpmmPlan(hub_csr(rng), device="gpu", autotune=False)
+    plan.graphs = False
+    B = cupy.asarray(rng.standard_normal((500, 16)).astype(np.float32))
+    out = cupy.empty((700, 16), dtype=cupy.float32)
+    for _ in range(AUTO_GRAPH_AFTER + 2):
+        plan.run(B, out)
+    assert next(iter(plan._calls.values())).graph is None
+    plan.release()
+    assert not plan._calls
