@@ -17,7 +17,7 @@ from prefect import flow
 
 from configs import load_catalog
 from flows.spmm import spmm_flow
-from tasks import cli
+from tasks import cli, progress
 from tasks.cli import data_root as resolve_data_root
 from tasks.stages import flow_cluster
 
@@ -34,7 +34,7 @@ def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str =
     with flow_cluster(scheduler, devices) as address, ThreadPoolExecutor(max(1, concurrency)) as pool:
         futures = {spec: pool.submit(spmm_flow, matrix=spec, n_cols_b=n_cols_b, reorder=reorder, devices=devices,
                                      scheduler=address, data_root=root, repeats=repeats) for spec in specs}
-        for spec, future in futures.items():
+        for spec, future in progress.track(futures.items(), f"catalog: {len(specs)} matrices", unit="matrices"):
             try:
                 outcome[spec] = cli.run_outcome(future.result())
             except Exception as err:  # one matrix's failure must not hide the others' results

@@ -22,6 +22,7 @@ import numpy as np
 from configs.errors import InputError
 from storage import BlockStore, perm_key as make_perm_key
 from storage.naming import dumps
+from tasks import progress
 
 METCF = "metcf"  # the default format (``--format``); every registered one works (kernels.formats.REGISTRY)
 
@@ -89,8 +90,9 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
     reused = mstore.has_csr()
     t1 = time.perf_counter()
     if not reused:
-        parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode, data_root=data_root,
-                             allow_nonfinite=allow_nonfinite)
+        with progress.task(f"parse {spec}"):  # extraction and downloads draw their own bars
+            parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode, data_root=data_root,
+                                 allow_nonfinite=allow_nonfinite)
         mstore.write_csr(parsed.csr, {**parsed.meta, "matrix_id": matrix_id, "drop_zeros": drop_zeros,
                                       "complex_mode": complex_mode})
     meta = mstore.csr_meta()
@@ -138,7 +140,7 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
         meta = mstore.perm_meta(key)
         return {"perm_key": key, "method": method, "reused": True, "ms": _elapsed_ms(t0), **meta.get("report", {})}
     A = mstore.read_csr()
-    with dask_client(scheduler) as client:
+    with dask_client(scheduler) as client, progress.task(f"reorder {matrix_id} ({method})"):
         if method == "auto":
             applied, perm, report = auto_reorder(A, seed=seed, client=client, params={"tca": {"sm_count": sm_count}},
                                                  width=width)
@@ -191,7 +193,8 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, 
             A = mstore.read_csr()
             A = A[mstore.read_perm(perm_key)]
             A = A.astype(np.float32) if A.dtype != np.float32 else A
-        with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client:
+        with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client, \
+                progress.task(f"convert {matrix_id} to {f.name} {dtype}"):
             obj = f.convert(A, prec) if client is None else convert_on_cluster(A, client, f, prec)
         stats = _jsonable({**f.stats(obj, A.indptr.nbytes + A.indices.nbytes + A.data.nbytes),
                            "block_shape": [16, f.block_width[prec.name]]})

@@ -24,7 +24,6 @@ import hashlib
 import http.client
 import json
 import os
-import sys
 import tempfile
 import time
 import urllib.error
@@ -36,6 +35,7 @@ from typing import Any
 from configs import HttpConfig
 from configs.errors import FetchError
 from storage.atomic import STALE_TEMP_S, TEMP_PREFIX, atomic_write_bytes, sweep_temp
+from tasks import progress
 
 INDEX_NAME = "index.json"
 USER_AGENT = "tcspmm/0.1 (+https://github.com/)"
@@ -207,9 +207,9 @@ def _stream(resp: Any, fd: int, have: int, total: int | None, cfg: HttpConfig, l
 
     Write errors (ENOSPC) propagate as OSError; ``download`` turns them into one-line FetchErrors.
     """
-    progress = _Progress(label, total, cfg.progress)
     got = have
-    try:
+    with progress.task(f"download {label}", total=total, unit="B", enabled=cfg.progress) as bar:
+        bar.update(got)
         while True:
             try:
                 chunk = resp.read(cfg.chunk_bytes)
@@ -221,9 +221,7 @@ def _stream(resp: Any, fd: int, have: int, total: int | None, cfg: HttpConfig, l
                 return got
             _write_all(fd, chunk)
             got += len(chunk)
-            progress.update(got)
-    finally:
-        progress.close()
+            bar.update(got)
 
 
 def _write_all(fd: int, chunk: bytes) -> None:
@@ -243,29 +241,3 @@ def _range_start(content_range: str | None) -> int | None:
 def _describe(err: object) -> str:
     text = " ".join(str(err).split())
     return text or type(err).__name__
-
-
-class _Progress:
-    """A one-line progress bar on stderr, redrawn at most 5 times a second; silent unless enabled."""
-
-    def __init__(self, label: str, total: int | None, enabled: bool | None) -> None:
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.label, self.total = label, total
-        self.start = self.last = time.monotonic()
-        self.drawn = False
-
-    def update(self, got: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self.last < 0.2:
-            return
-        self.last, self.drawn = now, True
-        rate = got / max(now - self.start, 1e-9) / 1e6
-        size = f"{got / 1e6:.1f}/{self.total / 1e6:.1f} MB {100 * got / max(self.total, 1):3.0f}%" \
-            if self.total else f"{got / 1e6:.1f} MB"
-        sys.stderr.write(f"\r{self.label}: {size} {rate:.1f} MB/s ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()

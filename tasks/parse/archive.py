@@ -27,6 +27,7 @@ from pathlib import Path
 from configs.errors import FetchError
 from configs.limits import Limits, format_size, load_limits
 from storage.atomic import STALE_TEMP_S, TEMP_PREFIX, sweep_temp
+from tasks import progress
 
 Select = Callable[[list[tarfile.TarInfo]], list[tarfile.TarInfo]]
 MTX_BYTES_PER_ENTRY = 64  # "1234567 1234567 -1.2345678901234567e-123" plus a newline, rounded up
@@ -87,9 +88,15 @@ def extract_tar(archive: Path, sha256: str, data_root: str | os.PathLike, label:
     def fill(tmp: Path) -> None:
         with tarfile.open(archive, "r:*") as tar:
             members = scan_members(tar, label, budget)
-            tar.extractall(tmp, members=select(members) if select else members, filter="data")
+            chosen = list(select(members) if select else members)
+            tar.extractall(tmp, members=progress.track(chosen, f"extract {label}", unit="B", weight=_size),
+                           filter="data")
 
     return _materialize(sha256, data_root, label, fill)
+
+
+def _size(member: tarfile.TarInfo) -> int:
+    return member.size if member.isfile() else 0
 
 
 GUNZIPPED = "matrix.mtx"  # one fixed name: the folder is keyed by content, which several file names may share
@@ -102,12 +109,14 @@ def gunzip(archive: Path, sha256: str, data_root: str | os.PathLike, label: str,
 
     def fill(tmp: Path) -> None:
         written = 0
-        with gzip.open(archive, "rb") as src, open(tmp / GUNZIPPED, "wb") as dst:
+        with gzip.open(archive, "rb") as src, open(tmp / GUNZIPPED, "wb") as dst, \
+                progress.task(f"gunzip {label}", unit="B") as bar:
             while block := src.read(min(1 << 22, budget.n_bytes - written + 1)):
                 written += len(block)
                 if written > budget.n_bytes:
                     raise over_budget(label, f"it unpacks to more than {format_size(budget.n_bytes)}", budget)
                 dst.write(block)
+                bar.update(written)
 
     return _materialize(sha256, data_root, label, fill) / GUNZIPPED
 

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.metrics import tc_stats
+from tasks import progress
 from tasks.reorder import community, greedy, simple, smat, tca
 
 METHODS = ("tca", "rowshuffle", "jaccard", "smat", "rcm", "degree", "community", "none")
@@ -111,7 +112,7 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
     methods = {"none": {"n_tc_blocks": base["n_tc_blocks"], "mean_nnz_tc": base["mean_nnz_tc"], "seconds": 0.0,
                         **_both_widths(A, width, base), **smat.bcsr_score(A, width)}}
     best, best_perm, best_blocks = "none", simple.none_order(A), base["n_tc_blocks"]
-    for m in candidates:
+    for m in progress.track(candidates, f"reorder auto: {A.nnz:,} nnz", unit="methods"):
         if m == "none":
             continue
         if m not in METHODS:
