@@ -25,9 +25,11 @@ from tasks.stages import flow_cluster
 @flow(name="tcspmm-catalog", log_prints=True)
 def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str = "auto", devices: str = "auto",
                  scheduler: str | None = None, concurrency: int = 2, data_root: str | None = None,
-                 repeats: int = 20) -> dict:
+                 repeats: int = 20, train_gnn: bool = False, gnn_epochs: int = 50) -> dict:
     """Run every catalog entry; returns ``{spec: outcome}``, an outcome being ``cli.run_outcome`` (run id, each
-    stage's wall ms, kernel, median kernel ms, GFLOP/s) or ``{"error": message}``."""
+    stage's wall ms, kernel, median kernel ms, GFLOP/s) or ``{"error": message}``. ``train_gnn``: then the
+    downstream GNN job (2-layer GCN and GAT, ``gnn.train``) on every matrix that stored node features, its
+    result under the outcome's ``"gnn"``."""
     root = resolve_data_root(data_root)
     specs = load_catalog(catalog)
     outcome: dict[str, dict] = {}
@@ -39,6 +41,12 @@ def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str =
                 outcome[spec] = cli.run_outcome(future.result())
             except Exception as err:  # one matrix's failure must not hide the others' results
                 outcome[spec] = {"error": str(err)}
+    if train_gnn:
+        from tasks import steps
+
+        for spec, out in outcome.items():
+            if "error" not in out:
+                out["gnn"] = steps.train_gnn(out["matrix_id"], root, gnn_epochs)
     print(cli.catalog_summary(outcome))
     failed = [s for s, o in outcome.items() if "error" in o]
     if failed:
@@ -59,6 +67,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: local)")
     p.add_argument("--concurrency", type=cli.positive_int, default=2, help="matrices run at once (default 2)")
     p.add_argument("--repeats", type=cli.positive_int, default=20, help="timed SpMM runs per matrix (default 20)")
+    p.add_argument("--train-gnn", action="store_true",
+                   help="then train the 2-layer GCN and GAT on every matrix with node features (needs torch)")
+    p.add_argument("--gnn-epochs", type=cli.positive_int, default=50, help="epochs of --train-gnn (default 50)")
     p.add_argument("--data-root", default=None, help="data root (default: $TCSPMM_DATA or ./data)")
     p.add_argument("--json", action="store_true", help="print the outcome as one JSON object on stdout")
     p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's INFO logs on stderr")

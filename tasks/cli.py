@@ -260,4 +260,10 @@ def catalog_summary(outcome: dict[str, dict]) -> str:
         stages = " ".join(f"{out['wall_ms'].get(s) or 0:>11.1f}" for s in _STAGES)
         lines.append(f"{spec:<44} {stages} {out['kernel_ms'] or 0:>10.4g} {out['gflops'] or 0:>8.2f}  "
                      f"{out['kernel']}")
+        gnn = out.get("gnn") or {}
+        if "skipped" in gnn:
+            lines.append(f"  gnn: skipped, {gnn['skipped']}")
+        for r in gnn.get("rows", []):
+            lines.append(f"  gnn {r['model']}: {r['epoch_ms']:.2f} ms per epoch ({r['epochs']} epochs, {r['device']}), "
+                         f"test accuracy {r['test_acc']:.3f}")
     return "\n".join(lines + ["", TABLE_LEGEND])

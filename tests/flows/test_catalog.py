@@ -34,3 +34,19 @@ def test_catalog_options_are_checked_first(capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines() == ["error: --concurrency: must be a positive integer, got 0 "
                                                     "(see --help)"]
+
+
+def test_catalog_trains_the_gnn_job_on_matrices_with_node_features(prefect_harness, data_root, tmp_path, capsys):
+    pytest.importorskip("torch", reason="the GNN job needs torch (pip install -e '.[gnn]')")
+    catalog = tmp_path / "catalog.yaml"
+    specs = ["igb:tiny", "gen:banded?n=600&bandwidth=4&seed=1"]  # IGB carries features and labels; banded none
+    catalog.write_text("matrices:\n" + "".join(f"  - '{s}'\n" for s in specs))
+    code = main(["--catalog", str(catalog), "-N", "4", "--devices", "cpu", "--reorder", "degree", "--repeats", "1",
+                 "--concurrency", "1", "--data-root", str(data_root), "--train-gnn", "--gnn-epochs", "3", "--json"])
+    assert code == 0
+    outcome = json.loads(capsys.readouterr().out)
+    rows = outcome["igb:tiny"]["gnn"]["rows"]
+    assert [r["model"] for r in rows] == ["gcn", "gat"] and all(r["epochs"] == 3 and r["epoch_ms"] > 0 for r in rows)
+    assert "no stored node features" in outcome[specs[1]]["gnn"]["skipped"]
+    text = catalog_summary(outcome)
+    assert "  gnn gcn: " in text and "  gnn: skipped, " in text

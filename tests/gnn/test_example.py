@@ -28,7 +28,7 @@ def test_sbm_labels_follow_the_generator_communities(example):
 
 def test_sbm_training_learns_the_communities(example, data_root):
     mid = example.prepare("gen:sbm?n=2000&blocks=4&deg_in=8&deg_out=1&seed=3", data_root, reorder="rcm")
-    rows = example.run(mid, data_root, epochs=15, hidden=16, heads=2)
+    rows = example.train(mid, data_root, epochs=15, hidden=16, heads=2)
     assert [r["model"] for r in rows] == ["gcn", "gat"]
     for r in rows:
         assert r["perm"].startswith("rcm-") and r["losses"][-1] < r["losses"][0]
@@ -39,6 +39,6 @@ def test_sbm_training_learns_the_communities(example, data_root):
 def test_igb_tiny_trains_on_its_stored_features_with_the_gcn_variant(example, data_root):
     mid = example.prepare("igb:tiny", data_root, reorder="none", stored_gcn=True)
     assert mid == "igb.tiny.gcn"
-    rows = example.run(mid, data_root, epochs=3, hidden=16, heads=2, models=("gcn",))
+    rows = example.train(mid, data_root, epochs=3, hidden=16, heads=2, models=("gcn",))
     assert rows[0]["nodes"] == 19717 and np.isfinite(rows[0]["final_loss"])
     assert 0.0 <= rows[0]["test_acc"] <= 1.0
