@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # summarize_precision,
 
 from storage.atomic import atomic_path  # noqa: E402
 
+import plots  # noqa: E402  (benchmarks/plots.py: charts beside the doc, optional matplotlib)
 from summarize_gnn import gnn_section  # noqa: E402  (benchmarks/ is the script folder)
 from summarize_precision import precision_section, seam_section  # noqa: E402
 
@@ -683,6 +684,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
     args = ap.parse_args(argv)
     text = render(args.results)
+    why_not = plots.unavailable()  # charts are optional: the tables are written either way
+    charts = None if why_not else plots.render(
+        {fam: [row for run in pick(args.results, fam)[0] for row in run.rows]
+         for fam in {family for family, *_ in plots.CHARTS.values()}}, args.out.parent)
+    if why_not:
+        print(f"summarize: no charts: {why_not}", file=sys.stderr)
+    text = plots.insert(text, plots.section(charts, why_not))
     with atomic_path(args.out) as tmp:  # temp file beside the target, fsync, rename
         tmp.write_text(text)
     print(f"wrote {args.out}")
