@@ -121,9 +121,9 @@ class SpmmPlan:
 
     def _ops_for(self, kernel: str, choice: dict | None):
         """The device operator of the format a kernel belongs to: kernels are named "<format>-<variant>"."""
-        fmt = (choice or {}).get("format")
+        fmt = kernel.split("-", 1)[0]  # a kernel named for another format than the choice's (run(kernel=))
         if fmt not in self._ops:
-            fmt = kernel.split("-", 1)[0]
+            fmt = (choice or {}).get("format")
         if fmt not in self._ops:
             raise ValueError(f"kernel {kernel!r} belongs to none of this plan's formats {sorted(self._ops)}")
         return self._ops[fmt]
