@@ -27,14 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # summarize_precision,
 from storage.atomic import atomic_path  # noqa: E402
 
 import plots  # noqa: E402  (benchmarks/plots.py: charts beside the doc, optional matplotlib)
-from summarize_gnn import gnn_section  # noqa: E402  (benchmarks/ is the script folder)
+from summarize_bcsr import bcsr_section  # noqa: E402  (benchmarks/ is the script folder)
+from summarize_gnn import gnn_section  # noqa: E402
 from summarize_precision import precision_section, seam_section  # noqa: E402
 
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
                "reorder": "benchmarks/reorder.py --sizes 1M,10M,100M --workers 16 --fixtures",
                "multi_gpu": "benchmarks/multi_gpu.py --nnz 100e6 --orders none,natural,tca",
                "convert": "benchmarks/convert.py", "parse": "benchmarks/parse.py",
-               "precision": "benchmarks/precision.py --suite full", "gnn": "benchmarks/gnn.py --suite full"}
+               "precision": "benchmarks/precision.py --suite full", "gnn": "benchmarks/gnn.py --suite full",
+               "bcsr": "benchmarks/bcsr.py"}
 VERSION_KEYS = ("python", "numpy", "scipy", "numba", "cupy", "cuda_runtime", "driver", "fast_matrix_market",
                 "pyarrow", "dask", "distributed", "dask_cuda", "torch")
 SIZE_RE = re.compile(r"^([a-z0-9]+)-(\d+(?:\.\d+)?)([KMG])$", re.I)  # reorder's generated labels, e.g. sbm-10M
@@ -82,7 +84,7 @@ def pick(results: Path, family: str):
     runs.sort(key=lambda r: (r.date, r.path.name), reverse=True)
     if family == "reorder":
         chosen = list({series(r.path): r for r in reversed(runs)}.values())
-    elif family in ("multi_gpu", "spmm", "precision", "gnn") and runs:
+    elif family in ("multi_gpu", "spmm", "precision", "gnn", "bcsr") and runs:
         chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:
         chosen = runs[:1]
@@ -664,6 +666,7 @@ def parse_section(runs, v0, older) -> list[str]:
 SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, h=SimpleNamespace(**globals())),
             "seam-ab": lambda *a: seam_section(*a, h=SimpleNamespace(**globals())),
             "gnn": lambda *a: gnn_section(*a, h=SimpleNamespace(**globals())),
+            "bcsr": lambda *a: bcsr_section(*a, h=SimpleNamespace(**globals())),
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
             "convert": convert_section, "parse": parse_section}
 
