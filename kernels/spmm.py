@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.config import CONFIG, KernelConfig
-from kernels.formats import METCF, metcf_to_csr
+from kernels.formats import METCF
 from kernels.formats.registry import candidates as format_candidates
 from kernels.precision import precision as as_precision
 
@@ -96,8 +96,7 @@ class SpmmPlan:
         if self._cusparse is None:
             from kernels.cusparse import CusparseSpmm
 
-            csr = self._csr if self._csr is not None else (
-                metcf_to_csr(self._given) if isinstance(self._given, METCF) else _format_to_csr(self._given))
+            csr = self._csr if self._csr is not None else _format_to_csr(self._given)
             if self.precision.name == "bfloat16" and csr.dtype == np.uint16:
                 csr = sp.csr_array((self.precision.to_float32(csr.data), csr.indices, csr.indptr), shape=csr.shape)
             self._cusparse = CusparseSpmm(csr, dtype=self.precision.name)
@@ -256,7 +255,7 @@ class SpmmPlan:
             if getattr(self, "_cpu", None) is None:  # built on the first CPU run: A's CSR once, float32 values
                 from kernels.cpu_spmm import CpuCsr
 
-                self._cpu = CpuCsr(self._csr if self._csr is not None else metcf_to_csr(self._host))
+                self._cpu = CpuCsr(self._csr if self._csr is not None else _format_to_csr(self._host))
             if out is not None and not accumulate and isinstance(out, np.ndarray) and \
                     out.dtype == np.float32 and out.flags.c_contiguous:
                 return self._cpu.run(Bh, out)
@@ -339,11 +338,10 @@ class SpmmPlan:
 
 
 def _format_to_csr(obj):
-    """CSR of a converted non-ME-TCF object (for the cuSPARSE candidate): its module's ``<name>_to_csr``."""
-    import importlib
+    """CSR of a converted object of a registered format (its ``Format.to_csr``; ME-TCF objects carry no name)."""
+    from kernels.formats.registry import get
 
-    name = obj.format_name
-    return getattr(importlib.import_module(f"kernels.formats.{name}"), f"{name}_to_csr")(obj)
+    return get(getattr(obj, "format_name", "metcf")).to_csr(obj)
 
 
 AUTO_GRAPH_AFTER = 3  # run replays a captured graph from the 3rd call on the same buffers: one capture (~20-50 us)

@@ -10,7 +10,8 @@ import time
 
 import numpy as np
 
-from kernels.formats.bcsr import BCSR, BLOCK_ROWS, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, csr_to_bcsr
+from kernels.formats.bcsr import (BCSR, BLOCK_ROWS, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
+                                 csr_to_bcsr)
 from kernels.formats.registry import Format
 from kernels.precision import Precision
 
@@ -120,4 +121,5 @@ FORMAT = Format(
     name="bcsr", summary="BCSR (SMaT, SC'24): dense 16 x k blocks on a fixed grid, no column compaction",
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=bcsr_concat,
     layout=_layout(), from_arrays=bcsr_from_arrays, reference_spmm=reference_spmm,
-    stats=lambda X, csr_nbytes=None: bcsr_stats(X, csr_nbytes), device="kernels.formats.bcsr_plugin:BcsrDevice")
+    stats=lambda X, csr_nbytes=None: bcsr_stats(X, csr_nbytes), device="kernels.formats.bcsr_plugin:BcsrDevice",
+    to_csr=bcsr_to_csr)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from kernels.config import BITMAP_CONFIG, KernelConfig
-from kernels.formats.metcf import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats
+from kernels.formats.metcf import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats, metcf_to_csr
 from kernels.formats.registry import Format
 from kernels.precision import Precision
 
@@ -242,4 +242,4 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=metcf_concat,
     layout=_layout(), from_arrays=metcf_from_arrays, reference_spmm=reference_spmm,
     stats=lambda M, csr_nbytes=None: metcf_stats(M, A_csr_nbytes=csr_nbytes),
-    device="kernels.formats.metcf_plugin:MetcfDevice")
+    device="kernels.formats.metcf_plugin:MetcfDevice", to_csr=metcf_to_csr)

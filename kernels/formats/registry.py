@@ -8,6 +8,7 @@ A format provides, for each precision it supports (`kernels.precision`):
   ``from_arrays(dict)`` to rebuild the object from the store's arrays;
 - ``reference_spmm(obj, B)``: the NumPy twin (float64) the kernels are tested against;
 - ``stats(obj, csr_nbytes)``: the numbers the convert stage reports (MeanNnzTC, bytes) and the cost model reads;
+- ``to_csr(obj)``: the inverse conversion (SciPy CSR), for the cuSPARSE candidate and the CPU path;
 - ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): ``Class(A, precision, config)``
   converts/uploads once and exposes ``decide(N, B, ...)`` (its best kernel for N, from its cost model and/or
   timings) and ``launch(kernel, B, out, accumulate=..., **params)``.
@@ -36,6 +37,7 @@ class Format:
     reference_spmm: Callable[..., Any]
     stats: Callable[..., dict]
     device: str  # "module:Class", imported only when a GPU plan is built
+    to_csr: Callable[[Any], Any] | None = None  # obj -> SciPy CSR (the inverse of convert)
     value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
 
     @property
