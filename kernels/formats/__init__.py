@@ -13,6 +13,8 @@ from kernels.formats import metcf_plugin  # noqa: E402
 register(metcf_plugin.FORMAT)
 from kernels.formats import bcsr_plugin  # noqa: E402
 register(bcsr_plugin.FORMAT)
+from kernels.formats import tiledcsr_plugin  # noqa: E402
+register(tiledcsr_plugin.FORMAT)
 
 __all__ = ["METCF", "REGISTRY", "Format", "balance", "balanced_items", "candidates", "csr_to_metcf", "get",
            "metcf_stats", "metcf_to_csr", "register"]

@@ -1,0 +1,96 @@
+"""Tiled-CSR (ICCD'23) on the format seam: its `Format` record and its device operator `TiledcsrDevice`.
+
+The arrays and CPU conversion live in ``kernels.formats.tiledcsr``; the kernels in ``kernels/cuda/tiledcsr_spmm.cu``
+with launchers in ``kernels.launch_tiledcsr``. Stored as one Parquet row per tile: ``tile_cols`` (w columns) and
+``tile_indptr`` (h + 1 local row pointers) as fixed-size lists, ``tile_indices`` and ``data`` as lists over
+``tile_ptr``.
+"""
+from __future__ import annotations
+
+import time
+
+from kernels.formats.registry import Format
+from kernels.formats.tiledcsr import (HEIGHT, WIDTHS, TiledCSR, csr_to_tiledcsr, tiledcsr_concat,
+                                      tiledcsr_from_arrays, tiledcsr_spmm, tiledcsr_stats, tiledcsr_to_csr)
+from kernels.precision import Precision
+
+
+def convert(A, precision: Precision) -> TiledCSR:
+    """Canonical CSR (one row block) -> Tiled-CSR with the precision's tile width and storage dtype."""
+    return csr_to_tiledcsr(A, width=precision.block_width, to_storage=precision.to_storage)
+
+
+def reference_spmm(X: TiledCSR, B, precision: Precision | None = None):
+    """float64 C = A @ B from the tiles (bfloat16 bits widened exactly)."""
+    return tiledcsr_spmm(X, B)
+
+
+class TiledcsrDevice:
+    """Tiled-CSR of one matrix on the current device at one precision: converted on the host (or given), uploaded
+    once; `decide` picks the grid (2D, or the paper's 3D tiling when B's band would not stay in L2) per N, timing
+    both when autotuning; `launch` runs it. One kernel, deterministic (each C element has one writer)."""
+
+    def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
+                 autotune="auto", allow_cusparse: bool = False):
+        import cupy
+
+        from kernels import launch_tiledcsr as lt
+
+        self.precision, self.config = precision, lt.TILED_CONFIG
+        self.autotune = autotune if autotune == "auto" else bool(autotune)
+        self.allow_cusparse = allow_cusparse
+        self.timings: dict = {}
+        t0 = time.perf_counter()
+        X = A if isinstance(A, TiledCSR) else convert(A, precision)
+        self._dm = lt.upload(X, precision.name)
+        lt.module()  # compile now, not in the first run
+        cupy.cuda.Device().synchronize()  # synchronize!
+        self.timings["convert_upload_s"] = time.perf_counter() - t0
+        self.timings["conversion"] = "host Tiled-CSR upload"
+        self.row_window_offset_host = self._dm.group_ptr_host  # tiles per 16 rows, what SpmmPlan's callers read
+        dev = cupy.cuda.Device()
+        self.sm_count = dev.attributes["MultiProcessorCount"]
+        self.l2_bytes = dev.attributes.get("L2CacheSize", 50 << 20)
+
+    def decide(self, N: int, B, time_fn) -> dict:
+        from kernels import launch_tiledcsr as lt
+
+        bands = lt.grid_bands(self._dm.n_groups, int(self._dm.shape[1]), N, self.precision.itemsize,
+                              self.sm_count, self.l2_bytes)
+        choice = {"kernel": "tiledcsr-tile", "N": N, "bands": bands, "prediction": None, "predicted_ms": None,
+                  "conversion": self.timings.get("conversion"),
+                  "reason": (f"3D grid, {bands} column bands: B's band stays in L2 across row groups" if bands > 1
+                             else "2D grid: few thread blocks or B fits L2")}
+        if B is None or self.autotune is False or bands == 1:
+            return choice
+        measured = {"bands=1": time_fn("tiledcsr-tile", bands=1), f"bands={bands}": time_fn("tiledcsr-tile",
+                                                                                           bands=bands)}
+        best = min(measured, key=measured.get)
+        choice.update(bands=int(best.split("=")[1]), measured_ms=measured,
+                      reason=f"autotune: fastest measured grid of {measured}; a priori {bands} bands")
+        return choice
+
+    def launch(self, kernel: str, B, out, *, accumulate: bool = False, bands: int | None = None, choice=None):
+        from kernels import launch_tiledcsr as lt
+
+        if kernel != "tiledcsr-tile":
+            raise ValueError(f"unknown Tiled-CSR kernel {kernel!r} (tiledcsr-tile)")
+        b = bands or (choice or {}).get("bands")
+        return lt.spmm(self._dm, B, out, bands=b, accumulate=accumulate, sm_count=self.sm_count,
+                       l2_bytes=self.l2_bytes)
+
+
+def _layout():
+    from storage.formats import BlockLayout
+
+    return BlockLayout(rows_per_group=HEIGHT, group_offset="group_ptr", item_offset="tile_ptr",
+                       fixed={"tile_cols": 16, "tile_indptr": HEIGHT + 1}, ragged=("tile_indices", "data"))
+
+
+FORMAT = Format(
+    name="tiledcsr", summary="Tiled-CSR (ICCD'23): per 16-row group, zero columns deleted, 16 x k tiles stored "
+                             "CSR-like with narrow local indices",
+    block_width=dict(WIDTHS), convert=convert, concat=tiledcsr_concat, layout=_layout(),
+    from_arrays=tiledcsr_from_arrays, reference_spmm=reference_spmm,
+    stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
+    device="kernels.formats.tiledcsr_plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr)
