@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import uuid
+from pathlib import Path
 
 from prefect import flow
 
@@ -94,19 +95,36 @@ def build_parser() -> argparse.ArgumentParser:
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the whole result as one JSON object on stdout")
     out.add_argument("--save-c", action="store_true", help="store C as Parquet blocks under results/")
+    out.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                     help="also draw this run's chart (each stage's wall ms, the kernel and its GFLOP/s) to PNG")
     out.add_argument("-v", "--verbose", action="store_true", help="show Prefect's INFO logs on stderr")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
-    as_json, verbose = args.pop("json"), args.pop("verbose")
+    as_json, verbose, plot = args.pop("json"), args.pop("verbose"), args.pop("plot")
+    if plot is not None:
+        from tasks.chart import unavailable
+
+        if unavailable():
+            print(f"error: --plot {plot}: {unavailable()}", file=sys.stderr)
+            return 2
+        if not plot.parent.is_dir():
+            print(f"error: --plot {plot}: the folder {plot.parent} does not exist", file=sys.stderr)
+            return 2
     for option, var in (("memory_limit", "TCSPMM_MEMORY_LIMIT"), ("extract_cap", "TCSPMM_EXTRACT_CAP")):
         value = args.pop(option)
         if value is not None:  # read by configs.limits wherever a size is checked
             os.environ[var] = value
-    return cli.run_cli(lambda: spmm_flow(**args), verbose=verbose,
-                       emit=lambda result: print(cli.spmm_result_text(result, as_json)))
+    def emit(result):
+        print(cli.spmm_result_text(result, as_json))
+        if plot is not None:
+            from tasks.chart import run_chart
+
+            run_chart({**cli.run_outcome(result), "matrix": result.get("matrix_id")}, plot)
+
+    return cli.run_cli(lambda: spmm_flow(**args), verbose=verbose, emit=emit)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Public SpMM: `SpmmPlan(A, dtype=..., format=...)` converts, uploads, compiles and selects once; `plan.run(B)`
 per call; `spmm(A, B)` wraps both. Without CuPy or a GPU the plan runs the format's float64 NumPy twin on the
-precision-rounded inputs (kernel "cpu-reference") and returns the precision's dtype like the GPU path.
+precision-rounded inputs for half precisions (kernel "cpu-reference") and the multithreaded float32 CSR product of
+kernels.cpu_spmm for float32 (kernel "cpu-csr"), and returns the precision's dtype like the GPU path.
 
 Formats come from the registry (``kernels.formats``): ``format="metcf"`` or any registered name, or ``"auto"``
 (every format that supports the precision; the fastest measured wins). Precisions (``kernels.precision``):
@@ -72,9 +73,14 @@ class SpmmPlan:
             fmt = self.formats[0]
             self._host = A if given else fmt.convert(self._csr, self.precision)
             self._reference = fmt.reference_spmm
-            self.choice = {"kernel": "cpu-reference", "format": fmt.name, "precision": self.precision.name,
-                           "reason": f"no CuPy/CUDA device (or device='cpu'): the {fmt.name} NumPy twin in float64 "
-                                     f"on {self.precision.name}-rounded inputs", "predicted_ms": None}
+            if self.precision.half:
+                self.choice = {"kernel": "cpu-reference", "format": fmt.name, "precision": self.precision.name,
+                               "reason": f"no CuPy/CUDA device (or device='cpu'): the {fmt.name} NumPy twin in "
+                                         f"float64 on {self.precision.name}-rounded inputs", "predicted_ms": None}
+            else:
+                self.choice = {"kernel": "cpu-csr", "format": fmt.name, "precision": "float32", "predicted_ms": None,
+                               "reason": "no CuPy/CUDA device (or device='cpu'): kernels.cpu_spmm, the multithreaded "
+                                         "float32 CSR product"}
             return
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._ops = {f.name: f.device_class()(A if given else self._csr, self.precision, config,
@@ -327,7 +333,7 @@ class SpmmPlan:
                 t0 = time.perf_counter()
                 self.run(B)
                 ts.append((time.perf_counter() - t0) * 1e3)
-            return {"kernel": "cpu-reference", "median_ms": float(np.median(ts)), "repeats": repeats}
+            return {"kernel": self.choice["kernel"], "median_ms": float(np.median(ts)), "repeats": repeats}
         Bd = self._device_b(B)
         N = int(Bd.shape[1])
         self.run(Bd)  # decides (and autotunes) for this N

@@ -158,3 +158,15 @@ def test_signal_stops_the_temporary_server(mirror, data_root, signum, when):
             proc.kill()
             proc.communicate()
         mirror.reset()
+
+
+def test_plot_draws_the_runs_chart(tmp_path, data_root, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the dev extra)")
+    from flows.spmm import main
+
+    png = tmp_path / "run.png"
+    code = main(["--matrix", "gen:banded?n=500&bandwidth=3&seed=1", "-N", "4", "--devices", "cpu", "--reorder",
+                 "degree", "--repeats", "1", "--data-root", str(data_root), "--plot", str(png)])
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["--matrix", "gen:banded?n=5", "--plot", str(tmp_path / "no" / "x.png")]) == 2
+    assert "the folder" in capsys.readouterr().err

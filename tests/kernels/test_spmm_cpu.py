@@ -22,13 +22,13 @@ def test_cpu_plan_matches_reference(as_metcf):
     C = plan.run(B)
     assert C.dtype == np.float32 and C.shape == (70, 7)
     np.testing.assert_allclose(C, csr_spmm(A, B), rtol=1e-5, atol=1e-5)
-    assert plan.choice["kernel"] == "cpu-reference"
+    assert plan.choice["kernel"] == "cpu-csr"
     out = np.full((70, 7), np.nan, dtype=np.float32)
     assert plan.run(B, out) is out and np.isfinite(out).all()
     v = plan.run(B[:, 0])
     assert v.shape == (70,)
     bench = plan.benchmark(B, repeats=3, warmup=1)
-    assert bench["kernel"] == "cpu-reference" and bench["median_ms"] > 0
+    assert bench["kernel"] == "cpu-csr" and bench["median_ms"] > 0
 
 
 def test_cpu_accumulate_adds_to_out():

@@ -66,7 +66,7 @@ def test_cpu_path_reports_no_baseline(problem):
 
     A, perm, B = problem
     C, result = execute._run_one_device(A, perm, csr_to_metcf(A[perm]), B, "cpu", repeats=2)
-    assert result["kernel"] == "cpu-reference" and result["baseline"] == {}
+    assert result["kernel"] == "cpu-csr" and result["baseline"] == {}
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
 
 
