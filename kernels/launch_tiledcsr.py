@@ -1,0 +1,164 @@
+"""Thin launchers for kernels/cuda/tiledcsr_spmm.cu (Tiled-CSR, ICCD'23): check (dtype, contiguity, shape, 64-bit
+limits), allocate, launch with grid/block as named locals. Compiled through kernels.launch's NVRTC machinery
+(``launch.function(name, TILED_CONFIG, SOURCE)``), CuPy imported lazily.
+
+Device arrays (`upload`): ``group_ptr`` and ``tile_ptr`` int64; ``tile_cols`` int32 [max(n_tiles, 1), w];
+``tile_indptr`` (uint8 for TF32, uint16 for 16-bit, as stored), ``tile_indices`` uint8 and ``data`` (float32
+rounded to TF32, float16, or uint16 bfloat16 bits), each followed by PAD_BYTES readable bytes: the kernel copies a
+tile's bytes to shared memory as whole 4-byte words, which may run up to 3 bytes past the array's end.
+Grid (`launch_grid`): (column chunks per band, row-group slots, bands); `grid_bands` decides the paper's 3D tiling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.config import CONFIG
+from kernels.indexing import INT32_MAX
+
+SOURCE = "tiledcsr_spmm.cu"
+KERNELS = {"float32": "tiledcsr_spmm_tf32", "float16": "tiledcsr_spmm_f16", "bfloat16": "tiledcsr_spmm_bf16"}
+MAX_GRID_Y, MAX_GRID_Z = 65535, 65535
+PAD_BYTES = 16
+L2_SHARE = 0.5  # a band of B may take this share of L2: the rest holds A's tiles and C's lines
+
+
+@dataclass(frozen=True)
+class TiledConfig:
+    """Compile-time constants of tiledcsr_spmm.cu (it static_asserts them); kernels/config.py's defines ride along
+    because the .cu includes metcf_half.cuh, which checks them."""
+
+    warp_cols: int = 64  # columns per warp: 8 n8 tiles (the register remapping of metcf_half.cuh)
+    max_warps: int = 8  # warps per thread block (64-column slices sharing each A tile)
+    stage_min_nnz: int = 16  # a tile with fewer entries is decoded from global memory (no barrier, no copy);
+    # a priori: half a nonzero per lane; to be measured on the GPU against 1 and 64
+    min_blocks_per_sm: int = 2  # __launch_bounds__ minimum: nvcc 13.0 gives 126-128 registers, no spills
+
+    def defines(self) -> tuple[str, ...]:
+        return (*CONFIG.defines(), f"-DTCSR_MAX_WARPS={self.max_warps}",
+                f"-DTCSR_STAGE_MIN_NNZ={self.stage_min_nnz}", f"-DTCSR_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
+
+
+TILED_CONFIG = TiledConfig()
+
+
+def module(config: TiledConfig = TILED_CONFIG):
+    from kernels import launch
+
+    return launch.module(config, SOURCE)
+
+
+@dataclass
+class TiledArrays:
+    shape: tuple[int, int]
+    precision: str
+    width: int
+    group_ptr: object  # cupy int64 [n_groups + 1]
+    tile_ptr: object  # cupy int64 [n_tiles + 1]
+    tile_cols: object  # cupy int32 [max(n_tiles, 1), width]
+    tile_indptr: object  # cupy uint8 bytes: [n_tiles, 17] uint8 / uint16 + PAD_BYTES
+    tile_indices: object  # cupy uint8 [nnz + PAD_BYTES]
+    data: object  # cupy uint8 bytes: [nnz] values + PAD_BYTES
+    group_ptr_host: np.ndarray  # int64
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.group_ptr_host.shape[0]) - 1
+
+    @property
+    def n_tiles(self) -> int:
+        return int(self.group_ptr_host[-1])
+
+
+def _padded_bytes(a):
+    """cupy uint8 copy of a host array's bytes followed by PAD_BYTES zeros."""
+    import cupy
+
+    raw = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+    out = cupy.zeros(raw.size + PAD_BYTES, dtype=cupy.uint8)
+    out[:raw.size] = cupy.asarray(raw)
+    return out
+
+
+def upload(X, precision: str) -> TiledArrays:
+    """A host TiledCSR (kernels.formats.tiledcsr) in ``precision``'s storage dtype -> TiledArrays on the device."""
+    import cupy
+
+    from kernels.formats.tiledcsr import indptr_dtype
+    from kernels.precision import precision as as_precision
+
+    p = as_precision(precision)
+    n_rows, n_cols = (int(s) for s in X.shape)
+    if X.width != p.block_width or X.data.dtype != p.storage_dtype or X.tile_indptr.dtype != indptr_dtype(X.width):
+        raise ValueError(f"Tiled-CSR with {X.width}-wide {X.data.dtype} tiles given for {p.name}, which needs "
+                         f"{p.block_width}-wide {p.storage_dtype} tiles (kernels.formats.get('tiledcsr').convert)")
+    if n_cols > INT32_MAX:
+        raise ValueError(f"A has {n_cols} columns; the kernels take int32 column ids (<= {INT32_MAX})")
+    X.validate()
+    nt = X.n_tiles
+    if nt and int(np.asarray(X.tile_cols[:, 0]).min()) < 0:
+        raise ValueError("a tile's first column slot is padding (-1); the kernel substitutes it for padding slots")
+    data = X.data
+    if p.name == "float32":
+        from kernels.precision import PRECISIONS
+
+        data = PRECISIONS["float32"].rounded(data).astype(np.float32)  # TF32 bits, as kernels.launch.tf32_round
+    cols = np.asarray(X.tile_cols, dtype=np.int32) if nt else np.zeros((1, X.width), np.int32)
+    gp = np.asarray(X.group_ptr, dtype=np.int64)
+    return TiledArrays((n_rows, n_cols), p.name, X.width, cupy.asarray(gp),
+                       cupy.asarray(np.asarray(X.tile_ptr, dtype=np.int64)), cupy.asarray(cols),
+                       _padded_bytes(X.tile_indptr), _padded_bytes(X.tile_indices), _padded_bytes(data), gp)
+
+
+def grid_shape(N: int, config: TiledConfig = TILED_CONFIG) -> tuple[int, int]:
+    """(64-column slices = warps per thread block, column chunks) at N columns."""
+    tiles = -(-N // config.warp_cols)
+    slices = max(1, min(tiles, config.max_warps))
+    return slices, -(-tiles // slices)
+
+
+def grid_bands(n_groups: int, K: int, N: int, itemsize: int, sm_count: int, l2_bytes: int,
+               config: TiledConfig = TILED_CONFIG) -> int:
+    """Column bands of the 3D grid (the paper's section IV-B): 1 (a 2D grid) when the launch fits in one wave of
+    resident blocks or all of B fits in L2_SHARE of L2; else enough bands that one band of B (K x band columns)
+    fits there, so the blocks resident together reuse it across row groups."""
+    slices, chunks = grid_shape(N, config)
+    if chunks == 1 or n_groups * chunks <= sm_count * config.min_blocks_per_sm or \
+            K * N * itemsize <= L2_SHARE * l2_bytes:
+        return 1
+    chunk_cols = slices * config.warp_cols
+    per_band = max(1, int(L2_SHARE * l2_bytes // (max(K, 1) * itemsize * chunk_cols)))  # chunks per band
+    return min(chunks, -(-chunks // per_band))
+
+
+def launch_grid(n_groups: int, N: int, bands: int, config: TiledConfig = TILED_CONFIG) -> tuple[tuple, tuple]:
+    """(grid, block): grid = (chunks per band, row-group slots, bands), block = 32 x slices threads."""
+    slices, chunks = grid_shape(N, config)
+    bands = max(1, min(int(bands), chunks))
+    if bands > MAX_GRID_Z:
+        raise ValueError(f"{bands} column bands exceed gridDim.z = {MAX_GRID_Z}")
+    return (-(-chunks // bands), max(1, min(n_groups, MAX_GRID_Y)), bands), (32 * slices,)
+
+
+def spmm(dm: TiledArrays, B, out=None, config: TiledConfig = TILED_CONFIG, *, bands: int | None = None,
+         out_dtype=None, accumulate: bool = False, sm_count: int | None = None, l2_bytes: int | None = None):
+    """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once). ``bands`` None: `grid_bands` for
+    this device. Writes every element of C (zeros for rows without tiles)."""
+    from kernels import launch
+    from kernels.launch_bcsr import _check_b_out  # the same B / out contract and flags as the BCSR kernels
+
+    out, N, flags = _check_b_out(dm, B, out, out_dtype, accumulate)
+    if dm.n_groups == 0:
+        return out
+    if bands is None:
+        import cupy
+
+        attrs = cupy.cuda.Device().attributes
+        bands = grid_bands(dm.n_groups, dm.shape[1], N, B.dtype.itemsize, sm_count or attrs["MultiProcessorCount"],
+                           l2_bytes or attrs.get("L2CacheSize", 50 << 20), config)
+    grid, block = launch_grid(dm.n_groups, N, bands, config)
+    launch.function(KERNELS[dm.precision], config, SOURCE)(
+        grid, block, (dm.group_ptr, dm.tile_ptr, dm.tile_cols, dm.tile_indptr, dm.tile_indices, dm.data, B, out,
+                      np.int64(dm.n_groups), np.int64(dm.shape[0]), np.int64(N), np.int32(flags)))
+    return out

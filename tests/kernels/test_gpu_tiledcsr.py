@@ -1,0 +1,170 @@
+"""GPU Tiled-CSR kernel (kernels/launch_tiledcsr.py, kernels/cuda/tiledcsr_spmm.cu) for TF32 / FP16 / BF16 against
+float64: every call on a NaN-poisoned out (every element must be written), rectangular shapes, empty tiles and
+groups, widths and N not multiples of the tile, both memory access modes (staged and direct), 2D and 3D grids,
+accumulate, determinism (two runs bit-identical); the plan with format="tiledcsr" and "auto"."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from kernels import launch_tiledcsr as lt  # noqa: E402
+from kernels.formats import get  # noqa: E402
+from kernels.formats.tiledcsr import TiledCSR  # noqa: E402
+from kernels.precision import precision  # noqa: E402
+from kernel_cases import BASE_CASES, random_csr  # noqa: E402
+
+PRECISIONS = ("float32", "float16", "bfloat16")
+# Against the float64 product of the precision-rounded A and B (TF32 and 16-bit products are exact in fp32): only
+# the fp32 summation order differs, ~1e-6 relative; the hub row sums 40,000 products, hence 1e-4 (a wrong slot or
+# B row gives O(1)). A 16-bit C adds one rounding per element: 2^-11 float16, 2^-8 bfloat16.
+ROUNDED_RTOL = {"float32": 1e-4, "float16": 1e-3, "bfloat16": 8e-3}
+
+CASES = {**BASE_CASES,
+         "partial_last_tiles": lambda: random_csr((37, 45), 900, seed=11),  # 37 = 2 x 16 + 5 rows, 45 columns
+         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12)}  # full 16 x 16 tiles: staged mode
+
+
+def host_b(K, N, seed=1):
+    return np.random.default_rng(seed).standard_normal((K, N)).astype(np.float32)
+
+
+def rounded_ref(A, B, p):
+    """float64 product of A and B rounded to the precision (TF32 for float32), what the Tensor Cores multiply."""
+    A = sp.csr_array(A, dtype=np.float32)
+    Ar = sp.csr_array((p.rounded(A.data), A.indices, A.indptr), shape=A.shape)
+    return Ar @ p.rounded(B)
+
+
+def poisoned(shape, p):
+    if p.name == "float32":
+        return cupy.full(shape, np.nan, dtype=cupy.float32)
+    return cupy.full(shape, 0x7E00 if p.name == "float16" else 0x7FC0, dtype=cupy.uint16).view(p.storage_dtype)
+
+
+def rel_err(C, ref):
+    return float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def run(X, p, B, out=None, **kw):
+    dm = lt.upload(X, p.name)
+    Bd = cupy.asarray(p.to_storage(B))
+    out = lt.spmm(dm, Bd, out, **kw)
+    return p.to_float32(cupy.asnumpy(out)).astype(np.float64)
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("N", [1, 13, 64, 136, 520])
+def test_kernel_against_float64(name, p_name, N):
+    p = precision(p_name)
+    A = sp.csr_array(CASES[name](), dtype=np.float32)
+    X = get("tiledcsr").convert(A, p)
+    B = host_b(A.shape[1], N)
+    ref = rounded_ref(A, B, p)
+    C = run(X, p, B, poisoned((A.shape[0], N), p))  # C in the precision's storage dtype
+    assert not np.isnan(C).any(), "every element of C is written"
+    tol = ROUNDED_RTOL[p_name]
+    assert np.allclose(C, ref, rtol=tol, atol=tol * max(np.abs(ref).max(initial=0), 1)), rel_err(C, ref)
+    Cf = run(X, p, B, cupy.full((A.shape[0], N), np.nan, dtype=cupy.float32))  # float32 C from 16-bit inputs
+    assert rel_err(Cf, ref) < 1e-5
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_contract_against_unrounded_float64(p_name):
+    p = precision(p_name)
+    A = sp.csr_array(random_csr((333, 257), 9000, seed=3), dtype=np.float32)
+    B = host_b(257, 96)
+    C = run(get("tiledcsr").convert(A, p), p, B)
+    assert rel_err(C, A.astype(np.float64) @ B.astype(np.float64)) <= p.tolerance
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_empty_tiles_and_groups(p_name):
+    """Tiles whose entries were all removed (a tile with columns but no nonzeros), empty groups, nnz = 0."""
+    p = precision(p_name)
+    A = sp.csr_array(BASE_CASES["empty_windows"](), dtype=np.float32)
+    X = get("tiledcsr").convert(A, p)
+    t = int(X.group_ptr[0])  # empty tile 0 of group 0: drop its entries, keep its columns
+    p0, p1 = int(X.tile_ptr[t]), int(X.tile_ptr[t + 1])
+    tile_ptr = X.tile_ptr.copy()
+    tile_ptr[t + 1:] -= p1 - p0
+    ip = X.tile_indptr.copy()
+    ip[t] = 0
+    E = TiledCSR(X.shape, X.group_ptr, tile_ptr, X.tile_cols, ip, np.delete(X.tile_indices, np.s_[p0:p1]),
+                 np.delete(X.data, np.s_[p0:p1]))
+    E.validate(full=True)
+    B = host_b(A.shape[1], 72)
+    Er = TiledCSR(E.shape, E.group_ptr, E.tile_ptr, E.tile_cols, E.tile_indptr, E.tile_indices,
+                  p.rounded(p.to_float32(E.data)).astype(np.float32))  # what the Tensor Cores read
+    ref = get("tiledcsr").reference_spmm(Er, p.rounded(B))
+    C = run(E, p, B)
+    assert np.allclose(C, ref, rtol=ROUNDED_RTOL[p_name], atol=1e-3)
+    assert not C[16:48].any()  # the empty groups are written as zeros
+    Z = get("tiledcsr").convert(sp.csr_array((40, 30), dtype=np.float32), p)
+    assert not run(Z, p, host_b(30, 16), poisoned((40, 16), p)).any()
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("bands", [1, 2, 3, 8])
+def test_grids_and_access_modes_agree_bitwise(p_name, bands):
+    """3D tiling changes only which block computes a C tile, and staging only where a tile's bytes are read from:
+    C is bit-identical across grids and with staging forced off (stage_min_nnz above any tile)."""
+    p = precision(p_name)
+    A = sp.csr_array(CASES["dense_rows"](), dtype=np.float32)
+    X = get("tiledcsr").convert(A, p)
+    dm, Bd = lt.upload(X, p.name), cupy.asarray(p.to_storage(host_b(300, 1000)))
+    base = cupy.asnumpy(lt.spmm(dm, Bd, bands=1))
+    assert np.array_equal(cupy.asnumpy(lt.spmm(dm, Bd, bands=bands)).view(np.uint8), base.view(np.uint8))
+    direct = lt.TiledConfig(stage_min_nnz=1 << 10)
+    assert np.array_equal(cupy.asnumpy(lt.spmm(dm, Bd, direct, bands=bands)).view(np.uint8), base.view(np.uint8))
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_deterministic_and_accumulate(p_name):
+    p = precision(p_name)
+    A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
+    X = get("tiledcsr").convert(A, p)
+    dm = lt.upload(X, p.name)
+    Bd = cupy.asarray(p.to_storage(host_b(A.shape[1], 200)))
+    one, two = lt.spmm(dm, Bd), lt.spmm(dm, Bd)
+    assert np.array_equal(cupy.asnumpy(one).view(np.uint8), cupy.asnumpy(two).view(np.uint8))
+    out = cupy.ones((A.shape[0], 200), dtype=cupy.float32)
+    lt.spmm(dm, Bd, out, accumulate=True)
+    ref = rounded_ref(A, p.to_float32(cupy.asnumpy(Bd)).astype(np.float64), p) + 1.0
+    assert np.allclose(cupy.asnumpy(out), ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+
+
+def test_launcher_checks():
+    p = precision("float16")
+    A = sp.csr_array(random_csr((40, 30), 200, seed=2), dtype=np.float32)
+    with pytest.raises(ValueError, match="needs 16-wide float16 tiles"):
+        lt.upload(get("tiledcsr").convert(A, precision("float32")), "float16")
+    dm = lt.upload(get("tiledcsr").convert(A, p), "float16")
+    with pytest.raises(TypeError, match="C-contiguous 2-D cupy float16"):
+        lt.spmm(dm, cupy.zeros((30, 8), dtype=cupy.float32))
+    with pytest.raises(ValueError, match="B has 31 rows"):
+        lt.spmm(dm, cupy.zeros((31, 8), dtype=cupy.float16))
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_plan_runs_tiledcsr_and_auto(p_name):
+    from kernels.spmm import SpmmPlan
+
+    p = precision(p_name)
+    A = sp.csr_array(random_csr((500, 400), 20_000, seed=5), dtype=np.float32)
+    B = host_b(400, 128)
+    exact = A.astype(np.float64) @ B.astype(np.float64)
+    plan = SpmmPlan(A, dtype=p_name, format="tiledcsr")
+    assert plan.choice["format"] == "tiledcsr" and plan.choice["kernel"] == "tiledcsr-tile"
+    C = p.to_float32(cupy.asnumpy(plan.run(cupy.asarray(p.to_storage(B))))).astype(np.float64)
+    assert rel_err(C, exact) <= p.tolerance
+    auto = SpmmPlan(A, dtype=p_name, format="auto")
+    assert "tiledcsr" in auto._ops
+    C = p.to_float32(cupy.asnumpy(auto.run(cupy.asarray(p.to_storage(B))))).astype(np.float64)
+    assert rel_err(C, exact) <= p.tolerance
