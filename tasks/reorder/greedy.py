@@ -9,7 +9,12 @@ rowshuffle (Tiled-CSR, Algorithms 1-3): rows presorted by sum of squared column 
 the seed row; a candidate joins when it is *similar* to the seed (Alg. 2: |seed | row| < (1 + threshold) * |seed|
 or < (1 + threshold) * |row|) or *complementary* to the slot (Alg. 3: |slot union | row| < k_cols); a candidate
 that fails goes to the bin. The slot closes when it has ``slot_rows`` rows or the bin has ``bin_len`` (K) rows.
-Cost O(K * nnz) after the O(n log n) presort.
+Cost O(K * nnz) after the O(n log n) presort. Equal, permutation for permutation, to a line-by-line transcription
+of the paper's pseudocode (tests/tasks/reorder/test_tiled_shuffle.py), with one repair: the pseudocode emits a slot
+only when it or the bin fills, which would drop the rows of a slot whose scan runs out; here every slot is
+emitted. The paper's parameters for a Tiled-CSR of h x w tiles are slot_rows = h and k_cols = w (16 x 16 for
+FP16/BF16 here); the defaults (16 x 8) are TF32's. It scores by the paper's own measure in
+benchmarks/rowshuffle.py (``kernels.formats.tiledcsr.effective_rate``).
 
 jaccard (SMaT section IV-C, after Sylos Labini et al.): a cluster starts at the first unplaced row; a candidate
 joins when its Jaccard distance 1 - |row & P| / |row | P| to the cluster's union pattern P is below ``tau``, and P
