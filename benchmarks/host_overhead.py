@@ -104,8 +104,13 @@ def measure(label, A, N, rng, plans):
         plan.run(B, out)  # decides (and autotunes) for this N
         ch = plan.choices[N]
         kernel = ch["kernel"]
-        graph_us = 1e3 * launch.graph_ms(lambda: plan._launch(kernel, B, out, choice=ch), repeats=20, warmup=3)
-        row = {"matrix": label, "nnz": int(A.nnz), "shape": list(A.shape), "N": N, "plan": name, "kernel": kernel,
+        try:
+            graph_us = 1e3 * launch.graph_ms(lambda: plan._launch(kernel, B, out, choice=ch), repeats=20, warmup=3)
+            graph_error = None
+        except Exception as err:  # recorded, not fatal: the rest of the suite still runs
+            graph_us, graph_error = float("nan"), f"{type(err).__name__}: {err}"
+            log(f"  {label} N={N} {name}: graph timing failed: {graph_error}")
+        row = {"graph_error": graph_error, "matrix": label, "nnz": int(A.nnz), "shape": list(A.shape), "N": N, "plan": name, "kernel": kernel,
                "graph_us": graph_us, "issued_us": issued_us(lambda: plan.run(B, out))}
         if hasattr(plan, "graphs"):
             plan.graphs = False

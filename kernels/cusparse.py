@@ -244,11 +244,13 @@ class CusparseBound:
         nt = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
         args = (op.handle, nt, nt, op._alpha.ctypes.data, op.descr_a, self.descr_b, beta.ctypes.data, self.descr_c,
                 CUDA_R_32F, ALGORITHMS[algorithm])
-        self.buffer = cupy.empty(max(int(cs.spMM_bufferSize(*args)), 1), dtype=cupy.uint8) if not self._empty \
-            else None
-        if not self._empty and algorithm in PREPROCESS:
-            op._check(op._lib.cusparseSpMM_preprocess(*args, self.buffer.data.ptr),
-                      f"cusparseSpMM_preprocess({algorithm})")
+        self.buffer = None
+        if not self._empty:  # op's buffer for (N, algorithm), preprocessed once (ALG3) on the caller's stream: ALG3
+            # keeps its preprocessing in A's descriptor, tied to one buffer, so every binding of this N shares it
+            # (a second buffer preprocessed here is the suspected cause of a later capture of op.run failing with
+            # cudaErrorStreamCaptureInvalidated on email-Enron, H200)
+            op._check(op._lib.cusparseSetStream(op.handle, cupy.cuda.get_current_stream().ptr), "cusparseSetStream")
+            self.buffer = op._prepare(op._state(N, B, out), algorithm)
         self._args = (*args, self.buffer.data.ptr) if not self._empty else None
         self._spmm, self._set_stream, self._handle = op._lib.cusparseSpMM, op._lib.cusparseSetStream, op.handle
         self._zero = not accumulate
