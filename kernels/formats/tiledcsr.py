@@ -239,10 +239,11 @@ def values_float64(data: np.ndarray) -> np.ndarray:
 
 
 def tiledcsr_to_csr(X: TiledCSR) -> sp.csr_array:
-    """The inverse map: canonical CSR with every stored entry (explicit zeros kept; float64 for bfloat16 bits, else
-    data's dtype)."""
+    """The inverse map: canonical CSR with every stored entry (explicit zeros kept). Values: float64 for bfloat16
+    bits, float32 for float16 (exact; SciPy has no float16 sparse arrays), else data's dtype."""
     rows, cols, _ = X.expand()
-    vals = values_float64(X.data) if X.data.dtype == np.uint16 else X.data
+    vals = values_float64(X.data) if X.data.dtype == np.uint16 else \
+        X.data.astype(np.float32) if X.data.dtype == np.float16 else X.data
     n_rows, n_cols = (int(s) for s in X.shape)
     order = np.lexsort((cols, rows))
     idx = index_dtype(max(n_rows, n_cols), order.size)
