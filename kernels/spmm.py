@@ -67,6 +67,14 @@ class SpmmPlan:
         if device == "gpu" and not gpu_available():
             raise RuntimeError("device='gpu' but CuPy or a CUDA device is not available")
         self.device = "gpu" if use_gpu else "cpu"
+        if use_gpu:  # formats whose GPU kernels have not passed their GPU tests: out of "auto", refused by name
+            unready = [f for f in self.formats if not f.gpu_ready]
+            if unready and (given or format) != "auto":
+                from configs.errors import InputError
+
+                raise InputError(f"format {unready[0].name}: no GPU path yet, {unready[0].gpu_not_ready_why}; run it "
+                                 "with device='cpu' (--devices cpu) or choose another format")
+            self.formats = [f for f in self.formats if f.gpu_ready]
         self.choices: dict[int, dict] = {}
         self.timings: dict = {}
         if not use_gpu:

@@ -38,6 +38,10 @@ class Format:
     stats: Callable[..., dict]
     device: str  # "module:Class", imported only when a GPU plan is built
     to_csr: Callable[[Any], Any] | None = None  # obj -> SciPy CSR (the inverse of convert)
+    # False while the format's GPU kernels have not passed their GPU tests: GPU plans leave it out of "auto" and
+    # refuse it by name (its CPU path, storage and conversion work); the reason says what failed
+    gpu_ready: bool = True
+    gpu_not_ready_why: str = ""
     value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
 
     @property

@@ -93,4 +93,7 @@ FORMAT = Format(
     block_width=dict(WIDTHS), convert=convert, concat=tiledcsr_concat, layout=_layout(),
     from_arrays=tiledcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
-    device="kernels.formats.tiledcsr_plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr)
+    device="kernels.formats.tiledcsr_plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr,
+    # First GPU run (H200, session 5): 67 of tests/kernels/test_gpu_tiledcsr.py failed (NaN and denormal garbage
+    # in C for bfloat16 and float16, float32 errors of 2-5e-5 against 1e-5): gated off until they pass
+    gpu_ready=False, gpu_not_ready_why="its GPU kernel failed its first GPU tests (NaN in C; session 5)")

@@ -123,3 +123,17 @@ def test_blocked_ell_plan_counts_the_padding_to_the_longest_block_row():
     assert (info["block_rows"], info["ell_blocks"], info["nonzero_blocks"]) == (3, 2, 3)
     assert info["value_bytes"] == 3 * 16 * 2 * 16 * 2  # every block row padded to 2 blocks of 16 x 16 halves
     assert info["fill"] == pytest.approx(4 / (3 * 2 * 256))
+
+
+def test_a_format_whose_gpu_kernels_are_not_validated_is_refused_on_the_gpu_by_name(monkeypatch):
+    import kernels.spmm as spmm_mod
+    from kernels.formats import REGISTRY
+
+    unready = [f.name for f in REGISTRY.values() if not f.gpu_ready]
+    if not unready:
+        pytest.skip("every registered format's GPU kernels are validated")
+    monkeypatch.setattr(spmm_mod, "gpu_available", lambda: True)  # refused before anything touches a device
+    A = sp.random(40, 40, density=0.1, random_state=2, format="csr")
+    with pytest.raises(InputError, match=rf"format {unready[0]}: no GPU path yet, .*--devices cpu"):
+        spmm_mod.SpmmPlan(A, device="gpu", format=unready[0])
+    assert spmm_mod.SpmmPlan(A, device="cpu", format=unready[0]).run(np.ones((40, 2))).shape == (40, 2)
