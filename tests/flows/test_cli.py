@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from flows.spmm import build_parser
+from tasks.reorder import METHODS
 
 REPO = Path(__file__).resolve().parents[2]
 GEN = "gen:sbm?n=1500&blocks=15&p_in=0.05&p_out=0.0005&seed=4"
@@ -34,8 +35,8 @@ def _cli(args, env_extra=None, timeout=300):
 @pytest.mark.parametrize("args,message", [
     (["-N", "0"], "error: -N/--n-cols: must be a positive integer, got 0 (see --help)"),
     (["-N", "-5"], "error: -N/--n-cols: must be a positive integer, got -5 (see --help)"),
-    (["--reorder", "foo"], "error: --reorder: invalid choice: 'foo' (choose from 'tca', 'rowshuffle', 'jaccard', "
-                           "'rcm', 'degree', 'community', 'none', 'auto') (see --help)"),
+    (["--reorder", "foo"], "error: --reorder: invalid choice: 'foo' (choose from "
+                           + ", ".join(f"'{m}'" for m in (*METHODS, "auto")) + ") (see --help)"),
     (["--repeats", "0"], "error: --repeats: must be a positive integer, got 0 (see --help)"),
     (["--devices", "two"], "error: --devices: expected auto, cpu, all or a count (see --help)"),
     (["--seed", "-1"], "error: --seed: must be >= 0, got -1 (see --help)"),
