@@ -75,29 +75,50 @@ def _run_one_device(A, perm: np.ndarray, M, B: np.ndarray, device: str, repeats:
 
 
 def _run_sharded(mstore, format_key: str, perm: np.ndarray, M, B: np.ndarray, devices, mode: str, scheduler: str,
-                 repeats: int) -> tuple[np.ndarray, dict]:
-    """Row-window shards over the cluster's workers (one per GPU), one-shot or resident; C in original order."""
-    from tasks.distribute import DistributedSpmm, make_plan, persist_plan, run_oneshot
+                 repeats: int, dtype: str = "float32", seed: int = 0) -> tuple[np.ndarray, dict]:
+    """Row-window shards of ``M`` (any format `tasks.distribute.formats` can shard, any precision) over the
+    cluster's workers (one per GPU), one-shot or resident; C in original order.
 
+    One-shot keeps the driver out of the data path: B is written once to the store (reused by later runs with the
+    same N and seed), every worker reads its shard and its B rows and writes its C block, and the driver reads C
+    back from the store only for the correctness check, after the timed run. Resident: the actors read their
+    shards from the store; B and C go through the driver (scatter, gather), one iteration."""
+    from tasks.distribute import DistributedSpmm, make_plan, persist_plan
+    from tasks.distribute.direct import b_artifact, read_c, run_oneshot_stored, store_b
+    from tasks.distribute.formats import format_name
+
+    fmt = format_name(M)
     with dask_client(scheduler) as client:
         n_parts = len(client.scheduler_info()["workers"]) if devices == "all" else int(devices)
         plan = make_plan(M, n_parts, perm=perm)
         # Each shard in its own Parquet file: a worker reads only its shard.
         shard_key = f"{format_key}-p{n_parts}"
-        persist_plan(M, plan, mstore, shard_key)
+        persist_plan(M, plan, mstore, shard_key, fmt=fmt)
+        sharded = {"format": fmt, "dtype": dtype, "halo_rows": [int(c.shape[0]) for c in plan.halo_cols]}
         if mode == "resident":
-            dist = DistributedSpmm(plan, client, store=mstore, perm_key=shard_key, repeats=repeats)
+            dist = DistributedSpmm(plan, client, store=mstore, perm_key=shard_key, fmt=fmt, repeats=repeats,
+                                   dtype=dtype)
             try:
                 dist.scatter(B)
                 C = dist.run().gather()
-                timings = dist.history[-1]["shards"]
+                timings = [{**t, "halo_rows": dist.info[t["shard"]]["halo_rows"]} for t in dist.history[-1]["shards"]]
+                sharded["transport"] = dist.transport
             finally:
                 dist.close()
         else:
-            C, timings = run_oneshot(plan, B, client, store=mstore, perm_key=shard_key, repeats=repeats)
+            b_info = store_b(mstore, B, b_artifact(B.shape[1], seed), {"seed": int(seed), "generator": "dense_b"})
+            run_id = f"sharded-{uuid.uuid4().hex[:12]}"
+            timings = run_oneshot_stored(plan, client, mstore, b=b_info["artifact"], perm_key=shard_key, fmt=fmt,
+                                         run_id=run_id, repeats=repeats, dtype=dtype)
+            t0 = time.perf_counter()
+            C = read_c(mstore, run_id, plan.perm)  # the check's copy, not part of the run
+            sharded.update(b_store=b_info, result_run_id=run_id, check_read_ms=(time.perf_counter() - t0) * 1e3,
+                           driver_bytes=sum(t["driver_bytes_out"] + t["driver_bytes_in"] for t in timings))
+            for t in timings:
+                t.pop("record", None)
     result = {"kernel": ",".join(sorted({str(t.get("kernel")) for t in timings})), "device": f"{n_parts} workers",
               "kernel_ms": max(t["kernel_ms"] for t in timings), "choice": {"mode": mode, "n_parts": n_parts},
-              "baseline": {}, "per_device": timings}
+              "baseline": {}, "per_device": timings, "sharded": sharded}
     return C, result
 
 
@@ -166,10 +187,13 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
     else:
         if scheduler is None:
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
-        if prec.half or len(formats) > 1 or formats[0].name != METCF:
-            raise InputError(f"--devices {devices}: sharded SpMM runs ME-TCF in float32 (TF32) so far; "
-                             f"--dtype {prec.name} --format {fmt} runs on one device (--devices auto)")
-        C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats)
+        from tasks.distribute.formats import SHARD_OPS, shard_ops
+
+        if M is None:  # --format auto: the first candidate that shards (each worker's selector picks its kernel)
+            shardable = [f for f in formats if f.name in SHARD_OPS] or formats
+            M = load_format(mstore, shardable[0].name, format_key)
+        shard_ops(M)  # one line naming the format when it cannot run sharded
+        C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats, prec.name, seed)
     result["wall_ms"] = (time.perf_counter() - t0) * 1e3
     result["repeats"] = repeats  # kernel_ms (and GFLOP/s) is the median of this many timed runs
     ref = A.astype(np.float64) @ B.astype(np.float64)

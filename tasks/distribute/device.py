@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from kernels.formats.metcf import METCF
 from kernels.spmm import gpu_available  # noqa: F401  (re-exported: the tasks call dev.gpu_available())
 
 
@@ -58,19 +57,33 @@ class _EmptyPlan:
     def __init__(self, n_rows: int, on_gpu: bool):
         self.n_rows, self.on_gpu = int(n_rows), on_gpu
 
-    def run(self, B):
+    def run(self, B, out=None, accumulate: bool = False):
         xp = np
         if self.on_gpu:
             import cupy as xp
+        if out is not None:  # C (+)= 0
+            if not accumulate:
+                out[...] = 0
+            return out
         return xp.zeros((self.n_rows, B.shape[1]), dtype=np.float32)
 
 
-def make_spmm_plan(S: METCF, on_gpu: bool, dtype=np.float32, spmm_kw: dict | None = None):
-    """``kernels.spmm.SpmmPlan(S, device=..., **spmm_kw)`` on this worker's device (its own kernel selector)."""
+def make_spmm_plan(S, on_gpu: bool, dtype="float32", spmm_kw: dict | None = None):
+    """``kernels.spmm.SpmmPlan(S, device=..., dtype=..., out_dtype=float32, **spmm_kw)`` on this worker's device
+    (its own kernel selector). C is float32 for every precision: the overlap's second kernel accumulates into it,
+    and a half C would round each partial sum (bfloat16 C, as uint16 bits, could not be added on the host at all)."""
     if S.n_blocks == 0:
         return _EmptyPlan(S.shape[0], on_gpu)
     from kernels.spmm import SpmmPlan
-    return SpmmPlan(S, device="gpu" if on_gpu else "cpu", dtype=dtype, **(spmm_kw or {}))
+    return SpmmPlan(S, device="gpu" if on_gpu else "cpu", dtype=dtype, out_dtype=np.float32, **(spmm_kw or {}))
+
+
+def to_storage(x, prec):
+    """float32 rows (NumPy or CuPy) -> the precision's storage dtype on the same device (bfloat16: uint16 bits)."""
+    if prec.name == "bfloat16":
+        from kernels.precision import to_bf16_bits
+        return to_bf16_bits(x)
+    return x.astype(prec.storage_dtype, copy=False)
 
 
 def to_device(x: np.ndarray, on_gpu: bool):

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.errors import InputError
-from kernels.formats.metcf import METCF
 from tasks.distribute import device as dev
-from tasks.distribute.plan import PartitionPlan, metcf_from_arrays, remap_columns, shard_metcf
+from tasks.distribute.plan import PartitionPlan, shard_metcf
 
 
 class ShardFailedError(InputError, RuntimeError):
@@ -40,35 +39,39 @@ class ShardRef:
     w1: int
 
 
-def load_shard(shard) -> tuple[METCF, float, int]:
-    """(METCF of the shard, load ms, bytes read) from a ShardRef (Parquet) or an in-memory METCF."""
+def load_shard(shard) -> tuple[object, float, int]:
+    """(the shard's format object, load ms, bytes read) from a ShardRef (Parquet, its window range only) or an
+    in-memory object."""
     t0 = time.perf_counter()
     if isinstance(shard, ShardRef):
-        S = metcf_from_arrays(shard.store.read_format(shard.fmt, shard.perm_key, shard.w0, shard.w1))
+        from kernels.formats import get
+        S = get(shard.fmt).from_arrays(shard.store.read_format(shard.fmt, shard.perm_key, shard.w0, shard.w1))
     else:
         S = shard
     return S, (time.perf_counter() - t0) * 1e3, S.nbytes
 
 
 def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, repeats: int = 20,
-              device: str = "auto", spmm_kw: dict | None = None) -> tuple[np.ndarray, dict]:
+              device: str = "auto", spmm_kw: dict | None = None, dtype: str = "float32"
+              ) -> tuple[np.ndarray, dict]:
     """C_k = A_k @ B for shard k; returns (C_k host array [rows of shard k, N], timings dict).
 
     ``B_rows``: all of B when ``cols`` is None, else ``B[cols]`` (the shard's halo rows, ``cols`` sorted), in
     which case the shard's columns are renamed to positions in ``cols`` before the kernel runs. ``spmm_kw`` goes
     to ``SpmmPlan`` (e.g. ``autotune=False``). ``kernel_ms`` is the median of ``repeats`` runs after a warm-up.
+    ``dtype``: the precision (the shard's values are stored in it; B is rounded to it on the way in, C float32).
     """
     t_shard = time.perf_counter()
     on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
     S, load_ms, bytes_read = load_shard(shard)
     t0 = time.perf_counter()
     if cols is not None:
-        S = remap_columns(S, cols, np.arange(cols.shape[0], dtype=np.int64), cols.shape[0])
+        S = remap_halo(S, cols)
     remap_ms = (time.perf_counter() - t0) * 1e3
     with dev.Timer(on_gpu) as h2d:
         B_dev = dev.to_device(np.ascontiguousarray(B_rows, dtype=np.float32), on_gpu)
     t0 = time.perf_counter()
-    plan = dev.make_spmm_plan(S, on_gpu, spmm_kw=spmm_kw)
+    plan = dev.make_spmm_plan(S, on_gpu, dtype, spmm_kw=spmm_kw)
     plan_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
     C_dev, kernel_ms, _ = dev.time_kernel(plan, B_dev, on_gpu, max(int(repeats), 1))
@@ -87,6 +90,12 @@ def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, rep
     return C, timings
 
 
+def remap_halo(S, cols: np.ndarray):
+    """S with its columns renamed to their positions in ``cols`` (its sorted halo), width ``len(cols)``."""
+    from tasks.distribute.formats import shard_ops
+    return shard_ops(S).remap(S, cols, np.arange(cols.shape[0], dtype=np.int64), cols.shape[0])
+
+
 def _worker_address() -> str:
     try:
         from distributed import get_worker  # only inside a worker; keeps this module importable without Dask
@@ -102,10 +111,10 @@ def _workers(client) -> list[str]:
     return workers
 
 
-def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None = None, store=None,
+def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=None,
                 perm_key: str = "none", fmt: str = "metcf", out: str | None = None, repeats: int = 20,
-                device: str = "auto", shard_fn=None, meta: dict | None = None, spmm_kw: dict | None = None
-                ) -> tuple[np.ndarray, list[dict]]:
+                device: str = "auto", shard_fn=None, meta: dict | None = None, spmm_kw: dict | None = None,
+                dtype: str = "float32") -> tuple[np.ndarray, list[dict]]:
     """C = A @ B over the cluster, C in the ORIGINAL row order (``C[plan.shard_rows(k)] = C_k``).
 
     Shards come from ``store`` (a ``storage.MatrixStore`` holding ``fmt``/``perm_key`` written with
@@ -157,7 +166,8 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M: METCF | None =
         t0 = time.perf_counter()
         shard, rows, cols = inputs(k, worker, retry)
         scatter_ms[0] += (time.perf_counter() - t0) * 1e3
-        return client.submit(fn, k, shard, rows, cols, repeats=repeats, device=device, spmm_kw=spmm_kw,
+        kw = {"dtype": dtype} if dtype != "float32" else {}  # fault-injecting shard_fns take the old signature
+        return client.submit(fn, k, shard, rows, cols, repeats=repeats, device=device, spmm_kw=spmm_kw, **kw,
                              workers=[worker],
                              allow_other_workers=True, pure=False, key=f"spmm-shard-{k}-{time.monotonic_ns()}")
 

@@ -26,7 +26,8 @@ PLAN_VERSION = 1
 
 @dataclass(frozen=True)
 class PartitionPlan:
-    """Shards of a METCF over row windows.
+    """Shards of a tiled format (ME-TCF, BCSR: `tasks.distribute.formats`) over row windows; "blocks" are its
+    tiles and "nonzeros" its per-tile items (BCSR: the h x w stored values of its blocks).
 
     - ``partptr`` [P + 1] int64: shard k owns windows ``partptr[k]:partptr[k+1]``; ``partptr[0] = 0``,
       ``partptr[P] = n_windows``, non-decreasing (a shard may be empty when P > n_windows).
@@ -126,13 +127,13 @@ class PartitionPlan:
         return out
 
 
-def _metcf_bytes_per_window(M: METCF) -> np.ndarray:
-    """Bytes of each window's share of the five METCF arrays, float64 [n_windows]."""
-    bpw = np.diff(M.row_window_offset).astype(np.float64)
-    nz = np.diff(M.tc_offset[M.row_window_offset.astype(np.int64)]).astype(np.float64)
-    per_block = M.tc_offset.dtype.itemsize + WIDTH * M.sparse_a_to_b.dtype.itemsize
-    per_nnz = M.tc_local_id.dtype.itemsize + M.data.dtype.itemsize
-    return M.row_window_offset.dtype.itemsize + bpw * per_block + nz * per_nnz
+def _bytes_per_window(M) -> np.ndarray:
+    """Bytes of each window's share of the format's arrays, float64 [n_windows]."""
+    from tasks.distribute.formats import shard_ops
+    ops = shard_ops(M)
+    tiles = np.asarray(ops.tiles(M), dtype=np.int64)
+    n = tiles.shape[0] - 1
+    return ops.nbytes(M, np.arange(n + 1, dtype=np.int64), tiles, ops.items(M, tiles)).astype(np.float64)
 
 
 def split_windows(weights: np.ndarray, n_parts: int) -> np.ndarray:
@@ -154,25 +155,21 @@ def split_windows(weights: np.ndarray, n_parts: int) -> np.ndarray:
     return np.concatenate([[0], nearest, [n]]).astype(np.int64)
 
 
-def _halo(M: METCF, b0: int, b1: int) -> np.ndarray:
-    """Sorted distinct non-padding columns of blocks [b0, b1): a scatter into a K-long mask (O(blocks + K))."""
-    cols = M.sparse_a_to_b[b0:b1].reshape(-1)
-    mask = np.zeros(int(M.shape[1]), dtype=bool)
-    mask[cols[cols >= 0]] = True
-    return np.flatnonzero(mask).astype(np.int64)
+def make_plan(M, n_parts: int, *, perm: np.ndarray | None = None, balance_by: str = "blocks") -> PartitionPlan:
+    """Split M's row windows into ``n_parts`` contiguous shards balanced by tiles (TC blocks) or ``"bytes"``.
 
-
-def make_plan(M: METCF, n_parts: int, *, perm: np.ndarray | None = None, balance_by: str = "blocks"
-              ) -> PartitionPlan:
-    """Split M's row windows into ``n_parts`` contiguous shards balanced by TC blocks (or METCF ``"bytes"``).
-
-    ``perm`` (``perm[new] = old``, the reordering M was built from) only affects where C lands and who owns which
-    B row in resident mode; the shards themselves depend on M alone. Does not mutate M.
+    M: a METCF or another format that can run sharded (`tasks.distribute.formats.shard_ops`; InputError in one
+    line for the others). ``block_ptr``/``nnz_ptr`` are then the format's tile and item offsets. ``perm``
+    (``perm[new] = old``, the reordering M was built from) only affects where C lands and who owns which B row in
+    resident mode; the shards themselves depend on M alone. Does not mutate M.
     """
+    from tasks.distribute.formats import shard_ops
+    ops = shard_ops(M)
+    tiles = np.asarray(ops.tiles(M), dtype=np.int64)
     if balance_by == "blocks":
-        weights = np.diff(M.row_window_offset).astype(np.float64)
+        weights = np.diff(tiles).astype(np.float64)
     elif balance_by == "bytes":
-        weights = _metcf_bytes_per_window(M)
+        weights = _bytes_per_window(M)
     else:
         raise ValueError(f"balance_by is {balance_by!r}, expected 'blocks' or 'bytes'")
     n_rows, n_cols = (int(s) for s in M.shape)
@@ -182,18 +179,16 @@ def make_plan(M: METCF, n_parts: int, *, perm: np.ndarray | None = None, balance
             raise ValueError(f"perm has shape {perm.shape}, expected ({n_rows},) = (n_rows,)")
     partptr = split_windows(weights, n_parts)
     rows = np.minimum(partptr * WINDOW, n_rows)
-    block_ptr = M.row_window_offset[partptr].astype(np.int64)
-    nnz_ptr = M.tc_offset[block_ptr].astype(np.int64)
+    block_ptr = tiles[partptr]
+    nnz_ptr = ops.items(M, block_ptr)
     n_blocks, nnz = np.diff(block_ptr), np.diff(nnz_ptr)
-    per_block = M.tc_offset.dtype.itemsize + WIDTH * M.sparse_a_to_b.dtype.itemsize
-    per_nnz = M.tc_local_id.dtype.itemsize + M.data.dtype.itemsize
-    nbytes = (np.diff(partptr) + 1) * M.row_window_offset.dtype.itemsize + n_blocks * per_block + nnz * per_nnz
+    nbytes = ops.nbytes(M, partptr, block_ptr, nnz_ptr)
     halo_cols, halo_owner, halo_local = [], [], []
     if n_rows == n_cols:
         inv = np.empty(n_rows, dtype=np.int64)
         inv[perm if perm is not None else np.arange(n_rows)] = np.arange(n_rows, dtype=np.int64)
     for k in range(n_parts):
-        cols = _halo(M, int(block_ptr[k]), int(block_ptr[k + 1]))
+        cols = ops.halo(M, int(block_ptr[k]), int(block_ptr[k + 1]))
         halo_cols.append(cols)
         if n_rows == n_cols:
             pos = inv[cols]  # reordered position of each needed B row
@@ -205,19 +200,19 @@ def make_plan(M: METCF, n_parts: int, *, perm: np.ndarray | None = None, balance
             halo_owner.append(np.full(cols.shape[0], -1, dtype=np.int64))
             halo_local.append(np.full(cols.shape[0], -1, dtype=np.int64))
     return PartitionPlan((n_rows, n_cols), partptr, rows[:-1].copy(), rows[1:].copy(), block_ptr, nnz_ptr,
-                         n_blocks, nnz, nbytes.astype(np.int64), halo_cols, halo_owner, halo_local, perm, balance_by)
+                         n_blocks, nnz, np.asarray(nbytes, dtype=np.int64), halo_cols, halo_owner, halo_local, perm,
+                         balance_by)
 
 
-def shard_metcf(M: METCF, plan: PartitionPlan, k: int) -> METCF:
-    """Shard k of M as a standalone METCF of shape (rows of shard k, K); columns stay global. Views where possible."""
-    w0, w1 = int(plan.partptr[k]), int(plan.partptr[k + 1])
-    b0, b1 = int(plan.block_ptr[k]), int(plan.block_ptr[k + 1])
-    p0, p1 = int(plan.nnz_ptr[k]), int(plan.nnz_ptr[k + 1])
-    rwo = (M.row_window_offset[w0:w1 + 1].astype(np.int64) - b0).astype(index_dtype(b1 - b0))
-    tco = (M.tc_offset[b0:b1 + 1].astype(np.int64) - p0).astype(index_dtype(p1 - p0))
-    n_rows = int(plan.row_stop[k] - plan.row_start[k])
-    return METCF((n_rows, int(M.shape[1])), rwo, tco, M.tc_local_id[p0:p1], M.sparse_a_to_b[b0:b1],
-                 M.data[p0:p1])
+def shard_metcf(M, plan: PartitionPlan, k: int):
+    """Shard k of M (a METCF or another shardable format) as a standalone object of shape (rows of shard k, K);
+    columns stay global. Views where possible; equal to the store's window-range read of the shard."""
+    from tasks.distribute.formats import shard_ops
+    return shard_ops(M).take(M, int(plan.partptr[k]), int(plan.partptr[k + 1]), int(plan.block_ptr[k]),
+                             int(plan.block_ptr[k + 1]), int(plan.row_stop[k] - plan.row_start[k]))
+
+
+shard_of = shard_metcf  # the format-neutral name
 
 
 def remap_columns(S: METCF, cols: np.ndarray, local: np.ndarray, n_cols_local: int) -> METCF:
@@ -238,35 +233,35 @@ def split_columns(S: METCF, keep_col: np.ndarray) -> METCF:
     Kept slots keep their relative order within each window (so a canonical S gives a canonical part); the
     parts for a mask and its complement sum to S: ``S @ B == part(mask) @ B + part(~mask) @ B``.
     """
-    nb = S.n_blocks
+    nb, W = S.n_blocks, int(S.sparse_a_to_b.shape[1])  # 8 (TF32) or 16 (FP16/BF16) slots per block
     flat = S.sparse_a_to_b.reshape(-1).astype(np.int64)
     keep_slot = flat >= 0
     keep_slot[keep_slot] = keep_col[flat[keep_slot]]
     kept = np.flatnonzero(keep_slot)
-    slot_window = np.repeat(S.block_window().astype(np.int64), WIDTH)[kept]
+    slot_window = np.repeat(S.block_window().astype(np.int64), W)[kept]
     per_window = np.bincount(slot_window, minlength=S.n_windows)
     rank = np.arange(kept.shape[0], dtype=np.int64) - (np.cumsum(per_window) - per_window)[slot_window]
-    bpw = -(-per_window // WIDTH)
-    new_block = (np.cumsum(bpw) - bpw)[slot_window] + rank // WIDTH
+    bpw = -(-per_window // W)
+    new_block = (np.cumsum(bpw) - bpw)[slot_window] + rank // W
     n_blocks = int(bpw.sum())
-    sab = np.full(n_blocks * WIDTH, -1, dtype=np.int64)
-    sab[new_block * WIDTH + rank % WIDTH] = flat[kept]
-    slot_block = np.full(nb * WIDTH, -1, dtype=np.int64)
+    sab = np.full(n_blocks * W, -1, dtype=np.int64)
+    sab[new_block * W + rank % W] = flat[kept]
+    slot_block = np.full(nb * W, -1, dtype=np.int64)
     slot_block[kept] = new_block
-    slot_c = np.zeros(nb * WIDTH, dtype=np.int64)
-    slot_c[kept] = rank % WIDTH
-    nz_slot = np.repeat(np.arange(nb, dtype=np.int64), np.diff(S.tc_offset)) * WIDTH + (S.tc_local_id & 7)
+    slot_c = np.zeros(nb * W, dtype=np.int64)
+    slot_c[kept] = rank % W
+    nz_slot = np.repeat(np.arange(nb, dtype=np.int64), np.diff(S.tc_offset)) * W + S.tc_local_id % W
     nz_keep = keep_slot[nz_slot]
     nz_slot = nz_slot[nz_keep]
     blocks = slot_block[nz_slot]
-    lid = (S.tc_local_id[nz_keep].astype(np.int64) >> 3) * WIDTH + slot_c[nz_slot]
-    order = np.argsort(blocks * (WINDOW * WIDTH) + lid)  # unique per nonzero: canonical (block, r, c) order
+    lid = (S.tc_local_id[nz_keep].astype(np.int64) // W) * W + slot_c[nz_slot]
+    order = np.argsort(blocks * (WINDOW * W) + lid)  # unique per nonzero: canonical (block, r, c) order
     nnz = int(order.shape[0])
     rwo = np.zeros(S.n_windows + 1, dtype=index_dtype(n_blocks))
     np.cumsum(bpw, out=rwo[1:])
     tco = np.zeros(n_blocks + 1, dtype=index_dtype(nnz))
     np.cumsum(np.bincount(blocks, minlength=n_blocks), out=tco[1:])
-    return METCF(S.shape, rwo, tco, lid[order].astype(np.uint8), sab.reshape(n_blocks, WIDTH).astype(
+    return METCF(S.shape, rwo, tco, lid[order].astype(np.uint8), sab.reshape(n_blocks, W).astype(
         S.sparse_a_to_b.dtype), S.data[nz_keep][order])
 
 
@@ -297,7 +292,7 @@ def exchange_lists(plan: PartitionPlan, k: int) -> dict:
     return {"recv": recv, "own_offset": n_lower, "n_ext": n_own + int(order.shape[0]), "ext_index": ext}
 
 
-def persist_plan(M: METCF, plan: PartitionPlan, store, perm_key: str, *, fmt: str = "metcf",
+def persist_plan(M, plan: PartitionPlan, store, perm_key: str, *, fmt: str | None = None,
                  n_cols_b: int | None = None, meta: dict | None = None):
     """Write each shard as its own ME-TCF Parquet file (``store.write_format(..., window_ranges=partptr)``) and
     the plan as ``<matrix folder>/plans/<P>-<fingerprint>.json`` (atomic). Returns the JSON path.
@@ -308,6 +303,8 @@ def persist_plan(M: METCF, plan: PartitionPlan, store, perm_key: str, *, fmt: st
     from storage.atomic import atomic_write_bytes
     from storage.naming import dumps
 
+    from tasks.distribute.formats import format_name
+    fmt = fmt or format_name(M)
     store.write_format(fmt, perm_key, M, meta or {}, window_ranges=plan.partptr)
     doc = {**plan.summary(n_cols_b), "fmt": fmt, "perm_key": perm_key, "matrix_id": store.matrix_id}
     path = store.folder / "plans" / f"{plan.n_parts}-{plan.fingerprint()}.json"

@@ -28,7 +28,8 @@ import numpy as np
 
 from tasks.distribute import device as dev
 from tasks.distribute.oneshot import ShardRef, load_shard
-from tasks.distribute.plan import PartitionPlan, exchange_lists, remap_columns, shard_metcf, split_columns
+from tasks.distribute.formats import shard_ops
+from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_metcf
 
 NCCL_INIT_TIMEOUT_S = 120
 BATCH_ABORT_TIMEOUT_S = 30  # a failed host-transport batch: how long to tell the peers / wait for their calls
@@ -44,23 +45,36 @@ def check_n_iters(n_iters) -> int:
 
 
 class ShardActor:
-    """Shard k on one worker: A_k renamed into its extended-B rows, the extended B buffer, C_k."""
+    """Shard k on one worker: A_k renamed into its extended-B rows, the extended B buffer, C_k.
 
-    def __init__(self, k: int, shard, layout: tuple, device: str = "auto", spmm_kw: dict | None = None):
+    The extended B holds the precision's storage dtype (float32, float16, bfloat16 bits), so the halo exchange
+    moves 2 bytes per value in half precision; C_k is float32 and rounded to the precision when it becomes B."""
+
+    def __init__(self, k: int, shard, layout: tuple, device: str = "auto", spmm_kw: dict | None = None,
+                 dtype: str = "float32"):
         """``layout`` = (halo_cols, `exchange_lists` dict, sends {peer: own rows to send, in the peer's order})."""
+        from kernels.precision import precision
         halo_cols, layout, sends = layout
         self.k = int(k)
+        self.prec = precision(dtype)
         self.on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
         S, self.load_ms, _ = load_shard(shard)
-        S = remap_columns(S, halo_cols, layout["ext_index"], layout["n_ext"])
+        self.ops = shard_ops(S)
+        ext_index = np.asarray(layout["ext_index"], dtype=np.int64)
+        if self.ops.any_order:  # the format takes any column ids: A_k reads the extended B directly
+            S = self.ops.remap(S, halo_cols, ext_index, layout["n_ext"])
+            self.gather, self.ext_cols = None, ext_index
+        else:  # columns stay in halo order: gather the extended B's rows into that order before each kernel
+            S = self.ops.remap(S, halo_cols, np.arange(halo_cols.shape[0], dtype=np.int64), halo_cols.shape[0])
+            self.gather, self.ext_cols = dev.to_device(ext_index, self.on_gpu), ext_index
         self.n_own, self.off, self.n_ext = S.shape[0], layout["own_offset"], layout["n_ext"]
         self.recv = [(int(p), int(idx.shape[0]), int(start)) for p, idx, start in layout["recv"]]
         self.sends = {int(p): dev.to_device(idx, self.on_gpu) for p, idx in sends.items()}
-        self.plan = dev.make_spmm_plan(S, self.on_gpu, spmm_kw=spmm_kw)
+        self.plan = dev.make_spmm_plan(S, self.on_gpu, self.prec.name, spmm_kw=spmm_kw)
         self.kernel = str(self.plan.choice.get("kernel"))
         self.S, self.spmm_kw = S, spmm_kw  # kept to build the own/remote split on demand
         self.overlap, self.plan_own, self.plan_rem, self._streams, self._c_buf = False, None, None, None, None
-        self.B_ext = self.C = None
+        self.B_ext = self.C = self._b_loc = None
         self.peers: list = []
         self.comm = None
         # Batched host exchange (`iterate_many_host`): {(batch, iteration): {dst: host rows}} still to be pulled,
@@ -72,7 +86,9 @@ class ShardActor:
     def info(self) -> dict:
         from tasks.distribute.oneshot import _worker_address
         return {"shard": self.k, "worker": _worker_address(), "gpu": dev.device_name(self.on_gpu),
-                "kernel": self.kernel, "load_ms": self.load_ms, "n_own": self.n_own, "n_ext": self.n_ext}
+                "kernel": self.kernel, "load_ms": self.load_ms, "n_own": self.n_own, "n_ext": self.n_ext,
+                "halo_rows": self.n_ext - self.n_own, "dtype": self.prec.name, "format": self.ops.name,
+                "gathers_halo": self.gather is not None}
 
     def set_peers(self, peers: list) -> None:
         self.peers = list(peers)
@@ -93,15 +109,18 @@ class ShardActor:
         self.comm = nccl.NcclCommunicator(int(n_ranks), uid, self.k)
 
     def set_B(self, B_k) -> None:
-        """Own rows of B [n_own, N] (host or device array); allocates the extended B on first use / new N."""
+        """Own rows of B [n_own, N] (host or device array, float values; rounded to the precision here);
+        allocates the extended B on first use / new N."""
         B_k = dev.to_device(np.asarray(B_k, dtype=np.float32) if not hasattr(B_k, "__cuda_array_interface__")
                             else B_k, self.on_gpu)
         if B_k.shape[0] != self.n_own:
             raise ValueError(f"shard {self.k}: B part has {B_k.shape[0]} rows, expected {self.n_own}")
         if self.B_ext is None or self.B_ext.shape[1] != B_k.shape[1]:
             xp = _xp(self.on_gpu)
-            self.B_ext = xp.zeros((self.n_ext, B_k.shape[1]), dtype=np.float32)
-        self.B_ext[self.off:self.off + self.n_own] = B_k
+            self.B_ext = xp.zeros((self.n_ext, B_k.shape[1]), dtype=self.prec.storage_dtype)
+            self._b_loc = None if self.gather is None else \
+                xp.zeros((int(self.gather.shape[0]), B_k.shape[1]), dtype=self.prec.storage_dtype)
+        self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(B_k.astype(np.float32, copy=False), self.prec)
 
     def set_overlap(self, on: bool) -> None:
         """Split A_k into the columns of its own rows and the halo columns (two plans) so that the own part's
@@ -109,16 +128,30 @@ class ShardActor:
         kernel adds into C_k as it stores: no extra pass over C)."""
         self.overlap = bool(on)
         if self.overlap and self.plan_own is None:
-            own = np.zeros(self.n_ext, dtype=bool)
-            own[self.off:self.off + self.n_own] = True
-            self.plan_own = dev.make_spmm_plan(split_columns(self.S, own), self.on_gpu, spmm_kw=self.spmm_kw)
-            self.plan_rem = dev.make_spmm_plan(split_columns(self.S, ~own), self.on_gpu, spmm_kw=self.spmm_kw)
+            ext = np.arange(self.n_ext) if self.gather is None else self.ext_cols  # ext row of each A_k column
+            own = (ext >= self.off) & (ext < self.off + self.n_own)
+            parts = [self.ops.split(self.S, keep, self.prec) for keep in (own, ~own)]
+            self.plan_own, self.plan_rem = (dev.make_spmm_plan(p, self.on_gpu, self.prec.name, spmm_kw=self.spmm_kw)
+                                            for p in parts)
+            self._own_cols = None if self.gather is None else dev.to_device(np.flatnonzero(own), self.on_gpu)
+            self._rem_cols = None if self.gather is None else dev.to_device(np.flatnonzero(~own), self.on_gpu)
 
     def advance(self) -> None:
-        """C becomes the next B (square A)."""
+        """C becomes the next B (square A), rounded to the precision."""
         if self.C is None:
             raise RuntimeError(f"shard {self.k}: no C to advance from: run an iteration first")
-        self.B_ext[self.off:self.off + self.n_own] = self.C
+        self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(self.C, self.prec)
+
+    def _b_in(self, cols=None):
+        """What A_k multiplies: the extended B, or (halo-order formats) its rows gathered into A_k's column order;
+        ``cols`` gathers only those of A_k's columns (the overlap's own part before the halo has arrived)."""
+        if self.gather is None:
+            return self.B_ext
+        if cols is None:
+            self._b_loc[...] = self.B_ext[self.gather]
+        else:
+            self._b_loc[cols] = self.B_ext[self.gather[cols]]
+        return self._b_loc
 
     # ---- exchange -----------------------------------------------------------------------------------------------
     def _own(self):
@@ -147,16 +180,17 @@ class ShardActor:
             bufs = {p: cupy.ascontiguousarray(own[idx]) for p, idx in self.sends.items()}
             nccl.groupStart()
             for p, buf in bufs.items():
-                self.comm.send(buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, p, stream.ptr)
+                self.comm.send(buf.data.ptr, buf.size, _nccl_type(buf.dtype), p, stream.ptr)
             for p, n, start in self.recv:
                 view = self.B_ext[start:start + n]  # contiguous rows of a C-ordered buffer
-                self.comm.recv(view.data.ptr, n * n_cols, nccl.NCCL_FLOAT32, p, stream.ptr)
+                self.comm.recv(view.data.ptr, n * n_cols, _nccl_type(view.dtype), p, stream.ptr)
             nccl.groupEnd()
         return self._exchange_stats(t.ms, "nccl")
 
     def _exchange_stats(self, ms: float, transport: str) -> dict:
-        row_bytes = 4 * self.B_ext.shape[1]
+        row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]  # 2 bytes per value in half precision
         return {"shard": self.k, "exchange_ms": ms, "transport": transport,
+                "halo_rows_recv": sum(n for _, n, _ in self.recv),
                 "halo_bytes_recv": sum(n for _, n, _ in self.recv) * row_bytes,
                 "halo_bytes_sent": sum(int(i.shape[0]) for i in self.sends.values()) * row_bytes}
 
@@ -166,11 +200,15 @@ class ShardActor:
         With overlap set (host transport) the two parts run one after the other: same result, tests the split."""
         if self.overlap:
             with dev.Timer(self.on_gpu) as t:
-                C = self.plan_own.run(self.B_ext, self._overlap_out())
-                self.plan_rem.run(self.B_ext, C, accumulate=True)
+                B_in = self._b_in()
+                C = self.plan_own.run(B_in, self._overlap_out())
+                self.plan_rem.run(B_in, C, accumulate=True)
             self.C, kernel_ms = C, t.ms
         else:
-            self.C, kernel_ms, _ = dev.time_kernel(self.plan, self.B_ext, self.on_gpu, repeats)
+            with dev.Timer(self.on_gpu) as g:
+                B_in = self._b_in()
+            self.C, kernel_ms, _ = dev.time_kernel(self.plan, B_in, self.on_gpu, repeats)
+            kernel_ms += g.ms if self.gather is not None else 0.0
         return {"shard": self.k, "kernel_ms": kernel_ms, "kernel": self._kernels()}
 
     def iterate_nccl(self, repeats: int = 0) -> tuple[dict, dict]:
@@ -192,17 +230,17 @@ class ShardActor:
             bufs = {p: cupy.ascontiguousarray(own[idx]) for p, idx in self.sends.items()}
             nccl.groupStart()
             for p, buf in bufs.items():
-                self.comm.send(buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, p, s_comm.ptr)
+                self.comm.send(buf.data.ptr, buf.size, _nccl_type(buf.dtype), p, s_comm.ptr)
             for p, n, start in self.recv:
                 view = self.B_ext[start:start + n]
-                self.comm.recv(view.data.ptr, n * view.shape[1], nccl.NCCL_FLOAT32, p, s_comm.ptr)
+                self.comm.recv(view.data.ptr, n * view.shape[1], _nccl_type(view.dtype), p, s_comm.ptr)
             nccl.groupEnd()
         ev[2].record(s_comm)
         with s_comp:
             # reads only own rows: no conflict with the rows being received
-            C = self.plan_own.run(self.B_ext, self._overlap_out())
+            C = self.plan_own.run(self._b_in(self._own_cols), self._overlap_out())
             s_comp.wait_event(ev[2])
-            self.plan_rem.run(self.B_ext, C, accumulate=True)
+            self.plan_rem.run(self._b_in(self._rem_cols), C, accumulate=True)
         ev[3].record(s_comp)
         ev[3].synchronize()  # synchronize!
         self.C = C
@@ -341,14 +379,22 @@ class ShardActor:
         return str(self.plan.choice.get("kernel"))
 
     def get_C(self) -> np.ndarray:
-        return dev.to_host(self.C)
+        return dev.to_host(self.C)  # float32 (the plans' out_dtype)
 
     def get_C_rows(self, index: np.ndarray) -> np.ndarray:
         """Host copy of C_k[index] (rows of this shard's block)."""
         return dev.to_host(self.C[dev.to_device(np.asarray(index, dtype=np.int64), self.on_gpu)])
 
     def get_B(self) -> np.ndarray:
-        return dev.to_host(self._own())
+        """Own rows of B as float32 (exact: widened from the precision's storage)."""
+        return self.prec.to_float32(dev.to_host(self._own()))
+
+
+def _nccl_type(dtype):
+    """NCCL element type for a send/recv of ``dtype`` (bfloat16 bits travel as 2-byte float16 units: send/recv
+    copy bytes and never interpret them)."""
+    from cupy.cuda import nccl
+    return nccl.NCCL_FLOAT32 if np.dtype(dtype).itemsize == 4 else nccl.NCCL_FLOAT16
 
 
 def _actor_executor():
@@ -382,7 +428,7 @@ class DistributedSpmm:
 
     def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
                  fmt: str = "metcf", device: str = "auto", transport: str = "auto", repeats: int = 0,
-                 spmm_kw: dict | None = None, overlap: bool = False):
+                 spmm_kw: dict | None = None, overlap: bool = False, dtype: str = "float32"):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
         from tasks.distribute.oneshot import _workers
@@ -403,7 +449,7 @@ class DistributedSpmm:
                 shard = client.scatter(shard_metcf(M, plan, k), workers=[self.workers[k]], hash=False)
             layout = client.scatter((plan.halo_cols[k], layouts[k], sends[k]), workers=[self.workers[k]],
                                     hash=False)
-            futures.append(client.submit(ShardActor, k, shard, layout, device, spmm_kw, actor=True,
+            futures.append(client.submit(ShardActor, k, shard, layout, device, spmm_kw, dtype, actor=True,
                                          workers=[self.workers[k]], pure=False))
         self.actors = [f.result() for f in futures]
         self._futures = futures

@@ -1,0 +1,269 @@
+"""One-shot SpMM without the driver in the data path: workers read A's shard and B's rows from the store and write
+their block of C back; the driver sends window ranges and artifact names and receives timing dicts.
+
+B: written ONCE to the store by whoever made it (``store_b``: the flow writes ``dense_b(seed)`` under
+``inputs/b-n<N>-seed<seed>``, reused by later runs with the same N and seed), not generated on the workers from the
+seed. Why: the flow's B is one ``standard_normal`` stream over the whole matrix, which cannot be cut into rows
+without drawing all of it (the normal sampler consumes a variable number of raw draws per value), so every worker
+would generate all of B to keep a few rows; a counter-based per-row draw would make a B different from the one the
+flow checks against; and real right-hand sides (IGB node features, a GNN layer's input) are data in the store, not
+seeds. Workers read only the Parquet row groups holding their halo rows (`read_rows`), or all of B when the halo
+is nearly all of it.
+
+C: each worker writes its block as ``results/<run_id>/C-part-<r0>-<r1>.parquet`` (rows r0..r1 of the REORDERED
+matrix, the shard's contiguous rows; atomic file writes); after every shard succeeded the driver lists the files
+in the manifest (``row_order`` and ``perm_key`` in the entry's ``source``), so a failed run leaves no result, and
+`read_c` returns C in the original row order (``C[perm] = C_reordered``). The store must be on a file system every
+worker sees (one host, or a shared mount across nodes).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+import shutil
+import time
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from configs.errors import InputError
+from storage import parquet_io as pio
+from storage import results as res_io
+from storage.manifest import file_record
+from storage.schemas import result_schema, with_meta
+from tasks.distribute import device as dev
+from tasks.distribute.formats import shard_ops
+from tasks.distribute.oneshot import ShardFailedError, ShardRef, _worker_address, _workers, load_shard, remap_halo
+from tasks.distribute.plan import PartitionPlan
+
+B_PREFIX = "inputs/"
+SEND_ALL_FRACTION = 0.5  # a shard whose halo is at least this share of B's rows reads all of B (whole files:
+# no row-group selection or row gather, and the row groups a scattered halo touches are then most of them anyway)
+
+
+def b_artifact(n_cols_b: int, seed: int) -> str:
+    return f"{B_PREFIX}b-n{int(n_cols_b)}-seed{int(seed)}"
+
+
+def store_b(mstore, B: np.ndarray, artifact: str, meta: dict | None = None) -> dict:
+    """Write B [K, N] once under ``artifact`` (dense row blocks, float32); reused when a complete one of the same
+    shape is stored. Returns ``{"artifact", "reused", "write_ms", "nbytes"}``."""
+    B = np.ascontiguousarray(B, dtype=np.float32)
+    t0 = time.perf_counter()
+    entry = mstore.manifest.complete(artifact)
+    if entry is not None and list(entry["meta"]["shape"]) == list(B.shape):
+        return {"artifact": artifact, "reused": True, "write_ms": 0.0, "nbytes": int(B.nbytes)}
+    # the store's one writer (atomic files, manifest entry last), as storage.features does for node arrays
+    mstore._write_artifact(artifact, "dense", artifact, "C-part-*.parquet",
+                           res_io.result_tables(B, None, meta or {}),
+                           row_group_size=max(1, res_io.ROW_GROUP_VALUES // B.shape[1]))
+    return {"artifact": artifact, "reused": False, "write_ms": (time.perf_counter() - t0) * 1e3,
+            "nbytes": int(B.nbytes)}
+
+
+def read_rows(mstore, artifact: str, rows: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """(rows ``rows`` (sorted, distinct) of a stored dense artifact, or all of it for None; Parquet bytes read).
+    Decodes only the row groups holding those rows."""
+    entry = mstore.manifest.require(artifact)
+    n_rows, n_cols = entry["meta"]["shape"]
+    if rows is None:
+        return res_io.read_result(mstore.folder, entry), sum(int(r["size"]) for r in entry["files"])
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty((rows.shape[0], n_cols), dtype=np.dtype(entry["meta"]["dtypes"]["value"]))
+    nbytes = 0
+    for rec in entry["files"]:
+        r0, r1 = rec["range"]
+        lo, hi = (int(x) for x in np.searchsorted(rows, [r0, r1]))
+        if lo == hi:
+            continue
+        pf = pio.open_file(mstore.folder / rec["path"])
+        sizes = np.array([pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)])
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        local = rows[lo:hi] - r0
+        group = np.searchsorted(starts, local, side="right") - 1
+        groups = np.unique(group)
+        table = pio.read(pf, row_groups=groups.tolist())
+        block = np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in table.column("values").chunks])
+        block = block.reshape(-1, n_cols)
+        base = np.cumsum(np.concatenate([[0], sizes[groups]]))[:-1]  # first row of each read group in `block`
+        out[lo:hi] = block[base[np.searchsorted(groups, group)] + local - starts[group]]
+        nbytes += int(sum(pf.metadata.row_group(int(g)).total_byte_size for g in groups))
+    return out, nbytes
+
+
+def write_block(mstore, run_id: str, r0: int, C_k: np.ndarray) -> dict:
+    """Write rows r0.. of C (one shard's block) as one Parquet file of ``results/<run_id>``; its manifest record."""
+    C_k = np.ascontiguousarray(C_k)
+    r1 = r0 + int(C_k.shape[0])
+    rel = f"results/{run_id}/C-part-{r0}-{r1}.parquet"
+    col = pa.FixedSizeListArray.from_arrays(pa.array(C_k.reshape(-1)), int(C_k.shape[1]))
+    schema = with_meta(result_schema(C_k.dtype, int(C_k.shape[1])), {"format": "dense", "range": [r0, r1]})
+    pio.write_table(mstore.folder / rel, pa.Table.from_arrays([col], schema=schema),
+                    row_group_size=max(1, res_io.ROW_GROUP_VALUES // int(C_k.shape[1])))
+    return file_record(mstore.folder, rel, range=[r0, r1])
+
+
+def commit_result(mstore, run_id: str, records: list, shape: tuple, source: dict) -> dict:
+    """List the workers' C files as artifact ``results/<run_id>`` (after every shard succeeded)."""
+    records = sorted(records, key=lambda r: r["range"][0])
+    entry = {"kind": "result", "files": records, "written_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+             "meta": {"format": "dense", "shape": [int(s) for s in shape], "dtypes": {"value": "float32"},
+                      "ranges": [r["range"] for r in records], "source": source}}
+    with mstore.manifest.update() as m:
+        m["artifacts"][f"results/{run_id}"] = entry
+    return entry
+
+
+def read_c(mstore, run_id: str, perm: np.ndarray | None = None) -> np.ndarray:
+    """A stored sharded result in the ORIGINAL row order (``perm``: the run's reordering, ``perm[new] = old``;
+    required when the entry says its rows are reordered)."""
+    Cr = mstore.read_result(run_id)
+    if mstore.manifest.entry(f"results/{run_id}")["meta"]["source"].get("row_order") != "reordered":
+        return Cr
+    if perm is None:
+        raise InputError(f"result {run_id} is stored in the reordered row order: pass its perm")
+    C = np.empty_like(Cr)
+    C[np.asarray(perm, dtype=np.int64)] = Cr
+    return C
+
+
+@dataclass(frozen=True)
+class DenseRef:
+    """A stored dense artifact (B) a worker reads rows of."""
+
+    store: object
+    artifact: str
+
+
+def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeats: int = 20, device: str = "auto",
+                     spmm_kw: dict | None = None, dtype: str = "float32") -> dict:
+    """Shard k from the store to the store: read its windows, its B rows, run the kernel, write its C block.
+    ``out`` = (run_id, first reordered row). Returns the timings dict (``record``: the C file's manifest record);
+    nothing of A, B or C travels back."""
+    t_shard = time.perf_counter()
+    on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
+    S, load_ms, a_bytes = load_shard(shard)
+    t0 = time.perf_counter()
+    cols = shard_ops(S).halo(S, 0, int(S.n_blocks))
+    n_b = int(b.store.manifest.require(b.artifact)["meta"]["shape"][0])
+    read_all = cols.shape[0] >= SEND_ALL_FRACTION * n_b
+    halo_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    B_rows, b_bytes = read_rows(b.store, b.artifact, None if read_all else cols)
+    b_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    if not read_all:
+        S = remap_halo(S, cols)
+    remap_ms = (time.perf_counter() - t0) * 1e3 + halo_ms
+    with dev.Timer(on_gpu) as h2d:
+        B_dev = dev.to_device(B_rows, on_gpu)
+    t0 = time.perf_counter()
+    plan = dev.make_spmm_plan(S, on_gpu, dtype, spmm_kw=spmm_kw)
+    plan_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    C_dev, kernel_ms, _ = dev.time_kernel(plan, B_dev, on_gpu, max(int(repeats), 1))
+    timing_ms = (time.perf_counter() - t0) * 1e3
+    with dev.Timer(on_gpu) as d2h:
+        C = dev.to_host(C_dev).astype(np.float32, copy=False)
+    choice = str(plan.choice.get("kernel"))
+    del C_dev, B_dev, plan
+    dev.release_device_memory(on_gpu)
+    t0 = time.perf_counter()
+    run_id, r0 = out
+    record = write_block(shard.store, run_id, int(r0), C) if C.shape[0] else None
+    write_ms = (time.perf_counter() - t0) * 1e3
+    return {"shard": int(k), "worker": _worker_address(), "gpu": dev.device_name(on_gpu), "kernel": choice,
+            "dtype": dtype, "load_ms": load_ms, "b_ms": b_ms, "remap_ms": remap_ms, "h2d_ms": h2d.ms,
+            "plan_ms": plan_ms, "kernel_ms": kernel_ms, "timing_ms": timing_ms, "d2h_ms": d2h.ms,
+            "write_ms": write_ms, "shard_ms": (time.perf_counter() - t_shard) * 1e3, "a_bytes_read": int(a_bytes),
+            "b_bytes_read": int(b_bytes), "c_bytes_written": int(record["size"]) if record else 0,
+            "b_rows": int(B_rows.shape[0]), "b_read_all": bool(read_all), "halo_rows": int(cols.shape[0]),
+            "n_blocks": int(S.n_blocks), "nnz": int(S.nnz), "repeats": int(repeats), "record": record}
+
+
+def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = "metcf",
+                       run_id: str, repeats: int = 20, device: str = "auto", spmm_kw: dict | None = None,
+                       dtype: str = "float32", source: dict | None = None, shard_fn=None) -> list[dict]:
+    """C = A @ B with the driver out of the data path; C lands in ``store`` as ``results/<run_id>`` (read it with
+    `read_c`). ``store``: a ``storage.MatrixStore`` holding the shards (``persist_plan``: ``fmt``/``perm_key``)
+    and B (``store_b``: artifact ``b``). Faults as `run_oneshot`: a failed shard is resubmitted once on another
+    worker; twice failed raises ``ShardFailedError`` and removes the C files written so far.
+
+    Returns one timings dict per shard (`run_stored_shard`'s plus ``attempts``, ``done_ms`` (received, from the
+    first submit), ``overhead_ms`` (its submit-to-received time minus ``shard_ms``: scheduling and the small
+    transfers), ``driver_bytes_out``/``driver_bytes_in`` (pickled task arguments / result of that shard),
+    ``wall_ms`` and ``commit_ms`` (the manifest entry)).
+    """
+    from distributed import as_completed
+
+    if b_rows_of(store, b) != plan.shape[1]:
+        raise InputError(f"stored B {b} has {b_rows_of(store, b)} rows, expected A's {plan.shape[1]} columns")
+    fn = shard_fn or run_stored_shard
+    workers = _workers(client)
+    bref = DenseRef(store, b)
+    t_start = time.perf_counter()
+    sent: dict = {}
+
+    def submit(k: int, worker: str):
+        args = (k, ShardRef(store, fmt, perm_key, int(plan.partptr[k]), int(plan.partptr[k + 1])), bref,
+                (run_id, int(plan.row_start[k])))
+        sent[k] = (len(pickle.dumps(args)), time.perf_counter())
+        return client.submit(fn, *args, repeats=repeats, device=device, spmm_kw=spmm_kw, dtype=dtype,
+                             workers=[worker], allow_other_workers=True, pure=False,
+                             key=f"spmm-stored-{k}-{time.monotonic_ns()}")
+
+    owner, attempts, futures = {}, [0] * plan.n_parts, []
+    for k in range(plan.n_parts):
+        f = submit(k, workers[k % len(workers)])
+        owner[f.key], attempts[k] = (k, workers[k % len(workers)]), 1
+        futures.append(f)
+    timings: list = [None] * plan.n_parts
+    ac = as_completed(futures, loop=client.loop)
+    try:
+        for f in ac:
+            k, w = owner.pop(f.key)
+            try:
+                t = f.result()
+            except Exception as err:
+                f.release()
+                if attempts[k] >= 2:
+                    client.cancel([x for x in futures if x.key in owner])
+                    why = ("its worker died; " if isinstance(err, CancelledError)
+                           or type(err).__name__ == "KilledWorker" else "")
+                    raise ShardFailedError(f"shard {k} (windows {int(plan.partptr[k])}..{int(plan.partptr[k + 1])})"
+                                           f" failed twice, last on worker {w}: {why}{type(err).__name__}: {err}"
+                                           ) from err
+                alive = [x for x in _workers(client) if x != w] or _workers(client)
+                g = submit(k, alive[k % len(alive)])
+                owner[g.key], attempts[k] = (k, alive[k % len(alive)]), attempts[k] + 1
+                futures.append(g)
+                ac.add(g)
+                continue
+            now = time.perf_counter()
+            t.update(attempts=attempts[k], done_ms=(now - t_start) * 1e3,
+                     overhead_ms=(now - sent[k][1]) * 1e3 - t["shard_ms"], driver_bytes_out=sent[k][0],
+                     driver_bytes_in=len(pickle.dumps(t)))
+            timings[k] = t
+            f.release()
+    except BaseException:
+        shutil.rmtree(store.folder / "results" / run_id, ignore_errors=True)  # no manifest entry: no result
+        raise
+    wall_ms = (time.perf_counter() - t_start) * 1e3
+    t0 = time.perf_counter()
+    commit_result(store, run_id, [t["record"] for t in timings if t["record"]], (plan.shape[0], b_cols_of(store, b)),
+                  {"plan": plan.fingerprint(), "n_parts": plan.n_parts, "perm_key": perm_key, "b": b,
+                   "row_order": "reordered" if plan.perm is not None else "original", **(source or {})})
+    commit_ms = (time.perf_counter() - t0) * 1e3
+    for t in timings:
+        t.update(wall_ms=wall_ms, commit_ms=commit_ms)
+    return timings
+
+
+def b_rows_of(store, artifact: str) -> int:
+    return int(store.manifest.require(artifact)["meta"]["shape"][0])
+
+
+def b_cols_of(store, artifact: str) -> int:
+    return int(store.manifest.require(artifact)["meta"]["shape"][1])
