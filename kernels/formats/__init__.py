@@ -15,6 +15,8 @@ from kernels.formats import bcsr_plugin  # noqa: E402
 register(bcsr_plugin.FORMAT)
 from kernels.formats import tiledcsr_plugin  # noqa: E402
 register(tiledcsr_plugin.FORMAT)
+from kernels.formats import cvse_plugin  # noqa: E402
+register(cvse_plugin.FORMAT)
 
 __all__ = ["METCF", "REGISTRY", "Format", "balance", "balanced_items", "candidates", "csr_to_metcf", "get",
            "metcf_stats", "metcf_to_csr", "register"]
