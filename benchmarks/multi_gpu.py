@@ -12,6 +12,12 @@ GPU 0), and P in the GPU counts:
 - one-shot end-to-end, from the shards' Parquet files to C gathered in the original row order, itemized: the
   driver's scatter (shards, B or halo rows) and gather, the max per GPU of load / remap / h2d / plan / d2h and of
   the whole worker task, and the rest (Dask scheduling and transfers); the timing repeats are subtracted;
+- one-shot stored (``stored`` mode, issue 19): the driver out of the data path: B written once to the store
+  (``b_write_ms``, not part of the run), each worker reads its shard and its B rows from Parquet and writes its
+  block of C back (``tasks.distribute.direct``); itemized for the shard placed last: load, B read, remap, h2d,
+  plan, d2h, C write, Dask overhead (submit-to-received minus the task), manifest commit; ``stored_e2e_ms`` =
+  wall time minus the timed repeats, ``stored_e2e_ratio`` = that over the P = 1 one (target <= 0.6 at P = 2);
+  ``driver_bytes`` = what the driver pickled to and from the workers;
 - resident: ``--iters`` iterations (after one warm-up) of halo exchange (NCCL when available) + kernel, one
   driver call per iteration, per iteration ms and halo bytes per GPU; efficiency against the P = 1 iteration;
 - resident batched: the same iterations as one batch of ``--iters`` in one actor call per GPU
@@ -46,11 +52,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from storage import BlockStore  # noqa: E402
 from tasks.distribute import DistributedSpmm, cluster_client, make_plan, persist_plan, run_oneshot  # noqa: E402
 from tasks.distribute.cluster import count_gpus  # noqa: E402
+from tasks.distribute.direct import b_artifact, read_c, run_oneshot_stored, store_b  # noqa: E402
 from tasks.distribute.device import to_host  # noqa: E402
 from tasks.distribute.synth import metcf_from_keys, relabel, rmat_keys, sbm_keys  # noqa: E402
 
 TF32_RTOL = 1e-3  # relative Frobenius error between two TF32 runs with different shard splits
-ERRS = ("oneshot_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
+ERRS = ("oneshot_rel_err", "stored_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
         "resident_batched_overlap_rel_err", "resident_batched_advance_rel_err")  # each checked against TF32_RTOL
 
 
@@ -70,8 +77,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--modes", default="oneshot,resident,batched,overlap",
-                   help="what to run per P: oneshot, resident (per call), batched, overlap; without oneshot the "
+    p.add_argument("--modes", default="oneshot,stored,resident,batched,overlap",
+                   help="what to run per P: oneshot, stored (driver-free one-shot), resident (per call), batched, "
+                        "overlap; without oneshot the "
                         "P = 1 resident C is the reference the P > 1 results are checked against")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="start no new matrix variant after this many seconds (the JSON is rewritten after each)")
@@ -180,17 +188,22 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
     key = f"{info['order']}-bench"
     modes = set(args.modes.split(","))
     t0 = time.perf_counter()
-    if "oneshot" in modes:  # one-shot reads the shards from Parquet; resident gets them from M
+    if modes & {"oneshot", "stored"}:  # one-shot reads the shards from Parquet; resident gets them from M
         persist_plan(M, plans[max(gpu_counts)], store, key, n_cols_b=args.n_cols)  # finest shards; others: ranges
     persist_s = time.perf_counter() - t0
-    T1 = R1 = RB1 = None
+    b_info = store_b(store, B, b_artifact(B.shape[1], args.seed)) if "stored" in modes else None
+    T1 = R1 = RB1 = E1 = None
     for P in gpu_counts:
         plan = plans[P]
-        row = {**info, "P": P, "persist_s": persist_s, "shard_blocks": plan.n_blocks.tolist()}
+        row = {**info, "P": P, "persist_s": persist_s, "shard_blocks": plan.n_blocks.tolist(),
+               "remote_halo_rows": [int(plan.remote_mask(k).sum()) for k in range(P)] if plan.square else None}
         try:
             if "oneshot" in modes:
                 C1 = bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, check)
                 T1 = row["kernel_ms"] if P == 1 else T1
+            if "stored" in modes:
+                C1 = bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1, check)
+                E1 = row["stored_e2e_ms"] if P == 1 else E1
             if modes & {"resident", "batched", "overlap"}:
                 C1, R1, RB1 = bench_resident(plan, client, M, B, spmm_kw, row, P, C1, R1, RB1, check, modes, args,
                                              log)
@@ -269,6 +282,27 @@ def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, ch
     return C1
 
 
+def bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1, check):
+    """Driver-free one-shot (shards and B rows read by the workers, C blocks written by them): the breakdown of
+    the shard placed last into ``row``; returns the reference rows (this C's ``check`` rows at P = 1)."""
+    run_id = f"bench-{P}-{time.monotonic_ns()}"
+    tm = run_oneshot_stored(plan, client, store, b=b_info["artifact"], perm_key=key, run_id=run_id,
+                            repeats=args.repeats, spmm_kw=spmm_kw)
+    last = max(tm, key=lambda t: t["done_ms"])
+    e2e = tm[0]["wall_ms"] - last["timing_ms"] + tm[0]["commit_ms"]  # the timed repeats are not the product's
+    row.update(stored_e2e_ms=e2e, stored_e2e_ratio=(e2e / E1) if E1 else None, b_write_ms=b_info["write_ms"],
+               stored_kernel_ms=max(t["kernel_ms"] for t in tm), stored_commit_ms=tm[0]["commit_ms"],
+               driver_bytes=sum(t["driver_bytes_out"] + t["driver_bytes_in"] for t in tm),
+               stored_b_rows=[t["b_rows"] for t in tm], stored_b_read_all=[t["b_read_all"] for t in tm],
+               **{f"stored_{s}_ms": last[f"{s}_ms"] for s in ("load", "b", "remap", "h2d", "plan", "d2h", "write",
+                                                              "overhead")})
+    C = read_c(store, run_id, plan.perm)  # the check's copy, after the timed run
+    if P == 1:
+        return C[check] if C1 is None else C1
+    row["stored_rel_err"] = rel_err(C[check], C1) if C1 is not None else None
+    return C1
+
+
 def bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched"):
     """``--iters`` resident iterations in one actor call per shard (after a warm-up batch), each multiplying the
     resident B like the per-call loop (advance=False: the same work, B left as it was), with ``ds``'s overlap
@@ -343,7 +377,8 @@ def _mega(n) -> str:
 
 
 def fmt_table(rows) -> str:
-    head = ("kind", "order", "nnz", "P", "kern ms", "eff", "e2e ms", "load", "h2d", "d2h", "gather",
+    head = ("kind", "order", "nnz", "P", "kern ms", "eff", "e2e ms", "st.e2e", "st.ratio", "load", "h2d", "d2h",
+            "gather",
             "iter ms", "xchg", "it eff", "ovl eff", "batch ms", "batch eff", "b.ovl ms", "b.ovl eff", "via",
             "halo MB/gpu", "err")
     lines = [" | ".join(f"{h:>9}" for h in head)]
@@ -356,7 +391,8 @@ def fmt_table(rows) -> str:
         halo = max(r.get("halo_recv_bytes") or [0]) / 2**20
         err = max(r.get(k) or 0.0 for k in ERRS)
         vals = (r["kind"], r["order"], _mega(r["nnz"]), r["P"], f(r.get("kernel_ms"), 2),
-                f(r.get("kernel_eff"), 3), f(r.get("e2e_ms"), 0), f(r.get("load_ms"), 0), f(r.get("h2d_ms"), 0),
+                f(r.get("kernel_eff"), 3), f(r.get("e2e_ms"), 0), f(r.get("stored_e2e_ms"), 0),
+                f(r.get("stored_e2e_ratio"), 2), f(r.get("load_ms"), 0), f(r.get("h2d_ms"), 0),
                 f(r.get("d2h_ms"), 0), f(r.get("gather_ms"), 0), f(r.get("iter_ms"), 2),
                 f(r.get("iter_exchange_ms"), 2), f(r.get("iter_eff"), 3), f(r.get("iter_eff_overlap"), 3),
                 f(r.get("resident_batched_iter_ms"), 2), f(r.get("resident_batched_iter_eff"), 3),
