@@ -1,0 +1,240 @@
+"""A NumPy simulation of kernels/cuda/cvse_spmm.cu and cvse_sddmm.cu, lane by lane, before any GPU runs them: the
+launcher's grids (kernels.launch_cvse.spmm_grid / sddmm_grid), the shared-memory stage of KS vectors (indices -1 and
+zero values past a vector row), the per-lane B loads of the Transpose Mapping Scheme, the Register Shuffle In
+(prmt pairs, 16-bit) or direct TF32 registers, the A-side value fragments per n8 tile (V = 16: two), the Shuffle
+Out store, and the SDDMM's permuted-k 16-byte pieces. The mma itself is assembled from the PTX ISA's documented
+fragment layouts, independent of the kernels' mapping, so a wrong register, slot or column shows as a wrong C."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernel_cases import random_csr
+from kernels import launch_cvse as lc
+from kernels.formats.cvse import CVSE, csr_to_cvse, cvse_sddmm, cvse_spmm
+from kernels.precision import precision
+
+
+def byte_perm(x, y, sel):
+    pool = x | (y << 32)
+    return sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+
+
+def mma_isa(a_regs, b_regs, tf32: bool, to_f):
+    """D (16 x 8) = A Bt from the 32 lanes' registers, laid out as the PTX ISA documents m16n8k8 .tf32 / m16n8k16."""
+    k = 8 if tf32 else 16
+    A, Bt = np.zeros((16, k)), np.zeros((k, 8))
+    for lane in range(32):
+        g, q = lane >> 2, lane & 3
+        if tf32:  # a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4); b0 (q, g), b1 (q+4, g)
+            for i, (r, c) in enumerate([(g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4)]):
+                A[r, c] = to_f(a_regs[lane][i])
+            Bt[q, g], Bt[q + 4, g] = to_f(b_regs[lane][0]), to_f(b_regs[lane][1])
+        else:  # ai = pairs (row, 2q + {0, 1} (+8)), low half = lower k; b0 = Bt[2q..2q+1][g], b1 = Bt[2q+8..+9][g]
+            for i, (r, c) in enumerate([(g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8)]):
+                A[r, c], A[r, c + 1] = to_f(a_regs[lane][i] & 0xFFFF), to_f(a_regs[lane][i] >> 16)
+            for j, kk in enumerate([2 * q, 2 * q + 8]):
+                Bt[kk, g], Bt[kk + 1, g] = to_f(b_regs[lane][j] & 0xFFFF), to_f(b_regs[lane][j] >> 16)
+    D = A @ Bt
+    return [[D[lane >> 2, 2 * (lane & 3)], D[lane >> 2, 2 * (lane & 3) + 1], D[(lane >> 2) + 8, 2 * (lane & 3)],
+             D[(lane >> 2) + 8, 2 * (lane & 3) + 1]] for lane in range(32)]
+
+
+def device_bits(x: np.ndarray, name: str) -> np.ndarray:
+    """What the kernel reads: uint16 bits (16-bit) or uint32 bits of TF32-rounded floats."""
+    p = precision(name)
+    if name == "float32":
+        return p.rounded(x).astype(np.float32).view(np.uint32)
+    return np.ascontiguousarray(p.to_storage(np.asarray(x, dtype=np.float32))).view(np.uint16)
+
+
+def to_f_of(name: str):
+    p = precision(name)
+    if name == "float32":
+        return lambda bits: float(np.uint32(bits).view(np.float32))
+    return lambda bits: float(p.to_float32(np.array([bits], dtype=np.uint16).view(p.storage_dtype))[0])
+
+
+def simulate_spmm(X: CVSE, B: np.ndarray, name: str):
+    """C (float64) and per-element write counts from the simulated launch of every block, warp and lane."""
+    tf32, V = name == "float32", X.vector
+    KS = lc.VECTORS_PER_STEP[name]
+    NH = 2 if V == 16 else 1
+    to_f = to_f_of(name)
+    vals = device_bits(precision(name).to_float32(X.data), name)  # the uploaded data (TF32 rounded)
+    Bb = device_bits(B, name)
+    M, _ = X.shape
+    N = B.shape[1]
+    C, writes = np.zeros((M, N)), np.zeros((M, N), dtype=int)
+    grid, block = lc.spmm_grid(X.n_vec_rows, N)
+    warps = block[0] // 32
+    vp = X.vec_ptr.astype(np.int64)
+    for i in range(grid[0]):
+        vb, ve = vp[i], vp[i + 1]
+        for y in range(grid[1]):
+            for w in range(warps):
+                n0 = (y * warps + w) * 64
+                if n0 >= N:
+                    continue
+                acc = np.zeros((32, NH, 4, 4))
+                for v0 in range(vb, ve, KS):  # one stage per step
+                    s_idx = [int(X.indices[v0 + k]) if v0 + k < ve else -1 for k in range(KS)]
+                    s_val = [[int(vals[v0 + k, v]) if v0 + k < ve else 0 for v in range(V)] for k in range(KS)]
+                    a_regs = [[None] * 32 for _ in range(4)]  # [instance i][lane]
+                    b_regs = [[None] * 32 for _ in range(NH)]  # [n8 tile h][lane]
+                    for lane in range(32):
+                        g, q = lane >> 2, lane & 3
+                        n_lane = n0 + 8 * g
+                        slots = [q, q + 4] if tf32 else [2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9]
+                        rows = [[int(Bb[s_idx[s], n_lane + e]) if s_idx[s] >= 0 and n_lane + e < N else 0
+                                 for e in range(8)] for s in slots]
+                        for h in range(NH):
+                            v = 8 * h + g
+                            if tf32:
+                                b_regs[h][lane] = [s_val[q][v] if v < V else 0, s_val[q + 4][v] if v < V else 0]
+                            else:
+                                pair = [s_val[k][v] | (s_val[k + 1][v] << 16) if v < V else 0
+                                        for k in (2 * q, 2 * q + 8)]
+                                b_regs[h][lane] = pair
+                        for ins in range(4):
+                            if tf32:
+                                a_regs[ins][lane] = [rows[0][2 * ins], rows[0][2 * ins + 1], rows[1][2 * ins],
+                                                     rows[1][2 * ins + 1]]
+                            else:
+                                wd = [rows[k][2 * ins] | (rows[k][2 * ins + 1] << 16) for k in range(4)]
+                                a_regs[ins][lane] = [byte_perm(wd[0], wd[1], 0x5410), byte_perm(wd[0], wd[1], 0x7632),
+                                                     byte_perm(wd[2], wd[3], 0x5410), byte_perm(wd[2], wd[3], 0x7632)]
+                    for ins in range(4):
+                        for h in range(NH):
+                            D = mma_isa(a_regs[ins], b_regs[h], tf32, to_f)
+                            for lane in range(32):
+                                acc[lane, h, ins] += D[lane]
+                for lane in range(32):  # Shuffle Out (store_c)
+                    g, q = lane >> 2, lane & 3
+                    n_lane = n0 + 8 * g
+                    for h in range(NH):
+                        for p in range(2):
+                            v = 8 * h + 2 * q + p
+                            row = i * V + v
+                            if v >= V or row >= M:
+                                continue
+                            for e in range(8):
+                                if n_lane + e < N:
+                                    C[row, n_lane + e] = acc[lane, h, e >> 1, (e & 1) * 2 + p]
+                                    writes[row, n_lane + e] += 1
+    return C, writes
+
+
+def rounded_inputs(X: CVSE, B, name):
+    p = precision(name)
+    Xr = CVSE(X.shape, X.vec_ptr, X.indices, p.rounded(p.to_float32(X.data)))
+    return Xr, p.rounded(B)
+
+
+@pytest.mark.parametrize("N", [64, 70])  # 64: whole warps (FAST path); 70: a partial second warp
+@pytest.mark.parametrize("V", [2, 4, 8, 16])
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+def test_spmm_simulation_equals_float64_product(name, V, N):
+    # 37 x 45: 37 rows leave the last vector row partial; rows 8..15 emptied: empty vector rows for V <= 8
+    A = random_csr((37, 45), 500, seed=V).tolil()
+    A[8:16] = 0
+    import scipy.sparse as sp
+
+    A = sp.csr_array(A, dtype=np.float32)
+    A.eliminate_zeros()
+    X = csr_to_cvse(A, vector=V, to_storage=precision(name).to_storage)
+    B = np.random.default_rng(7).standard_normal((45, N)).astype(np.float32)
+    C, writes = simulate_spmm(X, B, name)
+    assert (writes == 1).all()  # every element of C written exactly once
+    Xr, Br = rounded_inputs(X, B, name)
+    np.testing.assert_allclose(C, cvse_spmm(Xr, Br), rtol=1e-12, atol=1e-12)
+
+
+def simulate_sddmm(X: CVSE, A: np.ndarray, B: np.ndarray, name: str):
+    """out [n_vectors, V] (float64) and write counts from the simulated SDDMM launch."""
+    tf32, V = name == "float32", X.vector
+    NH = 2 if V == 16 else 1
+    to_f = to_f_of(name)
+    p = precision(name)
+    s_vals = p.to_float32(X.data).astype(np.float64)
+    if tf32:
+        s_vals = p.rounded(s_vals)  # the uploaded data is TF32-rounded (launch_cvse.upload)
+    Ab, Bb = device_bits(A, name), device_bits(B, name)
+    M, Kd = A.shape
+    per, chunk = (4, 16) if tf32 else (8, 32)
+    out, writes = np.full((X.n_vectors, V), np.nan), np.zeros((X.n_vectors, V), dtype=int)
+    vp = X.vec_ptr.astype(np.int64)
+    grid, block = lc.sddmm_grid(X.n_vec_rows, int(np.diff(vp).max()) if vp.size > 1 else 0)
+    warps = block[0] // 32
+
+    def piece(bits, row, k, ok):
+        vals = [int(bits[row, k + j]) if ok and k + j < Kd else 0 for j in range(per)]
+        return vals if tf32 else [vals[2 * j] | (vals[2 * j + 1] << 16) for j in range(4)]
+
+    for i in range(grid[0]):
+        vb, ve = vp[i], vp[i + 1]
+        for y in range(grid[1]):
+            for w in range(warps):
+                grp = y * warps + w
+                while vb + 16 * grp < ve:
+                    acc = np.zeros((32, NH, 4))
+                    for k0 in range(0, Kd, chunk):
+                        a_regs = [[None] * 32 for _ in range(2)]  # [mma s][lane]
+                        b_regs = [[[None] * 32 for _ in range(NH)] for _ in range(2)]
+                        for lane in range(32):
+                            g, q = lane >> 2, lane & 3
+                            b_lo, b_hi = vb + 16 * grp + g, vb + 16 * grp + g + 8
+                            k = k0 + per * q
+                            blo = piece(Bb, X.indices[b_lo] if b_lo < ve else 0, k, b_lo < ve)
+                            bhi = piece(Bb, X.indices[b_hi] if b_hi < ve else 0, k, b_hi < ve)
+                            ar = [piece(Ab, i * V + 8 * h + g, k, 8 * h + g < V and i * V + 8 * h + g < M)
+                                  for h in range(NH)]
+                            for s in range(2):
+                                a_regs[s][lane] = [blo[2 * s], bhi[2 * s], blo[2 * s + 1], bhi[2 * s + 1]]
+                                for h in range(NH):
+                                    b_regs[s][h][lane] = [ar[h][2 * s], ar[h][2 * s + 1]]
+                        for s in range(2):
+                            for h in range(NH):
+                                D = mma_isa(a_regs[s], b_regs[s][h], tf32, to_f)
+                                for lane in range(32):
+                                    acc[lane, h] += D[lane]
+                    for lane in range(32):
+                        g, q = lane >> 2, lane & 3
+                        for h in range(NH):
+                            v = 8 * h + 2 * q
+                            if v >= V:
+                                continue
+                            for e, b in enumerate((vb + 16 * grp + g, vb + 16 * grp + g + 8)):
+                                if b < ve:
+                                    out[b, v:v + 2] = acc[lane, h, 2 * e:2 * e + 2] * s_vals[b, v:v + 2]
+                                    writes[b, v:v + 2] += 1
+                    grp += grid[1] * warps
+    return out, writes
+
+
+@pytest.mark.parametrize("Kd", [32, 21])  # 32: whole chunks; 21: a partial piece (the checked path)
+@pytest.mark.parametrize("V", [2, 4, 8, 16])
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+def test_sddmm_simulation_equals_float64_product(name, V, Kd):
+    import scipy.sparse as sp
+
+    S = random_csr((37, 60), 700, seed=V).tolil()
+    S[0:16] = 0  # empty vector rows
+    S = sp.csr_array(S, dtype=np.float32)
+    S.eliminate_zeros()
+    X = csr_to_cvse(S, vector=V, to_storage=precision(name).to_storage)
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((37, Kd)).astype(np.float32), rng.standard_normal((60, Kd)).astype(np.float32)
+    out, writes = simulate_sddmm(X, A, B, name)
+    assert (writes == 1).all()
+    p = precision(name)
+    Xr = CVSE(X.shape, X.vec_ptr, X.indices, p.rounded(p.to_float32(X.data)) if name == "float32"
+              else p.to_float32(X.data).astype(np.float64))
+    np.testing.assert_allclose(out, cvse_sddmm(Xr, p.rounded(A), p.rounded(B)), rtol=1e-12, atol=1e-12)
+
+
+def test_grids():
+    assert lc.spmm_grid(10, 70) == ((10, 1), (64,))  # 2 tiles of 64 columns: one block of 2 warps
+    assert lc.spmm_grid(10, 1024) == ((10, 4), (128,))
+    assert lc.sddmm_grid(5, 300) == ((5, 5), (128,))  # 19 groups of 16 vectors over 4 warps per block
+    assert lc.sddmm_grid(5, 0) == ((5, 1), (32,))
