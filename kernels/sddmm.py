@@ -1,0 +1,160 @@
+"""Public SDDMM, next to `kernels.spmm.SpmmPlan`: ``out = (A @ B^T) (.) S`` sampled at a sparse S (M x K), with
+A [M, Kd] and B [K, Kd] dense. `SddmmPlan(S, dtype=..., format=...)` converts and uploads once; `plan.run(A, B)` per
+call returns the M x K result's values in S's canonical CSR order (float32, [nnz]); `sddmm(S, A, B)` wraps both
+and returns a SciPy CSR with S's pattern (what GAT-style attention logits need).
+
+Precision contract (README "Precision"): A, B and S's values are rounded to the precision (TF32 for float32,
+float16, bfloat16), products are exact in fp32 and summed in fp32; out is float32. Formats: ``"csr"`` and
+``"cvse"`` (S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression, or ``vector=V``).
+
+Kernels: on a GPU, ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded
+inputs, then x S) is the path until the CVSE SDDMM kernel (kernels/cuda/cvse_sddmm.cu) has passed its GPU tests;
+``kernel="cvse"`` asks for that kernel and is refused while the cvse format is not ``gpu_ready``. Without CuPy or a
+GPU (or ``device="cpu"``) the plan runs the format's float64 NumPy twin on the rounded inputs ("cpu-reference").
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from configs.errors import InputError
+from kernels.precision import precision as as_precision
+
+FORMATS = ("csr", "cvse")
+
+
+def _canonical(S) -> sp.csr_array:
+    if not sp.issparse(S):
+        raise TypeError(f"S must be a SciPy sparse matrix, got {type(S).__name__}")
+    S = sp.csr_array(S, dtype=np.float32)
+    if not S.has_canonical_format:
+        S = S.copy()
+        S.sum_duplicates()
+    return S
+
+
+def csr_sddmm(S: sp.csr_array, A, B) -> np.ndarray:
+    """float64 twin on CSR: out[k] = S.data[k] * (A[row_k] . B[col_k]) in S's CSR order."""
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    rows = np.repeat(np.arange(S.shape[0], dtype=np.int64), np.diff(S.indptr.astype(np.int64)))
+    cols = S.indices.astype(np.int64)
+    out = np.empty(S.nnz)
+    step = max(1, (1 << 22) // max(A.shape[1], 1))
+    for k0 in range(0, S.nnz, step):  # chunks of nonzeros: temporaries stay ~32 MB
+        k1 = min(S.nnz, k0 + step)
+        out[k0:k1] = np.einsum("ij,ij->i", A[rows[k0:k1]], B[cols[k0:k1]])
+    return out * np.asarray(S.data, dtype=np.float64)
+
+
+class SddmmPlan:
+    def __init__(self, S, *, dtype="float32", format: str = "csr", vector: int | None = None, device: str = "auto",
+                 kernel: str = "auto"):
+        from kernels.formats import get
+        from kernels.spmm import gpu_available
+
+        self.precision = p = as_precision(dtype)
+        if format not in FORMATS:
+            raise InputError(f"SDDMM format {format!r} is not supported; choose one of {', '.join(FORMATS)}")
+        if device not in ("auto", "gpu", "cpu"):
+            raise ValueError(f"device is {device!r}, expected 'auto', 'gpu' or 'cpu'")
+        if kernel not in ("auto", "cusparse", "cvse"):
+            raise ValueError(f"kernel is {kernel!r}, expected 'auto', 'cusparse' or 'cvse'")
+        S = _canonical(S)
+        self.shape, self.nnz, self.format = tuple(int(s) for s in S.shape), int(S.nnz), format
+        # S's values as the precision holds them (TF32 for float32), the contract of the module docstring
+        self._S = sp.csr_array((p.rounded(S.data).astype(np.float32), S.indices, S.indptr), shape=S.shape)
+        self._cvse, self.svc = None, None
+        if format == "cvse":
+            from kernels.formats.cvse_svc import compress
+
+            self._cvse, self.svc = compress(self._S, p, vector=vector)
+            self._gather = _gather_positions(self._cvse, self._S)
+        use_gpu = device == "gpu" or (device == "auto" and gpu_available())
+        if device == "gpu" and not gpu_available():
+            raise RuntimeError("device='gpu' but CuPy or a CUDA device is not available")
+        self.device = "gpu" if use_gpu else "cpu"
+        if not use_gpu:
+            self.choice = {"kernel": "cpu-reference", "format": format, "precision": p.name,
+                           "reason": f"no CuPy/CUDA device (or device='cpu'): the {format} NumPy twin in float64 on "
+                                     f"{p.name}-rounded inputs"}
+            return
+        fmt = get("cvse")
+        if kernel == "cvse" and not fmt.gpu_ready:
+            raise InputError(f"kernel cvse: no GPU path yet, {fmt.gpu_not_ready_why}; use kernel='cusparse' or "
+                             "device='cpu'")
+        if kernel == "cvse" and format != "cvse":
+            raise InputError("kernel cvse needs format='cvse'")
+        self.kernel = "cvse" if kernel == "cvse" or (kernel == "auto" and format == "cvse" and fmt.gpu_ready) \
+            else "cusparse"
+        import cupy
+
+        if self.kernel == "cvse":
+            from kernels import launch_cvse
+
+            self._dm = launch_cvse.upload(self._cvse, p.name)
+            self._gather_dev = cupy.asarray(self._gather)
+        else:
+            from kernels.cusparse_sddmm import CusparseSddmm
+
+            self._op = CusparseSddmm(self._S.indptr, self._S.indices, self.shape)
+            self._s_dev = cupy.asarray(self._S.data)
+        self.choice = {"kernel": self.kernel, "format": format if self.kernel == "cvse" else "csr",
+                       "precision": p.name,
+                       "reason": "the CVSE SDDMM kernel" if self.kernel == "cvse" else
+                                 "cuSPARSE SDDMM (float32 on precision-rounded inputs) until the CVSE kernel has "
+                                 "passed its GPU tests"}
+
+    def _check(self, A, B):
+        M, K = self.shape
+        if A.ndim != 2 or B.ndim != 2 or A.shape[0] != M or B.shape[0] != K or A.shape[1] != B.shape[1]:
+            raise ValueError(f"A is {A.shape} and B {B.shape}; expected ({M}, Kd) and ({K}, Kd) for S of shape "
+                             f"{self.shape}")
+
+    def run(self, A, B):
+        """The values of (A @ B^T) (.) S in S's CSR order, float32 [nnz]: NumPy on the CPU path; on the GPU,
+        CuPy for CuPy inputs and NumPy for NumPy inputs."""
+        p = self.precision
+        self._check(A, B)
+        if self.device == "cpu":
+            Ar, Br = p.rounded(np.asarray(A, dtype=np.float32)), p.rounded(np.asarray(B, dtype=np.float32))
+            if self._cvse is None:
+                return csr_sddmm(self._S, Ar, Br).astype(np.float32)
+            from kernels.formats.cvse import cvse_sddmm
+
+            return cvse_sddmm(self._cvse, Ar, Br).reshape(-1)[self._gather].astype(np.float32)
+        import cupy
+
+        host = not isinstance(A, cupy.ndarray)
+        Ad, Bd = cupy.asarray(A, dtype=cupy.float32), cupy.asarray(B, dtype=cupy.float32)
+        if self.kernel == "cvse":
+            from kernels import launch_cvse
+
+            cast = (lambda x: cupy.ascontiguousarray(p.to_storage(x))) if p.half else cupy.ascontiguousarray
+            out = launch_cvse.sddmm(self._dm, cast(Ad), cast(Bd)).reshape(-1)[self._gather_dev]
+        else:
+            from kernels.launch import tf32_round
+
+            rnd = ((lambda x: cupy.ascontiguousarray(tf32_round(x))) if p.name == "float32" else
+                   (lambda x: cupy.ascontiguousarray(p.to_float32(p.to_storage(x)))))
+            out = self._op.run(rnd(Ad), rnd(Bd)) * self._s_dev
+        return cupy.asnumpy(out) if host else out
+
+
+def _gather_positions(X, S: sp.csr_array) -> np.ndarray:
+    """[nnz] int64: for CSR nonzero k of S, the flat position b * V + v of its value in the CVSE (forward map)."""
+    V = X.vector
+    rows = np.repeat(np.arange(S.shape[0], dtype=np.int64), np.diff(S.indptr.astype(np.int64)))
+    cols = S.indices.astype(np.int64)
+    vr = X.vec_row_of()
+    key_vec = vr * int(S.shape[1]) + X.indices.astype(np.int64)  # sorted: vector rows ascending, columns ascending
+    b = np.searchsorted(key_vec, (rows // V) * int(S.shape[1]) + cols)
+    return b * V + rows % V
+
+
+def sddmm(S, A, B, **kw) -> sp.csr_array:
+    """(A @ B^T) (.) S as a SciPy CSR with S's (canonical) pattern, float32 values; ``kw`` as `SddmmPlan`."""
+    plan = SddmmPlan(S, **kw)
+    out = plan.run(A, B)
+    if not isinstance(out, np.ndarray):
+        out = out.get()
+    return sp.csr_array((out, plan._S.indices, plan._S.indptr), shape=plan.shape)

@@ -1,0 +1,95 @@
+"""Public SDDMM (kernels.sddmm) on the CPU path: (A @ B^T) (.) S in CSR and CVSE for every precision against the
+float64 dense product, the CSR twin, the CVSE gather back to CSR order, argument checks, and the GPU refusal of the
+CVSE kernel while the format is not gpu_ready."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from configs.errors import InputError
+from kernel_cases import random_csr
+from kernels.precision import precision
+from kernels.sddmm import SddmmPlan, csr_sddmm, sddmm
+
+
+def case(shape=(37, 45), nnz=400, Kd=21, seed=0):
+    S = random_csr(shape, nnz, seed=seed)
+    S = sp.csr_array(S, dtype=np.float32)
+    rng = np.random.default_rng(seed + 1)
+    return S, rng.standard_normal((shape[0], Kd)).astype(np.float32), rng.standard_normal((shape[1], Kd)).astype(
+        np.float32)
+
+
+def test_csr_twin_equals_dense_masked_product():
+    S, A, B = case()
+    dense = (A.astype(np.float64) @ B.T.astype(np.float64)) * S.toarray()
+    out = sp.csr_array((csr_sddmm(S, A, B), S.indices, S.indptr), shape=S.shape)
+    np.testing.assert_allclose(out.toarray(), dense, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fmt,vector", [("csr", None), ("cvse", None), ("cvse", 2), ("cvse", 4), ("cvse", 16)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_plan_matches_float64_within_the_precision_contract(dtype, fmt, vector):
+    S, A, B = case()
+    p = precision(dtype)
+    plan = SddmmPlan(S, dtype=dtype, format=fmt, vector=vector, device="cpu")
+    assert plan.choice["kernel"] == "cpu-reference" and plan.choice["format"] == fmt
+    out = plan.run(A, B)
+    assert out.dtype == np.float32 and out.shape == (S.nnz,)
+    exact = csr_sddmm(S, A, B)
+    assert np.linalg.norm(out - exact) / np.linalg.norm(exact) < p.tolerance
+    # exactly the twin on the rounded inputs (S, A, B rounded to the precision; float64 sums)
+    Sr = sp.csr_array((p.rounded(S.data), S.indices, S.indptr), shape=S.shape)
+    np.testing.assert_allclose(out, csr_sddmm(Sr, p.rounded(A), p.rounded(B)), rtol=1e-6, atol=1e-6)
+    if fmt == "cvse":
+        assert plan.svc["vector"] == (vector or plan.svc["vector"]) and "padding" in plan.svc
+
+
+def test_cvse_gather_is_the_csr_order_on_empty_rows_and_explicit_zeros():
+    S = random_csr((40, 30), 200, seed=4).tolil()
+    S[8:24] = 0  # empty vector rows for every V
+    S = sp.csr_array(S, dtype=np.float32)
+    S.eliminate_zeros()
+    S.data[::5] = 0.0  # stored zeros keep their vector and their output (0)
+    _, A, B = case((40, 30), 0, 9, seed=2)
+    ref = sddmm(S, A, B, format="csr", device="cpu")
+    for V in (2, 4, 8, 16):
+        got = sddmm(S, A, B, format="cvse", vector=V, device="cpu")
+        assert got.nnz == S.nnz and np.array_equal(got.indices, S.indices) and np.array_equal(got.indptr, S.indptr)
+        np.testing.assert_allclose(got.data, ref.data, rtol=1e-6, atol=1e-6)
+        assert not got.data[::5].any()
+
+
+def test_empty_and_rectangular():
+    S = sp.csr_array((5, 9), dtype=np.float32)
+    A, B = np.ones((5, 4), np.float32), np.ones((9, 4), np.float32)
+    for fmt in ("csr", "cvse"):
+        out = SddmmPlan(S, format=fmt, device="cpu").run(A, B)
+        assert out.shape == (0,)
+    S, A, B = case((7, 333), 333, Kd=5)
+    got = sddmm(S, A, B, format="cvse", device="cpu", dtype="float16")
+    dense = (A.astype(np.float64) @ B.T) * S.toarray()
+    assert np.linalg.norm(got.toarray() - dense) / np.linalg.norm(dense) < precision("float16").tolerance
+
+
+def test_argument_checks():
+    S, A, B = case()
+    with pytest.raises(InputError, match="format 'bcsr' is not supported"):
+        SddmmPlan(S, format="bcsr", device="cpu")
+    with pytest.raises(ValueError, match=r"expected \(37, Kd\) and \(45, Kd\)"):
+        SddmmPlan(S, device="cpu").run(A[:, :3], B)
+    with pytest.raises(TypeError, match="SciPy sparse"):
+        SddmmPlan(np.ones((3, 3)), device="cpu")
+    with pytest.raises(ValueError, match="vector length V is 3"):
+        SddmmPlan(S, format="cvse", vector=3, device="cpu")
+
+
+def test_gpu_refuses_the_cvse_kernel_while_not_gpu_ready(monkeypatch):
+    # the refusal comes before anything touches a device: simulate a GPU being present
+    import kernels.spmm
+
+    monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+    S, _, _ = case()
+    with pytest.raises(InputError, match="kernel cvse: no GPU path yet, its kernels have not run on a GPU"):
+        SddmmPlan(S, format="cvse", kernel="cvse", device="gpu")
