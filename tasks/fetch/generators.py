@@ -17,6 +17,12 @@ uniform    ``rows``, ``cols`` (rows), and ``nnz`` or ``density``: exactly nnz di
 longrow    ``rows``, ``cols`` (rows), ``min_row_nnz``/``max_row_nnz`` (300/600), ``communities`` (0 = about
            cols / (4 * max_row_nnz)), ``p_in`` (0.8): every row gets exactly U[min, max] nonzeros, a share p_in
            of them inside its community's column range (reddit / ogbn-proteins-like rows).
+dlmc       ``rows`` (M), ``cols`` (K; rows), ``sparsity`` (0.5 .. 0.98), ``vector`` (V: 1, 2, 4, 8, 16; rows % V
+           == 0): DNN weights magnitude-pruned at V x 1 granularity in the style of the DLMC collection (Gale et
+           al.; not reachable from here, so generated): of the (M / V) K vectors of He-initialised N(0, 2 / K)
+           weights, those with the largest norms survive, i.e. a uniformly random set of round((1 - sparsity)
+           (M / V) K) vectors whose values are the Gaussian conditioned on a norm above the pruning threshold
+           (signed, magnitude-like; ``values=random``). ``shuffle`` has no effect (it would split the vectors).
 =========  ======================================================================================================
 
 Shuffling relabels rows and columns with one permutation when the matrix is square (a graph stays the same graph)
@@ -53,6 +59,7 @@ _SCHEMAS: dict[str, dict[str, tuple[type, Any]]] = {
     "uniform": {"rows": (int, None), "cols": (int, None), "nnz": (int, None), "density": (float, None)},
     "longrow": {"rows": (int, None), "cols": (int, None), "min_row_nnz": (int, 300), "max_row_nnz": (int, 600),
                 "communities": (int, 0), "p_in": (float, 0.8)},
+    "dlmc": {"rows": (int, None), "cols": (int, None), "sparsity": (float, None), "vector": (int, 1)},
 }
 _ALIASES = {"sbm": {"rows": "n"}, "banded": {"rows": "n"}}
 KINDS = tuple(_SCHEMAS)
@@ -117,6 +124,8 @@ def estimate(kind: str, params: dict[str, Any]) -> tuple[tuple[int, int], int]:
         return (p["n"], p["n"]), int(p["n"] * (2 * p["bandwidth"] + 1) * p["density"]) + 1
     if kind == "uniform":
         return (p["rows"], p["cols"]), 2 * p["nnz"]  # collisions are drawn again
+    if kind == "dlmc":
+        return (p["rows"], p["cols"]), int(2 * (1 - p["sparsity"]) * p["rows"] * p["cols"]) + p["vector"]
     return (p["rows"], p["cols"]), p["rows"] * p["max_row_nnz"]  # longrow
 
 
@@ -145,6 +154,8 @@ def generate(kind: str, params: dict[str, Any] | str) -> sp.csr_array:
     nnz = keys.size
     if params["values"] == "ones":
         data = np.ones(nnz, dtype=np.float32)
+    elif kind == "dlmc":
+        data = _dlmc_values(rng, params, keys)
     else:
         data = np.float32(1) - rng.random(nnz, dtype=np.float32)  # (0, 1]: never an explicit zero
     return keys_to_csr(keys, data, shape)
@@ -384,9 +395,54 @@ def _build_longrow(rng: np.random.Generator, p: dict[str, Any]) -> tuple[np.ndar
     return rows, keys - rows * n_cols, (n_rows, n_cols)
 
 
+def _resolve_dlmc(p: dict[str, Any]) -> None:
+    p["cols"] = p["rows"] if p["cols"] is None else p["cols"]
+    _need("dlmc", p, "rows", "cols")
+    _check_product("dlmc", p["rows"], p["cols"])
+    if p["sparsity"] is None or not 0.5 <= p["sparsity"] <= 0.98:
+        raise InputError(f"gen:dlmc: sparsity must be in [0.5, 0.98] (the DLMC range), got {p['sparsity']}")
+    if p["vector"] not in (1, 2, 4, 8, 16) or p["rows"] % p["vector"]:
+        raise InputError(f"gen:dlmc: vector must be 1, 2, 4, 8 or 16 and divide rows = {p['rows']}, got "
+                         f"{p['vector']}")
+    p["shuffle"] = False  # a relabelling would split the V x 1 vectors
+
+
+def _build_dlmc(rng: np.random.Generator, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    n_rows, n_cols, V = p["rows"], p["cols"], p["vector"]
+    n_pos = n_rows // V * n_cols  # vector positions (vector row, column)
+    target = int(round((1.0 - p["sparsity"]) * n_pos))
+    keys = np.empty(0, dtype=np.int64)
+    while keys.size < target:  # kept <= half the positions, so each round at least halves the gap
+        keys = _sorted_unique(np.concatenate((keys, rng.integers(0, n_pos, target - keys.size))))
+    vrow, col = keys // n_cols, keys % n_cols
+    rows = (vrow[:, None] * V + np.arange(V)).reshape(-1)
+    return rows, np.repeat(col, V), (n_rows, n_cols)
+
+
+def _dlmc_values(rng: np.random.Generator, p: dict[str, Any], keys: np.ndarray) -> np.ndarray:
+    """Surviving weights of magnitude pruning: per vector a norm r from the chi(V) law conditioned on r above its
+    ``sparsity`` quantile (inverse CDF), times a uniform direction, times the He scale sqrt(2 / K)."""
+    from scipy.stats import chi
+
+    V, n_cols, n_rows = p["vector"], p["cols"], p["rows"]
+    rows = keys // n_cols
+    # the V rows of a vector row hold the same columns, so entry t of row V i + v belongs to vector t of vector row i
+    per_row = np.bincount(rows, minlength=n_rows)
+    start = np.concatenate(([0], np.cumsum(per_row)[:-1]))
+    per_vrow = per_row[::V]
+    vec_start = np.concatenate(([0], np.cumsum(per_vrow)[:-1]))
+    vid = vec_start[rows // V] + (np.arange(keys.size, dtype=np.int64) - start[rows])
+    n_vec = int(per_vrow.sum())
+    s = p["sparsity"]
+    r = chi.ppf(s + (1.0 - s) * rng.random(n_vec), V)
+    z = rng.standard_normal(keys.size)
+    norm = np.sqrt(np.bincount(vid, weights=z * z, minlength=n_vec))
+    return (z * (r / np.maximum(norm, 1e-30))[vid] * np.sqrt(2.0 / n_cols)).astype(np.float32)
+
+
 _RESOLVE: dict[str, Callable[[dict[str, Any]], None]] = {
     "rmat": _resolve_rmat, "sbm": _resolve_sbm, "mesh": _resolve_mesh, "banded": _resolve_banded,
-    "uniform": _resolve_uniform, "longrow": _resolve_longrow}
+    "uniform": _resolve_uniform, "longrow": _resolve_longrow, "dlmc": _resolve_dlmc}
 _BUILD: dict[str, Callable[[np.random.Generator, dict[str, Any]], tuple[np.ndarray, np.ndarray, tuple[int, int]]]] = {
     "rmat": _build_rmat, "sbm": _build_sbm, "mesh": _build_mesh, "banded": _build_banded,
-    "uniform": _build_uniform, "longrow": _build_longrow}
+    "uniform": _build_uniform, "longrow": _build_longrow, "dlmc": _build_dlmc}
