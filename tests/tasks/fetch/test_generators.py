@@ -17,6 +17,7 @@ SMALL = {
     "banded": "n=333&bandwidth=4&density=0.5",
     "uniform": "rows=70&cols=30&nnz=333",
     "longrow": "rows=40&cols=5000&min_row_nnz=300&max_row_nnz=600",
+    "dlmc": "rows=64&cols=96&sparsity=0.9&vector=4&values=ones",  # its random values are signed (test_generators_dlmc)
 }
 
 
@@ -80,7 +81,7 @@ def test_matrix_id_from_canonical_params():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("gen:blob?n=3", "unknown generator kind 'blob'; valid kinds: rmat, sbm, mesh, banded, uniform, longrow"),
+    ("gen:blob?n=3", "unknown generator kind 'blob'; valid kinds: rmat, sbm, mesh, banded, uniform, longrow, dlmc"),
     ("gen:rmat?scale=8&size=3", "unknown parameter(s) size; valid: scale, edge_factor, a, b, c, seed, shuffle"),
     ("gen:rmat?scale=eight", "scale='eight' is not a valid int"),
     ("gen:rmat?edge_factor=4", "missing required parameter 'scale'"),
