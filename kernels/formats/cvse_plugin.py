@@ -74,7 +74,8 @@ class CvseDevice:
         choice.update(kernel=best, measured_ms=measured, reason=f"autotune: fastest measured of {measured}")
         return choice
 
-    def launch(self, kernel: str, B, out, *, accumulate: bool = False, choice=None):
+    def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
+        """``ksplit`` is SpmmPlan's common launch argument; CVSE has no split-K variant and ignores it."""
         from kernels import launch_cvse as lc
 
         if kernel != "cvse-vector":

@@ -1,0 +1,136 @@
+"""GPU CVSE kernels (kernels/launch_cvse.py, kernels/cuda/cvse_spmm.cu, cvse_sddmm.cu) for TF32 / FP16 / BF16 and
+every V against float64: every call on a NaN-poisoned out (every element must be written), rectangular shapes,
+empty vector rows, K not a multiple of V, N and Kd off the 16-byte path, accumulate, determinism (two runs
+bit-identical); the plans with format="cvse" and the SDDMM plan's cvse kernel. Skipped while the format is not
+gpu_ready (kernels/formats/cvse_plugin.py): flip it when this module passes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+from kernels.formats import get as _get_format  # noqa: E402
+
+if not _get_format("cvse").gpu_ready:  # gated off in kernels/formats/cvse_plugin.py until these pass
+    pytest.skip(f"cvse: {_get_format('cvse').gpu_not_ready_why}", allow_module_level=True)
+
+from kernels import launch_cvse as lc  # noqa: E402
+from kernels.formats.cvse import CVSE, csr_to_cvse, cvse_sddmm, cvse_spmm  # noqa: E402
+from kernels.precision import precision  # noqa: E402
+from kernel_cases import BASE_CASES, random_csr  # noqa: E402
+
+PRECISIONS = ("float32", "float16", "bfloat16")
+VECTORS = (2, 4, 8, 16)
+# Against the float64 product of the precision-rounded inputs (TF32 and 16-bit products are exact in fp32): only
+# the fp32 summation order differs, ~1e-6 relative; the hub row sums 40,000 products, hence 1e-4. A 16-bit C adds
+# one rounding per element: 2^-11 float16, 2^-8 bfloat16.
+ROUNDED_RTOL = {"float32": 1e-4, "float16": 1e-3, "bfloat16": 8e-3}
+
+
+def empty_vector_rows():
+    A = random_csr((100, 50), 600, seed=2).tolil()
+    A[16:48] = 0
+    return sp.csr_array(A)
+
+
+CASES = {**{k: v for k, v in BASE_CASES.items() if k != "explicit_zeros"},
+         "empty_vector_rows": empty_vector_rows,
+         "k_not_multiple_of_v": lambda: random_csr((37, 45), 900, seed=11),  # 37 rows, 45 columns
+         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12)}
+
+
+def convert(A, name, V):
+    A = sp.csr_array(A, dtype=np.float32)
+    A.eliminate_zeros()
+    return csr_to_cvse(A, vector=V, to_storage=precision(name).to_storage)
+
+
+def rounded(X: CVSE, name):
+    p = precision(name)
+    return CVSE(X.shape, X.vec_ptr, X.indices, p.rounded(p.to_float32(X.data)))
+
+
+def rel_err(C, ref):
+    scale = max(np.linalg.norm(ref), 1e-30)
+    return np.linalg.norm(np.asarray(C, dtype=np.float64) - ref) / scale
+
+
+def device_b(B, name):
+    p = precision(name)
+    return cupy.asarray(p.to_storage(B))
+
+
+@pytest.mark.parametrize("N", [64, 200, 37])  # whole warps; a partial chunk; N % 8 != 0 (checked path)
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", PRECISIONS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_spmm_against_float64(case, name, V, N):
+    X = convert(CASES[case](), name, V)
+    dm = lc.upload(X, name)
+    B = np.random.default_rng(1).standard_normal((X.shape[1], N)).astype(np.float32)
+    p = precision(name)
+    ref = cvse_spmm(rounded(X, name), p.rounded(B))
+    out = cupy.full(X.shape[:1] + (N,), np.nan, dtype=cupy.float32)
+    C = lc.spmm(dm, device_b(B, name), out).get()
+    assert not np.isnan(C).any()  # every element written
+    assert rel_err(C, ref) < ROUNDED_RTOL[name]
+    if p.half:  # 16-bit C: one more rounding
+        C16 = lc.spmm(dm, device_b(B, name), out_dtype=p.storage_dtype)
+        assert rel_err(p.to_float32(C16.get()), ref) < ROUNDED_RTOL[name] + 2 ** -7
+
+
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", PRECISIONS)
+def test_spmm_accumulate_and_determinism(name, V):
+    X = convert(random_csr((333, 257), 5000, seed=4), name, V)
+    dm = lc.upload(X, name)
+    Bd = device_b(np.random.default_rng(2).standard_normal((257, 128)).astype(np.float32), name)
+    C1 = lc.spmm(dm, Bd).get()
+    C2 = lc.spmm(dm, Bd).get()
+    assert np.array_equal(C1.view(np.uint32), C2.view(np.uint32))  # bitwise repeatable
+    out = cupy.ones((333, 128), dtype=cupy.float32)
+    lc.spmm(dm, Bd, out, accumulate=True)
+    np.testing.assert_allclose(out.get(), C1 + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("Kd", [64, 21])  # 16-byte pieces; Kd % 8 != 0 (checked path)
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", PRECISIONS)
+@pytest.mark.parametrize("case", ["k_not_multiple_of_v", "empty_vector_rows", "37x5000", "nnz0", "dense_rows"])
+def test_sddmm_against_float64(case, name, V, Kd):
+    X = convert(CASES[case](), name, V)
+    dm = lc.upload(X, name)
+    rng = np.random.default_rng(3)
+    p = precision(name)
+    A = rng.standard_normal((X.shape[0], Kd)).astype(np.float32)
+    B = rng.standard_normal((X.shape[1], Kd)).astype(np.float32)
+    ref = cvse_sddmm(rounded(X, name), p.rounded(A), p.rounded(B))
+    out = cupy.full((X.n_vectors, V), np.nan, dtype=cupy.float32)
+    got = lc.sddmm(dm, device_b(A, name), device_b(B, name), out).get()
+    assert not np.isnan(got).any()
+    assert rel_err(got, ref) < ROUNDED_RTOL[name]
+    again = lc.sddmm(dm, device_b(A, name), device_b(B, name)).get()
+    assert np.array_equal(got.view(np.uint32), again.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", PRECISIONS)
+def test_plans_with_format_cvse(name):
+    from kernels.sddmm import SddmmPlan, csr_sddmm
+    from kernels.spmm import SpmmPlan
+
+    A = sp.csr_array(random_csr((300, 200), 4000, seed=5), dtype=np.float32)
+    p = precision(name)
+    B = np.random.default_rng(4).standard_normal((200, 96)).astype(np.float32)
+    plan = SpmmPlan(A, device="gpu", dtype=name, format="cvse")
+    C = p.to_float32(plan.run(p.to_storage(B))).astype(np.float64)
+    exact = A.astype(np.float64) @ B.astype(np.float64)
+    assert rel_err(C, exact) < p.tolerance and plan.choice["format"] == "cvse"
+    U = np.random.default_rng(6).standard_normal((300, 32)).astype(np.float32)
+    W = np.random.default_rng(7).standard_normal((200, 32)).astype(np.float32)
+    sd = SddmmPlan(A, dtype=name, format="cvse", kernel="cvse", device="gpu")
+    assert sd.choice["kernel"] == "cvse"
+    assert rel_err(sd.run(U, W), csr_sddmm(A, U, W)) < p.tolerance
