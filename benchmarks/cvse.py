@@ -1,0 +1,243 @@
+"""CVSE (VectorSparse / SSpMM) benchmark on one GPU, issue 13: our CVSE SpMM in FP16 at V = 4 and 8 against
+cuSPARSE half CSR (best of its algorithms), cuSPARSE Blocked-ELL (16 x 16, FP16) and dense cuBLAS FP16 GEMM
+(torch.matmul; cupy.matmul when torch is absent), printing the sparsity where CVSE crosses dense; our CVSE SDDMM in
+FP16 and TF32 against cuSPARSE SDDMM (float32, CSR) on the same S, A, B.
+
+    PYTHONPATH=. python3 benchmarks/cvse.py [--ns 256 512 1024] [--sizes 4096] [--kd 64 256] [--repeats 20] [--quick]
+
+Matrices: the DNN-style set of tasks/fetch/generators.py's ``gen:dlmc`` (weights magnitude-pruned at V x 1, the
+DLMC collection's style; DLMC itself is not reachable here), M = K in --sizes, sparsity 0.5 .. 0.98, V = 4 and 8.
+The CVSE kernels have not passed their GPU tests yet (the format is registered gpu_ready=False): this script calls
+kernels.launch_cvse directly and checks every result against float64 on sampled rows in the same run (a kernel over
+its precision's contract fails the run, exit 1). Device ms by CUDA-graph replay (kernels.launch.graph_ms). JSON
+under benchmarks/results/ (device, versions, command, date); the table last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy
+import scipy.sparse as sp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kernels import launch, launch_cvse  # noqa: E402
+from kernels.formats.cvse import csr_to_cvse  # noqa: E402
+from kernels.precision import precision  # noqa: E402
+from tasks.fetch.generators import generate  # noqa: E402
+
+SPARSITIES = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
+SAMPLE_ROWS = 512
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def dense_gemm():
+    """(name, fn(A16, B16) -> C) for cuBLAS FP16 GEMM: torch.matmul on the CuPy arrays, or cupy.matmul."""
+    try:
+        import torch
+
+        def run(A, B):
+            return torch.matmul(torch.as_tensor(A, device="cuda"), torch.as_tensor(B, device="cuda"))
+        return f"torch.matmul (torch {torch.__version__})", run
+    except ImportError:
+        import cupy
+
+        return "cupy.matmul (torch not installed)", cupy.matmul
+
+
+def rel_err_rows(C, A, B, rows) -> float:
+    ref = A[rows].astype(np.float64) @ B.astype(np.float64)
+    return float(np.linalg.norm(np.asarray(C, dtype=np.float64)[rows] - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def spmm_case(A, V: int, N: int, repeats: int, rng, gemm) -> dict:
+    import cupy
+
+    from kernels.cusparse import CusparseSpmm
+    from kernels.cusparse_bell import CusparseBlockedEll
+
+    p = precision("float16")
+    B32 = rng.standard_normal((A.shape[1], N)).astype(np.float32)
+    Br = p.rounded(B32)
+    rows = np.sort(rng.choice(A.shape[0], min(SAMPLE_ROWS, A.shape[0]), replace=False))
+    Ar = sp.csr_array((p.rounded(A.data), A.indices, A.indptr), shape=A.shape)
+    B16 = cupy.asarray(B32.astype(np.float16))
+    ms, err, extra = {}, {}, {}
+    dm = launch_cvse.upload(csr_to_cvse(A, vector=V, to_storage=p.to_storage), "float16")
+    out = cupy.empty((A.shape[0], N), dtype=cupy.float16)
+    ms["cvse"] = launch.graph_ms(lambda: launch_cvse.spmm(dm, B16, out), repeats=repeats)
+    err["cvse"] = rel_err_rows(cupy.asnumpy(out).astype(np.float32), Ar, Br, rows)
+    del dm
+    csr = CusparseSpmm(A, dtype="float16")
+    C16 = cupy.empty((A.shape[0], N), dtype=cupy.float16)
+    t = csr.tune(B16, C16, repeats=repeats)
+    ms["cusparse-csr"], extra["cusparse-csr-alg"] = t["ms"][t["best"]], t["best"]
+    csr.run(B16, C16)
+    err["cusparse-csr"] = rel_err_rows(cupy.asnumpy(C16).astype(np.float32), Ar, Br, rows)
+    csr.close()
+    try:
+        bell = CusparseBlockedEll(A, block=16, dtype="float16")
+        Bp, Cp = bell.padded_b(B16), bell.padded_c(N)
+        ms["cusparse-bell"] = launch.graph_ms(lambda: bell.run(Bp, Cp), repeats=repeats)
+        err["cusparse-bell"] = rel_err_rows(cupy.asnumpy(Cp[:A.shape[0]]).astype(np.float32), Ar, Br, rows)
+        bell.close()
+    except ValueError as e:  # padding every block row to the longest does not fit
+        extra["cusparse-bell"] = str(e)
+    Ad = cupy.asarray(A.toarray().astype(np.float16))
+    ms["dense"] = launch.graph_ms(lambda: gemm(Ad, B16), repeats=repeats)
+    err["dense"] = rel_err_rows(cupy.asnumpy(cupy.asarray(gemm(Ad, B16))).astype(np.float32), Ar, Br, rows)
+    del Ad
+    return {"ms": ms, "rel_err": err, **extra}
+
+
+def sddmm_case(S, Kd: int, repeats: int, rng) -> dict:
+    import cupy
+
+    from kernels.cusparse_sddmm import CusparseSddmm
+    from kernels.sddmm import csr_sddmm
+
+    A32 = rng.standard_normal((S.shape[0], Kd)).astype(np.float32)
+    B32 = rng.standard_normal((S.shape[1], Kd)).astype(np.float32)
+    sample = rng.choice(S.nnz, min(1 << 16, S.nnz), replace=False)
+    ms, err = {}, {}
+    op = CusparseSddmm(S.indptr, S.indices, S.shape)
+    Ad, Bd = cupy.asarray(A32), cupy.asarray(B32)
+    out = cupy.empty(S.nnz, dtype=cupy.float32)
+    ms["cusparse-sddmm"] = launch.graph_ms(lambda: op.run(Ad, Bd, out), repeats=repeats)
+    ones = sp.csr_array((np.ones(S.nnz), S.indices, S.indptr), shape=S.shape)
+    ref = csr_sddmm(ones, A32, B32)
+    err["cusparse-sddmm"] = float(np.linalg.norm(cupy.asnumpy(out)[sample] - ref[sample]) / np.linalg.norm(ref[sample]))
+    op.close()
+    for name in ("float16", "float32"):
+        p = precision(name)
+        X = csr_to_cvse(ones, vector=8, to_storage=p.to_storage)
+        dm = launch_cvse.upload(X, name)
+        Ap, Bp = cupy.asarray(p.to_storage(A32)), cupy.asarray(p.to_storage(B32))
+        o = cupy.empty((X.n_vectors, 8), dtype=cupy.float32)
+        key = f"cvse-{'fp16' if name == 'float16' else 'tf32'}"
+        ms[key] = launch.graph_ms(lambda: launch_cvse.sddmm(dm, Ap, Bp, o), repeats=repeats)
+        from kernels.sddmm import _gather_positions
+
+        got = cupy.asnumpy(o).reshape(-1)[_gather_positions(X, ones)]
+        err[key] = float(np.linalg.norm(got[sample] - ref[sample]) / np.linalg.norm(ref[sample]))
+    return {"ms": ms, "rel_err": err}
+
+
+def crossings(rows) -> dict:
+    """(V, M, N) -> the lowest sparsity from which CVSE stays faster than dense (None if never)."""
+    out = {}
+    for key in sorted({(r["V"], r["shape"][0], r["N"]) for r in rows if r["kind"] == "spmm"}):
+        pts = sorted((r["sparsity"], r["ms"]["cvse"] < r["ms"]["dense"]) for r in rows
+                     if r["kind"] == "spmm" and (r["V"], r["shape"][0], r["N"]) == key)
+        cross = None
+        for s, faster in reversed(pts):
+            if not faster:
+                break
+            cross = s
+        out[f"V={key[0]} M=K={key[1]} N={key[2]}"] = cross
+    return out
+
+
+def geomean(x):
+    x = [v for v in x if v and np.isfinite(v)]
+    return float(np.exp(np.mean(np.log(x)))) if x else float("nan")
+
+
+def print_table(rows, path):
+    print(f"\nresults: {path}")
+    print(f"{'kind':6} {'V':>2} {'M=K':>6} {'sparsity':>8} {'N/Kd':>5} " + " ".join(f"{k:>14}" for k in (
+        "cvse/tf32", "cusparse-csr", "cusparse-bell", "dense", "cusparse-sddmm", "cvse-fp16")))
+    for r in rows:
+        ms = r["ms"]
+        vals = [ms.get("cvse", ms.get("cvse-tf32")), ms.get("cusparse-csr"), ms.get("cusparse-bell"),
+                ms.get("dense"), ms.get("cusparse-sddmm"), ms.get("cvse-fp16")]
+        print(f"{r['kind']:6} {r['V']:>2} {r['shape'][0]:>6} {r['sparsity']:>8} {r.get('N', r.get('Kd')):>5} "
+              + " ".join(f"{v:>14.4f}" if v is not None else f"{'-':>14}" for v in vals))
+    sp_rows = [r for r in rows if r["kind"] == "spmm"]
+    for base in ("cusparse-csr", "cusparse-bell", "dense"):
+        print(f"SpMM FP16 geomean speedup of cvse over {base}: "
+              f"{geomean([r['ms'][base] / r['ms']['cvse'] for r in sp_rows if base in r['ms']]):.2f}x")
+    sd_rows = [r for r in rows if r["kind"] == "sddmm"]
+    for k in ("cvse-fp16", "cvse-tf32"):
+        print(f"SDDMM geomean speedup of {k} over cusparse-sddmm: "
+              f"{geomean([r['ms']['cusparse-sddmm'] / r['ms'][k] for r in sd_rows]):.2f}x")
+    for key, s in crossings(rows).items():
+        print(f"crosses dense: {key}: {'from sparsity ' + str(s) if s is not None else 'never'}")
+
+
+def main(argv=None) -> int:
+    import cupy
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ns", type=int, nargs="+", default=[256, 512, 1024])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4096])
+    ap.add_argument("--kd", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--quick", action="store_true", help="M = K = 2048, sparsities 0.8 and 0.95, N = 256")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting new cases after this")
+    args = ap.parse_args(argv)
+    sizes, sparsities, ns = (([2048], (0.8, 0.95), [256]) if args.quick else (args.sizes, SPARSITIES, args.ns))
+    t_start = time.time()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    gemm_name, gemm = dense_gemm()
+    meta = {"device": device, "sm_count": props["multiProcessorCount"],
+            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
+            "cupy": cupy.__version__, "numpy": np.__version__, "scipy": scipy.__version__, "dense": gemm_name,
+            "command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "timing": "kernels.launch.graph_ms (CUDA graph replay, median), repeats per --repeats",
+            "matrices": "gen:dlmc (DLMC-style, generated: the DLMC collection is not reachable here)",
+            "cvse_config": launch_cvse.CVSE_CONFIG.__dict__}
+    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
+    path = args.out_dir / f"cvse-{slug}-{dt.datetime.now():%Y-%m-%d-%H%M}.json"
+    rows, failures = [], []
+    tol = {"cvse-tf32": precision("float32").tolerance}
+
+    def record(row):
+        rows.append(row)
+        for k, e in row["rel_err"].items():
+            limit = tol.get(k, precision("float16").tolerance)
+            if not np.isfinite(e) or e > limit:
+                failures.append(f"{row['kind']} V={row['V']} {row['shape']} s={row['sparsity']}: {k} rel err "
+                                f"{e:.3g} > {limit}")
+        path.write_text(json.dumps({"meta": {**meta, "wall_s": time.time() - t_start}, "rows": rows,
+                                    "crossings": crossings(rows), "failures": failures}, indent=1, default=float))
+
+    for M in sizes:
+        for V in (4, 8):
+            for s in sparsities:
+                if time.time() - t_start > args.budget_s:
+                    log(f"budget reached: skipping M={M} V={V} s={s} and the rest")
+                    break
+                A = generate("dlmc", f"rows={M}&cols={M}&sparsity={s}&vector={V}&seed=1")
+                for N in ns:
+                    res = spmm_case(A, V, N, args.repeats, np.random.default_rng(N))
+                    record({"kind": "spmm", "V": V, "shape": [M, M], "sparsity": s, "nnz": int(A.nnz), "N": N, **res})
+                    log(f"spmm V={V} M={M} s={s} N={N}: " + " ".join(f"{k}={v:.4f}" for k, v in res["ms"].items()))
+                if V == 8:
+                    for Kd in args.kd:
+                        res = sddmm_case(A, Kd, args.repeats, np.random.default_rng(Kd))
+                        record({"kind": "sddmm", "V": V, "shape": [M, M], "sparsity": s, "nnz": int(A.nnz),
+                                "Kd": Kd, **res})
+                        log(f"sddmm M={M} s={s} Kd={Kd}: " + " ".join(f"{k}={v:.4f}" for k, v in res["ms"].items()))
+    print_table(rows, path)
+    if failures:
+        print("CORRECTNESS FAILURES:\n" + "\n".join(failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
