@@ -39,7 +39,12 @@ class BlockLayout:
     item_offset: str
     fixed: dict = field(default_factory=dict)   # name -> default width (0 = one scalar per tile; 2-D arrays keep
     # their own width, recorded in the metadata)
-    ragged: tuple = ()
+    ragged: tuple = ()  # the last one holds the matrix's values (``value_column``)
+
+    @property
+    def value_column(self) -> str:
+        """The column of A's values (the last ragged one), whose value type the metadata's ``value_types`` names."""
+        return self.ragged[-1]
 
 
 LAYOUTS: dict[str, BlockLayout] = {}

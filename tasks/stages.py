@@ -199,7 +199,7 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, 
         stats = _jsonable({**f.stats(obj, A.indptr.nbytes + A.indices.nbytes + A.data.nbytes),
                            "block_shape": [16, f.block_width[prec.name]]})
         mstore.write_format(f.name, fkey, obj, {"perm_key": perm_key, "dtype": dtype, "stats": stats,
-                                                "value_types": {"data": prec.name}})
+                                                "value_types": {f.layout.value_column: prec.name}})
         results[f.name] = {"reused": False, **stats}
     first = formats[0].name
     return {"format": first, "format_key": fkey, "dtype": dtype, "formats": {n: fkey for n in results},
