@@ -187,10 +187,10 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
     else:
         if scheduler is None:
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
-        from tasks.distribute.formats import SHARD_OPS, shard_ops
+        from tasks.distribute.formats import shard_ops
 
         if M is None:  # --format auto: the first candidate that shards (each worker's selector picks its kernel)
-            shardable = [f for f in formats if f.name in SHARD_OPS] or formats
+            shardable = [f for f in formats if f.shard is not None] or formats
             M = load_format(mstore, shardable[0].name, format_key)
         shard_ops(M)  # one line naming the format when it cannot run sharded
         C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats, prec.name, seed)

@@ -13,6 +13,7 @@ import numpy as np
 from kernels.formats.bcsr import (BCSR, BLOCK_ROWS, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
                                  csr_to_bcsr)
 from kernels.formats.registry import Format
+from kernels.formats.shard import BCSR_SHARD
 from kernels.precision import Precision
 
 # A-priori choice (no timing): split a block row's blocks over ksplit warps when the grid would leave SMs idle
@@ -122,4 +123,4 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=bcsr_concat,
     layout=_layout(), from_arrays=bcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: bcsr_stats(X, csr_nbytes), device="kernels.formats.bcsr_plugin:BcsrDevice",
-    to_csr=bcsr_to_csr)
+    to_csr=bcsr_to_csr, shard=BCSR_SHARD)

@@ -16,6 +16,7 @@ import numpy as np
 from kernels.config import BITMAP_CONFIG, KernelConfig
 from kernels.formats.metcf import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats, metcf_to_csr
 from kernels.formats.registry import Format
+from kernels.formats.shard import METCF_SHARD
 from kernels.precision import Precision
 
 AUTOTUNE_MARGIN = 1.5  # autotune="auto" also times the candidates when the model's best TC prediction and its
@@ -242,4 +243,4 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=metcf_concat,
     layout=_layout(), from_arrays=metcf_from_arrays, reference_spmm=reference_spmm,
     stats=lambda M, csr_nbytes=None: metcf_stats(M, A_csr_nbytes=csr_nbytes),
-    device="kernels.formats.metcf_plugin:MetcfDevice", to_csr=metcf_to_csr)
+    device="kernels.formats.metcf_plugin:MetcfDevice", to_csr=metcf_to_csr, shard=METCF_SHARD)

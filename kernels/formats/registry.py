@@ -9,6 +9,7 @@ A format provides, for each precision it supports (`kernels.precision`):
 - ``reference_spmm(obj, B)``: the NumPy twin (float64) the kernels are tested against;
 - ``stats(obj, csr_nbytes)``: the numbers the convert stage reports (MeanNnzTC, bytes) and the cost model reads;
 - ``to_csr(obj)``: the inverse conversion (SciPy CSR), for the cuSPARSE candidate and the CPU path;
+- ``shard``: its `kernels.formats.shard.ShardOps` (window slice, halo, column remap, split) when it runs sharded;
 - ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): ``Class(A, precision, config)``
   converts/uploads once and exposes ``decide(N, B, ...)`` (its best kernel for N, from its cost model and/or
   timings) and ``launch(kernel, B, out, accumulate=..., **params)``.
@@ -42,6 +43,7 @@ class Format:
     # refuse it by name (its CPU path, storage and conversion work); the reason says what failed
     gpu_ready: bool = True
     gpu_not_ready_why: str = ""
+    shard: Any = None  # kernels.formats.shard.ShardOps: how it runs per row-window shard (None: one device only)
     value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
 
     @property

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.formats.metcf import METCF, WIDTH, WINDOW, metcf_from_arrays  # noqa: F401 (re-exported)
+from kernels.formats.shard import remap_columns, split_columns  # noqa: F401 (re-exported)
 from kernels.indexing import index_dtype
 
 PLAN_VERSION = 1
@@ -213,56 +214,6 @@ def shard_metcf(M, plan: PartitionPlan, k: int):
 
 
 shard_of = shard_metcf  # the format-neutral name
-
-
-def remap_columns(S: METCF, cols: np.ndarray, local: np.ndarray, n_cols_local: int) -> METCF:
-    """S with every column ``cols[i]`` renamed ``local[i]`` (a map over S's referenced columns) and width
-    ``n_cols_local``. When ``local`` is increasing in ``cols`` the canonical order is kept."""
-    sab = S.sparse_a_to_b
-    lut = np.full(int(S.shape[1]), -1, dtype=np.int64)
-    lut[cols] = local
-    flat = sab.reshape(-1).astype(np.int64)
-    out = np.where(flat >= 0, lut[np.maximum(flat, 0)], -1).reshape(sab.shape)
-    return METCF((int(S.shape[0]), int(n_cols_local)), S.row_window_offset, S.tc_offset, S.tc_local_id,
-                 out.astype(index_dtype(n_cols_local)), S.data)
-
-
-def split_columns(S: METCF, keep_col: np.ndarray) -> METCF:
-    """The part of S whose columns have ``keep_col[col]`` True, same shape, re-condensed into TC blocks.
-
-    Kept slots keep their relative order within each window (so a canonical S gives a canonical part); the
-    parts for a mask and its complement sum to S: ``S @ B == part(mask) @ B + part(~mask) @ B``.
-    """
-    nb, W = S.n_blocks, int(S.sparse_a_to_b.shape[1])  # 8 (TF32) or 16 (FP16/BF16) slots per block
-    flat = S.sparse_a_to_b.reshape(-1).astype(np.int64)
-    keep_slot = flat >= 0
-    keep_slot[keep_slot] = keep_col[flat[keep_slot]]
-    kept = np.flatnonzero(keep_slot)
-    slot_window = np.repeat(S.block_window().astype(np.int64), W)[kept]
-    per_window = np.bincount(slot_window, minlength=S.n_windows)
-    rank = np.arange(kept.shape[0], dtype=np.int64) - (np.cumsum(per_window) - per_window)[slot_window]
-    bpw = -(-per_window // W)
-    new_block = (np.cumsum(bpw) - bpw)[slot_window] + rank // W
-    n_blocks = int(bpw.sum())
-    sab = np.full(n_blocks * W, -1, dtype=np.int64)
-    sab[new_block * W + rank % W] = flat[kept]
-    slot_block = np.full(nb * W, -1, dtype=np.int64)
-    slot_block[kept] = new_block
-    slot_c = np.zeros(nb * W, dtype=np.int64)
-    slot_c[kept] = rank % W
-    nz_slot = np.repeat(np.arange(nb, dtype=np.int64), np.diff(S.tc_offset)) * W + S.tc_local_id % W
-    nz_keep = keep_slot[nz_slot]
-    nz_slot = nz_slot[nz_keep]
-    blocks = slot_block[nz_slot]
-    lid = (S.tc_local_id[nz_keep].astype(np.int64) // W) * W + slot_c[nz_slot]
-    order = np.argsort(blocks * (WINDOW * W) + lid)  # unique per nonzero: canonical (block, r, c) order
-    nnz = int(order.shape[0])
-    rwo = np.zeros(S.n_windows + 1, dtype=index_dtype(n_blocks))
-    np.cumsum(bpw, out=rwo[1:])
-    tco = np.zeros(n_blocks + 1, dtype=index_dtype(nnz))
-    np.cumsum(np.bincount(blocks, minlength=n_blocks), out=tco[1:])
-    return METCF(S.shape, rwo, tco, lid[order].astype(np.uint8), sab.reshape(n_blocks, W).astype(
-        S.sparse_a_to_b.dtype), S.data[nz_keep][order])
 
 
 def exchange_lists(plan: PartitionPlan, k: int) -> dict:
