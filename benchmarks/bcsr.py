@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
 import json
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import numpy as np
-import scipy.io
+import scipy
 import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +33,8 @@ from kernels.formats import get  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from tasks.reorder.smat import bcsr_score, smat_order  # noqa: E402
 
-FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
+from spmm import FIXTURES, fixture  # noqa: E402,F811  (benchmarks/ is the script folder: one fixture reader)
+
 SAMPLE_ROWS = 2048
 
 
@@ -71,17 +70,6 @@ def with_values(A, seed: int) -> sp.csr_array:
     A = sp.csr_array(A, dtype=np.float32)
     A.data = np.random.default_rng(seed).uniform(-1.0, 1.0, A.nnz).astype(np.float32)
     A.sort_indices()
-    return A
-
-
-def fixture(name: str):
-    path = REPO / ".fixtures" / "suitesparse" / "MM" / f"{name}.tar.gz"
-    if not path.exists():
-        return None
-    with tarfile.open(path) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith(".mtx"))
-        A = sp.csr_array(scipy.io.mmread(io.BytesIO(tar.extractfile(member).read())), dtype=np.float32)
-    A.sum_duplicates()
     return A
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
 from kernels.indexing import index_dtype
 
 BLOCK_ROWS = 16  # h: the m16 of mma.m16n8k8 (TF32) and mma.m16n8k16 (FP16/BF16)
@@ -148,22 +149,12 @@ def _uint(dtype) -> np.dtype:
     return np.dtype(f"u{np.dtype(dtype).itemsize}")
 
 
-def _canonical(A) -> sp.csr_array:
-    if not sp.issparse(A):
-        raise TypeError(f"csr_to_bcsr needs a scipy.sparse matrix, got {type(A).__name__}")
-    A = sp.csr_array(A)
-    if not A.has_canonical_format:
-        A = A.copy()
-        A.sum_duplicates()
-    return A
-
-
 def csr_to_bcsr(A, *, width: int = 16, to_storage=None, chunk_nnz: int = DEFAULT_CHUNK_NNZ) -> BCSR:
     """Canonical CSR -> BCSR with 16 x ``width`` blocks. ``to_storage`` maps float32 values to the stored dtype
     (``Precision.to_storage``); default: kept as float32. Rows run in chunks of whole block rows."""
     if width not in (8, 16):
         raise ValueError(f"width is {width}, expected 8 (TF32 m16n8k8) or 16 (FP16/BF16 m16n8k16)")
-    A = _canonical(A)
+    A = canonical_csr(A, "csr_to_bcsr")
     n_rows, n_cols = (int(s) for s in A.shape)
     to_storage = to_storage or (lambda x: np.asarray(x, dtype=np.float32))
     nbr, nbc = -(-n_rows // BLOCK_ROWS), -(-n_cols // width)
@@ -207,18 +198,11 @@ def csr_to_bcsr(A, *, width: int = 16, to_storage=None, chunk_nnz: int = DEFAULT
 def bcsr_concat(pieces: list[BCSR]) -> BCSR:
     """BCSR of the row-stacked matrix of ``pieces`` (consecutive row blocks of one matrix, converted apart):
     equal, array by array, to `csr_to_bcsr` of the stacked CSR. All pieces but the last need a multiple of 16 rows."""
-    if not pieces:
-        raise ValueError("bcsr_concat needs at least one piece")
-    n_cols, width, dtype = int(pieces[0].shape[1]), pieces[0].width, pieces[0].data.dtype
-    for k, P in enumerate(pieces):
-        if int(P.shape[1]) != n_cols or P.width != width or P.data.dtype != dtype:
-            raise ValueError(f"piece {k} is {P.shape[1]} columns, {P.width}-wide blocks, {P.data.dtype}; expected "
-                             f"{n_cols}, {width}, {dtype} like piece 0")
-        if k < len(pieces) - 1 and int(P.shape[0]) % BLOCK_ROWS:
-            raise ValueError(f"piece {k} has {P.shape[0]} rows, expected a multiple of {BLOCK_ROWS} (all but the last)")
-    base = np.cumsum([0] + [P.n_blocks for P in pieces])
-    n_blocks = int(base[-1])
-    indptr = np.concatenate([[0]] + [P.indptr[1:].astype(np.int64) + b for P, b in zip(pieces, base)])
+    check_pieces(pieces, "bcsr_concat", BLOCK_ROWS,
+                 lambda P: f"{int(P.shape[1])} columns, {P.width}-wide blocks, {P.data.dtype}")
+    n_cols, width = int(pieces[0].shape[1]), pieces[0].width
+    indptr = stack_offsets([P.indptr for P in pieces])
+    n_blocks = int(indptr[-1])
     return BCSR((sum(int(P.shape[0]) for P in pieces), n_cols), indptr.astype(index_dtype(n_blocks)),
                 np.concatenate([P.indices.astype(np.int64) for P in pieces]).astype(index_dtype(-(-n_cols // width))),
                 np.concatenate([P.data for P in pieces]))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
 from kernels.indexing import index_dtype
 
 VECTORS = (2, 4, 8, 16)  # V: divides the 16-row windows the store and the Dask row blocks use
@@ -140,16 +141,6 @@ def _uint(dtype) -> np.dtype:
     return np.dtype(f"u{np.dtype(dtype).itemsize}")
 
 
-def _canonical(A) -> sp.csr_array:
-    if not sp.issparse(A):
-        raise TypeError(f"csr_to_cvse needs a scipy.sparse matrix, got {type(A).__name__}")
-    A = sp.csr_array(A)
-    if not A.has_canonical_format:
-        A = A.copy()
-        A.sum_duplicates()
-    return A
-
-
 def check_vector(V: int) -> int:
     if int(V) not in VECTORS:
         raise ValueError(f"vector length V is {V}, expected one of {VECTORS} (V must divide the 16-row windows)")
@@ -161,7 +152,7 @@ def csr_to_cvse(A, *, vector: int = 8, to_storage=None) -> CVSE:
     (``Precision.to_storage``); default: kept as float32. Forward map of the class docstring, vectorised: one sort
     of the keys (vector row, column)."""
     V = check_vector(vector)
-    A = _canonical(A)
+    A = canonical_csr(A, "csr_to_cvse")
     n_rows, n_cols = (int(s) for s in A.shape)
     to_storage = to_storage or (lambda x: np.asarray(x, dtype=np.float32))
     nvr = -(-n_rows // V)
@@ -187,18 +178,12 @@ def csr_to_cvse(A, *, vector: int = 8, to_storage=None) -> CVSE:
 def cvse_concat(pieces: list[CVSE]) -> CVSE:
     """CVSE of the row-stacked matrix of ``pieces`` (consecutive row blocks of one matrix, converted apart): equal,
     array by array, to `csr_to_cvse` of the stacked CSR. All pieces but the last need a multiple of V rows."""
-    if not pieces:
-        raise ValueError("cvse_concat needs at least one piece")
-    n_cols, V, dtype = int(pieces[0].shape[1]), pieces[0].vector, pieces[0].data.dtype
-    for k, P in enumerate(pieces):
-        if int(P.shape[1]) != n_cols or P.vector != V or P.data.dtype != dtype:
-            raise ValueError(f"piece {k} is {P.shape[1]} columns, V = {P.vector}, {P.data.dtype}; expected "
-                             f"{n_cols}, {V}, {dtype} like piece 0")
-        if k < len(pieces) - 1 and int(P.shape[0]) % V:
-            raise ValueError(f"piece {k} has {P.shape[0]} rows, expected a multiple of V = {V} (all but the last)")
-    base = np.cumsum([0] + [P.n_vectors for P in pieces])
-    nv = int(base[-1])
-    vec_ptr = np.concatenate([[0]] + [P.vec_ptr[1:].astype(np.int64) + b for P, b in zip(pieces, base)])
+    check_pieces(pieces, "cvse_concat", pieces[0].vector if pieces else 1,
+                 lambda P: f"{int(P.shape[1])} columns, V = {P.vector}, {P.data.dtype}",
+                 f"V = {pieces[0].vector}" if pieces else "")
+    n_cols = int(pieces[0].shape[1])
+    vec_ptr = stack_offsets([P.vec_ptr for P in pieces])
+    nv = int(vec_ptr[-1])
     return CVSE((sum(int(P.shape[0]) for P in pieces), n_cols), vec_ptr.astype(index_dtype(nv)),
                 np.concatenate([P.indices.astype(np.int64) for P in pieces]).astype(index_dtype(n_cols)),
                 np.concatenate([P.data for P in pieces]))

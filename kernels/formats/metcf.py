@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
 from kernels.indexing import index_dtype
 
 WINDOW = 16  # rows per row window (the m16 of mma.m16n8k8 and m16n8k16)
@@ -229,14 +230,6 @@ def _convert_chunk(local_rows: np.ndarray, cols: np.ndarray, n_cols: int, n_wind
     return blocks_per_window, nnz_per_block, slot_cols, order, local_id[order]
 
 
-def _canonical(A) -> sp.csr_array:
-    A = sp.csr_array(A)  # no copy for a CSR input
-    if not A.has_canonical_format:
-        A = A.copy()
-        A.sum_duplicates()  # sorts indices; keeps explicit zeros
-    return A
-
-
 def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ, width: int = WIDTH) -> METCF:
     """Convert any SciPy sparse matrix (CSR preferred; rectangular, empty rows, int64 indices) to canonical ME-TCF
     with 16 x ``width`` TC blocks (8: TF32 m16n8k8; 16: FP16/BF16 m16n8k16).
@@ -245,7 +238,7 @@ def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ, width: int = WIDTH) -
     chunk of consecutive windows holding about ``chunk_nnz`` nonzeros: peak extra memory is O(chunk_nnz) plus
     the output (~9 bytes per nonzero for float64 data, 8 slots per block).
     """
-    A = _canonical(A)
+    A = canonical_csr(A, "csr_to_metcf")
     n_rows, n_cols = (int(s) for s in A.shape)
     indptr, indices = A.indptr, A.indices
     nnz = int(indptr[-1]) if indptr.shape[0] else 0
@@ -287,21 +280,12 @@ def metcf_concat(pieces: list[METCF]) -> METCF:
     """ME-TCF of the row-stacked matrix of ``pieces`` (consecutive row blocks of one matrix, converted apart):
     equal, array by array, to `csr_to_metcf` of the stacked CSR. Every piece but the last must have a multiple
     of 16 rows, so windows never straddle two pieces."""
-    if not pieces:
-        raise ValueError("metcf_concat needs at least one piece")
-    n_cols, width = int(pieces[0].shape[1]), pieces[0].width
-    for k, P in enumerate(pieces):
-        if int(P.shape[1]) != n_cols:
-            raise ValueError(f"piece {k} has {P.shape[1]} columns, expected {n_cols}")
-        if P.width != width:
-            raise ValueError(f"piece {k} has {P.width}-wide TC blocks, expected {width}")
-        if k < len(pieces) - 1 and int(P.shape[0]) % WINDOW:
-            raise ValueError(f"piece {k} has {P.shape[0]} rows, expected a multiple of {WINDOW} (all but the last)")
-    block_base = np.cumsum([0] + [P.n_blocks for P in pieces])
-    nnz_base = np.cumsum([0] + [P.nnz for P in pieces])
-    n_rows, n_blocks, nnz = sum(int(P.shape[0]) for P in pieces), int(block_base[-1]), int(nnz_base[-1])
-    rwo = np.concatenate([[0]] + [P.row_window_offset[1:].astype(np.int64) + b for P, b in zip(pieces, block_base)])
-    tco = np.concatenate([[0]] + [P.tc_offset[1:].astype(np.int64) + b for P, b in zip(pieces, nnz_base)])
+    check_pieces(pieces, "metcf_concat", WINDOW,
+                 lambda P: f"{int(P.shape[1])} columns, {P.width}-wide TC blocks")
+    n_cols = int(pieces[0].shape[1])
+    rwo = stack_offsets([P.row_window_offset for P in pieces])
+    tco = stack_offsets([P.tc_offset for P in pieces])
+    n_rows, n_blocks, nnz = sum(int(P.shape[0]) for P in pieces), int(rwo[-1]), int(tco[-1])
     return METCF((n_rows, n_cols), rwo.astype(index_dtype(n_blocks)), tco.astype(index_dtype(nnz)),
                  np.concatenate([P.tc_local_id for P in pieces]),
                  np.concatenate([P.sparse_a_to_b for P in pieces]).astype(index_dtype(n_cols), copy=False),

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from kernels.config import BITMAP_CONFIG, KernelConfig
 from kernels.formats.metcf import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats, metcf_to_csr
 from kernels.formats.registry import Format

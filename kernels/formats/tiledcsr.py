@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.metcf import DEFAULT_CHUNK_NNZ, csr_to_metcf
+from kernels.formats.blocks import check_pieces, stack_offsets
 from kernels.indexing import index_dtype
 
 HEIGHT = 16  # h: the m16 of mma.m16n8k8 (TF32) and mma.m16n8k16 (FP16/BF16)
@@ -198,20 +199,12 @@ def csr_to_tiledcsr(A, *, width: int = 16, to_storage=None, chunk_nnz: int = DEF
 def tiledcsr_concat(pieces: list[TiledCSR]) -> TiledCSR:
     """Tiled-CSR of the row-stacked matrix of ``pieces`` (consecutive row blocks of one matrix, converted apart):
     equal, array by array, to converting the stacked CSR. All pieces but the last need a multiple of 16 rows."""
-    if not pieces:
-        raise ValueError("tiledcsr_concat needs at least one piece")
-    n_cols, width, dtype = int(pieces[0].shape[1]), pieces[0].width, pieces[0].data.dtype
-    for k, P in enumerate(pieces):
-        if int(P.shape[1]) != n_cols or P.width != width or P.data.dtype != dtype:
-            raise ValueError(f"piece {k} is {P.shape[1]} columns, {P.width}-wide tiles, {P.data.dtype}; expected "
-                             f"{n_cols}, {width}, {dtype} like piece 0")
-        if k < len(pieces) - 1 and int(P.shape[0]) % HEIGHT:
-            raise ValueError(f"piece {k} has {P.shape[0]} rows, expected a multiple of {HEIGHT} (all but the last)")
-    tb, nb = np.cumsum([0] + [P.n_tiles for P in pieces]), np.cumsum([0] + [P.nnz for P in pieces])
-    gp = np.concatenate([[0]] + [P.group_ptr[1:].astype(np.int64) + b for P, b in zip(pieces, tb)])
-    tp = np.concatenate([[0]] + [P.tile_ptr[1:].astype(np.int64) + b for P, b in zip(pieces, nb)])
-    return TiledCSR((sum(int(P.shape[0]) for P in pieces), n_cols), gp.astype(index_dtype(int(tb[-1]))),
-                    tp.astype(index_dtype(int(nb[-1]))),
+    check_pieces(pieces, "tiledcsr_concat", HEIGHT,
+                 lambda P: f"{int(P.shape[1])} columns, {P.width}-wide tiles, {P.data.dtype}")
+    n_cols = int(pieces[0].shape[1])
+    gp, tp = stack_offsets([P.group_ptr for P in pieces]), stack_offsets([P.tile_ptr for P in pieces])
+    return TiledCSR((sum(int(P.shape[0]) for P in pieces), n_cols), gp.astype(index_dtype(int(gp[-1]))),
+                    tp.astype(index_dtype(int(tp[-1]))),
                     np.concatenate([P.tile_cols for P in pieces]).astype(index_dtype(n_cols), copy=False),
                     np.concatenate([P.tile_indptr for P in pieces]),
                     np.concatenate([P.tile_indices for P in pieces]), np.concatenate([P.data for P in pieces]))

@@ -51,3 +51,19 @@ BASE_CASES = {
     "hub_row": hub_row,
     "explicit_zeros": explicit_zeros,
 }
+
+
+def int64_columns():
+    """K = 2**36 columns: column ids (and the CSR's indices) need int64 in every format."""
+    cols = np.array([0, 2**31 + 5, 3 * 10**9, 7, 2**31 + 5, 2**35], dtype=np.int64)
+    rows = np.array([0, 0, 3, 17, 18, 18], dtype=np.int64)
+    return sp.csr_array((np.arange(1.0, 7.0), (rows, cols)), shape=(20, 2**36))
+
+
+def as_float32(A, drop_zeros: bool = True):
+    """A as a float32 CSR; stored zeros dropped unless ``drop_zeros`` is False (formats whose dense blocks cannot
+    tell an explicit zero from padding compare against A without them)."""
+    A = sp.csr_array(A, dtype=np.float32)
+    if drop_zeros:
+        A.eliminate_zeros()
+    return A

@@ -6,30 +6,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import BASE_CASES, random_csr
+from kernel_cases import BASE_CASES, as_float32, int64_columns, random_csr
 from kernels.formats import get
 from kernels.formats.bcsr import (BCSR, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
                                   csr_to_bcsr)
 from kernels.precision import precision
 
 
-def int64_columns():
-    """K = 2**36 columns: ceil(K / 8) block columns pass int32, so indices (and the CSR's) are int64."""
-    cols = np.array([0, 2**31 + 5, 3 * 10**9, 7, 2**31 + 5, 2**35], dtype=np.int64)
-    rows = np.array([0, 0, 3, 17, 18, 18], dtype=np.int64)
-    return sp.csr_array((np.arange(1.0, 7.0), (rows, cols)), shape=(20, 2**36))
-
-
 CASES = {**{k: v for k, v in BASE_CASES.items() if k != "explicit_zeros"},
          "zero_rows": lambda: sp.csr_array((0, 5)),
          "int64_columns": int64_columns,
          "int64_indices_small": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64)}
-
-
-def as_float32(A):
-    A = sp.csr_array(A, dtype=np.float32)
-    A.eliminate_zeros()
-    return A
 
 
 @pytest.mark.parametrize("width", [8, 16])

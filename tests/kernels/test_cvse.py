@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import BASE_CASES, random_csr
+from kernel_cases import BASE_CASES, as_float32, int64_columns, random_csr
 from kernels.formats import get
 from kernels.formats.cvse import (CVSE, VECTORS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_sddmm, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
@@ -16,23 +16,10 @@ from kernels.indexing import index_dtype
 from kernels.precision import precision
 
 
-def int64_columns():
-    """K = 2**36 columns: indices (and the CSR's) are int64."""
-    cols = np.array([0, 2**31 + 5, 3 * 10**9, 7, 2**31 + 5, 2**35], dtype=np.int64)
-    rows = np.array([0, 0, 3, 17, 18, 18], dtype=np.int64)
-    return sp.csr_array((np.arange(1.0, 7.0), (rows, cols)), shape=(20, 2**36))
-
-
 CASES = {**{k: v for k, v in BASE_CASES.items() if k != "explicit_zeros"},
          "zero_rows": lambda: sp.csr_array((0, 5)),
          "int64_columns": int64_columns,
          "int64_indices_small": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64)}
-
-
-def as_float32(A):
-    A = sp.csr_array(A, dtype=np.float32)
-    A.eliminate_zeros()
-    return A
 
 
 def test_tiny_arrays():

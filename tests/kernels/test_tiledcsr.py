@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import BASE_CASES, random_csr
+from kernel_cases import BASE_CASES, int64_columns, random_csr
+from kernel_cases import as_float32 as kernel_cases_as_float32
 from kernels.formats import get
 from kernels.formats.tiledcsr import (TiledCSR, csr_to_tiledcsr, effective_rate, tiledcsr_concat,
                                       tiledcsr_from_arrays, tiledcsr_spmm, tiledcsr_stats, tiledcsr_to_csr)
@@ -15,19 +16,12 @@ from kernels.precision import precision
 FIELDS = ("group_ptr", "tile_ptr", "tile_cols", "tile_indptr", "tile_indices", "data")
 
 
-def int64_columns():
-    """K = 2**36 columns: tile_cols (and the CSR's indices) need int64."""
-    cols = np.array([0, 2**31 + 5, 3 * 10**9, 7, 2**31 + 5, 2**35], dtype=np.int64)
-    rows = np.array([0, 0, 3, 17, 18, 18], dtype=np.int64)
-    return sp.csr_array((np.arange(1.0, 7.0), (rows, cols)), shape=(20, 2**36))
-
-
 CASES = {**BASE_CASES, "zero_rows": lambda: sp.csr_array((0, 5)), "int64_columns": int64_columns,
          "int64_indices_small": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64)}
 
 
 def as_float32(A):
-    return sp.csr_array(A, dtype=np.float32)
+    return kernel_cases_as_float32(A, drop_zeros=False)
 
 
 @pytest.mark.parametrize("width", [8, 16])

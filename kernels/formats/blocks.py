@@ -1,0 +1,40 @@
+"""What every format's conversion shares: canonical CSR in, and the pieces of a row-block conversion stacked back.
+
+- `canonical_csr(A, who)`: SciPy CSR with sorted, duplicate-free rows (a copy only when A is not already so;
+  explicit zeros kept); TypeError naming the caller for anything that is not a SciPy sparse matrix.
+- `check_pieces(pieces, name, rows_multiple, same)`: the row blocks a Dask conversion stitches: at least one, all
+  alike by ``same(piece)`` (columns, block width, value dtype), all but the last a whole number of row groups.
+- `stack_offsets(ptrs)`: concatenated ``[n + 1]`` offset arrays of consecutive pieces, each shifted by the total
+  of the pieces before it (their last entry), as int64.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def canonical_csr(A, who: str) -> sp.csr_array:
+    if not sp.issparse(A):
+        raise TypeError(f"{who} needs a scipy.sparse matrix, got {type(A).__name__}")
+    A = sp.csr_array(A)  # no copy for a CSR input
+    if not A.has_canonical_format:
+        A = A.copy()
+        A.sum_duplicates()  # sorts indices; keeps explicit zeros
+    return A
+
+
+def check_pieces(pieces: list, name: str, rows_multiple: int, same, multiple_label: str = "") -> None:
+    if not pieces:
+        raise ValueError(f"{name} needs at least one piece")
+    want = same(pieces[0])
+    for k, P in enumerate(pieces):
+        if same(P) != want:
+            raise ValueError(f"piece {k} is {same(P)}; expected {want} like piece 0")
+        if k < len(pieces) - 1 and int(P.shape[0]) % rows_multiple:
+            raise ValueError(f"piece {k} has {P.shape[0]} rows, expected a multiple of "
+                             f"{multiple_label or rows_multiple} (all but the last)")
+
+
+def stack_offsets(ptrs: list[np.ndarray]) -> np.ndarray:
+    base = np.cumsum([0] + [int(p[-1]) for p in ptrs])
+    return np.concatenate([np.zeros(1, np.int64)] + [p[1:].astype(np.int64) + b for p, b in zip(ptrs, base)])
