@@ -126,8 +126,9 @@ class SpmmPlan:
                                 "precision": self.precision.name}
         if len(per_format) == 1 or B is None:
             return next(iter(per_format.values()))
-        measured = {name: self._time(ch["kernel"], B, ops=self._ops[name], choice=ch) for name, ch in
-                    per_format.items()}
+        # a format that autotuned has timed its choice already (the same way, through _time): no second timing
+        measured = {name: (ch.get("measured_ms") or {}).get(ch["kernel"])
+                    or self._time(ch["kernel"], B, ops=self._ops[name], choice=ch) for name, ch in per_format.items()}
         best = min(measured, key=measured.get)
         return {**per_format[best], "formats_measured_ms": measured,
                 "reason": f"fastest measured format of {measured}: {best}; {per_format[best]['reason']}"}

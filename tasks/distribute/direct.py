@@ -22,7 +22,6 @@ import datetime as dt
 import pickle
 import shutil
 import time
-from concurrent.futures import CancelledError
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +34,7 @@ from storage.manifest import file_record
 from storage.schemas import result_schema, with_meta
 from tasks.distribute import device as dev
 from tasks.distribute.formats import shard_ops
-from tasks.distribute.oneshot import ShardFailedError, ShardRef, _worker_address, _workers, load_shard, remap_halo
+from tasks.distribute.oneshot import ShardRef, _worker_address, _workers, load_shard, remap_halo, retry_worker
 from tasks.distribute.plan import PartitionPlan
 
 B_PREFIX = "inputs/"
@@ -227,17 +226,9 @@ def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: 
             try:
                 t = f.result()
             except Exception as err:
-                f.release()
-                if attempts[k] >= 2:
-                    client.cancel([x for x in futures if x.key in owner])
-                    why = ("its worker died; " if isinstance(err, CancelledError)
-                           or type(err).__name__ == "KilledWorker" else "")
-                    raise ShardFailedError(f"shard {k} (windows {int(plan.partptr[k])}..{int(plan.partptr[k + 1])})"
-                                           f" failed twice, last on worker {w}: {why}{type(err).__name__}: {err}"
-                                           ) from err
-                alive = [x for x in _workers(client) if x != w] or _workers(client)
-                g = submit(k, alive[k % len(alive)])
-                owner[g.key], attempts[k] = (k, alive[k % len(alive)]), attempts[k] + 1
+                w2 = retry_worker(err, f, k, w, attempts, owner, futures, client, plan)
+                g = submit(k, w2)
+                owner[g.key], attempts[k] = (k, w2), attempts[k] + 1
                 futures.append(g)
                 ac.add(g)
                 continue

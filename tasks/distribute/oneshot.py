@@ -111,6 +111,21 @@ def _workers(client) -> list[str]:
     return workers
 
 
+def retry_worker(err, f, k: int, w: str, attempts: list, owner: dict, futures: list, client,
+                 plan: PartitionPlan) -> str:
+    """A shard task ``f`` (shard k, on worker w) failed with ``err``: release it; a second failure cancels the
+    other shards and raises ShardFailedError; otherwise return the worker its retry goes to (another alive one)."""
+    f.release()
+    if attempts[k] >= 2:
+        client.cancel([x for x in futures if x.key in owner])
+        why = ("its worker died or lost the shard's inputs; " if isinstance(err, CancelledError)
+               or type(err).__name__ == "KilledWorker" else "")
+        raise ShardFailedError(f"shard {k} (windows {int(plan.partptr[k])}..{int(plan.partptr[k + 1])}) "
+                               f"failed twice, last on worker {w}: {why}{type(err).__name__}: {err}") from err
+    alive = [x for x in _workers(client) if x != w] or _workers(client)
+    return alive[k % len(alive)]
+
+
 def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=None,
                 perm_key: str = "none", fmt: str = "metcf", out: str | None = None, repeats: int = 20,
                 device: str = "auto", shard_fn=None, meta: dict | None = None, spmm_kw: dict | None = None,
@@ -188,16 +203,7 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=Non
         try:
             C_k, t = f.result()  # fetches C_k from the worker
         except Exception as err:  # a task error, a killed worker, or lost inputs
-            f.release()
-            if attempts[k] >= 2:
-                client.cancel([x for x in futures if x.key in owner])
-                why = ("its worker died or lost the shard's inputs; " if isinstance(err, CancelledError)
-                       or type(err).__name__ == "KilledWorker" else "")
-                raise ShardFailedError(f"shard {k} (windows {int(plan.partptr[k])}..{int(plan.partptr[k + 1])}) "
-                                       f"failed twice, last on worker {w}: {why}{type(err).__name__}: {err}"
-                                       ) from err
-            alive = [x for x in _workers(client) if x != w] or _workers(client)
-            w2 = alive[k % len(alive)]
+            w2 = retry_worker(err, f, k, w, attempts, owner, futures, client, plan)
             g = submit(k, w2, retry=True)
             owner[g.key], attempts[k] = (k, w2), attempts[k] + 1
             futures.append(g)
