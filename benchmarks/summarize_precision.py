@@ -33,7 +33,8 @@ def precision_section(runs, v0, older, *, h) -> list[str]:
         r["_cus_same"] = r["cusparse_float16"]["ms"]
     out = [f"## {title}", ""] + h.env(run)
     out += ["Times are device ms per call from CUDA-graph replays (`kernels.launch.graph_ms`) unless marked "
-            "*issued* (one `plan.run(B, out)` per Python loop iteration between CUDA events: what a caller gets). "
+            "*issued* (one `plan.run(B, out)` per Python loop iteration between CUDA events: what a caller gets; for "
+            "cuSPARSE one bound cusparseSpMM call, recorded from the next run on: – in files before it). "
             "Each plan is `SpmmPlan(A, dtype=...)` autotuned among its deterministic kernels; `x TF32` = TF32 "
             "selected ms / FP16 selected ms; `x cuSP16 orig` / `same` = best cuSPARSE FP16 CSR algorithm on the "
             "matrix as given / on the same (reordered) matrix, over FP16 selected; BELL16 = cuSPARSE Blocked-ELL "
@@ -41,7 +42,8 @@ def precision_section(runs, v0, older, *, h) -> list[str]:
             "plus B and C once at the measured copy bandwidth; errors are relative Frobenius errors on 2048 sampled "
             "rows against float64 of the un-rounded inputs (contract: 1e-2 FP16, 3e-2 BF16).", ""]
     out += h.table(("matrix", "order", "nnz", "N", "TF32 ms", "FP16 ms", "FP16 kernel", "BF16 ms", "x TF32",
-                    "x cuSP16 orig", "x cuSP16 same", "BELL16 ms", "torch16 ms", "FP16 issued ms", "floor %",
+                    "x cuSP16 orig", "x cuSP16 same", "BELL16 ms", "torch16 ms", "FP16 issued ms",
+                    "cuSP16 issued ms", "floor %",
                     "err FP16", "err BF16"),
                    [(f"`{r['matrix']}`", r["order"], h.mnnz(r["nnz"]), r["N"], h.f(r["_tf32"], 4),
                      h.f(r["float16"]["replay_ms"], 4), r["float16"]["selected"].replace("metcf-", ""),
@@ -49,6 +51,7 @@ def precision_section(runs, v0, older, *, h) -> list[str]:
                      h.f(_speed(r, "_cus_same")),
                      h.f(r["blocked_ell_float16"]["ms"], 4) if r["blocked_ell_float16"].get("applies") else "–",
                      h.f(r["torch_float16"].get("ms"), 4), h.f(r["float16"]["issued_ms"], 4),
+                     h.f(r["cusparse_float16"].get("issued_ms"), 4),
                      h.f(100 * r["float16"]["floor_ms"] / r["float16"]["replay_ms"], 0),
                      _err16(r), f"{r['bfloat16']['rel_err']:.1e}") for r in rows])
     out += [f"Out of float16's range (left out of the targets; the flow refuses them unless --allow-overflow): "
