@@ -16,7 +16,6 @@ Device-side A arrays (built once per matrix by `half_layout`, on the device by `
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +23,7 @@ import numpy as np
 from kernels import launch
 from kernels.config import CONFIG, KernelConfig
 from kernels.indexing import INT32_MAX
-from kernels.precision import from_bf16_bits, to_bf16_bits  # noqa: F401 (part of this module's API)
+from kernels.precision import _xp, from_bf16_bits, to_bf16_bits  # noqa: F401 (the last two: this module's API)
 
 PRECISIONS = ("float16", "bfloat16")
 WIDTH = 16  # the k of mma.m16n8k16: columns of a TC block
@@ -32,11 +31,6 @@ FLAG_OUT16 = 4  # C in the 16-bit input type (metcf_half.cuh); FLAG_VEC / FLAG_A
 # [q] -> the 4 condensed columns (k rows of the mma B fragment) lane q multiplies: 2q, 2q+1, 2q+8, 2q+9
 QUAD = np.array([[2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9] for q in range(4)])
 MAX_GRID_X = 2 ** 31 - 1
-
-
-def _xp(x):
-    """numpy for a NumPy array, else cupy (imported only then)."""
-    return np if isinstance(x, np.ndarray) else importlib.import_module("cupy")
 
 
 def to_bits16(x, precision: str):

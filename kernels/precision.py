@@ -38,16 +38,22 @@ class Precision:
         return self.itemsize == 2
 
     def to_storage(self, x) -> np.ndarray:
-        """float values -> this precision's storage (bfloat16: uint16 bits, round to nearest even; NaN stays NaN)."""
-        x = np.asarray(x)
+        """float values (NumPy or CuPy, kept on their side) -> this precision's storage (bfloat16: uint16 bits,
+        round to nearest even; NaN stays NaN)."""
+        xp = _xp(x)
+        x = xp.asarray(x)
         if self.name == "bfloat16":
-            return to_bf16_bits(x.astype(np.float32, copy=False))
+            return to_bf16_bits(x.astype(xp.float32, copy=False))
         with np.errstate(over="ignore"):  # out-of-range values become inf (refused unless allow_overflow)
             return x.astype(self.storage_dtype)
 
     def to_float32(self, x) -> np.ndarray:
-        """Storage values -> float32 (exact)."""
-        x = np.asarray(x)
+        """Storage values (NumPy or CuPy) -> float32, exact. float32 input is returned as is: it is a float32 C of a
+        16-bit product (out_dtype float32), never bfloat16 bits, which travel as uint16."""
+        xp = _xp(x)
+        x = xp.asarray(x)
+        if x.dtype == np.float32:
+            return x
         if self.name == "bfloat16":
             return from_bf16_bits(x)
         return x.astype(np.float32)
@@ -63,10 +69,10 @@ class Precision:
 
 
 def _xp(x):
-    """numpy for a NumPy array, else cupy (imported only then: this module loads without a GPU)."""
+    """cupy for a CuPy array (imported only then: this module loads without a GPU), else numpy."""
     import importlib
 
-    return np if isinstance(x, np.ndarray) else importlib.import_module("cupy")
+    return importlib.import_module("cupy") if type(x).__module__.startswith("cupy") else np
 
 
 def to_bf16_bits(x):

@@ -63,19 +63,22 @@ class TiledcsrDevice:
                              else "2D grid: few thread blocks or B fits L2")}
         if B is None or self.autotune is False or bands == 1:
             return choice
-        measured = {"bands=1": time_fn("tiledcsr-tile", bands=1), f"bands={bands}": time_fn("tiledcsr-tile",
-                                                                                           bands=bands)}
+        measured = {f"bands={b}": time_fn("tiledcsr-tile", choice={**choice, "bands": b}) for b in (1, bands)}
         best = min(measured, key=measured.get)
         choice.update(bands=int(best.split("=")[1]), measured_ms=measured,
                       reason=f"autotune: fastest measured grid of {measured}; a priori {bands} bands")
         return choice
 
-    def launch(self, kernel: str, B, out, *, accumulate: bool = False, bands: int | None = None, choice=None):
+    def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
+        """The seam's launch; the grid's column bands come from ``choice`` (`decide`), None: `grid_bands`.
+        Tiled-CSR has no split-K: ``ksplit`` must be None or 1."""
         from kernels import launch_tiledcsr as lt
 
         if kernel != "tiledcsr-tile":
             raise ValueError(f"unknown Tiled-CSR kernel {kernel!r} (tiledcsr-tile)")
-        b = bands or (choice or {}).get("bands")
+        if ksplit not in (None, 1):
+            raise ValueError(f"Tiled-CSR has no split-K, got ksplit={ksplit}")
+        b = (choice or {}).get("bands")
         return lt.spmm(self._dm, B, out, bands=b, accumulate=accumulate, sm_count=self.sm_count,
                        l2_bytes=self.l2_bytes)
 

@@ -76,7 +76,7 @@ def test_kernel_against_float64(name, p_name, N):
     tol = ROUNDED_RTOL[p_name]
     assert np.allclose(C, ref, rtol=tol, atol=tol * max(np.abs(ref).max(initial=0), 1)), rel_err(C, ref)
     Cf = run(X, p, B, cupy.full((A.shape[0], N), np.nan, dtype=cupy.float32))  # float32 C from 16-bit inputs
-    assert rel_err(Cf, ref) < 1e-5
+    assert rel_err(Cf, ref) < ROUNDED_RTOL["float32"]  # fp32 sums only (the hub row: 40,000 products)
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
@@ -126,7 +126,7 @@ def test_grids_and_access_modes_agree_bitwise(p_name, bands):
     base = cupy.asnumpy(lt.spmm(dm, Bd, bands=1))
     assert np.array_equal(cupy.asnumpy(lt.spmm(dm, Bd, bands=bands)).view(np.uint8), base.view(np.uint8))
     direct = lt.TiledConfig(stage_min_nnz=1 << 10)
-    assert np.array_equal(cupy.asnumpy(lt.spmm(dm, Bd, direct, bands=bands)).view(np.uint8), base.view(np.uint8))
+    assert np.array_equal(cupy.asnumpy(lt.spmm(dm, Bd, config=direct, bands=bands)).view(np.uint8), base.view(np.uint8))
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
