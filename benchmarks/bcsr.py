@@ -10,7 +10,8 @@ row-shuffled then reordered by SMaT's preprocessing (tasks/reorder/smat.py, kept
 plus the SuiteSparse fixtures (given order and SMaT-reordered). Per case: BCSR blocks and blocks-per-block-row
 spread, device ms of every kernel by CUDA-graph replay (kernels.launch.graph_ms), and the relative error of every
 kernel on sampled rows against float64 (checked in the same run: a kernel over its precision's contract fails the
-run). JSON under benchmarks/results/ (device, versions, command, date); the table last.
+run), and the BCSR conversion's seconds per precision on the host and on the GPU (``<kernel>_convert_s``). JSON
+under benchmarks/results/ (device, versions, command, date); the table last.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from kernels import launch, launch_bcsr  # noqa: E402
 from kernels.formats import get  # noqa: E402
+from kernels.formats.bcsr_gpu import csr_to_bcsr_gpu_from_scipy  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from tasks.reorder.smat import bcsr_score, smat_order  # noqa: E402
 
@@ -101,7 +103,19 @@ def time_case(A, N: int, repeats: int, rng) -> dict:
     ms, err, extra = {}, {}, {}
     for dtype in ("float16", "bfloat16", "float32"):
         p = precision(dtype)
-        dm = launch_bcsr.upload(get("bcsr").convert(A, p), dtype)
+        name = {"float16": "bcsr", "bfloat16": "bcsr-bf16", "float32": "bcsr-tf32"}[dtype]
+        t0 = time.perf_counter()
+        X = get("bcsr").convert(A, p)
+        convert_s = {"host": time.perf_counter() - t0}  # csr_to_bcsr in NumPy, upload not included
+        t0 = time.perf_counter()
+        # CSR upload + device conversion, what BcsrDevice does for a CSR; a process's first call includes CuPy's
+        # kernel compiles
+        G = csr_to_bcsr_gpu_from_scipy(A, p)
+        cupy.cuda.Device().synchronize()  # synchronize!
+        convert_s["gpu"] = time.perf_counter() - t0
+        extra[f"{name}_convert_s"] = convert_s
+        del G
+        dm = launch_bcsr.upload(X, dtype)
         Bd = cupy.asarray(p.to_storage(B32))
         out = cupy.empty((A.shape[0], N), dtype=cupy.float32)
         by_k = {}
@@ -109,10 +123,9 @@ def time_case(A, N: int, repeats: int, rng) -> dict:
             by_k[k] = launch.graph_ms(lambda: launch_bcsr.spmm(dm, Bd, out, ksplit=k), repeats=repeats)
         best = min(by_k, key=by_k.get)
         launch_bcsr.spmm(dm, Bd, out, ksplit=best)
-        name = {"float16": "bcsr", "bfloat16": "bcsr-bf16", "float32": "bcsr-tf32"}[dtype]
         ms[name], err[name] = by_k[best], rel_err_rows(cupy.asnumpy(out), A, p.rounded(B32), rows)
         extra[f"{name}_ms_by_ksplit"] = by_k
-        del dm
+        del dm, X
     p = precision("float16")
     B16 = cupy.asarray(B32.astype(np.float16))
     B16r = p.rounded(B32)

@@ -2,9 +2,10 @@
 64-bit limits), allocate, launch with grid/block as named locals. Compiled through kernels.launch's NVRTC machinery
 (``launch.function(name, BCSR_CONFIG, SOURCE)``), CuPy imported lazily.
 
-Device arrays (`upload`): ``indptr`` int64 [n_block_rows + 1], ``indices`` int32 [max(n_blocks, 1)], ``data``
-[max(n_blocks, 1), 16, w]: float32 rounded to TF32 (``kernels.launch.tf32_round``), float16, or uint16 bfloat16
-bits. B [K, N] and C [M, N] row-major in the precision's dtype (C float32 or the 16-bit type).
+Device arrays (`upload` from a host BCSR, `upload_arrays` from device ones, e.g. the GPU conversion's):
+``indptr`` int64 [n_block_rows + 1], ``indices`` int32 [max(n_blocks, 1)], ``data`` [max(n_blocks, 1), 16, w]:
+float32 rounded to TF32 (``kernels.launch.tf32_round``), float16, or uint16 bfloat16 bits. B [K, N] and C [M, N]
+row-major in the precision's dtype (C float32 or the 16-bit type).
 """
 from __future__ import annotations
 
@@ -66,25 +67,47 @@ def upload(X, precision: str) -> BcsrArrays:
     """A host BCSR (kernels.formats.bcsr) in ``precision``'s storage dtype -> BcsrArrays on the current device."""
     import cupy
 
+    indptr_host = np.asarray(X.indptr, dtype=np.int64)
+    return upload_arrays(X.shape, precision, cupy.asarray(indptr_host), cupy.asarray(X.indices),
+                         cupy.asarray(X.data), indptr_host=indptr_host)
+
+
+def upload_arrays(shape, precision: str, indptr, indices, data, *, indptr_host=None) -> BcsrArrays:
+    """BCSR arrays already on the device (``kernels.formats.bcsr_gpu.csr_to_bcsr_gpu``, or `upload`'s) ->
+    BcsrArrays: checks (block shape and dtype for the precision, the kernels' size limits, array lengths, indptr's
+    ends), casts (indices int32, indptr int64), one zero block for an empty matrix, TF32 rounding for float32.
+    ``indptr_host``: indptr as host int64 when the caller has it; else copied from the device (one sync)."""
+    import cupy
+
     from kernels.precision import precision as as_precision
 
     p = as_precision(precision)
-    n_rows, n_cols = (int(s) for s in X.shape)
-    if X.width != p.block_width or X.data.dtype != p.storage_dtype:
-        raise ValueError(f"BCSR with {X.width}-wide {X.data.dtype} blocks given for {p.name}, which needs "
-                         f"{p.block_width}-wide {p.storage_dtype} blocks (kernels.formats.get('bcsr').convert)")
+    n_rows, n_cols = (int(s) for s in shape)
+    width = int(data.shape[2]) if data.ndim == 3 else -1
+    if width != p.block_width or data.shape[1] != 16 or data.dtype != p.storage_dtype:
+        raise ValueError(f"BCSR with {width}-wide {data.dtype} blocks (data {tuple(data.shape)}) given for {p.name}, "
+                         f"which needs {p.block_width}-wide {p.storage_dtype} blocks "
+                         "(kernels.formats.get('bcsr').convert)")
     if n_cols > INT32_MAX or n_rows > 16 * MAX_GRID_X:
         raise ValueError(f"A is {n_rows} x {n_cols}; the kernels take at most {INT32_MAX} columns and "
                          f"{16 * MAX_GRID_X} rows")
-    indptr_host = np.asarray(X.indptr, dtype=np.int64)
-    data = cupy.asarray(X.data) if X.n_blocks else cupy.zeros((1, 16, X.width), dtype=X.data.dtype)
+    n_block_rows, n_blocks = -(-n_rows // 16), int(data.shape[0])
+    if indptr.shape != (n_block_rows + 1,) or indices.shape != (n_blocks,):
+        raise ValueError(f"indptr has shape {tuple(indptr.shape)} and indices {tuple(indices.shape)}, expected "
+                         f"(ceil(M / 16) + 1,) = ({n_block_rows + 1},) and (n_blocks,) = ({n_blocks},)")
+    if indptr_host is None:
+        indptr_host = cupy.asnumpy(indptr).astype(np.int64)  # synchronize!
+    if int(indptr_host[0]) != 0 or int(indptr_host[-1]) != n_blocks:
+        raise ValueError(f"indptr runs {int(indptr_host[0])}..{int(indptr_host[-1])}, expected 0..n_blocks = "
+                         f"0..{n_blocks}")
+    if n_blocks == 0:
+        data, indices = cupy.zeros((1, 16, width), dtype=data.dtype), cupy.zeros(1, dtype=cupy.int32)
     if p.name == "float32":
         from kernels.launch import tf32_round
 
         data = tf32_round(data)
-    indices = cupy.asarray(X.indices, dtype=cupy.int32) if X.n_blocks else cupy.zeros(1, dtype=cupy.int32)
-    return BcsrArrays((n_rows, n_cols), p.name, X.width, cupy.asarray(indptr_host), indices,
-                      cupy.ascontiguousarray(data), indptr_host)
+    return BcsrArrays((n_rows, n_cols), p.name, width, indptr.astype(cupy.int64, copy=False),
+                      cupy.ascontiguousarray(indices, dtype=cupy.int32), cupy.ascontiguousarray(data), indptr_host)
 
 
 def grid_shape(N: int, ksplit: int = 1, config: BcsrConfig = BCSR_CONFIG) -> tuple[int, int]:

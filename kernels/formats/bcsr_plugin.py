@@ -1,8 +1,9 @@
 """BCSR (SMaT, SC'24) on the format seam: its `Format` record and its device operator `BcsrDevice`.
 
-The arrays and CPU conversion live in ``kernels.formats.bcsr``; the kernels in ``kernels/cuda/bcsr_spmm.cu`` with
-launchers in ``kernels.launch_bcsr``. Stored as one Parquet row per block: ``indices`` (its block column) and
-``values`` (its h x w values, row-major) over ``value_offset`` (block b's values are ``values[hw*b : hw*(b+1)]``).
+The arrays and CPU conversion live in ``kernels.formats.bcsr``, the GPU conversion in ``kernels.formats.bcsr_gpu``;
+the kernels in ``kernels/cuda/bcsr_spmm.cu`` with launchers in ``kernels.launch_bcsr``. Stored as one Parquet row
+per block: ``indices`` (its block column) and ``values`` (its h x w values, row-major) over ``value_offset`` (block
+b's values are ``values[hw*b : hw*(b+1)]``).
 """
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def reference_spmm(X: BCSR, B, precision: Precision | None = None):
 
 
 class BcsrDevice:
-    """BCSR of one matrix on the current device at one precision: converted on the host (or given), uploaded
-    once; `decide` picks bcsr-window or bcsr-split (and its ksplit) per N, `launch` runs it."""
+    """BCSR of one matrix on the current device at one precision: a SciPy matrix converted on the device
+    (``timings["conversion"]`` "GPU BCSR"), a converted `BCSR` uploaded ("host BCSR upload"), once; `decide`
+    picks bcsr-window or bcsr-split (and its ksplit) per N, `launch` runs it."""
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
@@ -48,15 +50,22 @@ class BcsrDevice:
         self.allow_cusparse = allow_cusparse
         self.timings: dict = {}
         t0 = time.perf_counter()
-        X = A if isinstance(A, BCSR) else convert(A, precision)
-        if X.width != precision.block_width:
-            raise ValueError(f"BCSR with {X.width}-wide blocks given for {precision.name}, which needs "
-                             f"{precision.block_width}-wide blocks")
-        self._dm = launch_bcsr.upload(X, precision.name)
+        if isinstance(A, BCSR):  # converted already (the SpMM stage reads it from the store): upload it
+            if A.width != precision.block_width:
+                raise ValueError(f"BCSR with {A.width}-wide blocks given for {precision.name}, which needs "
+                                 f"{precision.block_width}-wide blocks")
+            self._dm, how = launch_bcsr.upload(A, precision.name), "host BCSR upload"
+        else:  # a SciPy matrix: upload its CSR and convert on the device (kernels.formats.bcsr_gpu)
+            from kernels.formats.bcsr_gpu import csr_to_bcsr_gpu_from_scipy
+
+            X = csr_to_bcsr_gpu_from_scipy(A, precision)
+            self._dm = launch_bcsr.upload_arrays(X.shape, precision.name, X.indptr, X.indices, X.data)
+            how = "GPU BCSR"
+            del X
         launch_bcsr.module()  # compile now, not in the first run
         cupy.cuda.Device().synchronize()  # synchronize!
         self.timings["convert_upload_s"] = time.perf_counter() - t0
-        self.timings["conversion"] = "host BCSR upload"
+        self.timings["conversion"] = how
         per = np.diff(self._dm.indptr_host)
         self.blocks_per_row = {"mean": float(per.mean()) if per.size else 0.0, "max": int(per.max()) if per.size
                                else 0}

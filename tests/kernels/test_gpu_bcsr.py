@@ -1,6 +1,6 @@
 """GPU BCSR kernels (kernels/launch_bcsr.py, kernels/cuda/bcsr_spmm.cu) for TF32 / FP16 / BF16 against float64:
 every call on a NaN-poisoned out (every element must be written), twice (bit-identical), every ksplit; the plan
-with format="bcsr" and "auto"."""
+with format="bcsr" and "auto"; the GPU conversion (kernels/formats/bcsr_gpu.py) bit for bit against the CPU one."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +15,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
 from kernels import launch_bcsr as lb  # noqa: E402
 from kernels.formats import get  # noqa: E402
 from kernels.precision import precision  # noqa: E402
-from kernel_cases import BASE_CASES, random_csr  # noqa: E402
+from kernel_cases import BASE_CASES, int64_columns, random_csr  # noqa: E402
 
 PRECISIONS = ("float32", "float16", "bfloat16")
 # Against the float64 product of the precision-rounded A and B (TF32 products are exact in fp32, 16-bit ones too):
@@ -141,3 +141,101 @@ def test_plan(fmt, p_name):
     plan2 = SpmmPlan(get("bcsr").convert(A, p), dtype=p_name, format="bcsr", out_dtype=np.float32)
     assert plan2.choice["format"] == "bcsr"
     assert np.array_equal(plan2.run(B, kernel="bcsr-window"), plan.run(B, kernel="bcsr-window"))
+
+
+# ----- GPU conversion (kernels/formats/bcsr_gpu.py): the CPU converter's arrays, bit for bit, and the plan's use ---
+CONVERT_CASES = {**BASE_CASES,  # explicit zeros included: they make blocks on both sides
+                 "zero_rows": lambda: sp.csr_array((0, 5)),
+                 "partial_last_blocks": lambda: random_csr((37, 45), 600, seed=11),
+                 "int64_columns": int64_columns,  # K = 2**36: indices int64
+                 "int64_indices_small": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64),
+                 "block_structured": CASES["block_structured"]}
+
+
+def assert_same_bits(G, X):
+    from kernels.formats.bcsr_gpu import to_host
+
+    assert all(isinstance(getattr(G, f), cupy.ndarray) for f in ("indptr", "indices", "data"))
+    H = to_host(G)
+    assert H.shape == X.shape
+    for field in ("indptr", "indices", "data"):
+        got, want = getattr(H, field), getattr(X, field)
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), field
+        assert got.tobytes() == want.tobytes(), field
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("name", sorted(CONVERT_CASES))
+def test_gpu_conversion_equals_cpu(name, p_name):
+    from kernels.formats.bcsr_gpu import csr_to_bcsr_gpu_from_scipy
+
+    p = precision(p_name)
+    A = CONVERT_CASES[name]()
+    assert_same_bits(csr_to_bcsr_gpu_from_scipy(A, p), get("bcsr").convert(A, p))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_gpu_conversion_device_inputs(p_name, index_dtype):
+    from kernels.formats.bcsr_gpu import csr_to_bcsr_gpu
+
+    p = precision(p_name)
+    A = random_csr((4000, 3000), 150_000, seed=13, index_dtype=index_dtype)
+    G = csr_to_bcsr_gpu(cupy.asarray(A.indptr), cupy.asarray(A.indices), cupy.asarray(A.data.astype(np.float32)),
+                        A.shape, width=p.block_width, to_storage=p.to_storage)
+    assert_same_bits(G, get("bcsr").convert(A, p))
+
+
+def test_gpu_conversion_ranked_columns_and_memory_check(monkeypatch):
+    from kernels.formats import bcsr_gpu
+
+    p = precision("float16")
+    A = CONVERT_CASES["hub_row"]()
+    monkeypatch.setattr(bcsr_gpu, "KEY_LIMIT", 0)  # the path for n_block_rows x n_block_cols > 2**62
+    assert_same_bits(bcsr_gpu.csr_to_bcsr_gpu_from_scipy(A, p), get("bcsr").convert(A, p))
+    d = [cupy.asarray(a) for a in (A.indptr, A.indices, A.data)]
+    with pytest.raises(ValueError, match="blocks x 512 B"):
+        bcsr_gpu.csr_to_bcsr_gpu(*d, A.shape, width=16, to_storage=p.to_storage, max_bytes=1024)
+    assert bcsr_gpu.free_device_bytes(cupy) > 0
+    monkeypatch.setattr(bcsr_gpu, "free_device_bytes", lambda xp: 1024)  # the default limit: free device memory
+    with pytest.raises(ValueError, match=r"blocks x 512 B = .* GiB available \(free on the device\)"):
+        bcsr_gpu.csr_to_bcsr_gpu(*d, A.shape, width=16, to_storage=p.to_storage)
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_plan_converts_on_the_gpu(p_name):
+    """A SciPy matrix is converted on the device ("GPU BCSR"): the kernel arrays equal the host conversion's
+    upload, bit for bit; a converted BCSR is uploaded ("host BCSR upload")."""
+    from kernels.formats.bcsr_plugin import BcsrDevice
+    from kernels.spmm import SpmmPlan
+
+    p = precision(p_name)
+    A = sp.csr_array(CASES["block_structured"](), dtype=np.float32)
+    gpu = BcsrDevice(A, p)
+    host = lb.upload(get("bcsr").convert(A, p), p_name)
+    assert gpu.timings["conversion"] == "GPU BCSR"
+    np.testing.assert_array_equal(gpu._dm.indptr_host, host.indptr_host)
+    for field in ("indptr", "indices", "data"):
+        got, want = getattr(gpu._dm, field), getattr(host, field)
+        assert got.dtype == want.dtype and got.shape == want.shape, field
+        assert cupy.asnumpy(got).tobytes() == cupy.asnumpy(want).tobytes(), field
+    plan = SpmmPlan(A, dtype=p_name, format="bcsr", out_dtype=np.float32)
+    assert plan.timings["conversion"] == "GPU BCSR" and plan.choice["conversion"] == "GPU BCSR"
+    given = SpmmPlan(get("bcsr").convert(A, p), dtype=p_name, format="bcsr", out_dtype=np.float32)
+    assert given.timings["conversion"] == "host BCSR upload"
+    B = host_b(A.shape[1], 64, seed=7)
+    assert np.array_equal(plan.run(B, kernel="bcsr-window"), given.run(B, kernel="bcsr-window"))
+
+
+def test_upload_arrays_checks():
+    p = precision("float16")
+    X = get("bcsr").convert(random_csr((40, 30), 200, seed=2), p)
+    d = [cupy.asarray(a) for a in (X.indptr, X.indices, X.data)]
+    with pytest.raises(ValueError, match=r"indptr has shape \(3,\) .* expected \(ceil\(M / 16\) \+ 1,\) = \(4,\)"):
+        lb.upload_arrays(X.shape, "float16", d[0][:3], d[1], d[2])
+    with pytest.raises(ValueError, match="expected .* \\(n_blocks,\\)"):
+        lb.upload_arrays(X.shape, "float16", d[0], d[1][:-1], d[2])
+    with pytest.raises(ValueError, match="needs 8-wide float32 blocks"):
+        lb.upload_arrays(X.shape, "float32", *d)
+    dm = lb.upload_arrays(X.shape, "float16", *d)
+    assert dm.indices.dtype == cupy.int32 and dm.indptr.dtype == cupy.int64 and dm.n_blocks == X.n_blocks
