@@ -1,8 +1,7 @@
 """Thin launchers for kernels/cuda/cvse_spmm.cu and cvse_sddmm.cu (SSpMM's Transpose Mapping Scheme and Register
 Shuffle Method on CVSE): check (dtype, contiguity, shape, 64-bit limits), allocate, launch with grid/block as named
 locals. Compiled through kernels.launch's NVRTC machinery (``launch.function(name, CVSE_CONFIG, source)``), CuPy
-imported lazily. Not yet run on a GPU: the format is registered with ``gpu_ready=False`` until
-tests/kernels/test_gpu_cvse.py passes.
+imported lazily. Validated on a GPU by tests/kernels/test_gpu_cvse.py (H200).
 
 Device arrays (`upload`): ``vec_ptr`` int64 [n_vec_rows + 1], ``indices`` int32 [max(n_vectors, 1)], ``data``
 [max(n_vectors, 1), V]: float32 rounded to TF32 (``kernels.launch.tf32_round``), float16, or uint16 bfloat16 bits.

@@ -195,15 +195,10 @@ class SpmmPlan:
         import cupy
 
         prec = self.precision
-        if isinstance(B, cupy.ndarray) and B.dtype == prec.storage_dtype:
+        B = cupy.asarray(B)  # host or device; a storage-dtype B (bfloat16: uint16 bits) is taken as it is
+        if B.dtype == prec.storage_dtype:
             return cupy.ascontiguousarray(B)
-        if prec.name == "bfloat16":
-            if isinstance(B, cupy.ndarray):
-                from kernels.launch_half import to_bf16_bits
-
-                return to_bf16_bits(cupy.ascontiguousarray(B, dtype=cupy.float32))
-            return cupy.asarray(prec.to_storage(np.asarray(B, dtype=np.float32)))
-        return cupy.ascontiguousarray(cupy.asarray(B, dtype=prec.storage_dtype))
+        return cupy.ascontiguousarray(prec.to_storage(B))
 
     # ----- public -----
     def run(self, B, out=None, *, kernel: str | None = None, accumulate: bool = False):

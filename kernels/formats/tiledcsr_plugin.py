@@ -97,6 +97,5 @@ FORMAT = Format(
     from_arrays=tiledcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
     device="kernels.formats.tiledcsr_plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr,
-    # First GPU run (H200, session 5): 67 of tests/kernels/test_gpu_tiledcsr.py failed (NaN and denormal garbage
-    # in C for bfloat16 and float16, float32 errors of 2-5e-5 against 1e-5): gated off until they pass
-    gpu_ready=False, gpu_not_ready_why="its GPU kernel failed its first GPU tests (NaN in C; session 5)")
+    # tests/kernels/test_gpu_tiledcsr.py passed on an H200 (session 6; session 5's failures were in the tests)
+    gpu_ready=True)

@@ -87,9 +87,14 @@ def test_argument_checks():
 
 def test_gpu_refuses_the_cvse_kernel_while_not_gpu_ready(monkeypatch):
     # the refusal comes before anything touches a device: simulate a GPU being present
+    import dataclasses
+
     import kernels.spmm
+    from kernels.formats import REGISTRY
 
     monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+    monkeypatch.setitem(REGISTRY, "cvse", dataclasses.replace(REGISTRY["cvse"], gpu_ready=False,
+                                                              gpu_not_ready_why="its kernels failed their tests"))
     S, _, _ = case()
-    with pytest.raises(InputError, match="kernel cvse: no GPU path yet, its kernels have not run on a GPU"):
+    with pytest.raises(InputError, match="kernel cvse: no GPU path yet, its kernels failed their tests"):
         SddmmPlan(S, format="cvse", kernel="cvse", device="gpu")
