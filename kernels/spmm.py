@@ -98,7 +98,7 @@ class SpmmPlan:
         for name, ops in self._ops.items():
             self.timings.update(ops.timings if len(self._ops) == 1 else {f"{name}:{k}": v
                                                                         for k, v in ops.timings.items()})
-        self._cusparse = None
+        self._cusparse = self._csr_rows = None
         self.choice = self._decide(128, None)  # a-priori choice for N = 128; re-decided per N in run()
 
     @property
@@ -116,9 +116,34 @@ class SpmmPlan:
             self._cusparse = CusparseSpmm(csr, dtype=self.precision.name)
         return self._cusparse
 
+    def _csr_rows_op(self):
+        """The deterministic CUDA-core CSR kernel on A as given (kernels.csr_rows), built on first use."""
+        if self._csr_rows is None:
+            from kernels.csr_rows import CsrRows
+
+            csr = self._csr if self._csr is not None else _format_to_csr(self._given)
+            self._csr_rows = CsrRows(csr, self.precision)
+        return self._csr_rows
+
     def _decide(self, N: int, B) -> dict:
         """Each format's choice for N (its own cost model / timings, cuSPARSE among its candidates); with several
-        formats and a B, the fastest measured of their choices."""
+        formats and a B, the fastest measured of their choices. When the choice was timed (autotune), the
+        deterministic CUDA-core CSR kernel ("csr-rows") is timed too and taken where it is faster: the fallback
+        where Tensor Core blocks stay nearly empty, as cuSPARSE is for a plan that need not be deterministic."""
+        choice = self._decide_formats(N, B)
+        if B is None or not (choice.get("measured_ms") or choice.get("formats_measured_ms")):
+            return choice
+        best_ms = (choice.get("measured_ms") or {}).get(choice["kernel"])
+        if best_ms is None:
+            best_ms = min(choice["formats_measured_ms"].values())
+        csr_ms = self._time("csr-rows", B)
+        choice = {**choice, "csr_rows_ms": csr_ms}
+        if csr_ms < best_ms:
+            choice.update(kernel="csr-rows", format="csr", reason=f"csr-rows (CUDA cores, deterministic) "
+                          f"{csr_ms:.4f} ms beats {best_ms:.4f} ms of the Tensor Core choice; {choice['reason']}")
+        return choice
+
+    def _decide_formats(self, N: int, B) -> dict:
         per_format = {}
         for name, ops in self._ops.items():
             ch = ops.decide(N, B, lambda kernel, _o=ops, **kw: self._time(kernel, B, ops=_o, **kw))
@@ -149,10 +174,12 @@ class SpmmPlan:
             if B.shape[1] not in op.best:
                 op.tune(B)  # into a scratch C: out may hold what accumulate adds to
             return op.run(B, out, accumulate=accumulate)
-        choice = choice if choice is not None else self.choices.get(int(B.shape[1]), {})
-        ops = ops or self._ops_for(kernel, choice)
         if out is None:  # C in the plan's out_dtype (the launchers' own default is float32)
             out = self._out(int(B.shape[1]), kernel)
+        if kernel == "csr-rows":
+            return self._csr_rows_op().run(B, out, accumulate=accumulate)
+        choice = choice if choice is not None else self.choices.get(int(B.shape[1]), {})
+        ops = ops or self._ops_for(kernel, choice)
         return ops.launch(kernel, B, out, accumulate=accumulate, ksplit=ksplit, choice=choice)
 
     def _out(self, N: int, kernel: str):
@@ -184,6 +211,9 @@ class SpmmPlan:
         whose device operator has no ``bind``)."""
         if kernel == "cusparse":
             return self._cusparse_op().bind(B, out, accumulate=accumulate)
+        if kernel == "csr-rows":
+            return self._csr_rows_op().bind(B, out if out is not None else self._out(int(B.shape[1]), kernel),
+                                            accumulate=accumulate)
         choice = choice if choice is not None else self.choices.get(int(B.shape[1]), {})
         ops = ops or self._ops_for(kernel, choice)
         if hasattr(ops, "bind"):

@@ -1,0 +1,172 @@
+"""The deterministic CUDA-core CSR SpMM (kernels/cuda/csr_spmm.cu): SpmmPlan's fallback where Tensor Core blocks
+stay nearly empty (power-law graphs, tiny matrices), in place of cuSPARSE, whose CSR SpMM gives bitwise-different C
+from call to call (so a deterministic plan never picks it). Works on the matrix as given, in every precision
+(float32 values multiplied in fp32, not TF32; 16-bit values widened to fp32), C float32 or B's 16-bit type.
+
+`segments` cuts each row into pieces of at most ``seg_len`` nonzeros (NumPy, once per plan): a short row is one
+segment written straight to C; the pieces of a long row write float32 partial rows to a workspace, added in piece
+order by a second kernel. `CsrRows` uploads A and the segments once; ``bind(B, out)`` packs the one or two launches
+(kernels.launch.Bound: one cuLaunchKernel each per call), ``run`` launches unbound. CuPy is imported lazily.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.indexing import INT32_MAX
+
+SOURCE = "csr_spmm.cu"
+SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+FLAG_VEC, FLAG_ADD, FLAG_OUT16 = 1, 2, 4
+COLS = 128  # columns per warp (4 per lane)
+
+
+@dataclass(frozen=True)
+class CsrConfig:
+    """Compile-time constants of csr_spmm.cu and the row cut."""
+
+    warps: int = 8  # warps per thread block (one segment each)
+    unroll: int = 8  # B loads in flight per warp before their FMAs (nvcc 13.0: no spills at 8 warps x 8)
+    seg_len: int = 256  # nonzeros per segment: longer rows are cut and their pieces summed by csr_fixup
+
+    def defines(self) -> tuple[str, ...]:
+        return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}")
+
+
+CSR_CONFIG = CsrConfig()
+
+
+@dataclass(frozen=True)
+class Segments:
+    seg_ptr: np.ndarray  # int64 [S + 1]
+    seg_row: np.ndarray  # int32 [S]
+    seg_slot: np.ndarray  # int32 [S]: -1 = C, else the workspace row
+    fix_row: np.ndarray  # int32 [R]: the long rows
+    fix_ptr: np.ndarray  # int32 [R + 1]: their workspace rows, in piece order
+
+    @property
+    def n_slots(self) -> int:
+        return int(self.fix_ptr[-1])
+
+
+def segments(indptr, seg_len: int = CSR_CONFIG.seg_len) -> Segments:
+    """Cut rows into pieces of <= seg_len nonzeros (>= 1 piece per row, so every row of C is written)."""
+    if seg_len < 1:
+        raise ValueError(f"seg_len is {seg_len}, expected >= 1")
+    indptr = np.asarray(indptr, dtype=np.int64)
+    M = indptr.shape[0] - 1
+    if M > INT32_MAX:
+        raise ValueError(f"A has {M} rows; the CSR kernel takes int32 row ids (<= {INT32_MAX})")
+    lens = np.diff(indptr)
+    pieces = np.maximum(1, -(-lens // seg_len))
+    first = np.cumsum(pieces) - pieces  # index of each row's first piece
+    S = int(pieces.sum())
+    seg_row = np.repeat(np.arange(M, dtype=np.int64), pieces)
+    k = np.arange(S, dtype=np.int64) - first[seg_row]
+    seg_ptr = np.empty(S + 1, dtype=np.int64)
+    seg_ptr[:S] = indptr[seg_row] + k * seg_len
+    seg_ptr[S] = indptr[-1]
+    is_long = pieces[seg_row] > 1
+    slots = int(is_long.sum())
+    if slots > INT32_MAX:
+        raise ValueError(f"{slots} row pieces exceed the int32 workspace index")
+    seg_slot = np.where(is_long, np.cumsum(is_long) - 1, -1).astype(np.int32)
+    long_rows = np.flatnonzero(pieces > 1)
+    fix_ptr = np.zeros(long_rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(pieces[long_rows], out=fix_ptr[1:])
+    return Segments(seg_ptr, seg_row.astype(np.int32), seg_slot, long_rows.astype(np.int32),
+                    fix_ptr.astype(np.int32))
+
+
+def reference(A, B, seg: Segments) -> np.ndarray:
+    """NumPy twin of the two kernels in float64 (piece sums added in piece order): what the tests compare to."""
+    A = A.tocsr()
+    C = np.zeros((A.shape[0], B.shape[1]))
+    W = np.zeros((seg.n_slots, B.shape[1]))
+    for s in range(seg.seg_row.shape[0]):
+        lo, hi = seg.seg_ptr[s], seg.seg_ptr[s + 1]
+        part = A.data[lo:hi].astype(np.float64) @ B[A.indices[lo:hi]].astype(np.float64)
+        if seg.seg_slot[s] < 0:
+            C[seg.seg_row[s]] = part
+        else:
+            W[seg.seg_slot[s]] = part
+    for i, r in enumerate(seg.fix_row):
+        C[r] = W[seg.fix_ptr[i]:seg.fix_ptr[i + 1]].sum(axis=0)
+    return C
+
+
+class CsrRows:
+    """A (canonical CSR: SciPy) on the current device in ``precision``'s storage type, with its row pieces."""
+
+    def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG):
+        import cupy
+
+        from kernels import launch
+        from kernels.precision import precision as as_precision
+
+        self.precision, self.config = as_precision(precision), config
+        self.shape = (int(A.shape[0]), int(A.shape[1]))
+        if self.shape[1] > INT32_MAX:
+            raise ValueError(f"A has {self.shape[1]} columns; the CSR kernel takes int32 column ids")
+        seg = segments(A.indptr, config.seg_len)
+        self.n_segs, self.n_long, self.n_slots = int(seg.seg_row.shape[0]), int(seg.fix_row.shape[0]), seg.n_slots
+        p = self.precision
+        values = A.data if A.data.dtype == p.storage_dtype else p.to_storage(np.asarray(A.data, dtype=np.float32))
+        up = cupy.asarray
+        self.indices = up(np.asarray(A.indices, dtype=np.int32)) if A.nnz else cupy.zeros(1, cupy.int32)
+        self.data = up(values) if A.nnz else cupy.zeros(1, p.storage_dtype)
+        self.seg_ptr, self.seg_row, self.seg_slot = up(seg.seg_ptr), up(seg.seg_row), up(seg.seg_slot)
+        self.fix_row = up(seg.fix_row) if self.n_long else cupy.zeros(1, cupy.int32)
+        self.fix_ptr = up(seg.fix_ptr)
+        self._workspace: dict[int, object] = {}  # N -> float32 [n_slots, N]
+        self._rows = launch.function(f"csr_rows_{SUFFIX[p.name]}", config, SOURCE)  # compiles now
+        self._fixup = launch.function(f"csr_fixup_{SUFFIX[p.name]}", config, SOURCE)
+
+    def _launches(self, B, out, accumulate: bool):
+        import cupy
+
+        p = self.precision
+        if not isinstance(B, cupy.ndarray) or B.ndim != 2 or B.dtype != p.storage_dtype or not B.flags.c_contiguous:
+            raise TypeError(f"B must be a C-contiguous 2-D cupy {p.storage_dtype} array for {p.name}")
+        if B.shape[0] != self.shape[1]:
+            raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {self.shape[1]}")
+        N = int(B.shape[1])
+        if N < 1:
+            raise ValueError("B has 0 columns, expected N >= 1")
+        allowed = (np.dtype(np.float32), p.storage_dtype)
+        if out is None or out.shape != (self.shape[0], N) or out.dtype not in allowed or not out.flags.c_contiguous:
+            raise ValueError(f"out must be C-contiguous {' or '.join(map(str, allowed))} of shape "
+                             f"{(self.shape[0], N)}")
+        vec = N % 4 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
+        flags = (FLAG_VEC if vec else 0) | (FLAG_ADD if accumulate else 0) | \
+            (FLAG_OUT16 if out.dtype.itemsize == 2 else 0)
+        W = self._workspace.get(N)
+        if W is None:  # once per N, before any capture: the steady state allocates nothing
+            W = self._workspace[N] = cupy.empty(max(self.n_slots * N, 1), dtype=cupy.float32)
+        chunks = -(-N // COLS)
+        block = (32 * self.config.warps,)
+        rows = (self._rows, (-(-self.n_segs // self.config.warps), chunks), block,
+                (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
+                 np.int64(self.n_segs), np.int64(N), np.int32(flags)), 0, 5, 6, 10)
+        fix = None
+        if self.n_long:
+            fix = (self._fixup, (-(-self.n_long // self.config.warps), chunks), block,
+                   (self.fix_row, self.fix_ptr, W, out, np.int64(self.n_long), np.int64(N), np.int32(flags)), 0,
+                   None, 3, 6)
+        return rows, fix
+
+    def run(self, B, out, *, accumulate: bool = False):
+        from kernels import launch
+
+        if self.shape[0] == 0:
+            return out
+        return launch._run(out, *self._launches(B, out, accumulate))
+
+    def bind(self, B, out, *, accumulate: bool = False):
+        """The launches checked and packed once (kernels.launch.Bound)."""
+        from kernels import launch
+
+        if self.shape[0] == 0:
+            return launch._bind(B, out)
+        return launch._bind(B, out, *self._launches(B, out, accumulate), vec_n=4)

@@ -1,0 +1,208 @@
+// C = A @ B for a sparse A (M x K) in CSR and dense row-major B (K x N) on CUDA cores, FP32 FMAs in a fixed order:
+// the deterministic fallback where Tensor Core blocks stay nearly empty (power-law graphs in any order, tiny
+// matrices), standing in for cuSPARSE's CSR SpMM, whose results differ bitwise from call to call (issue 17).
+//   C[r][n] = sum over p in [indptr[r], indptr[r+1]) of data[p] * B[indices[p]][n]   (in increasing p)
+// A row is cut into segments of at most seg_len nonzeros (kernels/formats/csr_plugin.py, `segments`): a short row
+// is one segment, written straight to C; a long row's segments write partial rows to a workspace W, and csr_fixup
+// adds them in segment order into C. Each element of C and W has one writer, and the order of every sum depends
+// only on A: bitwise repeatable, no atomics.
+//
+// Launch mapping (kernels/formats/csr_plugin.py): csr_rows: blockDim.x = 32 x CSR_WARPS; warp w of the grid takes
+//   segment blockIdx.x x CSR_WARPS + w and the 128 columns n0 = blockIdx.y x 128 .. +127, lane l columns
+//   n0 + 4l .. n0 + 4l + 3 (one 16-byte float4 / 8-byte 4 x 16-bit load of B per nonzero). The warp reads 32
+//   (column, value) pairs at once, coalesced, and broadcasts them by shuffle; U nonzeros' B loads are in flight
+//   before their FMAs. csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns.
+// Input contract (checked by the launcher): seg_ptr int64 [S + 1] (segment s = nonzeros seg_ptr[s] ..
+//   seg_ptr[s+1] - 1, increasing, seg_ptr[S] = nnz), seg_row int32 [S] (every row of A has >= 1 segment, so
+//   every row of C is written: zeros for an empty row), seg_slot int32 [S] (-1: write C; else its row of W);
+//   fix_row int32 [R], fix_ptr int32 [R + 1] (the W rows of long row i are fix_ptr[i] .. fix_ptr[i+1] - 1, in
+//   segment order); indices int32 [nnz]; data [nnz] in B's type (float32, float16, or bfloat16 bits); W float32
+//   [n_slots x N]. FLAG_VEC only when N % 4 == 0 and B, C are 16-byte aligned (8-byte for 16-bit). C float32 or
+//   (FLAG_OUT16) B's 16-bit type; FLAG_ADD: C += A @ B, added in fp32 and rounded once.
+#ifndef CSR_WARPS
+#define CSR_WARPS 8
+#define CSR_UNROLL 8
+#endif
+static_assert(CSR_WARPS >= 1 && CSR_WARPS <= 32, "CsrConfig.warps must be 1..32");
+static_assert(CSR_UNROLL == 1 || CSR_UNROLL == 2 || CSR_UNROLL == 4 || CSR_UNROLL == 8, "CsrConfig.unroll: 1/2/4/8");
+
+typedef long long i64;
+typedef unsigned short u16;
+#define FLAG_VEC 1
+#define FLAG_ADD 2
+#define FLAG_OUT16 4
+#define COLS 128  // columns of one warp: 4 per lane
+enum Kind { F32 = 0, F16 = 1, BF16 = 2 };
+
+template <int KIND>
+__device__ __forceinline__ float to_f32(u16 h) {
+  if constexpr (KIND == BF16) return __uint_as_float((unsigned)h << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+  return f;
+}
+template <int KIND>
+__device__ __forceinline__ u16 from_f32(float f) {  // round to nearest even
+  u16 h;
+  if constexpr (KIND == BF16) asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  else asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  return h;
+}
+
+__device__ __forceinline__ float comp(const float4& a, int i) {  // a's component i (i a compile-time constant)
+  return i == 0 ? a.x : i == 1 ? a.y : i == 2 ? a.z : a.w;
+}
+
+// This lane's 4 values of row `col` of B from column n (avail of them inside N; the rest read as 0).
+template <int KIND>
+__device__ __forceinline__ float4 load_b(const void* __restrict__ B, i64 col, i64 N, i64 n, bool vec, int avail) {
+  if constexpr (KIND == F32) {
+    const float* row = static_cast<const float*>(B) + col * N + n;
+    if (vec) return __ldg(reinterpret_cast<const float4*>(row));
+    return make_float4(__ldg(row), avail > 1 ? __ldg(row + 1) : 0.f, avail > 2 ? __ldg(row + 2) : 0.f,
+                       avail > 3 ? __ldg(row + 3) : 0.f);  // avail >= 1 here
+  } else {
+    const u16* row = static_cast<const u16*>(B) + col * N + n;
+    uint2 w;
+    if (vec) w = __ldg(reinterpret_cast<const uint2*>(row));
+    else w = make_uint2((unsigned)__ldg(row) | (avail > 1 ? (unsigned)__ldg(row + 1) << 16 : 0u),
+                        (avail > 2 ? (unsigned)__ldg(row + 2) : 0u) | (avail > 3 ? (unsigned)__ldg(row + 3) << 16 : 0u));
+    return make_float4(to_f32<KIND>((u16)(w.x & 0xffffu)), to_f32<KIND>((u16)(w.x >> 16)),
+                       to_f32<KIND>((u16)(w.y & 0xffffu)), to_f32<KIND>((u16)(w.y >> 16)));
+  }
+}
+
+template <int KIND>
+__device__ __forceinline__ float value_of(const void* __restrict__ data, i64 p) {
+  if constexpr (KIND == F32) return __ldg(static_cast<const float*>(data) + p);
+  else return to_f32<KIND>(__ldg(static_cast<const u16*>(data) + p));
+}
+
+// Write (FLAG_ADD: add to) this lane's 4 columns of C row `row` from n.
+template <int KIND>
+__device__ __forceinline__ void store_c(void* __restrict__ C, i64 row, i64 N, i64 n, float4 acc, bool vec, int avail,
+                                        int flags) {
+  if (!(flags & FLAG_OUT16) || KIND == F32) {
+    float* out = static_cast<float*>(C) + row * N + n;
+    if (vec) {
+      float4* p = reinterpret_cast<float4*>(out);
+      if (flags & FLAG_ADD) {
+        const float4 o = *p;
+        acc.x += o.x, acc.y += o.y, acc.z += o.z, acc.w += o.w;
+      }
+      *p = acc;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < avail) out[i] = (flags & FLAG_ADD) ? out[i] + comp(acc, i) : comp(acc, i);
+    }
+  } else {
+    u16* out = static_cast<u16*>(C) + row * N + n;
+    if (vec) {
+      uint2* p = reinterpret_cast<uint2*>(out);
+      if (flags & FLAG_ADD) {
+        const uint2 o = *p;
+        acc.x += to_f32<KIND>((u16)(o.x & 0xffffu)), acc.y += to_f32<KIND>((u16)(o.x >> 16));
+        acc.z += to_f32<KIND>((u16)(o.y & 0xffffu)), acc.w += to_f32<KIND>((u16)(o.y >> 16));
+      }
+      *p = make_uint2((unsigned)from_f32<KIND>(acc.x) | ((unsigned)from_f32<KIND>(acc.y) << 16),
+                      (unsigned)from_f32<KIND>(acc.z) | ((unsigned)from_f32<KIND>(acc.w) << 16));
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < avail) out[i] = from_f32<KIND>((flags & FLAG_ADD) ? to_f32<KIND>(out[i]) + comp(acc, i) : comp(acc, i));
+    }
+  }
+}
+
+__device__ __forceinline__ void fma4(float4& acc, float a, const float4& b) {
+  acc.x = fmaf(a, b.x, acc.x), acc.y = fmaf(a, b.y, acc.y), acc.z = fmaf(a, b.z, acc.z), acc.w = fmaf(a, b.w, acc.w);
+}
+
+template <int KIND>
+__device__ __forceinline__ void csr_rows(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,
+                                         const int* __restrict__ seg_slot, const int* __restrict__ indices,
+                                         const void* __restrict__ data, const void* __restrict__ B,
+                                         void* __restrict__ C, float* __restrict__ W, i64 n_segs, i64 N, int flags) {
+  const int lane = threadIdx.x & 31;
+  const i64 s = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
+  if (s >= n_segs) return;  // no barriers below: a warp may leave early
+  const i64 n = (i64)blockIdx.y * COLS + 4 * lane;
+  const int avail = (int)max((i64)0, min((i64)4, N - n));
+  const bool vec = (flags & FLAG_VEC) != 0;
+  const i64 lo = seg_ptr[s], hi = seg_ptr[s + 1];
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (i64 base = lo; base < hi; base += 32) {
+    const int cnt = (int)min((i64)32, hi - base);
+    const int my_col = lane < cnt ? __ldg(indices + base + lane) : 0;
+    const float my_val = lane < cnt ? value_of<KIND>(data, base + lane) : 0.f;
+    int j = 0;
+    for (; j + CSR_UNROLL <= cnt; j += CSR_UNROLL) {  // U loads in flight, then their FMAs in order
+      float4 b[CSR_UNROLL];
+#pragma unroll
+      for (int u = 0; u < CSR_UNROLL; ++u) {
+        const int c = __shfl_sync(0xffffffffu, my_col, j + u);
+        b[u] = avail > 0 ? load_b<KIND>(B, c, N, n, vec, avail) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < CSR_UNROLL; ++u) fma4(acc, __shfl_sync(0xffffffffu, my_val, j + u), b[u]);
+    }
+    for (; j < cnt; ++j) {  // cnt is warp-uniform: every lane takes part in each shuffle
+      const int c = __shfl_sync(0xffffffffu, my_col, j);
+      const float a = __shfl_sync(0xffffffffu, my_val, j);
+      if (avail > 0) fma4(acc, a, load_b<KIND>(B, c, N, n, vec, avail));
+    }
+  }
+  if (avail <= 0) return;
+  const int slot = seg_slot[s];
+  if (slot < 0) {
+    store_c<KIND>(C, seg_row[s], N, n, acc, vec, avail, flags);
+  } else {
+    float* w = W + (i64)slot * N + n;  // float32 partial row, no FLAG_ADD, no 16-bit rounding
+    if (vec) *reinterpret_cast<float4*>(w) = acc;
+    else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < avail) w[i] = comp(acc, i);
+    }
+  }
+}
+
+template <int KIND>
+__device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const int* __restrict__ fix_ptr,
+                                          const float* __restrict__ W, void* __restrict__ C, i64 n_long, i64 N,
+                                          int flags) {
+  const int lane = threadIdx.x & 31;
+  const i64 r = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
+  if (r >= n_long) return;
+  const i64 n = (i64)blockIdx.y * COLS + 4 * lane;
+  const int avail = (int)max((i64)0, min((i64)4, N - n));
+  if (avail <= 0) return;
+  const bool vec = (flags & FLAG_VEC) != 0;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k = fix_ptr[r]; k < fix_ptr[r + 1]; ++k) {  // segment order: the same sum on every call
+    const float* w = W + (i64)k * N + n;
+    float4 x;
+    if (vec) x = *reinterpret_cast<const float4*>(w);
+    else x = make_float4(w[0], avail > 1 ? w[1] : 0.f, avail > 2 ? w[2] : 0.f, avail > 3 ? w[3] : 0.f);
+    acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+  }
+  store_c<KIND>(C, fix_row[r], N, n, acc, vec, avail, flags);
+}
+
+#define CSR_ENTRY(SUFFIX, KIND)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
+      csr_rows_##SUFFIX(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,                        \
+                        const int* __restrict__ seg_slot, const int* __restrict__ indices,                       \
+                        const void* __restrict__ data, const void* __restrict__ B, void* __restrict__ C,         \
+                        float* __restrict__ W, i64 n_segs, i64 N, int flags) {                                    \
+    csr_rows<KIND>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags);                        \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
+      csr_fixup_##SUFFIX(const int* __restrict__ fix_row, const int* __restrict__ fix_ptr,                        \
+                         const float* __restrict__ W, void* __restrict__ C, i64 n_long, i64 N, int flags) {      \
+    csr_fixup<KIND>(fix_row, fix_ptr, W, C, n_long, N, flags);                                                   \
+  }
+CSR_ENTRY(f32, F32)
+CSR_ENTRY(f16, F16)
+CSR_ENTRY(bf16, BF16)

@@ -1,0 +1,44 @@
+"""The row cut of the deterministic CUDA-core CSR kernel (kernels.csr_rows.segments) and its NumPy twin, on the CPU:
+pieces partition the nonzeros in row order, no piece longer than seg_len, every row (empty ones too) has one, a long
+row's workspace rows are contiguous and in piece order; the twin equals A @ B; sizes past int32 are refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from kernel_cases import BASE_CASES
+from kernels.csr_rows import CsrConfig, reference, segments
+
+
+@pytest.mark.parametrize("seg_len", [1, 3, 256])
+@pytest.mark.parametrize("name", sorted(BASE_CASES))
+def test_segments_partition_rows(name, seg_len):
+    A = sp.csr_array(BASE_CASES[name]())
+    seg = segments(A.indptr, seg_len)
+    lens = np.diff(seg.seg_ptr)
+    assert seg.seg_ptr[0] == 0 and seg.seg_ptr[-1] == A.nnz and (lens >= 0).all() and (lens <= seg_len).all()
+    assert np.array_equal(np.unique(seg.seg_row), np.arange(A.shape[0]))  # every row, even an empty one
+    assert (np.diff(seg.seg_row) >= 0).all()
+    for s in range(seg.seg_row.shape[0]):  # each piece inside its row
+        r = seg.seg_row[s]
+        assert A.indptr[r] <= seg.seg_ptr[s] and seg.seg_ptr[s + 1] <= A.indptr[r + 1]
+    pieces = np.bincount(seg.seg_row, minlength=A.shape[0])
+    assert np.array_equal(seg.fix_row, np.flatnonzero(pieces > 1))
+    assert np.array_equal(np.diff(seg.fix_ptr), pieces[pieces > 1])
+    slots = seg.seg_slot[seg.seg_slot >= 0]
+    assert np.array_equal(slots, np.arange(seg.n_slots))  # in piece order
+    assert ((seg.seg_slot >= 0) == (pieces[seg.seg_row] > 1)).all()
+
+
+@pytest.mark.parametrize("name", sorted(BASE_CASES))
+def test_reference_equals_the_product(name):
+    A = sp.csr_array(BASE_CASES[name]())
+    B = np.random.default_rng(0).standard_normal((A.shape[1], 5))
+    assert np.allclose(reference(A, B, segments(A.indptr, 7)), A @ B)
+
+
+def test_checks():
+    with pytest.raises(ValueError, match="seg_len is 0"):
+        segments(np.array([0, 1]), 0)
+    assert CsrConfig().defines() == ("-DCSR_WARPS=8", "-DCSR_UNROLL=8")

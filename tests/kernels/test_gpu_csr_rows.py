@@ -1,0 +1,94 @@
+"""GPU deterministic CUDA-core CSR SpMM (kernels/csr_rows.py, kernels/cuda/csr_spmm.cu) for float32 / float16 /
+bfloat16 against float64: NaN-poisoned out (every element written), rectangular shapes, empty rows, a hub row cut
+into pieces (the fixup kernel), N off the 16-byte path, float32 and 16-bit C, accumulate, two runs bit-identical,
+the bound launch equal to the plain one; SpmmPlan's "csr-rows" kernel on request and in its timed choice."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from kernels.csr_rows import CsrConfig, CsrRows  # noqa: E402
+from kernels.precision import precision  # noqa: E402
+from kernel_cases import BASE_CASES, random_csr  # noqa: E402
+
+PRECISIONS = ("float32", "float16", "bfloat16")
+# against the float64 product of the stored (rounded) values: fp32 FMAs in a fixed order; a 16-bit C adds a rounding
+RTOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
+CASES = {**BASE_CASES, "long_rows": lambda: random_csr((40, 3000), 40 * 1500, seed=9)}
+
+
+def stored(A, p):
+    """A with its values as the kernel reads them (the precision's storage, widened exactly)."""
+    A = sp.csr_array(A, dtype=np.float32)
+    return sp.csr_array((p.to_float32(p.to_storage(A.data)).astype(np.float64), A.indices, A.indptr), shape=A.shape)
+
+
+def poisoned(shape, dtype):
+    out = cupy.empty(shape, dtype=dtype)
+    out.view(cupy.uint8).fill(0xFF)  # NaN in every float type
+    return out
+
+
+@pytest.mark.parametrize("N", [1, 13, 128, 200])
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_against_float64(name, p_name, N):
+    p = precision(p_name)
+    A = sp.csr_array(CASES[name](), dtype=np.float32)
+    Bh = np.random.default_rng(1).standard_normal((A.shape[1], N)).astype(np.float32)
+    B = cupy.asarray(p.to_storage(Bh))
+    ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
+    op = CsrRows(A, p, CsrConfig(seg_len=64))  # small pieces: the hub and long rows go through the fixup
+    for dtype in {np.dtype(np.float32), p.storage_dtype}:
+        C = p.to_float32(cupy.asnumpy(op.run(B, poisoned((A.shape[0], N), dtype)))).astype(np.float64)
+        assert np.isfinite(C).all(), "every element of C is written"
+        tol = RTOL["float32"] if dtype == np.float32 else RTOL[p_name]
+        scale = max(np.abs(ref).max(initial=0.0), 1.0)
+        assert np.allclose(C, ref, rtol=tol, atol=tol * scale), (dtype, float(np.abs(C - ref).max()))
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_deterministic_bound_and_accumulate(p_name):
+    p = precision(p_name)
+    A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
+    B = cupy.asarray(p.to_storage(np.random.default_rng(2).standard_normal((A.shape[1], 256))))
+    op = CsrRows(A, p)
+    one = op.run(B, cupy.empty((A.shape[0], 256), cupy.float32)).copy()
+    two = op.run(B, cupy.empty((A.shape[0], 256), cupy.float32))
+    assert bool((one.view(cupy.uint32) == two.view(cupy.uint32)).all())
+    out = cupy.empty((A.shape[0], 256), cupy.float32)
+    bound = op.bind(B, out)
+    assert bool((bound(cupy.cuda.get_current_stream().ptr).view(cupy.uint32) == one.view(cupy.uint32)).all())
+    acc = cupy.ones((A.shape[0], 256), cupy.float32)
+    op.run(B, acc, accumulate=True)
+    assert cupy.allclose(acc, one + 1, rtol=1e-6, atol=1e-5)
+    with pytest.raises(ValueError, match="B has 7 rows"):
+        op.run(cupy.zeros((7, 4), p.storage_dtype), out)
+
+
+@pytest.mark.parametrize("p_name", ["float32", "float16"])
+def test_plan_runs_csr_rows(p_name):
+    from kernels.spmm import SpmmPlan
+
+    p = precision(p_name)
+    A = sp.csr_array(random_csr((3000, 2000), 30_000, seed=4), dtype=np.float32)
+    Bh = np.random.default_rng(3).standard_normal((2000, 128)).astype(np.float32)
+    exact = A.astype(np.float64) @ Bh.astype(np.float64)
+    plan = SpmmPlan(A, dtype=p_name, autotune=True)
+    B = cupy.asarray(p.to_storage(Bh))
+    C = plan.run(B)
+    assert "csr_rows_ms" in plan.choice  # timed next to the Tensor Core choice
+    Cr = plan.run(B, kernel="csr-rows")
+    for got in (C, Cr):
+        got = p.to_float32(cupy.asnumpy(got)).astype(np.float64)
+        assert np.linalg.norm(got - exact) / np.linalg.norm(exact) <= p.tolerance
+    out = cupy.empty_like(Cr)
+    first = plan.run(B, out, kernel="csr-rows").copy()
+    for _ in range(4):  # the bound call, then graph replay
+        assert bool((plan.run(B, out, kernel="csr-rows") == first).all())
