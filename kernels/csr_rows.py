@@ -26,9 +26,9 @@ COLS = 128  # columns per warp (4 per lane)
 class CsrConfig:
     """Compile-time constants of csr_spmm.cu and the row cut."""
 
-    warps: int = 8  # warps per thread block (one segment each)
-    unroll: int = 8  # B loads in flight per warp before their FMAs (nvcc 13.0: no spills at 8 warps x 8)
-    seg_len: int = 256  # nonzeros per segment: longer rows are cut and their pieces summed by csr_fixup
+    warps: int = 2  # warps per thread block (one segment each)
+    unroll: int = 4  # B loads in flight per warp before their FMAs
+    seg_len: int = 128  # nonzeros per segment: longer rows are cut and their pieces summed by csr_fixup
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}")

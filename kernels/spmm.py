@@ -99,6 +99,7 @@ class SpmmPlan:
             self.timings.update(ops.timings if len(self._ops) == 1 else {f"{name}:{k}": v
                                                                         for k, v in ops.timings.items()})
         self._cusparse = self._csr_rows = None
+        self._csr_fallback = (given or format) in ("auto", "metcf")
         self.choice = self._decide(128, None)  # a-priori choice for N = 128; re-decided per N in run()
 
     @property
@@ -127,11 +128,14 @@ class SpmmPlan:
 
     def _decide(self, N: int, B) -> dict:
         """Each format's choice for N (its own cost model / timings, cuSPARSE among its candidates); with several
-        formats and a B, the fastest measured of their choices. When the choice was timed (autotune), the
-        deterministic CUDA-core CSR kernel ("csr-rows") is timed too and taken where it is faster: the fallback
-        where Tensor Core blocks stay nearly empty, as cuSPARSE is for a plan that need not be deterministic."""
+        formats and a B, the fastest measured of their choices. When the choice was timed (autotune) and the plan's
+        format is ME-TCF (DTC-SpMM's selector: TC kernels or CUDA-core CSR) or "auto", the deterministic CUDA-core
+        CSR kernel ("csr-rows") is timed too and taken where it is faster: the fallback where Tensor Core blocks
+        stay nearly empty, as cuSPARSE is for a plan that need not be deterministic. An explicitly named other
+        format keeps its own kernels."""
         choice = self._decide_formats(N, B)
-        if B is None or not (choice.get("measured_ms") or choice.get("formats_measured_ms")):
+        timed = choice.get("measured_ms") or choice.get("formats_measured_ms")
+        if B is None or not self._csr_fallback or not timed:
             return choice
         best_ms = (choice.get("measured_ms") or {}).get(choice["kernel"])
         if best_ms is None:

@@ -20,8 +20,8 @@
 //   [n_slots x N]. FLAG_VEC only when N % 4 == 0 and B, C are 16-byte aligned (8-byte for 16-bit). C float32 or
 //   (FLAG_OUT16) B's 16-bit type; FLAG_ADD: C += A @ B, added in fp32 and rounded once.
 #ifndef CSR_WARPS
-#define CSR_WARPS 8
-#define CSR_UNROLL 8
+#define CSR_WARPS 2
+#define CSR_UNROLL 4
 #endif
 static_assert(CSR_WARPS >= 1 && CSR_WARPS <= 32, "CsrConfig.warps must be 1..32");
 static_assert(CSR_UNROLL == 1 || CSR_UNROLL == 2 || CSR_UNROLL == 4 || CSR_UNROLL == 8, "CsrConfig.unroll: 1/2/4/8");

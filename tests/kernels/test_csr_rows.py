@@ -41,4 +41,4 @@ def test_reference_equals_the_product(name):
 def test_checks():
     with pytest.raises(ValueError, match="seg_len is 0"):
         segments(np.array([0, 1]), 0)
-    assert CsrConfig().defines() == ("-DCSR_WARPS=8", "-DCSR_UNROLL=8")
+    assert CsrConfig().defines() == ("-DCSR_WARPS=2", "-DCSR_UNROLL=4")
