@@ -223,7 +223,7 @@ def main(argv=None) -> int:
                     break
                 A = generate("dlmc", f"rows={M}&cols={M}&sparsity={s}&vector={V}&seed=1")
                 for N in ns:
-                    res = spmm_case(A, V, N, args.repeats, np.random.default_rng(N))
+                    res = spmm_case(A, V, N, args.repeats, np.random.default_rng(N), gemm)
                     record({"kind": "spmm", "V": V, "shape": [M, M], "sparsity": s, "nnz": int(A.nnz), "N": N, **res})
                     log(f"spmm V={V} M={M} s={s} N={N}: " + " ".join(f"{k}={v:.4f}" for k, v in res["ms"].items()))
                 if V == 8:
