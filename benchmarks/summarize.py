@@ -28,12 +28,14 @@ from storage.atomic import atomic_path  # noqa: E402
 
 import plots  # noqa: E402  (benchmarks/plots.py: charts beside the doc, optional matplotlib)
 from summarize_bcsr import bcsr_section  # noqa: E402  (benchmarks/ is the script folder)
+from summarize_formats import formats_section  # noqa: E402
 from summarize_gnn import gnn_section  # noqa: E402
 from summarize_precision import precision_section, seam_section  # noqa: E402
 
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
                "reorder": "benchmarks/reorder.py --sizes 1M,10M,100M --workers 16 --fixtures",
                "multi_gpu": "benchmarks/multi_gpu.py --nnz 100e6 --orders none,natural,tca",
+               "formats": "benchmarks/formats.py",
                "convert": "benchmarks/convert.py", "parse": "benchmarks/parse.py",
                "precision": "benchmarks/precision.py --suite full", "gnn": "benchmarks/gnn.py --suite full",
                "bcsr": "benchmarks/bcsr.py"}
@@ -667,6 +669,7 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "seam-ab": lambda *a: seam_section(*a, h=SimpleNamespace(**globals())),
             "gnn": lambda *a: gnn_section(*a, h=SimpleNamespace(**globals())),
             "bcsr": lambda *a: bcsr_section(*a, h=SimpleNamespace(**globals())),
+            "formats": lambda *a: formats_section(*a, h=SimpleNamespace(**globals())),
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
             "convert": convert_section, "parse": parse_section}
 
