@@ -95,13 +95,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="small matrices (a smoke run, seconds)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
+    load_at_start = list(os.getloadavg())  # other work on the 2 cores slows ours (both cores) more than SciPy's
     rows = []
     for name, (kind, params) in (QUICK if args.quick else CASES).items():
         rows += run_case(name, kind, params, args.n_cols, args.repeats)
     result = {"benchmark": "cpu_spmm", "date": datetime.date.today().isoformat(),
               "command": "python benchmarks/cpu_spmm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": {"cpu": cpu_model(), "cpus_usable": default_threads(), "cpu_count": os.cpu_count(),
-                          "loadavg_at_end": None},
+              "machine": {"cpu": cpu_model(), "cores": default_threads(), "cpus_usable": default_threads(),
+                          "cpu_count": os.cpu_count(), "loadavg_at_start": load_at_start, "loadavg_at_end": None},
               "versions": {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
                            "numba": __import__("numba").__version__},
               "measures": "wall ms per call incl. allocating C; median and best of interleaved repeats; speedup from "

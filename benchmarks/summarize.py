@@ -28,6 +28,7 @@ from storage.atomic import atomic_path  # noqa: E402
 
 import plots  # noqa: E402  (benchmarks/plots.py: charts beside the doc, optional matplotlib)
 from summarize_bcsr import bcsr_section  # noqa: E402  (benchmarks/ is the script folder)
+from summarize_cpu import cpu_section  # noqa: E402
 from summarize_formats import formats_section  # noqa: E402
 from summarize_gnn import gnn_section  # noqa: E402
 from summarize_precision import precision_section, seam_section  # noqa: E402
@@ -38,7 +39,7 @@ DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibrati
                "formats": "benchmarks/formats.py",
                "convert": "benchmarks/convert.py", "parse": "benchmarks/parse.py",
                "precision": "benchmarks/precision.py --suite full", "gnn": "benchmarks/gnn.py --suite full",
-               "bcsr": "benchmarks/bcsr.py"}
+               "bcsr": "benchmarks/bcsr.py", "cpu_spmm": "benchmarks/cpu_spmm.py --repeats 7"}
 VERSION_KEYS = ("python", "numpy", "scipy", "numba", "cupy", "cuda_runtime", "driver", "fast_matrix_market",
                 "pyarrow", "dask", "distributed", "dask_cuda", "torch")
 SIZE_RE = re.compile(r"^([a-z0-9]+)-(\d+(?:\.\d+)?)([KMG])$", re.I)  # reorder's generated labels, e.g. sbm-10M
@@ -671,7 +672,8 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "bcsr": lambda *a: bcsr_section(*a, h=SimpleNamespace(**globals())),
             "formats": lambda *a: formats_section(*a, h=SimpleNamespace(**globals())),
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
-            "convert": convert_section, "parse": parse_section}
+            "convert": convert_section, "parse": parse_section,
+            "cpu_spmm": lambda *a: cpu_section(*a, h=SimpleNamespace(**globals()))}
 
 
 def render(results: Path) -> str:

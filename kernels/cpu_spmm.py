@@ -2,12 +2,14 @@
 
     C[i, :] = sum_{p in indptr[i]:indptr[i+1]} data[p] * B[indices[p], :]      (float32, FP32 accumulation)
 
-Row i is computed by one thread, accumulating its nonzeros in index order into a row buffer, so C is the same
-bitwise for every thread count (no reduction across threads). Rows are cut into blocks of about equal nonzeros
-(``blocks_per_thread`` per thread, so a hub row does not leave the other threads idle) and handed out by a thread
-pool; the numba kernel releases the GIL. Threads: ``threads`` argument, else ``TCSPMM_CPU_THREADS``, else the CPUs
-this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``). No numba threading layer is used: a
-plain thread pool works from any calling thread, also from the concurrent subflows of the catalog job.
+Row i is computed by one thread, accumulating its nonzeros in index order (multiply, then add, in float32) into
+column tiles held in vector registers (``kernels.cpu_simd``; 128, 64, 32, 16 columns, down to 4 for N < 16), so C
+is the same bitwise for every thread count and every tile width (no reduction across threads). Rows are cut into
+blocks of about equal nonzeros (``blocks_per_thread`` per thread, so a hub row does not leave the other threads
+idle) and handed out by a thread pool; the numba kernel releases the GIL. Threads: ``threads`` argument, else
+``TCSPMM_CPU_THREADS``, else the CPUs this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``).
+No numba threading layer is used: a plain thread pool works from any calling thread, also from the concurrent
+subflows of the catalog job.
 
 This is SpmmPlan's CPU product for float32 (``kernels.spmm``); the float64 ME-TCF reference
 (``kernels.reference``) stays the check and the half-precision emulation. ``benchmarks/cpu_spmm.py`` measures it
@@ -23,10 +25,19 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from kernels.cpu_simd import vaxpy, vstore, vzero
+
 
 # Below this many multiply-adds (nnz * N) one thread does the product: a pool round trip costs ~50 us, a 64K-FMA
 # product about as much (measured on the 2-core CI host: 0.1 ms single-threaded for 15K nnz at N = 32).
 MIN_PARALLEL_FMAS = 1 << 18
+# B rows of 64 or 128 bytes (N = 16, 32) span one cache line more than they need when B's base is not 64-byte
+# aligned (NumPy's large arrays start 16 bytes into a page), i.e. +100% / +50% lines per gathered row. Copying B
+# into an aligned buffer (kept for the next call) pays off there, one thread: shuffled mesh3d-2M N = 32 26.0 ->
+# 22.8 ms copy included, sbm-2M 6.9 -> 4.8 ms, rmat-8M 106 -> 94 ms, N = 16 84 -> 60 ms; not at N = 64 or 128
+# (+25% / +12% lines: a loss or a wash with the copy) nor N = 8 (AMD EPYC, 2026-11-25).
+ALIGN_N = (16, 32)
+ALIGN_BYTES = 64
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -53,9 +64,21 @@ def default_threads() -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _rows(indptr, indices, data, B, C, r0, r1):  # pragma: no cover - compiled
-    # Plain loops: for i in rows: C[i] = sum_p data[p] * B[indices[p]]; the k loop is contiguous in B and C and
-    # vectorises; acc keeps the row in L1 instead of read-modify-writing C per nonzero.
+def _tile(indptr, indices, data, B, C, r0, r1, c_begin, c_end, width):  # pragma: no cover - compiled
+    # C[i, c:c+width] = sum_p data[p] * B[indices[p], c:c+width] for c in c_begin, c_begin + width, ... < c_end,
+    # with the tile in registers across the row's nonzeros (kernels.cpu_simd; width: a compile-time constant)
+    for i in range(r0, r1):
+        p0, p1 = indptr[i], indptr[i + 1]
+        for c in range(c_begin, c_end, width):
+            s = vzero(width)
+            for p in range(p0, p1):
+                s = vaxpy(s, data[p], B, indices[p], c)
+            vstore(C, i, c, s)
+
+
+@numba.njit(cache=True, nogil=True)
+def _narrow(indptr, indices, data, B, C, r0, r1):  # pragma: no cover - compiled
+    # N < 4 (below the narrowest tile), plain loops: for i: C[i] = sum_p data[p] * B[indices[p]]
     n = B.shape[1]
     acc = np.empty(n, dtype=np.float32)
     for i in range(r0, r1):
@@ -67,6 +90,41 @@ def _rows(indptr, indices, data, B, C, r0, r1):  # pragma: no cover - compiled
                 acc[k] += a * B[j, k]
         for k in range(n):
             C[i, k] = acc[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _rows(indptr, indices, data, B, C, r0, r1):  # pragma: no cover - compiled
+    # Rows r0:r1 of C = A @ B in column tiles of 128, 64, 32, 16 (8, 4 when N < 16), one pass over the rows per
+    # tile width. A remainder narrower than the tile is done by one more tile ending at column n, overlapping
+    # the last one (its columns get the same bits again); only N < 4 needs the plain loop. Registers instead of
+    # the acc[k] row buffer: mesh3d-2M (shuffled) N = 32 one thread 48 -> 27 ms, N = 128 93 -> 46 ms; sbm-2M
+    # 8.6 -> 6.2, 87 -> 43 ms; rmat-8M N = 32 191 -> 111 ms (AMD EPYC, 2026-11-25).
+    n = B.shape[1]
+    c = n // 128 * 128
+    if c:
+        _tile(indptr, indices, data, B, C, r0, r1, 0, c, 128)
+    if n - c >= 64:
+        _tile(indptr, indices, data, B, C, r0, r1, c, c + 64, 64)
+        c += 64
+    if n - c >= 32:
+        _tile(indptr, indices, data, B, C, r0, r1, c, c + 32, 32)
+        c += 32
+    if n - c >= 16:
+        _tile(indptr, indices, data, B, C, r0, r1, c, c + 16, 16)
+        c += 16
+    if c < n and n >= 16:
+        _tile(indptr, indices, data, B, C, r0, r1, n - 16, n, 16)
+        return
+    if n - c >= 8:
+        _tile(indptr, indices, data, B, C, r0, r1, c, c + 8, 8)
+        c += 8
+    if n - c >= 4:
+        _tile(indptr, indices, data, B, C, r0, r1, c, c + 4, 4)
+        c += 4
+    if n < 4:
+        _narrow(indptr, indices, data, B, C, r0, r1)
+    elif c < n:
+        _tile(indptr, indices, data, B, C, r0, r1, n - 4, n, 4)
 
 
 def row_blocks(indptr: np.ndarray, n_blocks: int) -> np.ndarray:
@@ -81,7 +139,8 @@ def row_blocks(indptr: np.ndarray, n_blocks: int) -> np.ndarray:
 
 
 class CpuCsr:
-    """A prepared A (CSR, float32 values, sorted contiguous arrays) for repeated ``run(B)`` calls."""
+    """A prepared A (CSR, float32 values, sorted contiguous arrays) for repeated ``run(B)`` calls. For N = 16 and
+    32 it keeps one buffer the size of B between calls (B's 64-byte-aligned copy, ALIGN_N)."""
 
     def __init__(self, A, *, threads: int | None = None, blocks_per_thread: int = 8):
         if not sp.issparse(A):
@@ -98,6 +157,21 @@ class CpuCsr:
         if self.threads < 1:
             raise ValueError(f"threads is {threads}, expected >= 1")
         self.bounds = row_blocks(self.indptr, self.threads * blocks_per_thread if self.threads > 1 else 1)
+        self._spare: list[np.ndarray] = []  # an aligned buffer for B (ALIGN_N), reused by the next call
+
+    def _aligned(self, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """B copied into a 64-byte-aligned buffer: the spare one when it is free and big enough (concurrent calls
+        each take their own), else a new one; (the copy, its uint8 buffer to give back)."""
+        try:
+            raw = self._spare.pop()  # atomic: a concurrent run gets IndexError and a buffer of its own
+        except IndexError:
+            raw = None
+        if raw is None or raw.size < B.nbytes + ALIGN_BYTES:
+            raw = np.empty(B.nbytes + ALIGN_BYTES, dtype=np.uint8)
+        off = -raw.ctypes.data % ALIGN_BYTES
+        Ba = raw[off:off + B.nbytes].view(np.float32).reshape(B.shape)
+        np.copyto(Ba, B)
+        return Ba, raw
 
     def run(self, B, out: np.ndarray | None = None) -> np.ndarray:
         """C = A @ B in float32 (B converted to C-contiguous float32 when it is not). ``out``: a C-contiguous
@@ -116,6 +190,9 @@ class CpuCsr:
             if C.shape != shape or C.dtype != np.float32 or not C.flags.c_contiguous:
                 raise ValueError(f"out is {C.dtype} {C.shape} (contiguous: {C.flags.c_contiguous}), "
                                  f"expected C-contiguous float32 {shape}")
+        raw = None
+        if shape[1] in ALIGN_N and B2.ctypes.data % ALIGN_BYTES and self.nnz >= 2 * self.shape[1]:
+            B2, raw = self._aligned(B2)  # worth a copy where each row of B is gathered twice or more on average
         spans = list(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()))
         if self.threads == 1 or len(spans) <= 1 or self.nnz * shape[1] < MIN_PARALLEL_FMAS:
             _rows(self.indptr, self.indices, self.data, B2, C, 0, self.shape[0])
@@ -123,6 +200,8 @@ class CpuCsr:
             pool = _pool(self.threads)
             for f in [pool.submit(_rows, self.indptr, self.indices, self.data, B2, C, r0, r1) for r0, r1 in spans]:
                 f.result()
+        if raw is not None and not self._spare:
+            self._spare.append(raw)
         return C.reshape(-1) if vector else C
 
 
