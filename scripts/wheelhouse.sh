@@ -22,4 +22,9 @@ rich markdown_it_py mdurl six python_dateutil attrs typer shellingham uvloop bok
 for name in $provided; do
     rm -f "$dest"/"$name"-[0-9]*.whl
 done
+# benchmarks/bindings.py (issue 16): nvmath-python's own wheel, without its dependencies: cuda-bindings and cuda-core
+# come with the GPU image, and its [cu12]/[cu13] extras' CUDA library wheels are not wanted (CuPy's libcusparse is
+# the one both bindings use). cuda-pathfinder (60 kB) as a fallback: nvmath needs >= 1.5.1, CuPy 14.2 only >= 1.3.4.
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
+    "${platforms[@]}" -d "$dest" "nvmath-python==1.0.0" "cuda-pathfinder>=1.5.1,<2"
 echo "wheelhouse $dest: $(ls "$dest"/*.whl | wc -l) wheels, $(du -sh "$dest" | cut -f1)"
