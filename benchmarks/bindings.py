@@ -181,6 +181,9 @@ def measure(label: str, A, N: int, rng, ncs, nsp, rounds: int) -> dict:
     sptr = stream.ptr
     bound(sptr)
     nv(sptr)
+    status = bound._spmm(*bound._args)  # ctypes_spmm below times this call, which returns its status unchecked
+    if status:
+        raise RuntimeError(f"{label} N={N}: cusparseSpMM through ctypes returned cusparseStatus_t {status}")
     Ad = csp.csr_matrix((op.data, op.indices, op.indptr), shape=A.shape)
     fns = {"ctypes_bound": lambda: bound(sptr), "ctypes_spmm": lambda: bound._spmm(*bound._args),  # the bound
            # call's own ctypes function and argument tuple: cusparseSpMM without cusparseSetStream
