@@ -47,7 +47,6 @@ from spmm import fixture  # noqa: E402  (one fixture reader)
 FIXTURES = ["HB/west0067", "HB/bcsstk13", "SNAP/email-Enron"]
 GENERATED = {"rmat-s17": ("rmat", "scale=17&edge_factor=16&seed=1&shuffle=1")}  # ~2M nnz
 PATHS = ("ctypes_bound", "ctypes_spmm", "nvmath_bound", "nvmath_spmm", "nvmath_matmul", "cupyx")
-GRAPHED = PATHS[:4]
 TOL = 1e-5  # float32 products against float64, relative to the norm
 CUDA_R_32F = 0
 DISTS = ("nvmath-python", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cupy-cuda13x", "cupy-cuda12x")
@@ -209,15 +208,16 @@ def measure(label: str, A, N: int, rng, ncs, nsp, rounds: int) -> dict:
             samples[p]["host_us"].append(host_us(fn))
     for p in fns:
         row[p] = {k: float(np.median(v)) for k, v in samples[p].items()}
-    for p in GRAPHED:
-        fn = fns[p] if p.endswith("spmm") else {"ctypes_bound": lambda: bound(cupy.cuda.get_current_stream().ptr),
-                                                 "nvmath_bound": lambda: nv(cupy.cuda.get_current_stream().ptr)}[p]
-        try:  # the *_spmm paths use the handle's stream: point it at graph_ms's capture stream first
-            if p == "ctypes_spmm":
-                fn = (lambda: (op._lib.cusparseSetStream(op.handle, cupy.cuda.get_current_stream().ptr),
-                               bound._spmm(*bound._args)))
-            elif p == "nvmath_spmm":
-                fn = (lambda: (ncs.set_stream(nv.handle, cupy.cuda.get_current_stream().ptr), nv.spmm_only()))
+    def current() -> int:
+        return cupy.cuda.get_current_stream().ptr
+
+    graphed = {  # as above, on graph_ms's capture stream (the *_spmm paths point their handle at it first)
+        "ctypes_bound": lambda: bound(current()),
+        "ctypes_spmm": lambda: (op._lib.cusparseSetStream(op.handle, current()), bound._spmm(*bound._args)),
+        "nvmath_bound": lambda: nv(current()),
+        "nvmath_spmm": lambda: (ncs.set_stream(nv.handle, current()), nv.spmm_only())}
+    for p, fn in graphed.items():
+        try:
             row[p]["graph_us"] = 1e3 * graph_ms(fn, repeats=20, warmup=3)
         except Exception as err:  # recorded: a binding that cannot be captured is a finding, not a crash
             row[p]["graph_us"] = float("nan")
