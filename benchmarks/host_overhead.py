@@ -190,6 +190,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before", type=Path, help="a results file of this script to put beside these numbers")
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--table-from", type=Path, help="reprint the table of a results file and exit (no GPU)")
+    ap.add_argument("--matrices", nargs="+", help="only these labels (fixture names like SNAP/email-Enron, or "
+                    "generated labels like banded-200k)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     if args.table_from:
@@ -214,6 +216,12 @@ def main(argv=None) -> int:
     matrices = [(n, lambda n=n: fixture(n)) for n in FIXTURES]
     matrices += [(label, lambda k=kind, p=params: generate(k, f"{p}&seed=1&shuffle=1")) for label, kind, params
                  in GENERATED + (GENERATED_MORE if args.reorder == "auto" else [])]
+    if args.matrices:
+        unknown = set(args.matrices) - {m[0] for m in matrices}
+        if unknown:
+            raise SystemExit(f"benchmarks/host_overhead.py: unknown --matrices {sorted(unknown)}; known: "
+                             f"{[m[0] for m in matrices]}")
+        matrices = [m for m in matrices if m[0] in args.matrices]
     rows = []
     t0 = time.time()
     slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")

@@ -10,8 +10,13 @@ of every cuSPARSE algorithm, each run a replay of a captured CUDA graph between 
 it holds (kernels.launch.graph_ms: the GPU's time without Python's launch overhead; the window kernel's and
 cuSPARSE's host-inclusive single-call times are kept beside them), GFLOP/s (2 nnz N), speedup of the selected
 path over the best cuSPARSE algorithm on the original and on the same matrix, % of the memory floor (A, B, C
-moved once at the device-to-device copy bandwidth measured in this run), MeanNnzTC/128, the selector's AR and choice. Correctness is checked in the same run on
-fresh random B (a 2048-row sample against float64 SciPy). --calibrate first fits kernels.selector's constants on
+moved once at the device-to-device copy bandwidth measured in this run), MeanNnzTC/128, the selector's AR and choice.
+Beside the replay times, every case is also timed as a user calls it (issue 15): ``SpmmPlan(A)`` (the defaults:
+deterministic TF32, automatic graph replay of repeated calls) with ``plan.run(B, out)`` in a Python loop between
+CUDA events (kernels.launch.issued_ms), against cuSPARSE's best algorithm through a bound cusparseSpMM timed the
+same way (the cheapest call from CuPy's process), with speedups as issued on the original and on the same matrix.
+Correctness is checked in the same run on fresh random B (a 2048-row sample against float64 SciPy), the plan's C
+included. --calibrate first fits kernels.selector's constants on
 uniform matrices and writes calibration-<device>.json next to the results. JSON and a table, the table last.
 """
 from __future__ import annotations
@@ -53,10 +58,13 @@ SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen
 }
 FIXTURES = ["SNAP/email-Enron", "HB/bcsstk13", "Pajek/Erdos971"]
 NS = (128, 256, 512)
-TIMING = ("device time per call: median of the replays of a CUDA graph holding back-to-back calls (enough for "
-          "~0.5 ms), CUDA events around each replay, divided by the calls (kernels.launch.graph_ms), for the TC "
-          "kernels, every cuSPARSE algorithm and torch.sparse.mm alike; `ms_single_call` in the file has the "
-          "host-inclusive time of one call for the window kernel and cuSPARSE")
+TIMING = ("`ms`: device time per call: median of the replays of a CUDA graph holding back-to-back calls (enough "
+          "for ~0.5 ms), CUDA events around each replay, divided by the calls (kernels.launch.graph_ms), for the TC "
+          "kernels, every cuSPARSE algorithm and torch.sparse.mm alike; `ms_issued`: per call as issued, CUDA "
+          "events around a Python loop of back-to-back calls divided by the calls, median of 5 loops "
+          "(kernels.launch.issued_ms), for SpmmPlan.run (defaults) and cuSPARSE's best algorithm through a bound "
+          "call; `ms_single_call`: one call between events, synchronized each time, for the window kernel and "
+          "cuSPARSE")
 V0 = V0_CONFIG  # v0: A tiles through shared memory, one barrier per TC block (docs/kernels-notes.md)
 SWEEP = {  # --sweep: window-kernel variants timed on the same matrices (docs/kernels-notes.md, versions v2-v6)
     "v0-smem": V0,
@@ -137,10 +145,11 @@ class Case:
             return launch.spmm_balanced(self.dm, B, out, self.ws)
         return self.cus.run(B, out)
 
-    def measure(self, N, repeats):
+    def measure(self, N, repeats, plan=None):
         """Device ms (launch.graph_ms) of each kernel at N, the split kernel at its fastest ksplit; cuSPARSE's
-        fastest algorithm timed the same way; plus host-inclusive single-call ms (launch.median_ms) of the
-        window kernel and cuSPARSE, to show what a call from Python costs on top."""
+        fastest algorithm timed the same way; host-inclusive single-call ms (launch.median_ms) of the window
+        kernel and cuSPARSE; and, with ``plan`` (an SpmmPlan of the same matrix), ms per call as issued
+        (launch.issued_ms) of ``plan.run`` and of cuSPARSE's best algorithm through a bound call."""
         import cupy
 
         B = cupy.random.default_rng(N).standard_normal((self.shape[1], N), dtype=cupy.float32)
@@ -163,7 +172,32 @@ class Case:
                                                        repeats=repeats, warmup=5)
             times.update(self.torch_ms(B, repeats))
         choice = selector.choose(pred, self.cal)
+        if plan is not None:
+            single["issued"] = self.issued(plan, B, out, tuned["best"])
         return times, tuned, pred, choice, single
+
+    def issued(self, plan, B, out, cus_alg) -> dict:
+        """ms per call as issued of plan.run(B, out) (its first call decides and autotunes for this N) and of
+        cuSPARSE's `cus_alg` through a bound call; the plan's kernel."""
+        import cupy
+
+        plan.run(B, out)
+        ms = {"plan": launch.issued_ms(lambda: plan.run(B, out))}
+        bound, sptr = self.cus.bind(B, out, cus_alg), cupy.cuda.get_current_stream().ptr
+        ms["cusparse"] = launch.issued_ms(lambda: bound(sptr))
+        return {"ms": ms, "plan_kernel": plan.choices[int(B.shape[1])]["kernel"]}
+
+    def check_plan(self, plan, N, rng) -> float:
+        """Relative error of plan.run on a fresh B (2048 sampled rows against float64 SciPy); NaN-poisoned C."""
+        import cupy
+
+        B = rng.standard_normal((self.shape[1], N)).astype(np.float32)
+        rows = np.sort(rng.choice(self.shape[0], min(2048, self.shape[0]), replace=False))
+        ref = self.A[rows].astype(np.float64) @ B.astype(np.float64)
+        out = cupy.full((self.shape[0], N), np.nan, dtype=cupy.float32)
+        C = cupy.asnumpy(plan.run(cupy.asarray(B), out)[cupy.asarray(rows)]).astype(np.float64)
+        return float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30)) if np.isfinite(C).all() \
+            else float("nan")
 
     def torch_ms(self, B, repeats):
         """torch.sparse.mm (CSR, fp32) on the same B: a second baseline; {} without torch/CUDA."""
@@ -341,14 +375,19 @@ def main(argv=None) -> int:
             log(f"  tca in {time.time() - t0:.1f}s")
         if make_natural is not None:
             orders.append(("natural(ideal)", make_natural()))
-        base_cus = {}
+        base_cus, base_cus_issued = {}, {}
         for order, Ao in orders:
+            from kernels.spmm import SpmmPlan
+
             case = Case(sp.csr_array(Ao), dev, cal)
+            plan = SpmmPlan(case.A, device="gpu")  # what a user builds: the defaults
             errs = case.check(128, rng)
+            errs["plan"] = case.check_plan(plan, 128, rng)
             for N in args.ns:
-                times, tuned, pred, choice, single = case.measure(N, args.repeats)
+                times, tuned, pred, choice, single = case.measure(N, args.repeats, plan)
+                issued = single.pop("issued")
                 if order == "none":
-                    base_cus[N] = times["cusparse"]
+                    base_cus[N], base_cus_issued[N] = times["cusparse"], issued["ms"]["cusparse"]
                 cands = {k: times[k] for k in ("metcf-window", "metcf-balanced", "metcf-split", "cusparse")
                          if k in times}
                 # SpmmPlan's policy (kernels.spmm.wants_autotune): the fastest measured, else the model's choice
@@ -376,11 +415,16 @@ def main(argv=None) -> int:
                     "tc_speedup_vs_same_cusparse": times["cusparse"] / best_tc,
                     "memory_floor_ms": floor_ms, "floor_pct_selected": 100 * floor_ms / sel_ms,
                     "convert_gpu_ms": case.convert_ms, "convert_over_spmm": case.convert_ms / sel_ms,
+                    "ms_issued": issued["ms"], "plan_kernel": issued["plan_kernel"],
+                    "issued_speedup_vs_original_cusparse": base_cus_issued[N] / issued["ms"]["plan"],
+                    "issued_speedup_vs_same_cusparse": issued["ms"]["cusparse"] / issued["ms"]["plan"],
                     "rel_err_n128": errs})
                 log(f"  {order} N={N}: {({k: round(v, 3) for k, v in times.items()})} sel {selected} "
-                    f"(model {choice['kernel']}) AR {pred['approximation_ratio']:.2f} err {errs}")
+                    f"(model {choice['kernel']}) AR {pred['approximation_ratio']:.2f} as issued: plan "
+                    f"{issued['plan_kernel']} {issued['ms']['plan']:.3f} ms, cuSPARSE {issued['ms']['cusparse']:.3f}"
+                    f" ms; err {errs}")
             case.cus.close()
-            del case
+            del case, plan
             cupy.get_default_memory_pool().free_all_blocks()
         write(path, meta, rows, t_start)  # after every matrix, so a cut-off run keeps what it measured
     write(path, meta, rows, t_start)
@@ -470,10 +514,20 @@ def extra(r):
     return f"{ms['metcf-window-v0']:.3f}/{ms['torch']:.3f}" if "torch" in ms else f"{ms['metcf-window-v0']:.3f}/-"
 
 
+def issued_text(r):
+    """As issued: plan ms (its kernel), cuSPARSE ms, speedups on the original / same matrix; "-" in older files."""
+    if "ms_issued" not in r:
+        return f"{'-':>35}{'-':>7}{'-':>7}"
+    ms = r["ms_issued"]
+    return (f"{ms['plan']:>9.3f} {short(r['plan_kernel'])[:13]:<14}{ms['cusparse']:>10.3f}"
+            f"{r['issued_speedup_vs_original_cusparse']:>7.2f}{r['issued_speedup_vs_same_cusparse']:>7.2f}")
+
+
 def print_table(rows, path):
+    """Two timings side by side: graph replay (win .. vsSame) and per call as issued (plan .. vsSame)."""
     hdr = (f"{'matrix':<22}{'order':<15}{'nnz':>11}{'N':>5}{'MeanTC':>7}{'AR':>6}{'win ms':>9}{'bal ms':>9}"
            f"{'split ms':>12}{'cus ms':>9}{'v0/torch@128':>15}{'model':>9}{'selected':>15}{'vsOrig':>7}{'vsSame':>7}"
-           f"{'floor%':>7}{'err':>9}")
+           f"{'floor%':>7}{'  | plan issued, kernel':<24}{'cus issued':>11}{'vsOrig':>7}{'vsSame':>7}{'err':>9}")
     print(hdr)
     for r in rows:
         print(f"{r['matrix'][:21]:<22}{r['order'][:14]:<15}{r['nnz']:>11}{r['N']:>5}{r['mean_nnz_tc']:>7.1f}"
@@ -481,9 +535,11 @@ def print_table(rows, path):
               f"{split_text(r):>12}{r['ms']['cusparse']:>9.3f}{extra(r):>15}"
               f"{short(r.get('model_choice', r['selected'])):>9}"
               f"{r['selected']:>15}{r['speedup_vs_original_cusparse']:>7.2f}"
-              f"{r['speedup_vs_same_cusparse']:>7.2f}{r['floor_pct_selected']:>7.1f}"
+              f"{r['speedup_vs_same_cusparse']:>7.2f}{r['floor_pct_selected']:>7.1f}{issued_text(r)}"
               f"{max(r['rel_err_n128'].values()):>9.1e}")
     vs_orig = lambda rs: geomean([r["speedup_vs_original_cusparse"] for r in rs])  # noqa: E731
+    vs_orig_issued = lambda rs: geomean([r["issued_speedup_vs_original_cusparse"] for r in rs  # noqa: E731
+                                         if "issued_speedup_vs_original_cusparse" in r])
     for N in sorted({r["N"] for r in rows}):
         at_n = [r for r in rows if r["N"] == N]
         parts = []
@@ -494,6 +550,12 @@ def print_table(rows, path):
         worst = min((r["speedup_vs_same_cusparse"] for r in at_n), default=float("nan"))
         print(f"N={N}: geomean speedup vs original cuSPARSE: {'; '.join(parts)}; min vs same-matrix cuSPARSE "
               f"{worst:.2f}x")
+        tca = [r for r in at_n if r["order"] == "tca" and "ms_issued" in r]
+        if tca:
+            big = [r for r in tca if r["nnz"] >= 10_000_000]
+            worst = min(r["issued_speedup_vs_original_cusparse"] for r in tca)
+            print(f"N={N} as issued (SpmmPlan defaults vs bound cuSPARSE): tca {vs_orig_issued(tca):.2f}x over the "
+                  f"original ({len(tca)} cases, min {worst:.2f}x; 10M+ nnz {vs_orig_issued(big):.2f}x)")
     print(f"results: {path}")
 
 
