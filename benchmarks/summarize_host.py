@@ -1,0 +1,112 @@
+"""The call-path sections of docs/benchmarks.md, for benchmarks/summarize.py: per call as issued
+(benchmarks/host_overhead.py --reorder auto, issue 15) and the cuSPARSE bindings (benchmarks/bindings.py, issue 16).
+
+Targets (issue 15): per-call overhead (as issued minus graph replay) <= 10 us median and <= 20 us max for every
+kernel, the cuSPARSE fallback included; on matrices of 0.1-3M nnz at N = 128 and 256, the plan as issued >= 1.3x
+geomean over the strongest cuSPARSE as issued (its bound call or cupyx, the faster) on the matrix as given, none
+below 0.95x. Issue 16: nvmath-python's bindings are used if their launch overhead is not higher than ours.
+"""
+from __future__ import annotations
+
+from statistics import median
+
+OVERHEAD_US = (10.0, 20.0)  # median, max
+TARGET_NNZ = (100_000, 3_000_000)
+GEOMEAN, FLOOR = 1.3, 0.95
+
+
+def latest_rows(run) -> list[dict]:
+    """Pooled rows with one row per (matrix, N, plan): a later file's row replaces an earlier one's."""
+    keep = {}
+    for r in run.rows:  # pooled() lists the day's files oldest first
+        keep[(r["matrix"], r["N"], r["plan"])] = r
+    return list(keep.values())
+
+
+def vs_cusparse(r, ref: str) -> float:
+    """The faster cuSPARSE as issued (bound call or cupyx) over the plan as issued; ref "orig_" or ""."""
+    return min(r[f"{ref}cus_issued_us"], r[f"{ref}cupyx_issued_us"]) / r["issued_us"]
+
+
+def host_section(runs, v0, older, *, h) -> list[str]:
+    title = "Per call as issued: SpmmPlan.run against cuSPARSE, 0.1-3M nnz (issue 15)"
+    runs = [r for r in runs if r.meta.get("reorder") == "auto"]
+    if not runs:
+        return h.absent("host-overhead", title, [("overhead median / max", "<= 10 / 20 us"),
+                                                 ("geomean vs cuSPARSE as issued, original", ">= 1.3x")])
+    run = runs[0]
+    rows = sorted(latest_rows(run), key=lambda r: (r["nnz"], r["matrix"], r["N"], r["plan"]))
+    out = [f"## {title}", ""] + h.env(run)
+    out += ["What a user runs: `tasks.reorder.auto_reorder`, then `SpmmPlan(A')` (det-f32: the defaults, our "
+            "deterministic kernels only; nondet-f32: `deterministic=False`, cuSPARSE allowed), `plan.run(B, out)` "
+            "per call. `issued` = CUDA events around a Python loop of back-to-back calls / calls (median of 5 loops; "
+            "repeated calls on the same buffers replay a CUDA graph by default), `no graph` = the same with "
+            "`plan.graphs = False`, `graph` = the chosen kernel's device time by graph replay. cuSPARSE: its best "
+            "CSR algorithm through a bound call and `cupyx` `A @ B`, as issued, on the matrix as given (`orig`) and "
+            "on the same reordered matrix; `x orig` / `x same` = the faster of those two / the plan as issued. "
+            "Times in us per call.", ""]
+    out += h.table(("matrix", "nnz", "N", "order", "plan", "kernel", "graph", "issued", "no graph", "cuSP orig",
+                    "cuSP same", "x orig", "x same", "rel err (tol)"),
+                   [(f"`{r['matrix']}`", h.mnnz(r["nnz"]), r["N"], r.get("order", "-"), r["plan"], r["kernel"],
+                     h.f(r["graph_us"], 1), h.f(r["issued_us"], 1), h.f(r.get("issued_nograph_us"), 1),
+                     h.f(min(r["orig_cus_issued_us"], r["orig_cupyx_issued_us"]), 1),
+                     h.f(min(r["cus_issued_us"], r["cupyx_issued_us"]), 1), h.f(vs_cusparse(r, "orig_"), 2, "x"),
+                     h.f(vs_cusparse(r, ""), 2, "x"), f"{r['rel_err']:.1e} ({r['tolerance']:g})") for r in rows])
+    targets = []
+    for plan in sorted({r["plan"] for r in rows}):
+        sel = [r for r in rows if r["plan"] == plan]
+        over = [r["issued_us"] - r["graph_us"] for r in sel]
+        med, mx = median(over), max(over)
+        targets.append((f"{plan}: overhead (issued - graph), median / max over {len(sel)} cases",
+                        f"<= {OVERHEAD_US[0]:g} / {OVERHEAD_US[1]:g} us", f"{h.f(med, 1)} / {h.f(mx, 1)} us",
+                        h.status(med <= OVERHEAD_US[0] and mx <= OVERHEAD_US[1])))
+    cus = [r["cus_issued_us"] - r["cus_graph_us"] for r in rows if r["plan"] == rows[0]["plan"]]
+    targets.append(("cuSPARSE bound call (the fallback's path): overhead median / max", "<= 10 / 20 us",
+                    f"{h.f(median(cus), 1)} / {h.f(max(cus), 1)} us",
+                    h.status(median(cus) <= OVERHEAD_US[0] and max(cus) <= OVERHEAD_US[1])))
+    for plan in sorted({r["plan"] for r in rows}):
+        sel = [r for r in rows if r["plan"] == plan and r["N"] in (128, 256)
+               and TARGET_NNZ[0] <= r["nnz"] <= TARGET_NNZ[1]]
+        for ref, tag in (("orig_", "matrix as given"), ("", "same reordered matrix")):
+            x = [vs_cusparse(r, ref) for r in sel]
+            if not x:
+                continue
+            worst = min(sel, key=lambda r: vs_cusparse(r, ref))
+            g = h.geo(x)
+            targets.append((f"{plan} vs cuSPARSE as issued on the {tag}, 0.1-3M nnz, N = 128/256",
+                            f"geomean >= {GEOMEAN}x, none < {FLOOR}x",
+                            f"{h.f(g, 2)}x over {len(x)} cases, min {h.f(min(x), 2)}x ({worst['matrix']} "
+                            f"N={worst['N']})", h.status(g >= GEOMEAN and min(x) >= FLOOR)))
+    out += h.targets(targets)
+    below = sorted({r["matrix"] for r in rows if r["nnz"] < TARGET_NNZ[0]})
+    if below:
+        out += [f"Cases under 0.1M nnz ({', '.join(below)}) are shown but outside the target's range.", ""]
+    return out + h.older_note(older) + [h.reproduce("host-overhead", run), ""]
+
+
+PATHS = (("ctypes_bound", "ctypes SetStream + SpMM"), ("nvmath_bound", "nvmath set_stream + sp_mm"),
+         ("nvmath_matmul", "nvmath.sparse.Matmul.execute"), ("cupyx", "cupyx A @ B"))
+
+
+def bindings_section(runs, v0, older, *, h) -> list[str]:
+    title = "cuSPARSE bindings: ctypes against nvmath-python, per call (issue 16)"
+    if not runs:
+        return h.absent("bindings", title, [("nvmath host time per call vs ctypes", "not higher")])
+    run = runs[0]
+    rows = run.rows
+    out = [f"## {title}", ""] + h.env(run)
+    out += ["The same cuSPARSE CSR SpMM (its fastest algorithm for the case) on the same device arrays through each "
+            "binding; `host` = perf_counter around 100 calls without waiting / 100 (what a call costs the host), "
+            "`issued` = CUDA events around a loop of calls / calls, `graph` = device time by graph replay; us per "
+            "call, median of 5.", ""]
+    head = ["matrix", "nnz", "N", "algorithm", "graph"]
+    for _, name in PATHS:
+        head += [f"{name} host", f"{name} issued"]
+    out += h.table(head, [(f"`{r['matrix']}`", h.mnnz(r["nnz"]), r["N"], r["algorithm"],
+                           h.f(r["nvmath_bound"]["graph_us"], 1),
+                           *[h.f(r[k][m], 1) for k, _ in PATHS for m in ("host_us", "issued_us")]) for r in rows])
+    diff = [r["nvmath_bound"]["host_us"] - r["ctypes_bound"]["host_us"] for r in rows]
+    out += h.targets([("nvmath set_stream + sp_mm host time per call minus ctypes', median (range)", "<= 0 us",
+                       f"{h.f(median(diff), 2)} us ({h.f(min(diff), 2)} .. {h.f(max(diff), 2)})",
+                       h.status(median(diff) <= 0))])
+    return out + h.older_note(older) + [h.reproduce("bindings", run), ""]

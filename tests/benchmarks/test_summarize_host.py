@@ -1,0 +1,79 @@
+"""benchmarks/summarize_host.py through summarize.py: the call-path targets (issue 15) and the bindings (issue 16)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "summarize.py"
+
+
+def host_row(matrix, nnz, N, plan, issued, graph, cus, orig_cus, cupyx=1e3):
+    issued, graph, cus, orig_cus = float(issued), float(graph), float(cus), float(orig_cus)
+    return {"matrix": matrix, "nnz": nnz, "shape": [10, 10], "N": N, "plan": plan, "kernel": "metcf-window",
+            "graph_us": graph, "issued_us": issued, "issued_nograph_us": issued + 1, "rel_err": 1e-4,
+            "tolerance": 2e-3, "cus_alg": "CSR_ALG2", "cus_graph_us": cus - 3, "cus_issued_us": cus,
+            "cupyx_issued_us": cupyx, "order": "tca", "orig_cus_issued_us": orig_cus, "orig_cupyx_issued_us": cupyx}
+
+
+def write(folder: Path, name: str, meta: dict, rows: list) -> None:
+    (folder / name).write_text(json.dumps({"meta": {"device": "GPU X", "command": "x.py", **meta}, "rows": rows}))
+
+
+def render(folder: Path, tmp_path: Path) -> str:
+    out = tmp_path / "bench.md"
+    subprocess.run([sys.executable, str(SCRIPT), "--results", str(folder), "--out", str(out)], check=True,
+                   capture_output=True)
+    return out.read_text()
+
+
+def section(md: str, title_start: str) -> str:
+    return next(s for s in md.split("\n## ") if s.startswith(title_start))
+
+
+def test_host_targets_pool_the_days_parts_and_a_later_row_wins(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+    day = "2026-01-02T10:00:00+00:00"
+    # part 1: a 0.5M-nnz case at 2x, and a case a later part measures again (0.5x here, 2x there)
+    write(res, "host-overhead-gpu-x-2026-01-02-a.json", {"reorder": "auto", "date": day},
+          [host_row("m1", 500_000, 128, "det-f32", 10, 9, 20, 20), host_row("m2", 600_000, 128, "det-f32", 40, 39,
+                                                                               20, 20)])
+    write(res, "host-overhead-gpu-x-2026-01-02-b.json", {"reorder": "auto", "date": "2026-01-02T11:00:00+00:00"},
+          [host_row("m2", 600_000, 128, "det-f32", 10, 9, 20, 20), host_row("tiny", 2_000, 128, "det-f32", 10, 9,
+                                                                               5, 5)])
+    write(res, "host-overhead-gpu-x-2026-01-02-before.json", {"reorder": "none", "date": day},
+          [host_row("m1", 500_000, 128, "det-f32", 100, 9, 20, 20)])  # not an auto run: left out
+    md = section(render(res, tmp_path), "Per call as issued")
+    assert "host-overhead-gpu-x-2026-01-02-a.json`, `host-overhead-gpu-x-2026-01-02-b.json" in md
+    line = next(x for x in md.splitlines() if "det-f32 vs cuSPARSE as issued on the matrix as given" in x)
+    assert "2.00x over 2 cases, min 2.00x" in line and line.endswith("**met** |")  # tiny (2k nnz) is out of range
+    over = next(x for x in md.splitlines() if x.startswith("| det-f32: overhead"))
+    assert "1.0 / 1.0 us" in over and "**met**" in over
+    assert "Cases under 0.1M nnz (tiny)" in md
+
+
+def test_host_target_missed_below_the_floor(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+    write(res, "host-overhead-gpu-x-2026-01-02-a.json", {"reorder": "auto", "date": "2026-01-02T10:00:00+00:00"},
+          [host_row("m1", 500_000, 128, "det-f32", 10, 9, 40, 40), host_row("m2", 600_000, 256, "det-f32", 10, 9,
+                                                                               9, 9)])
+    md = section(render(res, tmp_path), "Per call as issued")
+    line = next(x for x in md.splitlines() if x.startswith("| det-f32 vs cuSPARSE as issued on the matrix as given"))
+    assert "min 0.90x (m2 N=256)" in line and "**missed**" in line  # geomean 1.90x, but one case < 0.95x
+
+
+def test_bindings_target(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+    path = {"issued_us": 8.0, "host_us": 8.0, "graph_us": 2.0}
+    rows = [{"matrix": m, "nnz": 100, "N": 128, "algorithm": "CSR_ALG3", "ctypes_bound": {**path, "host_us": 8.0},
+             "nvmath_bound": {**path, "host_us": h}, "nvmath_matmul": path, "cupyx": path}
+            for m, h in (("a", 6.0), ("b", 9.0), ("c", 7.0))]
+    write(res, "bindings-gpu-x-2026-01-02.json", {"date": "2026-01-02T10:00:00+00:00"}, rows)
+    md = section(render(res, tmp_path), "cuSPARSE bindings")
+    line = next(x for x in md.splitlines() if x.startswith("| nvmath set_stream"))
+    assert "-1.00 us (-2.00 .. 1.00)" in line and "**met**" in line
