@@ -29,11 +29,21 @@ class CvseConfig:
 
     warp_cols: int = 64  # columns of C per warp: 8 lane groups x 8 consecutive columns (the Register Shuffle layout)
     max_warps: int = 4  # warps per thread block: column slices (SpMM), 16-vector groups in flight (SDDMM)
-    min_blocks_per_sm: int = 4  # __launch_bounds__ minimum: nvcc 13.0 gives 70-104 registers, no spills
+    min_blocks_per_sm: int = 4  # __launch_bounds__ minimum (<= 128 registers at 4 warps): no spills with nvcc 13.0
+    # SpMM pipeline (cvse_spmm.cu): mma k-steps per shared-memory stage (each step = 16 vectors f16/bf16, 8 tf32;
+    # all of a stage's B loads are issued before its mmas: 2 -> 8 16-byte loads in flight per lane, 16 more
+    # registers per step) and the cp.async ring of stages (STAGES - 1 stages of indices/values fetched ahead)
+    steps_per_stage: int = 2
+    stages: int = 3
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCVSE_WARP_COLS={self.warp_cols}", f"-DCVSE_MAX_WARPS={self.max_warps}",
-                f"-DCVSE_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
+                f"-DCVSE_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}",
+                f"-DCVSE_STEPS_PER_STAGE={self.steps_per_stage}", f"-DCVSE_STAGES={self.stages}")
+
+    def vectors_per_stage(self, precision: str) -> int:
+        """SV: vectors of one vector row per shared-memory stage of the SpMM kernel."""
+        return VECTORS_PER_STEP[precision] * self.steps_per_stage
 
 
 CVSE_CONFIG = CvseConfig()
@@ -147,6 +157,8 @@ def spmm(dm: CvseArrays, B, out=None, config: CvseConfig = CVSE_CONFIG, *, out_d
                          f"{out.shape}")
     if dm.precision == "float32" and out.dtype != np.float32:
         raise ValueError(f"TF32 writes float32 C, got out {out.dtype}")
+    if dm.data.data.ptr % 16 or dm.indices.data.ptr % 4:  # cp.async copies vectors in up-to-16-byte pieces
+        raise ValueError(f"CVSE device arrays must be 16-byte aligned (data at {dm.data.data.ptr:#x}): use upload()")
     vec = N % 8 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
     flags = ((FLAG_VEC if vec else 0) | (FLAG_ADD if accumulate else 0)
              | (FLAG_OUT16 if out.dtype.itemsize == 2 else 0))

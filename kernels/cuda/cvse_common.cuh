@@ -9,12 +9,17 @@
 #define CVSE_WARP_COLS 64
 #define CVSE_MAX_WARPS 4
 #define CVSE_MIN_BLOCKS_PER_SM 4
+#define CVSE_STEPS_PER_STAGE 2
+#define CVSE_STAGES 3
 #endif
 static_assert(CVSE_WARP_COLS == 64, "a lane's 8 consecutive columns x 8 lane groups = 64 columns per warp "
                                     "(CvseConfig.warp_cols): the Register Shuffle layout");
 static_assert(CVSE_MAX_WARPS >= 1 && CVSE_MAX_WARPS <= 16, "CvseConfig.max_warps must be 1..16");
 static_assert(CVSE_MIN_BLOCKS_PER_SM >= 1 && CVSE_MIN_BLOCKS_PER_SM * CVSE_MAX_WARPS <= 64,
               "CvseConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
+static_assert(CVSE_STEPS_PER_STAGE >= 1 && CVSE_STEPS_PER_STAGE <= 4,
+              "CvseConfig.steps_per_stage must be 1..4 (each step holds 16 more B registers per lane)");
+static_assert(CVSE_STAGES >= 2 && CVSE_STAGES <= 4, "CvseConfig.stages must be 2..4 (cp.async ring of stages)");
 
 typedef long long i64;
 typedef unsigned short u16;
@@ -76,6 +81,20 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+
+// cp.async (sm_80+), plain equivalent: for i < BYTES: dst[i] = valid ? src[i] : 0, done asynchronously; the bytes
+// are this thread's to read after cp_async_wait<n> (all but its n most recent groups landed), everyone's after a
+// __syncthreads that follows the wait. BYTES in {4, 8, 16}, dst and src aligned to BYTES; !valid reads nothing.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async.ca copies 4, 8 or 16 bytes");
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(src), "n"(BYTES),
+               "r"(valid ? BYTES : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
 __device__ __forceinline__ unsigned word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 

@@ -4,102 +4,139 @@
 //
 // Transpose Mapping Scheme: C^T = B^T A^T, so the mma's m16 runs over 16 columns of C and its n8 over the V rows
 // of a vector row (V <= 8: one n8 tile, lanes g >= V give zero columns; V = 16: two n8 tiles sharing one A
-// fragment); the mma's k runs over KS consecutive vectors of the vector row (KS = 16 f16/bf16, 8 tf32). So V may be
-// 2 or 4 with a k16 instruction: the waste is the unused n8 columns, not a 16-row padding.
+// fragment); the mma's k runs over KS consecutive vectors of the vector row (KS = 16 f16/bf16, 8 tf32).
 // Register Shuffle Method: lane (g = lane/4, q = lane%4) loads 8 consecutive columns n0 + 8g .. 8g+7 of the B rows
-// of its k slots (f16: indices of slots 2q, 2q+1, 2q+8, 2q+9, one 16-byte load each; tf32: slots q, q+4, two
-// 16-byte loads each). mma instance i (0..3) maps its row g to column n0 + 8g + 2i and row g + 8 to n0 + 8g + 2i + 1,
-// so "Shuffle In" is register renaming: a = {prmt 0x5410 / 0x7632 of word i of rows (2q, 2q+1), the same of rows
+// of its k slots (f16: slots 2q, 2q+1, 2q+8, 2q+9, one 16-byte load each; tf32: slots q, q+4, two 16-byte loads
+// each). mma instance i (0..3) maps its row g to column n0 + 8g + 2i and row g + 8 to n0 + 8g + 2i + 1, so
+// "Shuffle In" is register renaming: a = {prmt 0x5410 / 0x7632 of word i of rows (2q, 2q+1), the same of rows
 // (2q+8, 2q+9)}. "Shuffle Out": after the 4 instances lane (g, q) holds rows v = 2q, 2q+1 (+8 for the second n8
 // tile) x the 8 consecutive columns n0 + 8g .. 8g+7 of C: one 16-byte (16-bit C) or two float4 stores per row.
 //
 // Launch mapping (kernels/launch_cvse.py): grid = (n_vec_rows, column chunks); blockDim.x = 32 x W (W <= max_warps);
-//   1 block = one vector row x W*64 columns; warp w = columns n0 = (blockIdx.y W + w) 64 .. +63. The block stages
-//   the vector row's next KS vectors (indices [KS] int32, values [KS][V]) in shared memory, double-buffered, one
-//   __syncthreads per step (the LHS tile is reused by the W warps: paper's step 1). Each C element has one writer
-//   and a fixed summation order: deterministic, no atomics.
+//   1 block = one vector row x W*64 columns; warp w = columns n0 = (blockIdx.y W + w) 64 .. +63.
+// Pipeline (why: the previous kernel, one 16-vector step per barrier with its index/value stage loaded through
+// registers, ran at ~3.5 TB/s of B traffic on the H200 at V = 8, 50 %, N = 256: each warp waited for the stage's
+// global load, then for 4 B loads, then the barrier, about two memory latencies per 16 vectors with ~16 warps per
+// SM; these changes raise the loads in flight per warp and take the index loads off the critical path):
+// - a stage = SV = KS x STEPS vectors of the vector row: indices [SV] int32, values [SV][V] (LHS tile reused by
+//   the W warps: paper's step 1), copied global -> shared by cp.async (no register round trip, zero-filled past the
+//   row's end) into a ring of STAGES buffers, STAGES - 1 stages ahead of the one being computed: one wait and one
+//   __syncthreads per stage (STEPS x fewer barriers), the index fetch overlaps the B loads and mmas of earlier stages.
+// - a warp issues all STEPS x 4 16-byte B loads of a stage (f16: 4 slots per step per lane; tf32: 2 slots x 2) before
+//   its first mma, so STEPS x 2 KB of B per warp are in flight instead of 2 KB (VectorSparse: "call all the load
+//   instructions, then the mmas").
+// Each C element has one writer and a fixed summation order (steps in vector order): deterministic, no atomics.
 // Input contract (checked by the launcher): vec_ptr int64 [n_vec_rows + 1]; indices int32 [max(n_vectors, 1)];
 // data [max(n_vectors, 1)][V] float32 already rounded to TF32 (kernels.launch.tf32_round), or raw 16-bit values
-// (bfloat16 as bits); B [K, N], C [M, N] row-major; FLAG_VEC only when N % 8 == 0 and B, C are 16-byte aligned.
-// k slots past a vector row's end read no B row (zeros). Rows >= M and columns >= N of C are never written; every
-// other element is (zeros for an empty vector row). Indexing int64.
+// (bfloat16 as bits), 16-byte aligned (cp.async copies min(V x elem bytes, 16) bytes per vector); B [K, N], C [M, N]
+// row-major; FLAG_VEC only when N % 8 == 0 and B, C are 16-byte aligned. k slots past a vector row's end read no B
+// row (zeros). Rows >= M and columns >= N of C are never written; every other element is (zeros for an empty vector
+// row). Indexing int64.
 #include "cvse_common.cuh"
 
 template <int KIND> struct Step { static constexpr int KS = KIND == TF32 ? 8 : 16; };  // vectors per mma k
+template <int KIND> struct Stage {
+  static constexpr int SV = Step<KIND>::KS * CVSE_STEPS_PER_STAGE;  // vectors per stage
+  static constexpr int EB = KIND == TF32 ? 4 : 2;                    // bytes per value
+};
 
-// Copy vectors [v0, v0 + KS) of the vector row (those < v_end; -1 / zeros past it) into one stage.
+// Start the cp.async copies of vectors [v0, v0 + SV) of the vector row (those < v_end; zeros past it) into one
+// stage: values [SV][V] as min(V EB, 16)-byte pieces (vector b's values start at b V EB: aligned to the piece),
+// indices [SV] as 4-byte pieces (v0 is arbitrary). The caller commits the group.
 template <int KIND, int V>
 __device__ __forceinline__ void load_stage(int* s_idx, unsigned* s_val, const int* __restrict__ indices,
                                            const void* __restrict__ data, i64 v0, i64 v_end) {
-  constexpr int KS = Step<KIND>::KS;
-  for (int t = threadIdx.x; t < KS * V; t += blockDim.x) {  // [KS][V] values, coalesced over (b, v)
-    const i64 b = v0 + t / V;
-    if constexpr (KIND == TF32) s_val[t] = b < v_end ? __ldg((const unsigned*)data + b * V + t % V) : 0u;
-    else ((u16*)s_val)[t] = b < v_end ? __ldg((const u16*)data + b * V + t % V) : (u16)0;
+  constexpr int SV = Stage<KIND>::SV, VB = V * Stage<KIND>::EB;  // VB: bytes per vector
+  constexpr int CB = VB < 16 ? VB : 16, CPV = VB / CB;             // bytes per copy, copies per vector
+  for (int t = threadIdx.x; t < SV * (CPV + 1); t += blockDim.x) {
+    if (t < SV * CPV) {
+      const int b = t / CPV, c = t % CPV;
+      const bool ok = v0 + b < v_end;
+      cp_async<CB>((char*)s_val + b * VB + c * CB, (const char*)data + (ok ? (v0 + b) * VB + c * CB : 0), ok);
+    } else {
+      const int b = t - SV * CPV;
+      const bool ok = v0 + b < v_end;
+      cp_async<4>(s_idx + b, indices + (ok ? v0 + b : 0), ok);
+    }
   }
-  if (threadIdx.x < KS) s_idx[threadIdx.x] = v0 + threadIdx.x < v_end ? __ldg(indices + v0 + threadIdx.x) : -1;
 }
 
-// acc[h][i] += this step's KS vectors x B for the warp's 64 columns (n_lane = n0 + 8g; avail columns inside N).
+// acc[h][i] += the stage's `count` (<= SV) vectors x B for the warp's 64 columns (n_lane = n0 + 8g; avail columns
+// inside N). Slot k of step u is vector u KS + k of the stage; slots >= count load no B row and hold zero values.
 template <int KIND, int V, bool FAST>
-__device__ __forceinline__ void step_mma(float (&acc)[V == 16 ? 2 : 1][4][4], const int* s_idx,
-                                         const unsigned* s_val, const void* __restrict__ B, i64 N, i64 n_lane,
-                                         int avail) {
-  constexpr int NH = V == 16 ? 2 : 1;  // n8 tiles over the vector's V rows
+__device__ __forceinline__ void stage_mma(float (&acc)[V == 16 ? 2 : 1][4][4], const int* s_idx,
+                                          const unsigned* s_val, int count, const void* __restrict__ B, i64 N,
+                                          i64 n_lane, int avail) {
+  constexpr int NH = V == 16 ? 2 : 1, KS = Step<KIND>::KS, U = CVSE_STEPS_PER_STAGE;  // NH: n8 tiles over V
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   if constexpr (KIND == TF32) {
     const float* Bf = (const float*)B;
-    float r[2][8];  // [slot q, q + 4][column 8g + e]: the lane's two B rows
+    float4 r[U][2][2];  // [step u][slot q, q + 4][columns 8g + 4hh .. +3]: every B load of the stage first
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int c = s_idx[q + 4 * j];
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float4 x = c >= 0 ? load4_f32<FAST>(Bf + (i64)c * N + n_lane + 4 * hh, avail - 4 * hh)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
-        r[j][4 * hh] = x.x, r[j][4 * hh + 1] = x.y, r[j][4 * hh + 2] = x.z, r[j][4 * hh + 3] = x.w;
+      for (int j = 0; j < 2; ++j) {
+        const int k = u * KS + q + 4 * j;
+        const bool ok = k < count;
+        const int c = ok ? s_idx[k] : 0;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          r[u][j][hh] = ok ? load4_f32<FAST>(Bf + (i64)c * N + n_lane + 4 * hh, avail - 4 * hh)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-    }
-    unsigned b[NH][2];  // Bt[q][v], Bt[q + 4][v] with v = 8h + g: the vectors' values (already TF32)
 #pragma unroll
-    for (int h = 0; h < NH; ++h) {
-      const int v = 8 * h + g;
-      b[h][0] = v < V ? s_val[q * V + v] : 0u;
-      b[h][1] = v < V ? s_val[(q + 4) * V + v] : 0u;
-    }
+    for (int u = 0; u < U; ++u) {
+      unsigned b[NH][2];  // Bt[q][v], Bt[q + 4][v] with v = 8h + g: the vectors' values (already TF32; 0 past count)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // rows g, g + 8 of instance i = columns 8g + 2i, 8g + 2i + 1
-      const unsigned a[4] = {to_tf32(r[0][2 * i]), to_tf32(r[0][2 * i + 1]), to_tf32(r[1][2 * i]),
-                             to_tf32(r[1][2 * i + 1])};
+      for (int h = 0; h < NH; ++h) {
+        const int v = 8 * h + g;
+        b[h][0] = v < V ? s_val[(u * KS + q) * V + v] : 0u;
+        b[h][1] = v < V ? s_val[(u * KS + q + 4) * V + v] : 0u;
+      }
 #pragma unroll
-      for (int h = 0; h < NH; ++h) mma<KIND>(acc[h][i], a, b[h][0], b[h][1]);
+      for (int i = 0; i < 4; ++i) {  // rows g, g + 8 of instance i = columns 8g + 2i, 8g + 2i + 1
+        const int hh = i >> 1, e = 2 * (i & 1);  // columns 8g + 2i, +1 = elements e, e + 1 of piece hh
+        const unsigned a[4] = {to_tf32(f4(r[u][0][hh], e)), to_tf32(f4(r[u][0][hh], e + 1)),
+                               to_tf32(f4(r[u][1][hh], e)), to_tf32(f4(r[u][1][hh], e + 1))};
+#pragma unroll
+        for (int h = 0; h < NH; ++h) mma<KIND>(acc[h][i], a, b[h][0], b[h][1]);
+      }
     }
   } else {
     const u16* Bh = (const u16*)B;
     const u16* sv = (const u16*)s_val;
-    uint4 r[4];  // B rows of slots 2q, 2q + 1, 2q + 8, 2q + 9: 8 values each, columns 8g .. 8g + 7
+    uint4 r[U][4];  // [step u][slot 2q, 2q + 1, 2q + 8, 2q + 9]: 8 values each, columns 8g .. 8g + 7
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = s_idx[2 * q + (j & 1) + 8 * (j >> 1)];
-      r[j] = c >= 0 ? load8_u16<FAST>(Bh + (i64)c * N + n_lane, avail) : make_uint4(0u, 0u, 0u, 0u);
+    for (int u = 0; u < U; ++u) {
+      const int2 lo = *(const int2*)(s_idx + u * KS + 2 * q), hi = *(const int2*)(s_idx + u * KS + 2 * q + 8);
+      const int c[4] = {lo.x, lo.y, hi.x, hi.y};  // one 8-byte shared load per slot pair
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool ok = u * KS + 2 * q + (j & 1) + 8 * (j >> 1) < count;
+        r[u][j] = ok ? load8_u16<FAST>(Bh + (i64)c[j] * N + n_lane, avail) : make_uint4(0u, 0u, 0u, 0u);
+      }
     }
-    unsigned b[NH][2];  // Bt[2q..2q+1][v], Bt[2q+8..2q+9][v], v = 8h + g
 #pragma unroll
-    for (int h = 0; h < NH; ++h) {
-      const int v = 8 * h + g;
-      b[h][0] = v < V ? (unsigned)sv[2 * q * V + v] | ((unsigned)sv[(2 * q + 1) * V + v] << 16) : 0u;
-      b[h][1] = v < V ? (unsigned)sv[(2 * q + 8) * V + v] | ((unsigned)sv[(2 * q + 9) * V + v] << 16) : 0u;
-    }
-    // Shuffle In, plain equivalent: __byte_perm(x, y, 0x5410) = (y << 16) | (x & 0xffff) (element 2i of both rows),
-    // 0x7632 = (y & 0xffff0000) | (x >> 16) (element 2i + 1 of both rows)
+    for (int u = 0; u < U; ++u) {
+      const u16* su = sv + u * KS * V;
+      unsigned b[NH][2];  // Bt[2q..2q+1][v], Bt[2q+8..2q+9][v], v = 8h + g (0 past count: zero-filled stage)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const unsigned a[4] = {__byte_perm(word(r[0], i), word(r[1], i), 0x5410),
-                             __byte_perm(word(r[0], i), word(r[1], i), 0x7632),
-                             __byte_perm(word(r[2], i), word(r[3], i), 0x5410),
-                             __byte_perm(word(r[2], i), word(r[3], i), 0x7632)};
+      for (int h = 0; h < NH; ++h) {
+        const int v = 8 * h + g;
+        b[h][0] = v < V ? (unsigned)su[2 * q * V + v] | ((unsigned)su[(2 * q + 1) * V + v] << 16) : 0u;
+        b[h][1] = v < V ? (unsigned)su[(2 * q + 8) * V + v] | ((unsigned)su[(2 * q + 9) * V + v] << 16) : 0u;
+      }
+      // Shuffle In, plain equivalent: __byte_perm(x, y, 0x5410) = (y << 16) | (x & 0xffff) (element 2i of both
+      // rows), 0x7632 = (y & 0xffff0000) | (x >> 16) (element 2i + 1 of both rows)
 #pragma unroll
-      for (int h = 0; h < NH; ++h) mma<KIND>(acc[h][i], a, b[h][0], b[h][1]);
+      for (int i = 0; i < 4; ++i) {
+        const unsigned a[4] = {__byte_perm(word(r[u][0], i), word(r[u][1], i), 0x5410),
+                               __byte_perm(word(r[u][0], i), word(r[u][1], i), 0x7632),
+                               __byte_perm(word(r[u][2], i), word(r[u][3], i), 0x5410),
+                               __byte_perm(word(r[u][2], i), word(r[u][3], i), 0x7632)};
+#pragma unroll
+        for (int h = 0; h < NH; ++h) mma<KIND>(acc[h][i], a, b[h][0], b[h][1]);
+      }
     }
   }
 }
@@ -161,31 +198,38 @@ template <int KIND, int V>
 __device__ __forceinline__ void cvse_spmm(const i64* __restrict__ vec_ptr, const int* __restrict__ indices,
                                           const void* __restrict__ data, const void* __restrict__ B,
                                           void* __restrict__ C, i64 M, i64 N, int flags) {
-  constexpr int KS = Step<KIND>::KS;
-  __shared__ __align__(16) int s_idx[2][KS];           // [stage][k slot]: column of the vector, -1 past the row
-  __shared__ __align__(16) unsigned s_val[2][KS * V];  // [stage][k slot][v]: 32-bit (tf32) or 16-bit halves used
+  constexpr int SV = Stage<KIND>::SV, S = CVSE_STAGES;
+  constexpr int WORDS = SV * V * Stage<KIND>::EB / 4;  // 32-bit words of one stage's values
+  __shared__ __align__(16) int s_idx[S][SV];            // [stage][slot]: the vector's column (0 past the row)
+  __shared__ __align__(16) unsigned s_val[S][WORDS];    // [stage][slot][v]: 32-bit (tf32) or 16-bit values
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const i64 i = blockIdx.x, n0 = ((i64)blockIdx.y * warps + warp) * CVSE_WARP_COLS;
   const i64 n_lane = n0 + 8 * (lane >> 2);
   const int avail = (int)max((i64)0, min((i64)8, N - n_lane));
   const bool fast = (flags & FLAG_VEC) && n0 + CVSE_WARP_COLS <= N;  // warp-uniform
   const i64 vb = vec_ptr[i], ve = vec_ptr[i + 1];
-  const i64 steps = (ve - vb + KS - 1) / KS;
+  const i64 stages = (ve - vb + SV - 1) / SV;
   float acc[V == 16 ? 2 : 1][4][4];  // [n8 tile h][instance i][D register]: columns 8g + 2i (+1) x rows 8h + 2q (+1)
 #pragma unroll
   for (int h = 0; h < (V == 16 ? 2 : 1); ++h)
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc[h][k][0] = acc[h][k][1] = acc[h][k][2] = acc[h][k][3] = 0.f;
-  if (steps > 0) load_stage<KIND, V>(s_idx[0], s_val[0], indices, data, vb, ve);
-  __syncthreads();
-  for (i64 s = 0; s < steps; ++s) {  // every thread reaches every barrier (warps past N only help loading)
-    const int st = (int)(s & 1);
-    if (s + 1 < steps) load_stage<KIND, V>(s_idx[st ^ 1], s_val[st ^ 1], indices, data, vb + (s + 1) * KS, ve);
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {  // prologue: stages 0 .. S - 2 in flight (empty groups keep the count)
+    if (s < stages) load_stage<KIND, V>(s_idx[s], s_val[s], indices, data, vb + (i64)s * SV, ve);
+    cp_async_commit();
+  }
+  for (i64 s = 0; s < stages; ++s) {  // every thread reaches every barrier (warps past N only help loading)
+    cp_async_wait<S - 2>();  // this thread's copies of stage s landed (groups 0 .. s of the s + S - 1 committed)
+    __syncthreads();         // everyone's copies of stage s visible; stage s - 1's buffer read by every warp
+    const i64 nx = s + S - 1;  // refill the buffer stage s - 1 used
+    if (nx < stages) load_stage<KIND, V>(s_idx[nx % S], s_val[nx % S], indices, data, vb + nx * SV, ve);
+    cp_async_commit();
+    const int st = (int)(s % S), count = (int)min((i64)SV, ve - vb - s * SV);
     if (n0 < N) {
-      if (fast) step_mma<KIND, V, true>(acc, s_idx[st], s_val[st], B, N, n_lane, avail);
-      else step_mma<KIND, V, false>(acc, s_idx[st], s_val[st], B, N, n_lane, avail);
+      if (fast) stage_mma<KIND, V, true>(acc, s_idx[st], s_val[st], count, B, N, n_lane, avail);
+      else stage_mma<KIND, V, false>(acc, s_idx[st], s_val[st], count, B, N, n_lane, avail);
     }
-    __syncthreads();  // stage st read by all warps before step s + 2 refills it; stage st ^ 1 complete
   }
   if (n0 < N) store_c<KIND, V>(acc, C, i * V, M, N, n_lane, fast, flags);
 }

@@ -1,7 +1,8 @@
 """A NumPy simulation of kernels/cuda/cvse_spmm.cu and cvse_sddmm.cu, lane by lane, before any GPU runs them: the
-launcher's grids (kernels.launch_cvse.spmm_grid / sddmm_grid), the shared-memory stage of KS vectors (indices -1 and
-zero values past a vector row), the per-lane B loads of the Transpose Mapping Scheme, the Register Shuffle In
-(prmt pairs, 16-bit) or direct TF32 registers, the A-side value fragments per n8 tile (V = 16: two), the Shuffle
+launcher's grids (kernels.launch_cvse.spmm_grid / sddmm_grid), the SpMM's cp.async ring of shared-memory stages
+of SV = KS x steps_per_stage vectors (zero-filled past a vector row; slots past its end load no B row), the
+per-lane B loads of the Transpose Mapping Scheme, the Register Shuffle In (prmt pairs, 16-bit) or direct TF32
+registers, the A-side value fragments per n8 tile (V = 16: two), the Shuffle
 Out store, and the SDDMM's permuted-k 16-byte pieces. The mma itself is assembled from the PTX ISA's documented
 fragment layouts, independent of the kernels' mapping, so a wrong register, slot or column shows as a wrong C."""
 from __future__ import annotations
@@ -59,6 +60,7 @@ def simulate_spmm(X: CVSE, B: np.ndarray, name: str):
     """C (float64) and per-element write counts from the simulated launch of every block, warp and lane."""
     tf32, V = name == "float32", X.vector
     KS = lc.VECTORS_PER_STEP[name]
+    SV, S = lc.CVSE_CONFIG.vectors_per_stage(name), lc.CVSE_CONFIG.stages  # vectors per stage, ring of stages
     NH = 2 if V == 16 else 1
     to_f = to_f_of(name)
     vals = device_bits(precision(name).to_float32(X.data), name)  # the uploaded data (TF32 rounded)
@@ -69,46 +71,64 @@ def simulate_spmm(X: CVSE, B: np.ndarray, name: str):
     grid, block = lc.spmm_grid(X.n_vec_rows, N)
     warps = block[0] // 32
     vp = X.vec_ptr.astype(np.int64)
+
+    def load_stage(v0, ve):  # cp.async zero-fills past the row's end: index 0, values 0
+        return ([int(X.indices[v0 + k]) if v0 + k < ve else 0 for k in range(SV)],
+                [[int(vals[v0 + k, v]) if v0 + k < ve else 0 for v in range(V)] for k in range(SV)])
+
+    def k_step(acc, n0, s_idx, s_val):  # one mma k-step of KS slots (index -1: no B row) for the warp at n0
+        a_regs = [[None] * 32 for _ in range(4)]  # [instance i][lane]
+        b_regs = [[None] * 32 for _ in range(NH)]  # [n8 tile h][lane]
+        for lane in range(32):
+            g, q = lane >> 2, lane & 3
+            n_lane = n0 + 8 * g
+            slots = [q, q + 4] if tf32 else [2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9]
+            rows = [[int(Bb[s_idx[s], n_lane + e]) if s_idx[s] >= 0 and n_lane + e < N else 0
+                     for e in range(8)] for s in slots]
+            for h in range(NH):
+                v = 8 * h + g
+                if tf32:
+                    b_regs[h][lane] = [s_val[q][v] if v < V else 0, s_val[q + 4][v] if v < V else 0]
+                else:
+                    b_regs[h][lane] = [s_val[k][v] | (s_val[k + 1][v] << 16) if v < V else 0
+                                       for k in (2 * q, 2 * q + 8)]
+            for ins in range(4):
+                if tf32:
+                    a_regs[ins][lane] = [rows[0][2 * ins], rows[0][2 * ins + 1], rows[1][2 * ins],
+                                         rows[1][2 * ins + 1]]
+                else:
+                    wd = [rows[k][2 * ins] | (rows[k][2 * ins + 1] << 16) for k in range(4)]
+                    a_regs[ins][lane] = [byte_perm(wd[0], wd[1], 0x5410), byte_perm(wd[0], wd[1], 0x7632),
+                                         byte_perm(wd[2], wd[3], 0x5410), byte_perm(wd[2], wd[3], 0x7632)]
+        for ins in range(4):
+            for h in range(NH):
+                D = mma_isa(a_regs[ins], b_regs[h], tf32, to_f)
+                for lane in range(32):
+                    acc[lane, h, ins] += D[lane]
+
     for i in range(grid[0]):
         vb, ve = vp[i], vp[i + 1]
+        n_stages = -(-(ve - vb) // SV)
         for y in range(grid[1]):
             for w in range(warps):
                 n0 = (y * warps + w) * 64
                 if n0 >= N:
                     continue
                 acc = np.zeros((32, NH, 4, 4))
-                for v0 in range(vb, ve, KS):  # one stage per step
-                    s_idx = [int(X.indices[v0 + k]) if v0 + k < ve else -1 for k in range(KS)]
-                    s_val = [[int(vals[v0 + k, v]) if v0 + k < ve else 0 for v in range(V)] for k in range(KS)]
-                    a_regs = [[None] * 32 for _ in range(4)]  # [instance i][lane]
-                    b_regs = [[None] * 32 for _ in range(NH)]  # [n8 tile h][lane]
-                    for lane in range(32):
-                        g, q = lane >> 2, lane & 3
-                        n_lane = n0 + 8 * g
-                        slots = [q, q + 4] if tf32 else [2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9]
-                        rows = [[int(Bb[s_idx[s], n_lane + e]) if s_idx[s] >= 0 and n_lane + e < N else 0
-                                 for e in range(8)] for s in slots]
-                        for h in range(NH):
-                            v = 8 * h + g
-                            if tf32:
-                                b_regs[h][lane] = [s_val[q][v] if v < V else 0, s_val[q + 4][v] if v < V else 0]
-                            else:
-                                pair = [s_val[k][v] | (s_val[k + 1][v] << 16) if v < V else 0
-                                        for k in (2 * q, 2 * q + 8)]
-                                b_regs[h][lane] = pair
-                        for ins in range(4):
-                            if tf32:
-                                a_regs[ins][lane] = [rows[0][2 * ins], rows[0][2 * ins + 1], rows[1][2 * ins],
-                                                     rows[1][2 * ins + 1]]
-                            else:
-                                wd = [rows[k][2 * ins] | (rows[k][2 * ins + 1] << 16) for k in range(4)]
-                                a_regs[ins][lane] = [byte_perm(wd[0], wd[1], 0x5410), byte_perm(wd[0], wd[1], 0x7632),
-                                                     byte_perm(wd[2], wd[3], 0x5410), byte_perm(wd[2], wd[3], 0x7632)]
-                    for ins in range(4):
-                        for h in range(NH):
-                            D = mma_isa(a_regs[ins], b_regs[h], tf32, to_f)
-                            for lane in range(32):
-                                acc[lane, h, ins] += D[lane]
+                ring = [None] * S  # the shared-memory buffers, filled in the kernel's order
+                for s in range(min(S - 1, n_stages)):  # prologue
+                    ring[s] = (s, *load_stage(vb + s * SV, ve))
+                for s in range(n_stages):
+                    nx = s + S - 1
+                    if nx < n_stages:  # refilled after the barrier, before stage s is read: must not be s's buffer
+                        assert nx % S != s % S
+                        ring[nx % S] = (nx, *load_stage(vb + nx * SV, ve))
+                    tag, st_idx, st_val = ring[s % S]
+                    assert tag == s  # the buffer holds stage s
+                    count = min(SV, ve - vb - s * SV)
+                    for u in range(SV // KS):  # the stage's mma k-steps, in vector order
+                        s_idx = [st_idx[u * KS + k] if u * KS + k < count else -1 for k in range(KS)]
+                        k_step(acc, n0, s_idx, st_val[u * KS:(u + 1) * KS])
                 for lane in range(32):  # Shuffle Out (store_c)
                     g, q = lane >> 2, lane & 3
                     n_lane = n0 + 8 * g
@@ -146,6 +166,31 @@ def test_spmm_simulation_equals_float64_product(name, V, N):
     B = np.random.default_rng(7).standard_normal((45, N)).astype(np.float32)
     C, writes = simulate_spmm(X, B, name)
     assert (writes == 1).all()  # every element of C written exactly once
+    Xr, Br = rounded_inputs(X, B, name)
+    np.testing.assert_allclose(C, cvse_spmm(Xr, Br), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("V", [2, 16])
+@pytest.mark.parametrize("name", ["float32", "float16"])
+def test_spmm_simulation_stage_edges(name, V):
+    """Vector rows of exactly one stage (SV vectors), one more than a stage, (STAGES + 1) stages + 3 (the cp.async
+    ring wraps, the last stage partial) and none, one vector row each."""
+    import scipy.sparse as sp
+
+    SV, S = lc.CVSE_CONFIG.vectors_per_stage(name), lc.CVSE_CONFIG.stages
+    lengths = [SV, SV + 1, (S + 1) * SV + 3, 0]
+    K = max(lengths) + 5
+    rng = np.random.default_rng(V)
+    D = np.zeros((len(lengths) * V, K), dtype=np.float32)
+    for r, n in enumerate(lengths):
+        cols = np.sort(rng.choice(K, n, replace=False))
+        D[r * V:(r + 1) * V, cols] = rng.standard_normal((V, n))
+    D[V - 1] = 0  # one row of a vector row empty: padding inside the vectors
+    X = csr_to_cvse(sp.csr_array(D), vector=V, to_storage=precision(name).to_storage)
+    assert list(np.diff(X.vec_ptr.astype(np.int64))) == lengths
+    B = rng.standard_normal((K, 72)).astype(np.float32)
+    C, writes = simulate_spmm(X, B, name)
+    assert (writes == 1).all()
     Xr, Br = rounded_inputs(X, B, name)
     np.testing.assert_allclose(C, cvse_spmm(Xr, Br), rtol=1e-12, atol=1e-12)
 
@@ -238,3 +283,17 @@ def test_grids():
     assert lc.spmm_grid(10, 1024) == ((10, 4), (128,))
     assert lc.sddmm_grid(5, 300) == ((5, 5), (128,))  # 19 groups of 16 vectors over 4 warps per block
     assert lc.sddmm_grid(5, 0) == ((5, 1), (32,))
+
+
+def test_header_defaults_equal_the_config():
+    """kernels/compile_check.py compiles cvse_*.cu without CvseConfig's -D options: the header's #ifndef defaults
+    must be CvseConfig's, or the offline check would vet another kernel than the one launched."""
+    import re
+    from pathlib import Path
+
+    text = (Path(lc.__file__).parent / "cuda" / "cvse_common.cuh").read_text()
+    block = text[text.index("#ifndef CVSE_WARP_COLS"):text.index("#endif")]
+    header = dict(re.findall(r"#define (CVSE_\w+) (\d+)", block))
+    config = dict(d[2:].split("=") for d in lc.CVSE_CONFIG.defines())
+    assert header == config
+    assert lc.CVSE_CONFIG.vectors_per_stage("float16") == 16 * lc.CVSE_CONFIG.steps_per_stage

@@ -40,7 +40,18 @@ def empty_vector_rows():
 CASES = {**{k: v for k, v in BASE_CASES.items() if k != "explicit_zeros"},
          "empty_vector_rows": empty_vector_rows,
          "k_not_multiple_of_v": lambda: random_csr((37, 45), 900, seed=11),  # 37 rows, 45 columns
-         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12)}
+         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12),
+         "stage_edges": stage_edges,  # vector rows ending on, just past and far past a pipeline stage
+         "long_rows": lambda: random_csr((48, 4000), 48 * 1500, seed=14)}  # ~100 stages per vector row
+
+
+def stage_edges():
+    """Vector rows (V = 2) of 32 (one f16 stage), 33, 131 (the cp.async ring of 3 stages wraps) and 0 vectors."""
+    rng = np.random.default_rng(13)
+    D = np.zeros((8, 140), dtype=np.float32)
+    for r, n in enumerate((32, 33, 131, 0)):
+        D[2 * r:2 * r + 2, np.sort(rng.choice(140, n, replace=False))] = rng.standard_normal((2, n))
+    return sp.csr_array(D)
 
 
 def convert(A, name, V):
@@ -95,6 +106,21 @@ def test_spmm_accumulate_and_determinism(name, V):
     out = cupy.ones((333, 128), dtype=cupy.float32)
     lc.spmm(dm, Bd, out, accumulate=True)
     np.testing.assert_allclose(out.get(), C1 + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", PRECISIONS)
+def test_spmm_pipeline_knobs_do_not_change_the_bits(name, V):
+    """CvseConfig.steps_per_stage and stages only change how far ahead the kernel loads: the summation order (steps
+    in vector order) and so every bit of C are the same."""
+    X = convert(random_csr((333, 2000), 60000, seed=15), name, V)
+    dm = lc.upload(X, name)
+    Bd = device_b(np.random.default_rng(5).standard_normal((2000, 136)).astype(np.float32), name)
+    ref = lc.spmm(dm, Bd).get()
+    for cfg in (lc.CvseConfig(steps_per_stage=1, stages=2), lc.CvseConfig(steps_per_stage=1, stages=4),
+                lc.CvseConfig(steps_per_stage=2, stages=2)):
+        got = lc.spmm(dm, Bd, config=cfg).get()
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), cfg
 
 
 @pytest.mark.parametrize("Kd", [64, 21])  # 16-byte pieces; Kd % 8 != 0 (checked path)
