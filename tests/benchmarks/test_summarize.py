@@ -138,7 +138,7 @@ def test_empty_results_say_not_run(results, tmp_path):
                    capture_output=True)
     md = out.read_text()
     sections = md.split("\n## ")[1:]
-    assert len(sections) == 13  # spmm, precision, seam-ab, gnn, bcsr, calibration, reorder, multi_gpu, host-overhead,
+    assert len(sections) == 14  # spmm, precision, seam-ab, gnn, bcsr, cvse, calibration, reorder, multi_gpu, host-overhead,
     # bindings, convert, parse, cpu_spmm (formats adds none without results)
     for sec in sections:
         assert "Status: not run yet" in sec

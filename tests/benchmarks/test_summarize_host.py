@@ -77,3 +77,26 @@ def test_bindings_target(tmp_path):
     md = section(render(res, tmp_path), "cuSPARSE bindings")
     line = next(x for x in md.splitlines() if x.startswith("| nvmath set_stream"))
     assert "-1.00 us (-2.00 .. 1.00)" in line and "**met**" in line
+
+
+def test_cvse_targets_and_dense_crossing(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+
+    def spmm(V, s, N, cvse, dense):
+        return {"kind": "spmm", "V": V, "shape": [4096, 4096], "sparsity": s, "N": N, "issued_ms": {"dense": dense},
+                "ms": {"cvse": cvse, "cusparse-csr": 2 * cvse, "cusparse-bell": 3 * cvse, "dense": dense},
+                "rel_err": {"cvse": 1e-4}}
+
+    rows = [spmm(8, s, N, c, 1.0) for N in (256, 1024) for s, c in ((0.7, 1.5), (0.8, 0.9), (0.9, 0.5))]
+    rows[4] = spmm(8, 0.8, 1024, 1.2, 1.0)  # N = 1024 at 0.7 and 0.8 slower than dense: that N crosses at 0.9
+    rows += [{"kind": "sddmm", "V": 8, "shape": [4096, 4096], "sparsity": 0.9, "Kd": 64, "rel_err": {"x": 1e-4},
+              "ms": {"cusparse-sddmm": 1.0, "cvse-fp16": 0.25, "cvse-tf32": 0.6}}]
+    write(res, "cvse-gpu-x-2026-01-02-1000.json", {"date": "2026-01-02T10:00:00+00:00"}, rows)
+    md = section(render(res, tmp_path), "CVSE")
+    lines = md.splitlines()
+    assert "2.00x over 6 cases" in next(x for x in lines if x.startswith("| SpMM FP16 vs cuSPARSE half CSR"))
+    dense = next(x for x in lines if x.startswith("| faster than dense"))
+    assert "from sparsity 0.9" in dense and "**missed**" in dense  # the worst N decides
+    assert "**met**" in next(x for x in lines if x.startswith("| SDDMM FP16"))
+    assert "**missed**" in next(x for x in lines if x.startswith("| SDDMM TF32"))
