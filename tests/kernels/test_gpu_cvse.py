@@ -37,14 +37,6 @@ def empty_vector_rows():
     return sp.csr_array(A)
 
 
-CASES = {**{k: v for k, v in BASE_CASES.items() if k != "explicit_zeros"},
-         "empty_vector_rows": empty_vector_rows,
-         "k_not_multiple_of_v": lambda: random_csr((37, 45), 900, seed=11),  # 37 rows, 45 columns
-         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12),
-         "stage_edges": stage_edges,  # vector rows ending on, just past and far past a pipeline stage
-         "long_rows": lambda: random_csr((48, 4000), 48 * 1500, seed=14)}  # ~100 stages per vector row
-
-
 def stage_edges():
     """Vector rows (V = 2) of 32 (one f16 stage), 33, 131 (the cp.async ring of 3 stages wraps) and 0 vectors."""
     rng = np.random.default_rng(13)
@@ -52,6 +44,14 @@ def stage_edges():
     for r, n in enumerate((32, 33, 131, 0)):
         D[2 * r:2 * r + 2, np.sort(rng.choice(140, n, replace=False))] = rng.standard_normal((2, n))
     return sp.csr_array(D)
+
+
+CASES = {**{k: v for k, v in BASE_CASES.items() if k != "explicit_zeros"},
+         "empty_vector_rows": empty_vector_rows,
+         "k_not_multiple_of_v": lambda: random_csr((37, 45), 900, seed=11),  # 37 rows, 45 columns
+         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12),
+         "stage_edges": stage_edges,  # vector rows ending on, just past and far past a pipeline stage
+         "long_rows": lambda: random_csr((48, 4000), 48 * 1500, seed=14)}  # ~100 stages per vector row
 
 
 def convert(A, name, V):
