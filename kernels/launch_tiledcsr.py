@@ -4,9 +4,12 @@ limits), allocate, launch with grid/block as named locals. Compiled through kern
 
 Device arrays (`upload`): ``group_ptr`` and ``tile_ptr`` int64; ``tile_cols`` int32 [max(n_tiles, 1), w];
 ``tile_indptr`` (uint8 for TF32, uint16 for 16-bit, as stored), ``tile_indices`` uint8 and ``data`` (float32
-rounded to TF32, float16, or uint16 bfloat16 bits), each followed by PAD_BYTES readable bytes: the kernel copies a
-tile's bytes to shared memory as whole 4-byte words, which may run up to 3 bytes past the array's end.
+rounded to TF32, float16, or uint16 bfloat16 bits) as raw bytes, each followed by PAD_BYTES zero bytes so that no
+buffer is empty (nnz = 0); the kernel reads nothing past an array's end.
 Grid (`launch_grid`): (column chunks per band, row-group slots, bands); `grid_bands` decides the paper's 3D tiling.
+Two kernels per precision (`launches`): the vec kernel on the column chunks whose every warp lies inside N (16-byte
+B loads and C stores, FLAG_VEC), the edge kernel (element loads, checked stores) on the rest: at most the last
+chunk, launched second with its chunk offset; when FLAG_VEC is off, the edge kernel takes every chunk.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from kernels.indexing import INT32_MAX
 
 SOURCE = "tiledcsr_spmm.cu"
 KERNELS = {"float32": "tiledcsr_spmm_tf32", "float16": "tiledcsr_spmm_f16", "bfloat16": "tiledcsr_spmm_bf16"}
+EDGE = "_edge"  # suffix of the checked kernels
 MAX_GRID_Y, MAX_GRID_Z = 65535, 65535
 PAD_BYTES = 16
 L2_SHARE = 0.5  # a band of B may take this share of L2: the rest holds A's tiles and C's lines
@@ -27,17 +31,32 @@ L2_SHARE = 0.5  # a band of B may take this share of L2: the rest holds A's tile
 @dataclass(frozen=True)
 class TiledConfig:
     """Compile-time constants of tiledcsr_spmm.cu (it static_asserts them); kernels/config.py's defines ride along
-    because the .cu includes metcf_half.cuh, which checks them."""
+    because the .cu includes metcf_half.cuh, which checks them. A priori values, to be measured on the GPU."""
 
     warp_cols: int = 64  # columns per warp: 8 n8 tiles (the register remapping of metcf_half.cuh)
-    max_warps: int = 8  # warps per thread block (64-column slices sharing each A tile)
-    stage_min_nnz: int = 16  # a tile with fewer entries is decoded from global memory (no barrier, no copy);
-    # a priori: half a nonzero per lane; to be measured on the GPU against 1 and 64
-    min_blocks_per_sm: int = 2  # __launch_bounds__ minimum: nvcc 13.0 gives 126-128 registers, no spills
+    max_warps: int = 8  # warps per thread block (64-column slices sharing each decoded A tile)
+    chunk_tiles: int = 8  # tiles per chunk: one barrier and one block-wide scatter per chunk (3 x 512 B x chunk
+    # of shared memory)
+    unroll: int = 2  # tiles whose B loads a warp issues before their mma (as KernelConfig.half_unroll)
+    min_blocks_per_sm: int = 2  # __launch_bounds__ minimum: caps the registers at 128; nvcc 13.0 gives the vec
+    # kernels 125-128 and the edge kernels 108-126, no spills (python -m kernels.compile_check)
+
+    def __post_init__(self) -> None:
+        if self.warp_cols != 64:
+            raise ValueError(f"warp_cols is {self.warp_cols}, expected 64 (fixed by the register remapping)")
+        if not 1 <= self.max_warps <= 8:
+            raise ValueError(f"max_warps is {self.max_warps}, expected 1..8")
+        if not 2 <= self.chunk_tiles <= 16:
+            raise ValueError(f"chunk_tiles is {self.chunk_tiles}, expected 2..16")
+        if not 1 <= self.unroll <= 4:
+            raise ValueError(f"unroll is {self.unroll}, expected 1..4")
+        if not 1 <= self.min_blocks_per_sm * self.max_warps <= 64:
+            raise ValueError(f"min_blocks_per_sm x max_warps = {self.min_blocks_per_sm * self.max_warps}, "
+                             "expected 1..64 warps per SM")
 
     def defines(self) -> tuple[str, ...]:
-        return (*CONFIG.defines(), f"-DTCSR_MAX_WARPS={self.max_warps}",
-                f"-DTCSR_STAGE_MIN_NNZ={self.stage_min_nnz}", f"-DTCSR_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
+        return (*CONFIG.defines(), f"-DTCSR_MAX_WARPS={self.max_warps}", f"-DTCSR_CHUNK={self.chunk_tiles}",
+                f"-DTCSR_UNROLL={self.unroll}", f"-DTCSR_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
 
 
 TILED_CONFIG = TiledConfig()
@@ -132,21 +151,43 @@ def grid_bands(n_groups: int, K: int, N: int, itemsize: int, sm_count: int, l2_b
     return min(chunks, -(-chunks // per_band))
 
 
-def launch_grid(n_groups: int, N: int, bands: int, config: TiledConfig = TILED_CONFIG) -> tuple[tuple, tuple]:
-    """(grid, block): grid = (chunks per band, row-group slots, bands), block = 32 x slices threads."""
-    slices, chunks = grid_shape(N, config)
+def launch_grid(n_groups: int, N: int, bands: int, config: TiledConfig = TILED_CONFIG, *, chunks: int | None = None,
+                row_slots: int | None = None) -> tuple[tuple, tuple]:
+    """(grid, block): grid = (chunks per band, row-group slots, bands), block = 32 x slices threads. ``chunks``: the
+    column chunks this launch covers (default all of N's); ``row_slots``: gridDim.y (default one per row group up
+    to 65535; fewer make each block walk several groups as one stream of chunks)."""
+    slices, all_chunks = grid_shape(N, config)
+    chunks = all_chunks if chunks is None else int(chunks)
     bands = max(1, min(int(bands), chunks))
     if bands > MAX_GRID_Z:
         raise ValueError(f"{bands} column bands exceed gridDim.z = {MAX_GRID_Z}")
-    return (-(-chunks // bands), max(1, min(n_groups, MAX_GRID_Y)), bands), (32 * slices,)
+    slots = min(n_groups, MAX_GRID_Y) if row_slots is None else int(row_slots)
+    if not 1 <= slots <= MAX_GRID_Y:
+        raise ValueError(f"row_slots is {row_slots}, expected 1..{MAX_GRID_Y}")
+    return (-(-chunks // bands), max(1, min(n_groups, slots)), bands), (32 * slices,)
+
+
+def launches(n_groups: int, N: int, vec: bool, bands: int, config: TiledConfig = TILED_CONFIG, *,
+             row_slots: int | None = None) -> list[tuple[bool, int, tuple, tuple]]:
+    """[(edge, chunk0, grid, block)]: the vec kernel on the chunks whose warps all lie inside N (every chunk but a
+    partial last one, when ``vec``: FLAG_VEC), the edge kernel on the rest, from column chunk ``chunk0``."""
+    slices, chunks = grid_shape(N, config)
+    full = N // (slices * config.warp_cols) if vec else 0
+    out = []
+    if full:
+        out.append((False, 0, *launch_grid(n_groups, N, bands, config, chunks=full, row_slots=row_slots)))
+    if full < chunks:
+        out.append((True, full, *launch_grid(n_groups, N, 1, config, chunks=chunks - full, row_slots=row_slots)))
+    return out
 
 
 def spmm(dm: TiledArrays, B, out=None, config: TiledConfig = TILED_CONFIG, *, bands: int | None = None,
-         out_dtype=None, accumulate: bool = False, sm_count: int | None = None, l2_bytes: int | None = None):
+         out_dtype=None, accumulate: bool = False, sm_count: int | None = None, l2_bytes: int | None = None,
+         row_slots: int | None = None):
     """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once). ``bands`` None: `grid_bands` for
-    this device. Writes every element of C (zeros for rows without tiles)."""
+    this device; ``row_slots``: see `launch_grid`. Writes every element of C (zeros for rows without tiles)."""
     from kernels import launch
-    from kernels.launch_bcsr import _check_b_out  # the same B / out contract and flags as the BCSR kernels
+    from kernels.launch_bcsr import FLAG_VEC, _check_b_out  # the same B / out contract and flags as BCSR's
 
     out, N, flags = _check_b_out(dm, B, out, out_dtype, accumulate)
     if dm.n_groups == 0:
@@ -157,8 +198,10 @@ def spmm(dm: TiledArrays, B, out=None, config: TiledConfig = TILED_CONFIG, *, ba
         attrs = cupy.cuda.Device().attributes
         bands = grid_bands(dm.n_groups, dm.shape[1], N, B.dtype.itemsize, sm_count or attrs["MultiProcessorCount"],
                            l2_bytes or attrs.get("L2CacheSize", 50 << 20), config)
-    grid, block = launch_grid(dm.n_groups, N, bands, config)
-    launch.function(KERNELS[dm.precision], config, SOURCE)(
-        grid, block, (dm.group_ptr, dm.tile_ptr, dm.tile_cols, dm.tile_indptr, dm.tile_indices, dm.data, B, out,
-                      np.int64(dm.n_groups), np.int64(dm.shape[0]), np.int64(N), np.int32(flags)))
+    for edge, chunk0, grid, block in launches(dm.n_groups, N, bool(flags & FLAG_VEC), bands, config,
+                                              row_slots=row_slots):
+        launch.function(KERNELS[dm.precision] + (EDGE if edge else ""), config, SOURCE)(
+            grid, block, (dm.group_ptr, dm.tile_ptr, dm.tile_cols, dm.tile_indptr, dm.tile_indices, dm.data, B, out,
+                          np.int64(dm.n_groups), np.int64(dm.shape[0]), np.int64(N), np.int64(chunk0),
+                          np.int32(flags)))
     return out
