@@ -1,12 +1,19 @@
-"""cuSPARSE bindings (issue 16): our ctypes cusparseSpMM call against nvmath-python's bindings, per call.
+"""cuSPARSE bindings (issue 16): a ctypes cusparseSpMM call against nvmath-python's bindings, per call.
 
     PYTHONPATH=.:/tmp/nvm python3 benchmarks/bindings.py [--ns 128] [--matrices ...] [--label a]
+
+After this measurement (benchmarks/results/bindings-nvidia-h200-2026-11-25.json: nvmath 2.2 us less host time per
+call) the library code (kernels/cusparse*.py) calls cuSPARSE through ``nvmath.bindings.cusparse``; this script keeps
+the ctypes path, with its own declarations of cusparseSetStream and cusparseSpMM (``CtypesSpmm``, the same
+statements kernels/cusparse.py's CusparseBound ran before), only as the measured alternative, so that a rerun stays
+comparable with that file.
 
 For each matrix (SuiteSparse fixtures from .fixtures, 67 rows to 370k nnz, and a generated ~2M-nnz R-MAT in
 shuffled order) and N, float32, B and C made once, every path runs cuSPARSE's fastest CSR algorithm for this N
 (CusparseSpmm.tune: graph-replay medians of CSR_ALG1/2/3) on the same device arrays:
-- ``ctypes_bound``: ``CusparseSpmm.bind(B, out)`` called as ``bound(stream)``: cusparseSetStream + cusparseSpMM
-  through ctypes (kernels/cusparse.py's per-call path: SpmmPlan's and the benchmarks' "cuSPARSE as issued");
+- ``ctypes_bound``: ``CtypesSpmm(bound)`` called as ``ct(stream)``: cusparseSetStream + cusparseSpMM through
+  ctypes on the arguments of ``bound = CusparseSpmm.bind(B, out)`` (CuPy's handle, its descriptors and buffer): the
+  per-call path SpmmPlan and the benchmarks' "cuSPARSE as issued" had before issue 16;
 - ``ctypes_spmm``: the ctypes cusparseSpMM alone (stream set once): the floor of the ctypes path;
 - ``nvmath_bound``: ``nvmath.bindings.cusparse`` with its own handle, CSR and dense descriptors, buffer (and
   CSR_ALG3's preprocessing) made once; per call ``set_stream`` + ``sp_mm``: the cheapest call nvmath allows;
@@ -88,6 +95,51 @@ def import_nvmath():
               "and run with PYTHONPATH=.:/tmp/nvm", file=sys.stderr)
         raise SystemExit(2) from None
     return ncs, nsp, time.perf_counter() - t0
+
+
+def libcusparse_ctypes():
+    """The libcusparse this process loaded for CuPy (from /proc/self/maps) through ctypes, with cusparseSetStream and
+    cusparseSpMM declared as kernels/cusparse.py declared them before issue 16."""
+    import ctypes
+
+    paths = mapped_libcusparse()
+    if not paths:
+        raise RuntimeError("libcusparse is not loaded in this process; create a cuSPARSE handle through CuPy first")
+    lib = ctypes.CDLL(paths[0])
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    lib.cusparseSpMM.argtypes = [vp, i, i, vp, vp, vp, vp, vp, i, i, vp]
+    lib.cusparseSpMM.restype = i
+    lib.cusparseSetStream.argtypes = [vp, vp]
+    lib.cusparseSetStream.restype = i
+    return lib
+
+
+class CtypesSpmm:
+    """The ctypes per-call path, as kernels/cusparse.py's CusparseBound.__call__ ran it before issue 16: the same
+    statements (cusparseSetStream, then cusparseSpMM, their statuses checked as one), on the argument tuple of a
+    bound call of the library (``CusparseBound._args``: handle, ops, scalars, descriptors, algorithm, buffer)."""
+
+    def __init__(self, bound):
+        lib = libcusparse_ctypes()
+        self.algorithm, self.out, self._empty = bound.algorithm, bound.out, bound._args is None
+        self._spmm, self._set_stream = lib.cusparseSpMM, lib.cusparseSetStream
+        self._args, self._handle = bound._args, bound._handle
+
+    def __call__(self, stream_ptr: int):
+        if self._empty:
+            return self.out
+        status = self._set_stream(self._handle, stream_ptr) or self._spmm(*self._args)
+        if status:
+            raise RuntimeError(f"cusparseSpMM({self.algorithm}) or cusparseSetStream returned cusparseStatus_t "
+                               f"{status}")
+        return self.out
+
+    def spmm_only(self) -> int:
+        """cusparseSpMM alone, its status returned unchecked (the floor of the ctypes path)."""
+        return self._spmm(*self._args)
+
+    def set_stream(self, stream_ptr: int) -> int:
+        return self._set_stream(self._handle, stream_ptr)
 
 
 class NvmathSpmm:
@@ -174,18 +226,18 @@ def measure(label: str, A, N: int, rng, ncs, nsp, rounds: int) -> dict:
     tuned = op.tune(B, outs["ctypes"])
     alg_name = tuned["best"]
     alg = ALGORITHMS[alg_name]
-    bound = op.bind(B, outs["ctypes"], alg_name)
+    bound = op.bind(B, outs["ctypes"], alg_name)  # the library's bound call (nvmath): its arguments, for ctypes
+    ct = CtypesSpmm(bound)
     nv = NvmathSpmm(ncs, op, B, outs["nvmath"], alg)
     stream = cupy.cuda.get_current_stream()
     sptr = stream.ptr
-    bound(sptr)
+    ct(sptr)
     nv(sptr)
-    status = bound._spmm(*bound._args)  # ctypes_spmm below times this call, which returns its status unchecked
+    status = ct.spmm_only()  # ctypes_spmm below times this call, which returns its status unchecked
     if status:
         raise RuntimeError(f"{label} N={N}: cusparseSpMM through ctypes returned cusparseStatus_t {status}")
     Ad = csp.csr_matrix((op.data, op.indices, op.indptr), shape=A.shape)
-    fns = {"ctypes_bound": lambda: bound(sptr), "ctypes_spmm": lambda: bound._spmm(*bound._args),  # the bound
-           # call's own ctypes function and argument tuple: cusparseSpMM without cusparseSetStream
+    fns = {"ctypes_bound": lambda: ct(sptr), "ctypes_spmm": ct.spmm_only,  # cusparseSpMM without SetStream
            "nvmath_bound": lambda: nv(sptr), "nvmath_spmm": nv.spmm_only, "cupyx": lambda: Ad @ B}
     errors = {}
     mm = None
@@ -212,8 +264,8 @@ def measure(label: str, A, N: int, rng, ncs, nsp, rounds: int) -> dict:
         return cupy.cuda.get_current_stream().ptr
 
     graphed = {  # as above, on graph_ms's capture stream (the *_spmm paths point their handle at it first)
-        "ctypes_bound": lambda: bound(current()),
-        "ctypes_spmm": lambda: (op._lib.cusparseSetStream(op.handle, current()), bound._spmm(*bound._args)),
+        "ctypes_bound": lambda: ct(current()),
+        "ctypes_spmm": lambda: (ct.set_stream(current()), ct.spmm_only()),
         "nvmath_bound": lambda: nv(current()),
         "nvmath_spmm": lambda: (ncs.set_stream(nv.handle, current()), nv.spmm_only())}
     for p, fn in graphed.items():
@@ -224,7 +276,7 @@ def measure(label: str, A, N: int, rng, ncs, nsp, rounds: int) -> dict:
             errors[f"{p}_graph"] = f"{type(err).__name__}: {err}"
             log(f"  {label} N={N}: graph replay of {p} failed: {errors[f'{p}_graph']}")
     results = {"ctypes_bound": outs["ctypes"], "nvmath_bound": outs["nvmath"], "cupyx": Ad @ B}
-    for p, fn in (("ctypes_bound", lambda: bound(stream.ptr)), ("nvmath_bound", lambda: nv(stream.ptr))):
+    for p, fn in (("ctypes_bound", lambda: ct(stream.ptr)), ("nvmath_bound", lambda: nv(stream.ptr))):
         results[p].fill(np.nan)
         fn()
     if mm is not None:
@@ -312,7 +364,7 @@ def print_table(rows, meta, path) -> int:
         errs = [r[p]["rel_err"] for p in PATHS if p in r and "rel_err" in r[p]]
         print(line + f"{max(errs):>9.1e}")
     print("us per call. iss = as issued (events around a Python loop / calls), host = host time per call (loop of "
-          "100, not waiting); ct = CusparseBound (ctypes SetStream + SpMM), ct1 = ctypes SpMM alone, nv = nvmath "
+          "100, not waiting); ct = CtypesSpmm (ctypes SetStream + SpMM), ct1 = ctypes SpMM alone, nv = nvmath "
           "set_stream + sp_mm, nv1 = nvmath sp_mm alone, mm = nvmath.sparse.Matmul.execute, cpx = cupyx A @ B; "
           "graph = device time by graph replay")
     d_host = np.array([r["nvmath_bound"]["host_us"] - r["ctypes_bound"]["host_us"] for r in rows])

@@ -6,16 +6,14 @@ Blocked-ELL pads each block row to the block row with the most nonzero blocks, s
 block rows are alike (meshes, banded, block-sparse DNN weights); `plan_blocked_ell` says how many bytes it would
 take, and `CusparseBlockedEll` refuses above a cap (the caller reports "does not apply" with that size). Rows and
 columns are padded to multiples of b; `run` takes B and C already padded (``padded_b`` / ``padded_c``) so a timed
-call moves only what cuSPARSE moves.
+call moves only what cuSPARSE moves. cuSPARSE is reached through nvmath-python's bindings, as in kernels.cusparse.
 """
 from __future__ import annotations
-
-import ctypes
 
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.cusparse import CUDA_R_32F, VALUE_TYPES, DescriptorOwner, _libcusparse
+from kernels.cusparse import CUDA_R_32F, VALUE_TYPES, DescriptorOwner, bindings, checked
 
 BLOCKED_ELL_ALG1 = 13  # cusparseSpMMAlg_t
 MAX_BYTES = 4 << 30  # refuse Blocked-ELL layouts above this many bytes of values
@@ -40,7 +38,6 @@ class CusparseBlockedEll(DescriptorOwner):
 
     def __init__(self, A, *, block: int = 16, dtype: str = "float16", max_bytes: int = MAX_BYTES):
         import cupy
-        from cupy_backends.cuda.libs import cusparse
 
         from kernels.precision import precision
 
@@ -51,7 +48,9 @@ class CusparseBlockedEll(DescriptorOwner):
                              f"({info['ell_blocks']} blocks of {block}x{block}) takes "
                              f"{info['value_bytes'] / 2**30:.1f} GiB > {max_bytes / 2**30:.1f} GiB")
         self.info, self.block, self.dtype = info, block, dtype
-        self._cs, self._cupy, self._lib = cusparse, cupy, _libcusparse()
+        ncs = bindings()
+        self._ncs, self._cupy, self.descr_a = ncs, cupy, 0
+        self._per_n: dict = {}  # (B ptr, C ptr, N) -> {"b", "c": descriptors, "buf", "args": sp_mm's arguments}
         self._ctype, np_dtype = VALUE_TYPES[dtype]
         self.shape = (int(A.shape[0]), int(A.shape[1]))
         self.padded_shape = (info["block_rows"] * block, -(-self.shape[1] // block) * block)
@@ -72,22 +71,13 @@ class CusparseBlockedEll(DescriptorOwner):
         self.col_ind = cupy.asarray(col_ind)
         self.values = cupy.asarray(precision(dtype).to_storage(values).astype(np_dtype, copy=False))
         self._np_dtype = np_dtype
-        descr = ctypes.c_void_p()
-        self._lib.cusparseCreateBlockedEll.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64,
-                                                       ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                                       ctypes.c_int]
-        self._lib.cusparseCreateBlockedEll.restype = ctypes.c_int
-        status = self._lib.cusparseCreateBlockedEll(
-            ctypes.byref(descr), self.padded_shape[0], self.padded_shape[1], block, ell * block,
-            self.col_ind.data.ptr, self.values.data.ptr, cusparse.CUSPARSE_INDEX_32I,
-            cusparse.CUSPARSE_INDEX_BASE_ZERO, self._ctype)
-        if status != 0:
-            raise RuntimeError(f"cusparseCreateBlockedEll returned cusparseStatus_t {status}")
-        self.descr_a = descr.value
+        # create_blocked_ell(rows, cols, block size, ell_cols, col_ind, values, index type, base, value type) -> descr
+        self.descr_a = checked(ncs, "cusparseCreateBlockedEll", ncs.create_blocked_ell, self.padded_shape[0],
+                               self.padded_shape[1], block, ell * block, self.col_ind.data.ptr, self.values.data.ptr,
+                               int(ncs.IndexType.INDEX_32I), int(ncs.IndexBase.ZERO), self._ctype)
         self.handle = cupy.cuda.device.get_cusparse_handle()
+        self._op, self._order = int(ncs.Operation.NON_TRANSPOSE), int(ncs.Order.ROW)
         self._alpha, self._beta = np.ones(1, np.float32), np.zeros(1, np.float32)
-        self._per_n: dict = {}  # (B ptr, C ptr, N) -> {"b", "c": descriptors, "buf"}
 
     def padded_b(self, B):
         """B [K, N] -> the zero-padded [K_pad, N] copy cuSPARSE reads (in the value dtype)."""
@@ -101,20 +91,28 @@ class CusparseBlockedEll(DescriptorOwner):
 
     def run(self, Bp, Cp):
         """Cp = A @ Bp on padded operands (C's first M rows are A @ B)."""
-        cs, N = self._cs, int(Bp.shape[1])
-        key = (Bp.data.ptr, Cp.data.ptr, N)
-        if key not in self._per_n:
-            b = cs.createDnMat(self.padded_shape[1], N, N, Bp.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW)
-            c = cs.createDnMat(self.padded_shape[0], N, N, Cp.data.ptr, self._ctype, cs.CUSPARSE_ORDER_ROW)
-            op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
-            size = cs.spMM_bufferSize(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, b,
-                                      self._beta.ctypes.data, c, CUDA_R_32F, BLOCKED_ELL_ALG1)
-            self._per_n[key] = {"b": b, "c": c, "buf": self._cupy.empty(max(int(size), 1), dtype=self._cupy.uint8)}
-        b, c, buf = (self._per_n[key][k] for k in ("b", "c", "buf"))
-        self._lib.cusparseSetStream(self.handle, self._cupy.cuda.get_current_stream().ptr)
-        op = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
-        status = self._lib.cusparseSpMM(self.handle, op, op, self._alpha.ctypes.data, self.descr_a, b,
-                                        self._beta.ctypes.data, c, CUDA_R_32F, BLOCKED_ELL_ALG1, buf.data.ptr)
-        if status != 0:
-            raise RuntimeError(f"cusparseSpMM(BLOCKED_ELL_ALG1) returned cusparseStatus_t {status}")
+        key = (Bp.data.ptr, Cp.data.ptr, int(Bp.shape[1]))
+        st = self._per_n.get(key)
+        if st is None:
+            st = self._per_n[key] = self._bind(Bp, Cp)
+        try:  # per call: one set_stream + one sp_mm on the bound arguments (capturable into a CUDA graph)
+            self._ncs.set_stream(self.handle, self._cupy.cuda.get_current_stream().ptr)
+            self._ncs.sp_mm(*st["args"])
+        except self._ncs.cuSPARSEError as err:
+            raise RuntimeError(f"cusparseSetStream or cusparseSpMM(BLOCKED_ELL_ALG1) returned {err}") from err
         return Cp
+
+    def _bind(self, Bp, Cp) -> dict:
+        """Dense descriptors on Bp and Cp (create_dn_mat(rows, cols, ld, values, value type, order)), the buffer,
+        and sp_mm's arguments in C's order: handle, opA, opB, &alpha, A, B, &beta, C, compute type, alg, buffer."""
+        ncs, cupy, N = self._ncs, self._cupy, int(Bp.shape[1])
+        st = {"b": checked(ncs, "cusparseCreateDnMat", ncs.create_dn_mat, self.padded_shape[1], N, N, Bp.data.ptr,
+                           self._ctype, self._order),
+              "c": checked(ncs, "cusparseCreateDnMat", ncs.create_dn_mat, self.padded_shape[0], N, N, Cp.data.ptr,
+                           self._ctype, self._order)}
+        args = (self.handle, self._op, self._op, self._alpha.ctypes.data, self.descr_a, st["b"],
+                self._beta.ctypes.data, st["c"], CUDA_R_32F, BLOCKED_ELL_ALG1)
+        size = checked(ncs, "cusparseSpMM_bufferSize(BLOCKED_ELL_ALG1)", ncs.sp_mm_buffer_size, *args)
+        st["buf"] = cupy.empty(max(int(size), 1), dtype=cupy.uint8)
+        st["args"] = (*args, st["buf"].data.ptr)
+        return st

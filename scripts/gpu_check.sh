@@ -14,16 +14,21 @@ mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1
 declare -A STATUS DETAIL
 
-# 1. wheels: only distributions not already installed (the image's numpy/cupy/torch stay as they are)
+# 1. wheels: only distributions not already installed (the image's numpy/cupy/torch stay as they are), and
+# cuda-pathfinder where the image's is older than nvmath-python's floor (kernels/cusparse*.py import nvmath)
 missing=()
 if compgen -G "$WHEELHOUSE/*.whl" >/dev/null; then
   mapfile -t missing < <("$PY" - "$WHEELHOUSE" <<'PYEOF'
 import importlib.metadata as md, pathlib, re, sys
+FLOOR = {"cuda-pathfinder": (1, 5, 1)}  # nvmath-python 1.0 needs >= 1.5.1; CuPy 14.2 only >= 1.3.4
 for whl in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
-    name = whl.name.split("-")[0]
+    name = re.sub(r"[-_.]+", "-", whl.name.split("-")[0])
     try:
-        md.version(re.sub(r"[-_.]+", "-", name))
+        have = md.version(name)
     except md.PackageNotFoundError:
+        print(whl)
+        continue
+    if name in FLOOR and tuple(int(x) for x in re.findall(r"\d+", have)[:3]) < FLOOR[name]:
         print(whl)
 PYEOF
 )
