@@ -11,10 +11,10 @@ float32: cuSPARSE allowed; deterministic float16), with B and out prepared once:
 - ``graph_us``: the GPU's time of the chosen kernel (kernels.launch.graph_ms: replays of a captured graph of
   back-to-back launches); ``overhead_us`` = issued - graph.
 cuSPARSE is timed the same ways on the same matrix and B: its best CSR algorithm through a bound call
-(CusparseBound: descriptors and buffer made once, cusparseSpMM through ctypes: the cheapest call CuPy's process
-allows) as issued and by graph replay, and ``cupyx.scipy.sparse`` ``A @ B`` as issued (what a CuPy user writes;
-it allocates C). Correctness in the same run: every plan's C against float64 SciPy. ``--code DIR`` imports
-``kernels`` from DIR (the tree before a change; only features both trees have are used then); ``--before FILE``
+(CusparseBound: descriptors and buffer made once, cusparseSpMM through nvmath's bindings, through ctypes in the
+files before the bindings change of 2026-11-25: the cheapest call CuPy's process allows) as issued and by graph
+replay, and ``cupyx.scipy.sparse`` ``A @ B`` as issued (what a CuPy user writes; it allocates C). Correctness in
+the same run: every plan's C against float64 SciPy. ``--code DIR`` imports ``kernels`` from DIR (the tree before a change; only features both trees have are used then); ``--before FILE``
 puts that run's numbers beside these. JSON under benchmarks/results/, the table last.
 """
 from __future__ import annotations
