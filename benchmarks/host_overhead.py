@@ -14,8 +14,9 @@ cuSPARSE is timed the same ways on the same matrix and B: its best CSR algorithm
 (CusparseBound: descriptors and buffer made once, cusparseSpMM through nvmath's bindings, through ctypes in the
 files before the bindings change of 2026-11-25: the cheapest call CuPy's process allows) as issued and by graph
 replay, and ``cupyx.scipy.sparse`` ``A @ B`` as issued (what a CuPy user writes; it allocates C). Correctness in
-the same run: every plan's C against float64 SciPy. ``--code DIR`` imports ``kernels`` from DIR (the tree before a change; only features both trees have are used then); ``--before FILE``
-puts that run's numbers beside these. JSON under benchmarks/results/, the table last.
+the same run: every plan's C against float64 SciPy. ``--code DIR`` imports ``kernels`` from DIR (the tree before a
+change; only features both trees have are used then); ``--before FILE`` puts that run's numbers beside these.
+JSON under benchmarks/results/, the table last.
 """
 from __future__ import annotations
 
