@@ -1,7 +1,9 @@
 """GPU Tiled-CSR kernel (kernels/launch_tiledcsr.py, kernels/cuda/tiledcsr_spmm.cu) for TF32 / FP16 / BF16 against
 float64: every call on a NaN-poisoned out (every element must be written), rectangular shapes, empty tiles and
-groups, widths and N not multiples of the tile, both memory access modes (staged and direct), 2D and 3D grids,
-accumulate, determinism (two runs bit-identical); the plan with format="tiledcsr" and "auto"."""
+groups, widths and N not multiples of the tile (the vec kernel, the edge kernel, and both in one call), row groups
+of several chunks, blocks that walk several row groups (row_slots), 2D and 3D grids, chunk sizes, unroll and warp
+counts, accumulate, determinism (bit-identical across runs and across all of those launch choices); the plan with
+format="tiledcsr" and "auto"."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,7 +33,8 @@ ROUNDED_RTOL = {"float32": 1e-4, "float16": 1e-3, "bfloat16": 8e-3}
 
 CASES = {**BASE_CASES,
          "partial_last_tiles": lambda: random_csr((37, 45), 900, seed=11),  # 37 = 2 x 16 + 5 rows, 45 columns
-         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12)}  # full 16 x 16 tiles: staged mode
+         "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12),  # near-full tiles, 19-38 per group
+         "long_groups": lambda: random_csr((70, 2000), 70 * 60, seed=13)}  # 49-98 sparse tiles a group; 6 rows last
 
 
 def host_b(K, N, seed=1):
@@ -64,7 +67,7 @@ def run(X, p, B, out=None, **kw):
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("N", [1, 13, 64, 136, 520])
+@pytest.mark.parametrize("N", [1, 13, 64, 77, 128, 136, 520])  # 520: vec kernel on 512 columns, edge on 8
 def test_kernel_against_float64(name, p_name, N):
     p = precision(p_name)
     A = sp.csr_array(CASES[name](), dtype=np.float32)
@@ -114,19 +117,59 @@ def test_empty_tiles_and_groups(p_name):
     assert not run(Z, p, host_b(30, 16), poisoned((40, 16), p)).any()
 
 
+def unaligned(Bh, p):
+    """B on the device 2 bytes off a 16-byte boundary: FLAG_VEC off, so the edge kernel takes every chunk."""
+    flat = cupy.empty(Bh.size + 8, dtype=p.storage_dtype)
+    Bd = flat[1:1 + Bh.size].reshape(Bh.shape)
+    Bd[...] = cupy.asarray(p.to_storage(Bh))
+    assert Bd.data.ptr % 16 and Bd.flags.c_contiguous
+    return Bd
+
+
 @pytest.mark.parametrize("p_name", PRECISIONS)
 @pytest.mark.parametrize("bands", [1, 2, 3, 8])
-def test_grids_and_access_modes_agree_bitwise(p_name, bands):
-    """3D tiling changes only which block computes a C tile, and staging only where a tile's bytes are read from:
-    C is bit-identical across grids and with staging forced off (stage_min_nnz above any tile)."""
+def test_grids_and_launch_choices_agree_bitwise(p_name, bands):
+    """3D tiling, row slots, chunk size, unroll and warps per block change only which block computes a C tile and
+    when; the edge kernel only how B is loaded and C stored: each warp sums its group's tiles in tile order, so C
+    is bit-identical across all of them."""
     p = precision(p_name)
     A = sp.csr_array(CASES["dense_rows"](), dtype=np.float32)
     X = get("tiledcsr").convert(A, p)
-    dm, Bd = lt.upload(X, p.name), cupy.asarray(p.to_storage(host_b(300, 1000)))
+    Bh = host_b(300, 1000)  # 1000 columns: one full 512-column chunk (vec kernel) and a partial one (edge kernel)
+    dm, Bd = lt.upload(X, p.name), cupy.asarray(p.to_storage(Bh))
     base = cupy.asnumpy(lt.spmm(dm, Bd, bands=1))
-    assert np.array_equal(cupy.asnumpy(lt.spmm(dm, Bd, bands=bands)).view(np.uint8), base.view(np.uint8))
-    direct = lt.TiledConfig(stage_min_nnz=1 << 10)
-    assert np.array_equal(cupy.asnumpy(lt.spmm(dm, Bd, config=direct, bands=bands)).view(np.uint8), base.view(np.uint8))
+
+    def same(C):
+        assert np.array_equal(cupy.asnumpy(C).view(np.uint8), base.view(np.uint8))
+
+    same(lt.spmm(dm, Bd, bands=bands))
+    same(lt.spmm(dm, Bd, bands=bands, row_slots=1))  # one block row walks all 4 groups as one stream
+    for cfg in (lt.TiledConfig(chunk_tiles=2), lt.TiledConfig(chunk_tiles=16, unroll=1),
+                lt.TiledConfig(max_warps=1, chunk_tiles=4), lt.TiledConfig(max_warps=2, unroll=4)):
+        same(lt.spmm(dm, Bd, config=cfg, bands=bands))
+    same(lt.spmm(dm, unaligned(Bh, p), bands=bands))  # the edge kernel everywhere
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("row_slots", [1, 2, 3])
+def test_blocks_walking_several_groups(p_name, row_slots):
+    """A block's stream crosses groups with more tiles than a chunk, empty groups (16..47) and the partial last
+    group: every C element written once, as the float64 product."""
+    p = precision(p_name)
+    A = sp.csr_array(random_csr((70, 900), 70 * 80, seed=14), dtype=np.float32).tolil()
+    A[16:48] = 0
+    A = sp.csr_array(A)
+    X = get("tiledcsr").convert(A, p)
+    B = host_b(900, 200)
+    ref = rounded_ref(A, B, p)
+    for cfg in (lt.TILED_CONFIG, lt.TiledConfig(chunk_tiles=2, max_warps=1)):
+        dm = lt.upload(X, p.name)
+        out = poisoned((70, 200), p)
+        C = p.to_float32(cupy.asnumpy(lt.spmm(dm, cupy.asarray(p.to_storage(B)), out, config=cfg,
+                                              row_slots=row_slots))).astype(np.float64)
+        assert not np.isnan(C).any() and not C[16:48].any()
+        tol = ROUNDED_RTOL[p_name]
+        assert np.allclose(C, ref, rtol=tol, atol=tol * max(np.abs(ref).max(initial=0), 1)), rel_err(C, ref)
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)

@@ -1,9 +1,10 @@
-"""A NumPy simulation of kernels/cuda/tiledcsr_spmm.cu, lane by lane, before any GPU runs it: the grid of the
-launcher (3D tiling, bands, spare chunks), the shared-memory staging of a tile's bytes as 4-byte words (offsets
-begin % 4), the per-lane A-fragment decode from the tile's CSR, the B loads with padding substitution and the
-byte-permute pairing (16-bit) or two-row loads (TF32), the mma fragment layouts of the PTX ISA, and the remapped
-C store of half_store. The mma itself is assembled from the ISA's documented fragment layouts, independent of the
-kernel's decode rules, so a wrong register or column choice shows as a wrong C."""
+"""A NumPy simulation of kernels/cuda/tiledcsr_spmm.cu, lane by lane, before any GPU runs it: the launcher's
+launches (vec kernel on full column chunks, edge kernel on the rest; 3D tiling, bands, spare chunks, row slots), a
+block's stream of chunks over its row groups, the three fragment stages (zeroed one step ahead, scattered from the
+tiles' CSR by (tile, row) threads, read as one 16-byte word per lane), the B loads with padding substitution and
+the byte-permute pairing (16-bit) or two-row loads (TF32), the mma fragment layouts of the PTX ISA, and the
+remapped C store of half_store. The mma itself is assembled from the ISA's documented fragment layouts,
+independent of the kernel's scatter rule, so a wrong fragment slot or column choice shows as a wrong C."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,41 +17,45 @@ from kernels.formats import get
 from kernels.formats.tiledcsr import TiledCSR
 from kernels.precision import precision
 
-STAGE_OFF = (0, 528, 800)  # DATA_OFF, IDX_OFF, RP_OFF of the .cu
+FRAG_BYTES = 512  # one tile's fragments: 32 lanes x 4 registers x 4 bytes
 
 
-def tile_bytes(t, p0, p1, vb, rb):
-    return (p0 * vb, p0, t * 17 * rb), (p1 * vb, p1, (t + 1) * 17 * rb)
+def frag_byte(r: int, c: int, tf32: bool) -> int:
+    """The .cu's frag_byte: where tile element (r, c) sits in its 512-byte fragment."""
+    if tf32:
+        return ((4 * (r & 7) + (c & 3)) * 4 + (r >> 3) + 2 * (c >> 2)) * 4
+    return ((4 * (r & 7) + ((c >> 1) & 3)) * 4 + (r >> 3) + 2 * (c >> 3)) * 4 + 2 * (c & 1)
 
 
-def stage_tile(t, p0, p1, srcs, vb, rb):
-    """The block's cp.async word copies into one 848-byte stage (the .cu's stage_tile)."""
-    st = np.full(848, 0xEE, dtype=np.uint8)  # garbage where nothing is copied
-    b0, b1 = tile_bytes(t, p0, p1, vb, rb)
-    for s in range(3):
-        w0, w1 = b0[s] >> 2, (b1[s] + 3) >> 2
-        st[STAGE_OFF[s]:STAGE_OFF[s] + 4 * (w1 - w0)] = srcs[s][4 * w0:4 * w1]  # reads padding past the end
-    return st
+def scatter_chunk(st: np.ndarray, t0: int, nt: int, X: TiledCSR, vals: np.ndarray, nthreads: int, vb: int):
+    """The .cu's scatter_chunk into the uint8 stage st: thread i takes (tile, row) pairs i, i + nthreads, ..."""
+    tp, ip = X.tile_ptr.astype(np.int64), X.tile_indptr.astype(np.int64)
+    for tid in range(nthreads):
+        for pair in range(tid, nt * 16, nthreads):
+            tl, r = divmod(pair, 16)
+            t = t0 + tl
+            for p in range(tp[t] + ip[t, r], tp[t] + ip[t, r + 1]):
+                at = tl * FRAG_BYTES + frag_byte(r, int(X.tile_indices[p]), vb == 4)
+                st[at:at + vb] = vals[vb * p:vb * p + vb]
 
 
-def decode(vals: bytes, idx: bytes, rp: bytes, rb: int, lane: int, tf32: bool):
-    """The .cu's decode: this lane's 4 A registers (uint32) from a tile's CSR bytes."""
-    g, q = lane >> 2, lane & 3
-    rp_at = (lambda r: rp[r]) if rb == 1 else (lambda r: int.from_bytes(rp[2 * r:2 * r + 2], "little"))
-    a = [0, 0, 0, 0]
-    for h in range(2):
-        for p in range(rp_at(g + 8 * h), rp_at(g + 8 * h + 1)):
-            c = idx[p]
-            if tf32:
-                if (c & 3) != q:
-                    continue
-                v, reg = int.from_bytes(vals[4 * p:4 * p + 4], "little"), h + 2 * (c >> 2)
-            else:
-                if ((c >> 1) & 3) != q:
-                    continue
-                v, reg = int.from_bytes(vals[2 * p:2 * p + 2], "little") << (16 * (c & 1)), h + 2 * (c >> 3)
-            a[reg] |= v
-    return a
+def lane_words(st: np.ndarray, tl: int, lane: int) -> list[int]:
+    """The 16-byte shared load of one lane: its 4 A registers (uint32) of tile tl of the stage."""
+    at = tl * FRAG_BYTES + 16 * lane
+    return [int(x) for x in st[at:at + 16].view(np.uint32)]
+
+
+def block_chunks(X: TiledCSR, by: int, gy: int, T: int):
+    """A block's stream: (group, t0, nt, last) for its groups by, by + gy, ..., in chunks of T tiles."""
+    gp = X.group_ptr.astype(np.int64)
+    for g in range(by, X.n_groups, gy):
+        t0, end = int(gp[g]), int(gp[g + 1])
+        while True:
+            nt = min(T, end - t0)
+            yield g, t0, nt, t0 + nt == end
+            t0 += nt
+            if t0 == end:
+                break
 
 
 def byte_perm(x, y, sel):
@@ -78,15 +83,13 @@ def mma_isa(a_regs, b_regs, tf32: bool, to_f):
              D[(lane >> 2) + 8, 2 * (lane & 3) + 1]] for lane in range(32)]
 
 
-def simulate(X: TiledCSR, Bs: np.ndarray, name: str, bands: int, stage_min: int = 16):
-    """C (float64) and per-element write counts from the simulated launch of every block, warp and lane."""
+def simulate(X: TiledCSR, Bs: np.ndarray, name: str, bands: int, config=lt.TILED_CONFIG, *, vec: bool = True,
+             row_slots=None):
+    """C (float64) and per-element write counts from the simulated launches of every block, warp and lane."""
     p = precision(name)
     tf32 = name == "float32"
-    vb, rb = (4, 1) if tf32 else (2, 2)
-    vals_src = np.concatenate([np.ascontiguousarray(
-        p.rounded(p.to_float32(X.data)).astype(np.float32) if tf32 else X.data).view(np.uint8), np.zeros(16, np.uint8)])
-    idx_src = np.concatenate([X.tile_indices, np.zeros(16, np.uint8)])
-    rp_src = np.concatenate([np.ascontiguousarray(X.tile_indptr).view(np.uint8).reshape(-1), np.zeros(16, np.uint8)])
+    vb = 4 if tf32 else 2
+    vals = np.ascontiguousarray(p.rounded(p.to_float32(X.data)).astype(np.float32) if tf32 else X.data).view(np.uint8)
     if tf32:
         def to_f(bits):
             return float(np.uint32(bits).view(np.float32))
@@ -96,110 +99,146 @@ def simulate(X: TiledCSR, Bs: np.ndarray, name: str, bands: int, stage_min: int 
             return float(p.to_float32(np.array([bits], dtype=np.uint16).view(p.storage_dtype))[0])
         Bbits = Bs.view(np.uint16)
     M, _ = X.shape
-    N = Bs.shape[1]
+    N, T = Bs.shape[1], config.chunk_tiles
     C, writes = np.zeros((M, N)), np.zeros((M, N), dtype=int)
-    grid, block = lt.launch_grid(X.n_groups, N, bands)
-    slices = block[0] // 32
     tc = X.tile_cols.astype(np.int64)
-    gp, tp = X.group_ptr.astype(np.int64), X.tile_ptr.astype(np.int64)
-    for bz in range(grid[2]):
-        for bx in range(grid[0]):
-            chunk_n0 = (bz * grid[0] + bx) * slices * 64
-            if chunk_n0 >= N:
-                continue
-            active_warps = min(slices, (N - chunk_n0 + 63) // 64)
-            for by in range(grid[1]):
-                for g in range(by, X.n_groups, grid[1]):
+    for edge, chunk0, grid, block in lt.launches(X.n_groups, N, vec, bands, config, row_slots=row_slots):
+        slices = block[0] // 32
+        for bz in range(grid[2]):
+            for bx in range(grid[0]):
+                chunk_n0 = (chunk0 + bz * grid[0] + bx) * slices * 64
+                if chunk_n0 >= N or (not edge and chunk_n0 + slices * 64 > N):
+                    continue  # the kernel's uniform early exit
+                for by in range(min(grid[1], X.n_groups)):
+                    stage = [np.full(T * FRAG_BYTES, 0xEE, dtype=np.uint8) for _ in range(3)]  # garbage
+                    stage[0][:] = 0
+                    stage[1][:] = 0
+                    stream = list(block_chunks(X, by, grid[1], T))
+                    scatter_chunk(stage[0], stream[0][1], stream[0][2], X, vals, block[0], vb)
                     acc = np.zeros((slices, 32, 8, 4))
-                    for t in range(gp[g], gp[g + 1]):
-                        p0, p1 = tp[t], tp[t + 1]
-                        staged = active_warps >= 2 and p1 - p0 >= stage_min
-                        b0, _ = tile_bytes(t, p0, p1, vb, rb)
-                        if staged:
-                            st = stage_tile(t, p0, p1, (vals_src, idx_src, rp_src), vb, rb).tobytes()
-                            src = [st[STAGE_OFF[s] + (b0[s] & 3):] for s in range(3)]
-                        else:
-                            src = [vals_src[b0[0]:].tobytes(), idx_src[b0[1]:].tobytes(), rp_src[b0[2]:].tobytes()]
-                        a_regs = [decode(*src, rb, lane, tf32) for lane in range(32)]
-                        for w in range(active_warps):
-                            n0 = chunk_n0 + 64 * w
-                            b_regs = [[[0, 0] for _ in range(32)] for _ in range(8)]  # [mma tile u][lane]
-                            for lane in range(32):
-                                q, n_lane = lane & 3, n0 + 8 * (lane >> 2)
-                                slots = [q, q + 4] if tf32 else [2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9]
-                                col = [tc[t, s] if tc[t, s] >= 0 else tc[t, 0] for s in slots]
-                                rows = [[int(Bbits[c, n_lane + u]) if n_lane + u < N else 0 for u in range(8)]
-                                        for c in col]
+                    for i, (g, t0, nt, last) in enumerate(stream):
+                        s = i % 3
+                        stage[(s + 2) % 3][:] = 0
+                        if i + 1 < len(stream):
+                            scatter_chunk(stage[(s + 1) % 3], stream[i + 1][1], stream[i + 1][2], X, vals, block[0],
+                                          vb)
+                        for tl in range(nt):
+                            t = t0 + tl
+                            a_regs = [lane_words(stage[s], tl, lane) for lane in range(32)]
+                            for w in range(slices):
+                                n0 = chunk_n0 + 64 * w
+                                b_regs = [[[0, 0] for _ in range(32)] for _ in range(8)]  # [mma tile u][lane]
+                                for lane in range(32):
+                                    q, n_lane = lane & 3, n0 + 8 * (lane >> 2)
+                                    assert edge or n_lane + 8 <= N, "a vec kernel's 16-byte load past N"
+                                    slots = [q, q + 4] if tf32 else [2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9]
+                                    col = [tc[t, sl] if tc[t, sl] >= 0 else tc[t, 0] for sl in slots]
+                                    rows = [[int(Bbits[c, n_lane + u]) if n_lane + u < N else 0 for u in range(8)]
+                                            for c in col]
+                                    for u in range(8):
+                                        if tf32:
+                                            b_regs[u][lane] = [rows[0][u], rows[1][u]]
+                                        else:  # mma_block: words u/2 of the 4 rows, prmt 0x5410 / 0x7632
+                                            wd = [rows[k][2 * (u >> 1)] | (rows[k][2 * (u >> 1) + 1] << 16)
+                                                  for k in range(4)]
+                                            sel = 0x7632 if u & 1 else 0x5410
+                                            b_regs[u][lane] = [byte_perm(wd[0], wd[1], sel),
+                                                               byte_perm(wd[2], wd[3], sel)]
                                 for u in range(8):
-                                    if tf32:
-                                        b_regs[u][lane] = [rows[0][u], rows[1][u]]
-                                    else:  # mma_block: words t/2 of the 4 rows, prmt 0x5410 (even) / 0x7632 (odd)
-                                        wd = [rows[k][2 * (u >> 1)] | (rows[k][2 * (u >> 1) + 1] << 16)
-                                              for k in range(4)]
-                                        sel = 0x7632 if u & 1 else 0x5410
-                                        b_regs[u][lane] = [byte_perm(wd[0], wd[1], sel), byte_perm(wd[2], wd[3], sel)]
-                            for u in range(8):
-                                acc[w, :, u] += np.array(mma_isa(a_regs, b_regs[u], tf32, to_f))
-                    for w in range(active_warps):  # half_store: v[e] = acc[e % 8][2h + e // 8] -> column n0+16q+e
-                        n0 = chunk_n0 + 64 * w
-                        for lane in range(32):
-                            gg, q = lane >> 2, lane & 3
-                            for h in range(2):
-                                row = 16 * g + gg + 8 * h
-                                for e in range(16):
-                                    col = n0 + 16 * q + e
-                                    if row < M and col < N:
-                                        C[row, col] = acc[w, lane, e & 7, 2 * h + (e >> 3)]
-                                        writes[row, col] += 1
+                                    acc[w, :, u] += np.array(mma_isa(a_regs, b_regs[u], tf32, to_f))
+                        if not last:
+                            continue
+                        for w in range(slices):  # half_store: v[e] = acc[e % 8][2h + e // 8] -> column n0+16q+e
+                            n0 = chunk_n0 + 64 * w
+                            for lane in range(32):
+                                gg, q = lane >> 2, lane & 3
+                                for h in range(2):
+                                    row = 16 * g + gg + 8 * h
+                                    for e in range(16):
+                                        col = n0 + 16 * q + e
+                                        if row < M and col < N:
+                                            C[row, col] = acc[w, lane, e & 7, 2 * h + (e >> 3)]
+                                            writes[row, col] += 1
+                        acc[:] = 0
     return C, writes
 
 
 def case_matrix(kind: str):
     if kind == "rect":  # 37 rows (group 2 partial), 45 columns (not a multiple of 8 or 16), dense-ish tiles
         return random_csr((37, 45), 700, seed=3)
+    if kind == "long":  # 70 rows: groups of 10+ tiles, group 2 (rows 32..47) empty, group 4 partial (6 rows)
+        A = random_csr((70, 400), 2400, seed=5).tolil()
+        A[32:48] = 0
+        return sp.csr_array(A)
     A = random_csr((40, 23), 300, seed=4).tolil()  # group 1 (rows 16..31) empty, a hub row, tiny tiles
     A[16:32] = 0
     A[35, :] = 1.25
     return sp.csr_array(A)
 
 
-@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("kind, N, bands", [("rect", 131, 2), ("rect", 64, 1), ("sparse", 200, 3), ("sparse", 7, 1)])
-def test_simulated_warps_match_the_float64_product(name, kind, N, bands):
+def exact_product(X: TiledCSR, Bs: np.ndarray, name: str) -> np.ndarray:
     p = precision(name)
-    A = sp.csr_array(case_matrix(kind), dtype=np.float32)
-    X = get("tiledcsr").convert(A, p)
-    rng = np.random.default_rng(7)
-    Bs = p.to_storage(rng.standard_normal((A.shape[1], N)).astype(np.float32))
-    exact = get("tiledcsr").reference_spmm(X, p.to_float32(Bs))  # 16-bit A and B are exact in float64
     if name == "float32":  # the kernel multiplies TF32-rounded A and B
         Xr = TiledCSR(X.shape, X.group_ptr, X.tile_ptr, X.tile_cols, X.tile_indptr, X.tile_indices,
                       p.rounded(X.data).astype(np.float32))
-        exact = get("tiledcsr").reference_spmm(Xr, p.rounded(Bs))
-    C, writes = simulate(X, Bs, name, bands, stage_min=4 if kind == "rect" else 16)
+        return get("tiledcsr").reference_spmm(Xr, p.rounded(Bs))
+    return get("tiledcsr").reference_spmm(X, p.to_float32(Bs))  # 16-bit A and B are exact in float64
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("kind, N, bands, vec", [("rect", 131, 2, False), ("rect", 64, 1, True),
+                                                 ("sparse", 200, 3, True), ("sparse", 7, 1, False),
+                                                 ("rect", 136, 1, True)])
+def test_simulated_warps_match_the_float64_product(name, kind, N, bands, vec):
+    # N = 136 with FLAG_VEC: the vec kernel on the first 128 columns, the edge kernel on the last 8
+    p = precision(name)
+    A = sp.csr_array(case_matrix(kind), dtype=np.float32)
+    X = get("tiledcsr").convert(A, p)
+    Bs = p.to_storage(np.random.default_rng(7).standard_normal((A.shape[1], N)).astype(np.float32))
+    C, writes = simulate(X, Bs, name, bands, vec=vec)
     assert np.all(writes == 1), "every C element has exactly one writer"
-    np.testing.assert_allclose(C, exact, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(C, exact_product(X, Bs, name), rtol=1e-12, atol=1e-12)
 
 
-def test_stage_offsets_cover_every_tile_byte():
-    # a tile at every alignment of its data / indices / row pointers decodes the same from the stage as from global
-    A = sp.csr_array(random_csr((64, 40), 900, seed=9), dtype=np.float32)
-    for name, vb, rb in (("float16", 2, 2), ("float32", 4, 1)):
-        X = get("tiledcsr").convert(A, precision(name))
-        srcs = (np.concatenate([np.ascontiguousarray(X.data).view(np.uint8), np.zeros(16, np.uint8)]),
-                np.concatenate([X.tile_indices, np.zeros(16, np.uint8)]),
-                np.concatenate([X.tile_indptr.view(np.uint8).reshape(-1), np.zeros(16, np.uint8)]))
-        seen = set()
-        for t in range(X.n_tiles):
-            p0, p1 = int(X.tile_ptr[t]), int(X.tile_ptr[t + 1])
-            b0, _ = tile_bytes(t, p0, p1, vb, rb)
-            seen.add(tuple(b & 3 for b in b0))
-            st = stage_tile(t, p0, p1, srcs, vb, rb).tobytes()
-            smem = [st[STAGE_OFF[s] + (b0[s] & 3):] for s in range(3)]
-            glob = [srcs[s][b0[s]:].tobytes() for s in range(3)]
-            for lane in range(32):
-                assert decode(*smem, rb, lane, name == "float32") == decode(*glob, rb, lane, name == "float32")
-        assert len(seen) >= 4  # several misalignments were exercised
+@pytest.mark.parametrize("name", ["float32", "float16"])
+@pytest.mark.parametrize("chunk_tiles, row_slots, max_warps", [(2, 1, 1), (4, 2, 2), (16, None, 8)])
+def test_simulated_chunks_and_streams(name, chunk_tiles, row_slots, max_warps):
+    """Chunk boundaries inside a row group, groups with more tiles than a chunk, empty groups inside a block's
+    stream (row_slots < n_groups: a block walks several groups), one-warp blocks (scatter loops over pairs)."""
+    p = precision(name)
+    A = sp.csr_array(case_matrix("long"), dtype=np.float32)
+    X = get("tiledcsr").convert(A, p)
+    assert int(np.diff(X.group_ptr.astype(np.int64)).max()) > chunk_tiles  # a group of several chunks
+    Bs = p.to_storage(np.random.default_rng(8).standard_normal((A.shape[1], 72)).astype(np.float32))
+    C, writes = simulate(X, Bs, name, 1, lt.TiledConfig(max_warps=max_warps, chunk_tiles=chunk_tiles),
+                         row_slots=row_slots)
+    assert np.all(writes == 1)
+    np.testing.assert_allclose(C, exact_product(X, Bs, name), rtol=1e-12, atol=1e-12)
+
+
+def test_fragment_layout_is_the_isa_layout():
+    # a dense random 16 x w tile scattered into its fragment: lane (g, q)'s registers hold what the PTX ISA puts
+    # there for m16n8k16 (pairs, low half = lower k) and m16n8k8
+    rng = np.random.default_rng(3)
+    for name, w in (("float16", 16), ("float32", 8)):
+        p = precision(name)
+        A = sp.csr_array(rng.uniform(0.5, 1.5, (16, w)).astype(np.float32))
+        X = get("tiledcsr").convert(A, p)
+        vals = np.ascontiguousarray(X.data).view(np.uint8)
+        st = np.zeros(2 * FRAG_BYTES, dtype=np.uint8)
+        scatter_chunk(st, 0, 1, X, vals, 32, 4 if w == 8 else 2)
+        dense = X.data.reshape(16, w)  # one tile, (r, c) order
+        bits = dense.view(np.uint32) if w == 8 else dense.view(np.uint16).astype(np.uint32)
+        for lane in range(32):
+            g, q = lane >> 2, lane & 3
+            regs = lane_words(st, 0, lane)
+            if w == 8:
+                want = [bits[g, q], bits[g + 8, q], bits[g, q + 4], bits[g + 8, q + 4]]
+            else:
+                want = [bits[r, c] | (bits[r, c + 1] << 16)
+                        for r, c in ((g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8))]
+            assert regs == [int(x) for x in want], (name, lane)
+        assert not st[FRAG_BYTES:].any()  # nothing outside the tile's 512 bytes
 
 
 def test_grid_bands_and_launch_grid():
@@ -215,3 +254,26 @@ def test_grid_bands_and_launch_grid():
     assert grid == (1, 65535, 2) and block == (256,)
     grid, _ = lt.launch_grid(5, 1000, 1)
     assert grid == (2, 5, 1)
+    assert lt.launch_grid(100, 1000, 1, row_slots=7)[0] == (2, 7, 1)
+    with pytest.raises(ValueError, match="row_slots"):
+        lt.launch_grid(100, 1000, 1, row_slots=0)
+
+
+def test_launches_split_vec_and_edge_chunks():
+    # N = 1024: two full 512-column chunks, the vec kernel only; without FLAG_VEC the edge kernel takes both
+    assert lt.launches(50, 1024, True, 1) == [(False, 0, (2, 50, 1), (256,))]
+    assert lt.launches(50, 1024, False, 1) == [(True, 0, (2, 50, 1), (256,))]
+    # N = 1000: chunk 0 full (vec), chunk 1 partial (edge, from chunk 1); bands apply to the vec launch
+    assert lt.launches(50, 1000, True, 2) == [(False, 0, (1, 50, 1), (256,)), (True, 1, (1, 50, 1), (256,))]
+    assert lt.launches(50, 5000, True, 3) == [(False, 0, (3, 50, 3), (256,)), (True, 9, (1, 50, 1), (256,))]
+    # N = 136: one block of 3 warps, the last one partial: the edge kernel for the whole chunk
+    assert lt.launches(4, 136, True, 1) == [(True, 0, (1, 4, 1), (96,))]
+    assert lt.launches(4, 128, True, 1, row_slots=2) == [(False, 0, (1, 2, 1), (64,))]
+
+
+def test_config_is_checked():
+    with pytest.raises(ValueError, match="chunk_tiles"):
+        lt.TiledConfig(chunk_tiles=32)
+    with pytest.raises(ValueError, match="unroll"):
+        lt.TiledConfig(unroll=0)
+    assert "-DTCSR_CHUNK=4" in lt.TiledConfig(chunk_tiles=4).defines()
