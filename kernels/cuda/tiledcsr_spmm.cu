@@ -75,14 +75,14 @@ __device__ __forceinline__ Chunk next_chunk(const Chunk& c, const i64* __restric
   return group_chunk(group_ptr, c.g + gridDim.y, n_groups);
 }
 
-// Per warp (FAST: 16-byte B loads, TCSR_UNROLL tiles per group; else element loads, one tile per group, whose 32
-// scalar loads per tile would otherwise spill). `cols` holds the B rows of the chunk's first U tiles on entry, of
-// the next chunk's first U tiles on exit.
+// Per warp (FAST: 16-byte B loads, TCSR_UNROLL tiles per group; else element loads, one tile per group: with 2,
+// nvcc 13.0 spills 40 B in the 16-bit edge kernels). `cols` holds the B rows of the chunk's first U tiles on entry,
+// of the next chunk's first U tiles on exit.
 template <int KIND, bool FAST>
 struct WarpTiles {
   static constexpr int U = FAST ? TCSR_UNROLL : 1;
-  // Half the B loads of the chunk's first tile are in flight during the scatter (all of them: 16 more registers
-  // there, which spill at the 128 of __launch_bounds__).
+  // Half the B loads of the chunk's first tile are in flight during the scatter (all of them: 8 more registers
+  // there, and nvcc 13.0 spills 16 B in the 16-bit vec kernels at the 128 of __launch_bounds__).
   static constexpr bool PRE = FAST;
   // pre[0..1] = half the B values of chunk c's first tile: issued before the block's scatter of the next chunk.
   static __device__ __forceinline__ void first_loads(uint4 (&pre)[4], const int4 (&cols)[TCSR_UNROLL],

@@ -173,15 +173,16 @@ def test_blocks_walking_several_groups(p_name, row_slots):
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
-def test_deterministic_and_accumulate(p_name):
+@pytest.mark.parametrize("N", [200, 1000])  # 200: the edge kernel alone; 1000: vec and edge kernels in one call
+def test_deterministic_and_accumulate(p_name, N):
     p = precision(p_name)
     A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
     X = get("tiledcsr").convert(A, p)
     dm = lt.upload(X, p.name)
-    Bd = cupy.asarray(p.to_storage(host_b(A.shape[1], 200)))
+    Bd = cupy.asarray(p.to_storage(host_b(A.shape[1], N)))
     one, two = lt.spmm(dm, Bd), lt.spmm(dm, Bd)
     assert np.array_equal(cupy.asnumpy(one).view(np.uint8), cupy.asnumpy(two).view(np.uint8))
-    out = cupy.ones((A.shape[0], 200), dtype=cupy.float32)
+    out = cupy.ones((A.shape[0], N), dtype=cupy.float32)
     lt.spmm(dm, Bd, out, accumulate=True)
     ref = rounded_ref(A, p.to_float32(cupy.asnumpy(Bd)).astype(np.float64), p) + 1.0
     assert np.allclose(cupy.asnumpy(out), ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
