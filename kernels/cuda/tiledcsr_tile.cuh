@@ -26,9 +26,7 @@ template <> struct Traits<BF16> : Traits<F16> {};
 #define ROWS 16
 #define RP_LEN (ROWS + 1)
 #define FRAG_LANES 32  // uint4 per tile in a fragment stage
-#ifndef SCATTER_STEP
-#define SCATTER_STEP 4  // entries of a tile row whose loads a scatter thread issues before their stores
-#endif
+constexpr int SCATTER_STEP = 4;  // entries of a tile row whose loads a scatter thread issues before their stores
 
 // Plain equivalent (D 16 x 8, A 16 x 8, Bt 8 x 8): D[i][j] += sum_k A[i][k] Bt[k][j] in TF32 products, fp32 sums;
 // a = {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, b0 = Bt[q][g], b1 = Bt[q+4][g].
