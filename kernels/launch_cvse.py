@@ -35,11 +35,23 @@ class CvseConfig:
     # registers per step) and the cp.async ring of stages (STAGES - 1 stages of indices/values fetched ahead)
     steps_per_stage: int = 2
     stages: int = 3
+    # SDDMM (cvse_sddmm.cu): 16-vector groups per warp tile, sharing each A piece (2 = the paper's TileN = 32:
+    # A loads and TF32 roundings once per 32 vectors, not 16), and the 16-byte loads a lane issues per K step
+    # before its mmas (U = sddmm_loads // (2 groups + n8 tiles) chunks: 4 at V <= 8, TF32 64 features per step,
+    # where the one-chunk loop had 3 loads in flight). nvcc 13.0: 126-128 registers, no spills, sm_80 / sm_90;
+    # 16 gives 3 chunks at ~112 registers, the same 4 blocks of 4 warps per SM.
+    sddmm_groups: int = 2
+    sddmm_loads: int = 20
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCVSE_WARP_COLS={self.warp_cols}", f"-DCVSE_MAX_WARPS={self.max_warps}",
                 f"-DCVSE_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}",
-                f"-DCVSE_STEPS_PER_STAGE={self.steps_per_stage}", f"-DCVSE_STAGES={self.stages}")
+                f"-DCVSE_STEPS_PER_STAGE={self.steps_per_stage}", f"-DCVSE_STAGES={self.stages}",
+                f"-DCVSE_SDDMM_GROUPS={self.sddmm_groups}", f"-DCVSE_SDDMM_LOADS={self.sddmm_loads}")
+
+    def vectors_per_tile(self) -> int:
+        """Vectors of one vector row per SDDMM warp tile (16 per group)."""
+        return 16 * self.sddmm_groups
 
     def vectors_per_stage(self, precision: str) -> int:
         """SV: vectors of one vector row per shared-memory stage of the SpMM kernel."""
@@ -115,11 +127,11 @@ def spmm_grid(n_vec_rows: int, N: int, config: CvseConfig = CVSE_CONFIG) -> tupl
 
 def sddmm_grid(n_vec_rows: int, max_vectors_per_row: int, config: CvseConfig = CVSE_CONFIG
                ) -> tuple[tuple[int, int], tuple[int]]:
-    """(grid, block) of the SDDMM kernel: warps walk a vector row's 16-vector groups; gridDim.y spreads the
-    longest row's groups over blocks (capped at 65535: the warps then loop)."""
-    groups = max(1, -(-max_vectors_per_row // 16))
-    warps = max(1, min(groups, config.max_warps))
-    return (n_vec_rows, min(MAX_GRID_Y, -(-groups // warps))), (32 * warps,)
+    """(grid, block) of the SDDMM kernel: warps walk a vector row's tiles of `vectors_per_tile` vectors; gridDim.y
+    spreads the longest row's tiles over blocks (capped at 65535: the warps then loop)."""
+    tiles = max(1, -(-max_vectors_per_row // config.vectors_per_tile()))
+    warps = max(1, min(tiles, config.max_warps))
+    return (n_vec_rows, min(MAX_GRID_Y, -(-tiles // warps))), (32 * warps,)
 
 
 def _check(X, name, dtype, rows, cols=None):

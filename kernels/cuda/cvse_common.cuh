@@ -11,6 +11,8 @@
 #define CVSE_MIN_BLOCKS_PER_SM 4
 #define CVSE_STEPS_PER_STAGE 2
 #define CVSE_STAGES 3
+#define CVSE_SDDMM_GROUPS 2
+#define CVSE_SDDMM_LOADS 20
 #endif
 static_assert(CVSE_WARP_COLS == 64, "a lane's 8 consecutive columns x 8 lane groups = 64 columns per warp "
                                     "(CvseConfig.warp_cols): the Register Shuffle layout");
@@ -20,6 +22,11 @@ static_assert(CVSE_MIN_BLOCKS_PER_SM >= 1 && CVSE_MIN_BLOCKS_PER_SM * CVSE_MAX_W
 static_assert(CVSE_STEPS_PER_STAGE >= 1 && CVSE_STEPS_PER_STAGE <= 4,
               "CvseConfig.steps_per_stage must be 1..4 (each step holds 16 more B registers per lane)");
 static_assert(CVSE_STAGES >= 2 && CVSE_STAGES <= 4, "CvseConfig.stages must be 2..4 (cp.async ring of stages)");
+static_assert(CVSE_SDDMM_GROUPS >= 1 && CVSE_SDDMM_GROUPS <= 4,
+              "CvseConfig.sddmm_groups must be 1..4 (16-vector groups per warp sharing one A fragment)");
+static_assert(CVSE_SDDMM_LOADS >= 2 * CVSE_SDDMM_GROUPS + 2 && CVSE_SDDMM_LOADS <= 32,
+              "CvseConfig.sddmm_loads must be 2 x sddmm_groups + 2 .. 32 (16-byte loads in flight per lane, "
+              "4 registers each)");
 
 typedef long long i64;
 typedef unsigned short u16;

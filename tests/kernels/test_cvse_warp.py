@@ -195,10 +195,12 @@ def test_spmm_simulation_stage_edges(name, V):
     np.testing.assert_allclose(C, cvse_spmm(Xr, Br), rtol=1e-12, atol=1e-12)
 
 
-def simulate_sddmm(X: CVSE, A: np.ndarray, B: np.ndarray, name: str):
-    """out [n_vectors, V] (float64) and write counts from the simulated SDDMM launch."""
+def simulate_sddmm(X: CVSE, A: np.ndarray, B: np.ndarray, name: str, config: lc.CvseConfig = lc.CVSE_CONFIG):
+    """out [n_vectors, V] (float64), write counts and the mma count from the simulated SDDMM launch: warp tiles of
+    G = sddmm_groups 16-vector groups sharing the A pieces, K steps of U chunks (all loads of a step, then the
+    mmas of the chunks that start inside Kd)."""
     tf32, V = name == "float32", X.vector
-    NH = 2 if V == 16 else 1
+    NH, G = (2 if V == 16 else 1), config.sddmm_groups
     to_f = to_f_of(name)
     p = precision(name)
     s_vals = p.to_float32(X.data).astype(np.float64)
@@ -207,10 +209,12 @@ def simulate_sddmm(X: CVSE, A: np.ndarray, B: np.ndarray, name: str):
     Ab, Bb = device_bits(A, name), device_bits(B, name)
     M, Kd = A.shape
     per, chunk = (4, 16) if tf32 else (8, 32)
+    U = config.sddmm_loads // (2 * G + NH)  # chunks per step (the 16-byte path; the checked path takes 1)
+    assert U >= 1
     out, writes = np.full((X.n_vectors, V), np.nan), np.zeros((X.n_vectors, V), dtype=int)
     vp = X.vec_ptr.astype(np.int64)
-    grid, block = lc.sddmm_grid(X.n_vec_rows, int(np.diff(vp).max()) if vp.size > 1 else 0)
-    warps = block[0] // 32
+    grid, block = lc.sddmm_grid(X.n_vec_rows, int(np.diff(vp).max()) if vp.size > 1 else 0, config)
+    warps, n_mma = block[0] // 32, 0
 
     def piece(bits, row, k, ok):
         vals = [int(bits[row, k + j]) if ok and k + j < Kd else 0 for j in range(per)]
@@ -220,47 +224,64 @@ def simulate_sddmm(X: CVSE, A: np.ndarray, B: np.ndarray, name: str):
         vb, ve = vp[i], vp[i + 1]
         for y in range(grid[1]):
             for w in range(warps):
-                grp = y * warps + w
-                while vb + 16 * grp < ve:
-                    acc = np.zeros((32, NH, 4))
-                    for k0 in range(0, Kd, chunk):
-                        a_regs = [[None] * 32 for _ in range(2)]  # [mma s][lane]
-                        b_regs = [[[None] * 32 for _ in range(NH)] for _ in range(2)]
+                t = y * warps + w
+                while vb + 16 * G * t < ve:
+                    acc = np.zeros((32, G, NH, 4))
+                    for k0 in range(0, Kd, U * chunk):
+                        pieces = {}  # (lane, u) -> (B pieces [2G], A pieces [NH]), all loaded before any mma
                         for lane in range(32):
                             g, q = lane >> 2, lane & 3
-                            b_lo, b_hi = vb + 16 * grp + g, vb + 16 * grp + g + 8
-                            k = k0 + per * q
-                            blo = piece(Bb, X.indices[b_lo] if b_lo < ve else 0, k, b_lo < ve)
-                            bhi = piece(Bb, X.indices[b_hi] if b_hi < ve else 0, k, b_hi < ve)
-                            ar = [piece(Ab, i * V + 8 * h + g, k, 8 * h + g < V and i * V + 8 * h + g < M)
-                                  for h in range(NH)]
+                            base = vb + 16 * G * t + g
+                            for u in range(U):
+                                k = k0 + u * chunk + per * q
+                                bp = [piece(Bb, X.indices[base + 8 * j] if base + 8 * j < ve else 0, k,
+                                            base + 8 * j < ve) for j in range(2 * G)]
+                                ap = [piece(Ab, i * V + 8 * h + g, k, 8 * h + g < V and i * V + 8 * h + g < M)
+                                      for h in range(NH)]
+                                pieces[lane, u] = bp, ap
+                        for u in range(U):
+                            if k0 + u * chunk >= Kd:
+                                break  # the kernel's warp-uniform skip of chunks past Kd
                             for s in range(2):
-                                a_regs[s][lane] = [blo[2 * s], bhi[2 * s], blo[2 * s + 1], bhi[2 * s + 1]]
-                                for h in range(NH):
-                                    b_regs[s][h][lane] = [ar[h][2 * s], ar[h][2 * s + 1]]
-                        for s in range(2):
-                            for h in range(NH):
-                                D = mma_isa(a_regs[s], b_regs[s][h], tf32, to_f)
-                                for lane in range(32):
-                                    acc[lane, h] += D[lane]
+                                for j in range(G):
+                                    a_regs = [None] * 32
+                                    b_regs = [[None] * 32 for _ in range(NH)]
+                                    for lane in range(32):
+                                        bp, ap = pieces[lane, u]
+                                        lo, hi = bp[2 * j], bp[2 * j + 1]
+                                        a_regs[lane] = [lo[2 * s], hi[2 * s], lo[2 * s + 1], hi[2 * s + 1]]
+                                        for h in range(NH):
+                                            b_regs[h][lane] = [ap[h][2 * s], ap[h][2 * s + 1]]
+                                    for h in range(NH):
+                                        D = mma_isa(a_regs, b_regs[h], tf32, to_f)
+                                        n_mma += 1
+                                        for lane in range(32):
+                                            acc[lane, j, h] += D[lane]
                     for lane in range(32):
                         g, q = lane >> 2, lane & 3
-                        for h in range(NH):
-                            v = 8 * h + 2 * q
-                            if v >= V:
+                        base = vb + 16 * G * t + g
+                        for j in range(2 * G):
+                            b, e = base + 8 * j, j & 1
+                            if b >= ve:
                                 continue
-                            for e, b in enumerate((vb + 16 * grp + g, vb + 16 * grp + g + 8)):
-                                if b < ve:
-                                    out[b, v:v + 2] = acc[lane, h, 2 * e:2 * e + 2] * s_vals[b, v:v + 2]
+                            for h in range(NH):
+                                v = 8 * h + 2 * q
+                                if v < V:
+                                    out[b, v:v + 2] = acc[lane, j >> 1, h, 2 * e:2 * e + 2] * s_vals[b, v:v + 2]
                                     writes[b, v:v + 2] += 1
-                    grp += grid[1] * warps
-    return out, writes
+                    t += grid[1] * warps
+    return out, writes, n_mma
 
 
-@pytest.mark.parametrize("Kd", [32, 21])  # 32: whole chunks; 21: a partial piece (the checked path)
+CONFIGS = {"default": lc.CVSE_CONFIG, "one_group": lc.CvseConfig(sddmm_groups=1, sddmm_loads=4),
+           "four_groups": lc.CvseConfig(sddmm_groups=4, sddmm_loads=12)}
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+@pytest.mark.parametrize("Kd", [32, 21, 80])  # 32: whole chunks; 21: a partial piece; 80: a step cut mid-way
 @pytest.mark.parametrize("V", [2, 4, 8, 16])
 @pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
-def test_sddmm_simulation_equals_float64_product(name, V, Kd):
+def test_sddmm_simulation_equals_float64_product(name, V, Kd, cfg):
     import scipy.sparse as sp
 
     S = random_csr((37, 60), 700, seed=V).tolil()
@@ -270,18 +291,23 @@ def test_sddmm_simulation_equals_float64_product(name, V, Kd):
     X = csr_to_cvse(S, vector=V, to_storage=precision(name).to_storage)
     rng = np.random.default_rng(3)
     A, B = rng.standard_normal((37, Kd)).astype(np.float32), rng.standard_normal((60, Kd)).astype(np.float32)
-    out, writes = simulate_sddmm(X, A, B, name)
+    out, writes, n_mma = simulate_sddmm(X, A, B, name, CONFIGS[cfg])
     assert (writes == 1).all()
     p = precision(name)
     Xr = CVSE(X.shape, X.vec_ptr, X.indices, p.rounded(p.to_float32(X.data)) if name == "float32"
               else p.to_float32(X.data).astype(np.float64))
     np.testing.assert_allclose(out, cvse_sddmm(Xr, p.rounded(A), p.rounded(B)), rtol=1e-12, atol=1e-12)
+    # chunks past Kd are skipped: every tile runs exactly ceil(Kd / chunk) x 2 mma per group and n8 tile
+    G, NH, chunk = CONFIGS[cfg].sddmm_groups, 2 if V == 16 else 1, 16 if name == "float32" else 32
+    tiles = sum(-(-int(n) // (16 * G)) for n in np.diff(X.vec_ptr))
+    assert n_mma == tiles * G * NH * 2 * -(-Kd // chunk)
 
 
 def test_grids():
     assert lc.spmm_grid(10, 70) == ((10, 1), (64,))  # 2 tiles of 64 columns: one block of 2 warps
     assert lc.spmm_grid(10, 1024) == ((10, 4), (128,))
-    assert lc.sddmm_grid(5, 300) == ((5, 5), (128,))  # 19 groups of 16 vectors over 4 warps per block
+    assert lc.sddmm_grid(5, 300) == ((5, 3), (128,))  # 10 tiles of 32 vectors over 4 warps per block
+    assert lc.sddmm_grid(5, 300, lc.CvseConfig(sddmm_groups=1)) == ((5, 5), (128,))  # 19 groups of 16
     assert lc.sddmm_grid(5, 0) == ((5, 1), (32,))
 
 

@@ -143,6 +143,27 @@ def test_sddmm_against_float64(case, name, V, Kd):
     assert np.array_equal(got.view(np.uint32), again.view(np.uint32))
 
 
+# Kd 256: whole steps; 80: TF32's second step has 1 of its 4 chunks, 16-bit's a half chunk; 20: a partial piece of
+# 4 floats (TF32 16-byte path), the checked element path (16-bit)
+@pytest.mark.parametrize("Kd", [256, 80, 20])
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", PRECISIONS)
+def test_sddmm_tile_knobs_do_not_change_the_bits(name, V, Kd):
+    """CvseConfig.sddmm_groups and sddmm_loads only change how many vectors share an A piece and how far ahead a
+    lane loads: each output's mma sequence (chunks in k order) and so every bit of out are the same. Vector rows of
+    ~1,300 (V = 2) to ~3,000 (V = 16) vectors: every warp loops over several tiles."""
+    X = convert(random_csr((48, 3000), 48 * 700, seed=16), name, V)
+    dm = lc.upload(X, name)
+    rng = np.random.default_rng(8)
+    Ad = device_b(rng.standard_normal((48, Kd)).astype(np.float32), name)
+    Bd = device_b(rng.standard_normal((3000, Kd)).astype(np.float32), name)
+    ref = lc.sddmm(dm, Ad, Bd).get()
+    for cfg in (lc.CvseConfig(sddmm_groups=1, sddmm_loads=4), lc.CvseConfig(sddmm_groups=1, sddmm_loads=16),
+                lc.CvseConfig(sddmm_groups=2, sddmm_loads=10), lc.CvseConfig(sddmm_groups=4, sddmm_loads=12)):
+        got = lc.sddmm(dm, Ad, Bd, config=cfg).get()
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), cfg
+
+
 @pytest.mark.parametrize("name", PRECISIONS)
 def test_plans_with_format_cvse(name):
     from kernels.sddmm import SddmmPlan, csr_sddmm
