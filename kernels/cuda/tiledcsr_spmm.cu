@@ -40,7 +40,7 @@
 // metcf_half.cuh checks); kernels/compile_check.py passes only config.py's, so these defaults equal TiledConfig's.
 #ifndef TCSR_MAX_WARPS
 #define TCSR_MAX_WARPS 8
-#define TCSR_CHUNK 8
+#define TCSR_CHUNK 16
 #define TCSR_UNROLL 2
 #define TCSR_MIN_BLOCKS_PER_SM 2
 #endif
