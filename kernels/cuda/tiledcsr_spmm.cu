@@ -2,13 +2,18 @@
 // deleted and the rest cut into 16 x w tiles stored CSR-like) and dense row-major B (K x N):
 //   C[16g + r][n] = sum over tiles t of group g, entries p of row r of t: data[p] * B[tile_cols[t][idx[p]]][n],
 // FP32 accumulation; w = 8 for TF32 (mma.m16n8k8), 16 for FP16/BF16 (mma.m16n8k16); C float32 or 16-bit.
+// Row pieces (kernels/launch_tiledcsr.py `pieces`): piece s = tiles piece_ptr[s] .. piece_ptr[s + 1] - 1 of one
+// group. piece_dst[s] = g >= 0: the piece is all of group g, its sum is C rows 16g .. 16g + 15; piece_dst[s] < 0:
+// a piece of a split group, its sum goes to workspace tile ~piece_dst[s] (W rows 16 slot .. + 15, float32, no
+// FLAG_ADD), and tiledcsr_fixup writes C[16 fix_group[f] + r][n] = (C +) sum over slots s = fix_ptr[f] ..
+// fix_ptr[f + 1] - 1 in order of W[16 s + r][n] (so a hub group's tiles are walked by several blocks at once).
 //
 // Launch mapping (kernels/launch_tiledcsr.py, the paper's 3D-grid tiling): grid = (column chunks per band,
-//   row-group slots, column bands); blockDim.x = 32 x slices. Column chunk = chunk0 + blockIdx.z x gridDim.x +
-//   blockIdx.x; 1 warp = one row group x 64 columns n0 .. n0 + 63 (8 n8 tiles, the register remapping of
+//   piece slots, column bands); blockDim.x = 32 x slices. Column chunk = chunk0 + blockIdx.z x gridDim.x +
+//   blockIdx.x; 1 warp = one piece x 64 columns n0 .. n0 + 63 (8 n8 tiles, the register remapping of
 //   metcf_half.cuh: tile column j of mma tile u is C column n0 + 8j + u); lane l = 4g + q owns C rows g and g + 8.
-//   A block walks the row groups blockIdx.y, + gridDim.y, ... as one stream of chunks (<= TCSR_CHUNK consecutive
-//   tiles of one group; an empty group is one empty chunk). Block order is x fastest, then y, then z: with
+//   A block walks the pieces blockIdx.y, + gridDim.y, ... as one stream of chunks (<= TCSR_CHUNK consecutive
+//   tiles of one piece; an empty group is one empty piece and one empty chunk). Block order is x fastest, then y, then z: with
 //   bands > 1 the blocks resident at one time share one band of B (K x band columns, sized to stay in L2) across
 //   many row groups and each A tile across the chunks of the band, instead of streaming all of B per row group
 //   (the paper's Fig. 7). Two entries per precision: <name> (vec: every warp's 64 columns inside N, FLAG_VEC set;
@@ -29,13 +34,15 @@
 //   previous version switched per tile between staging a tile's raw CSR bytes in shared memory and every lane
 //   decoding it from global memory; both had every lane scan two CSR rows per tile behind a serial load chain and
 //   a barrier per tile, which is what this design removes.
-// Input contract (checked by the launcher): group_ptr, tile_ptr int64; tile_cols int32 [n_tiles][w] (-1 padding,
+// Input contract (checked by the launcher): piece_ptr, tile_ptr int64; piece_dst int32; tile_cols int32 [n_tiles][w] (-1 padding,
 //   slot 0 never padding); tile_indptr [n_tiles][17] uint8 (TF32) or uint16 (16-bit); tile_indices uint8 [nnz]
 //   (< w, distinct within a tile row); data [nnz] (TF32 values already rounded, kernels.launch.tf32_round; 16-bit
 //   raw, bfloat16 as bits). No byte past any array's end is read. B and C row-major; FLAG_VEC only when N % 8 == 0
 //   (16-bit) or N % 4 == 0 (TF32) and B, C are 16-byte aligned; the vec entries also need it. Rows >= M and
-//   columns >= N of C are never written; every other element is, by one warp, after the fixed-order sum over its
-//   group's tiles: no atomics, bitwise repeatable for any grid, chunk size, unroll, row slots or warp count.
+//   columns >= N of C are never written; every other element is, by one warp (or one fixup thread), after the
+//   fixed-order sum over its group's tiles (of a split group: over each piece's tiles, then over the pieces): no
+//   atomics, bitwise repeatable for any grid, chunk size, unroll, row slots or warp count given the same pieces.
+//   W: float32 [16 x slots][N], 16-byte aligned.
 // Compile-time constants: kernels/launch_tiledcsr.py TiledConfig.defines() (with kernels/config.py's, which
 // metcf_half.cuh checks); kernels/compile_check.py passes only config.py's, so these defaults equal TiledConfig's.
 #ifndef TCSR_MAX_WARPS
@@ -54,9 +61,9 @@ static_assert(TCSR_UNROLL >= 1 && TCSR_UNROLL <= 4, "TiledConfig.unroll must be 
 #include "tiledcsr_tile.cuh"  // Traits, fragment stages, scatter_chunk, load_cols, load_b, tile_mma
 static_assert(CFG_HALF_WARP_COLS == 64, "a warp covers 64 columns: the 8 remapped n8 tiles of half_store");
 
-// One chunk of the block's stream: tiles [t0, t0 + nt) of group g, followed by `rest` more tiles of that group
-// (rest == 0: the group's last chunk; K <= INT32_MAX columns keep a group's tile count in int). g >= n_groups: past
-// the stream's end (nt = 0).
+// One chunk of the block's stream: tiles [t0, t0 + nt) of piece g, followed by `rest` more tiles of that piece
+// (rest == 0: the piece's last chunk; K <= INT32_MAX columns keep a piece's tile count in int). g >= n_groups (the
+// piece count): past the stream's end (nt = 0).
 struct Chunk {
   i64 g, t0;
   int nt, rest;
@@ -139,12 +146,15 @@ struct WarpTiles {
 // Else (the edge kernels) every warp takes the checked path; warps past N have avail = 0: no B loads, zero
 // products, and half_store writes nothing at columns >= N. Two entries rather than a block-uniform branch: one
 // function holding both pipelines spills at the 128 registers of __launch_bounds__, each alone does not.
+// group_ptr / n_groups below are the pieces' (piece_ptr / n_pieces): the chunk walk is the same.
 template <int KIND, bool FAST>
-__device__ __forceinline__ void tiledcsr_spmm(const i64* __restrict__ group_ptr, const i64* __restrict__ tile_ptr,
+__device__ __forceinline__ void tiledcsr_spmm(const i64* __restrict__ group_ptr, const int* __restrict__ piece_dst,
+                                              const i64* __restrict__ tile_ptr,
                                               const int* __restrict__ tile_cols, const char* __restrict__ rp_bytes,
                                               const u8* __restrict__ idx, const char* __restrict__ data,
-                                              const void* __restrict__ B, void* __restrict__ C, i64 n_groups, i64 M,
-                                              i64 N, i64 chunk0, int flags) {
+                                              const void* __restrict__ B, void* __restrict__ C,
+                                              float* __restrict__ work, i64 n_groups, i64 M, i64 N, i64 chunk0,
+                                              int flags) {
   typedef WarpTiles<KIND, FAST> W;
   __shared__ uint4 stage[3][TCSR_CHUNK * FRAG_LANES];  // [stage][tile of the chunk x 32 lanes]: A fragments
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slices = (int)(blockDim.x >> 5);
@@ -175,8 +185,12 @@ __device__ __forceinline__ void tiledcsr_spmm(const i64* __restrict__ group_ptr,
         scatter_chunk<KIND>(stage[s == 2 ? 0 : s + 1], next.t0, next.nt, tile_ptr, rp, idx, data);
     }
     W::multiply(acc, pre, cols, stage[s], c, tile_cols, B, N, n_lane, avail, lane);
-    if (c.rest == 0) {  // the group's last chunk: its C rows are complete
-      half_store<KIND == BF16>(C, acc, c.g * ROWS, (int)min((i64)ROWS, M - c.g * ROWS), N, n0, FAST, flags);
+    if (c.rest == 0) {  // the piece's last chunk: its rows are complete; one half_store call site (registers)
+      const int dst = __ldg(piece_dst + c.g);  // >= 0: the group, into C; < 0: ~slot, a float32 tile of W
+      const i64 row0 = (i64)(dst >= 0 ? dst : ~dst) * ROWS;
+      half_store<KIND == BF16>(dst >= 0 ? C : static_cast<void*>(work), acc, row0,
+                               dst >= 0 ? (int)min((i64)ROWS, M - row0) : ROWS, N, n0, FAST,
+                               dst >= 0 ? flags : flags & FLAG_VEC);
       half_zero(acc);
     }
     const Chunk next = next_chunk(c, group_ptr, n_groups);
@@ -189,11 +203,12 @@ __device__ __forceinline__ void tiledcsr_spmm(const i64* __restrict__ group_ptr,
 
 #define TCSR_ENTRY(NAME, KIND, FAST)                                                                               \
   extern "C" __global__ void __launch_bounds__(32 * TCSR_MAX_WARPS, TCSR_MIN_BLOCKS_PER_SM)                      \
-      NAME(const i64* __restrict__ group_ptr, const i64* __restrict__ tile_ptr, const int* __restrict__ tile_cols, \
-           const char* __restrict__ tile_indptr, const u8* __restrict__ tile_indices, const char* __restrict__ data, \
-           const void* __restrict__ B, void* __restrict__ C, i64 n_groups, i64 M, i64 N, i64 chunk0, int flags) {  \
-    tiledcsr_spmm<KIND, FAST>(group_ptr, tile_ptr, tile_cols, tile_indptr, tile_indices, data, B, C, n_groups, M, \
-                              N, chunk0, flags);                                                                   \
+      NAME(const i64* __restrict__ piece_ptr, const int* __restrict__ piece_dst, const i64* __restrict__ tile_ptr, \
+           const int* __restrict__ tile_cols, const char* __restrict__ tile_indptr,                                \
+           const u8* __restrict__ tile_indices, const char* __restrict__ data, const void* __restrict__ B,         \
+           void* __restrict__ C, float* __restrict__ W, i64 n_pieces, i64 M, i64 N, i64 chunk0, int flags) {      \
+    tiledcsr_spmm<KIND, FAST>(piece_ptr, piece_dst, tile_ptr, tile_cols, tile_indptr, tile_indices, data, B, C, W, \
+                              n_pieces, M, N, chunk0, flags);                                                      \
   }
 TCSR_ENTRY(tiledcsr_spmm_tf32, TF32, true)
 TCSR_ENTRY(tiledcsr_spmm_f16, F16, true)
@@ -201,3 +216,40 @@ TCSR_ENTRY(tiledcsr_spmm_bf16, BF16, true)
 TCSR_ENTRY(tiledcsr_spmm_tf32_edge, TF32, false)
 TCSR_ENTRY(tiledcsr_spmm_f16_edge, F16, false)
 TCSR_ENTRY(tiledcsr_spmm_bf16_edge, BF16, false)
+
+// The fixup of split groups. Launch mapping (launch_tiledcsr.fixup_grid): grid = (column blocks, split-group
+// slots); thread = one column n of C, the split groups blockIdx.y, + gridDim.y, ..., rows in a loop. The store is
+// half_store's: FLAG_ADD reads the old value once and adds it in fp32, FLAG_OUT16 rounds once; columns >= N and
+// rows >= M are never written, and no element of C is written by the main kernels for these groups.
+template <bool BF16>
+__device__ __forceinline__ void tiledcsr_fixup(const float* __restrict__ W, const int* __restrict__ fix_group,
+                                               const int* __restrict__ fix_ptr, void* __restrict__ C, i64 n_fix,
+                                               i64 M, i64 N, int flags) {
+  const i64 n = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  for (i64 f = blockIdx.y; f < n_fix; f += gridDim.y) {
+    const i64 row0 = (i64)fix_group[f] * ROWS;
+    const int s0 = fix_ptr[f], s1 = fix_ptr[f + 1], rows = (int)min((i64)ROWS, M - row0);
+    for (int r = 0; r < rows; ++r) {
+      float v = W[((i64)s0 * ROWS + r) * N + n];
+      for (int s = s0 + 1; s < s1; ++s) v += W[((i64)s * ROWS + r) * N + n];  // piece order
+      const i64 off = (row0 + r) * N + n;
+      if (flags & FLAG_OUT16) {
+        u16* out = static_cast<u16*>(C) + off;
+        *out = from_f32<BF16>((flags & FLAG_ADD) ? v + to_f32<BF16>(*out) : v);
+      } else {
+        float* out = static_cast<float*>(C) + off;
+        *out = (flags & FLAG_ADD) ? v + *out : v;
+      }
+    }
+  }
+}
+#define TCSR_FIXUP(NAME, BF16)                                                                                     \
+  extern "C" __global__ void NAME(const float* __restrict__ W, const int* __restrict__ fix_group,                 \
+                                  const int* __restrict__ fix_ptr, void* __restrict__ C, i64 n_fix, i64 M, i64 N,  \
+                                  int flags) {                                                                     \
+    tiledcsr_fixup<BF16>(W, fix_group, fix_ptr, C, n_fix, M, N, flags);                                            \
+  }
+TCSR_FIXUP(tiledcsr_fixup_f32, false)  // TF32: float32 C only (the launcher refuses a 16-bit C)
+TCSR_FIXUP(tiledcsr_fixup_f16, false)
+TCSR_FIXUP(tiledcsr_fixup_bf16, true)

@@ -28,7 +28,8 @@ def reference_spmm(X: TiledCSR, B, precision: Precision | None = None):
 class TiledcsrDevice:
     """Tiled-CSR of one matrix on the current device at one precision: converted on the host (or given), uploaded
     once; `decide` picks the grid (2D, or the paper's 3D tiling when B's band would not stay in L2) per N, timing
-    both when autotuning; `launch` runs it. One kernel, deterministic (each C element has one writer)."""
+    both when autotuning; `launch` runs it. Deterministic: each C element has one writer (the main kernel, or
+    for a row group split into pieces at upload, the fixup kernel summing the pieces' partials in order)."""
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
@@ -55,7 +56,7 @@ class TiledcsrDevice:
     def decide(self, N: int, B, time_fn) -> dict:
         from kernels import launch_tiledcsr as lt
 
-        bands = lt.grid_bands(self._dm.n_groups, int(self._dm.shape[1]), N, self.precision.itemsize,
+        bands = lt.grid_bands(self._dm.n_pieces, int(self._dm.shape[1]), N, self.precision.itemsize,
                               self.sm_count, self.l2_bytes)
         choice = {"kernel": "tiledcsr-tile", "N": N, "bands": bands, "prediction": None, "predicted_ms": None,
                   "conversion": self.timings.get("conversion"),

@@ -2,8 +2,9 @@
 float64: every call on a NaN-poisoned out (every element must be written), rectangular shapes, empty tiles and
 groups, widths and N not multiples of the tile (the vec kernel, the edge kernel, and both in one call), row groups
 of several chunks, blocks that walk several row groups (row_slots), 2D and 3D grids, chunk sizes, unroll and warp
-counts, accumulate, determinism (bit-identical across runs and across all of those launch choices); the plan with
-format="tiledcsr" and "auto"."""
+counts, accumulate, determinism (bit-identical across runs and across all of those launch choices); row groups split
+into pieces (a power-law hub, a split at a chunk boundary, a one-tile piece) summed by the fixup, with accumulate and
+16-bit C; the plan with format="tiledcsr" and "auto"."""
 from __future__ import annotations
 
 import numpy as np
@@ -130,8 +131,9 @@ def unaligned(Bh, p):
 @pytest.mark.parametrize("bands", [1, 2, 3, 8])
 def test_grids_and_launch_choices_agree_bitwise(p_name, bands):
     """3D tiling, row slots, chunk size, unroll and warps per block change only which block computes a C tile and
-    when; the edge kernel only how B is loaded and C stored: each warp sums its group's tiles in tile order, so C
-    is bit-identical across all of them."""
+    when; the edge kernel only how B is loaded and C stored: each warp sums its piece's tiles in tile order, so C
+    is bit-identical across all of them. The pieces are the TiledArrays' (a function of the matrix, fixed at
+    upload), shared by every launch compared here."""
     p = precision(p_name)
     A = sp.csr_array(CASES["dense_rows"](), dtype=np.float32)
     X = get("tiledcsr").convert(A, p)
@@ -216,3 +218,79 @@ def test_plan_runs_tiledcsr_and_auto(p_name):
     assert "tiledcsr" in auto._ops
     C = p.to_float32(cupy.asnumpy(auto.run(cupy.asarray(p.to_storage(B))))).astype(np.float64)
     assert rel_err(C, exact) <= p.tolerance
+
+
+def power_law_csr(seed=21):
+    """3000 x 2500, Pareto row degrees (most rows a few entries) plus two hub rows (2500 and 1800 entries): their
+    groups hold ~160 and ~120 tiles of 16 against a mean of ~10, so `auto_piece_tiles` splits them."""
+    rng = np.random.default_rng(seed)
+    deg = np.minimum(2500, (rng.pareto(1.2, 3000) * 2 + 1).astype(np.int64))
+    deg[[7, 1500]] = [2500, 1800]
+    rows = np.repeat(np.arange(3000), deg)
+    cols = np.concatenate([rng.choice(2500, d, replace=False) for d in deg])
+    vals = rng.standard_normal(rows.shape[0]).astype(np.float32)
+    return sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=(3000, 2500)))
+
+
+def hub_group_csr():
+    """40 x 520, row 3 dense: group 0 has exactly 33 tiles of 16 (65 of 8), so P = 16 splits it at chunk boundaries
+    into 16 | 16 | 1 (TF32: 16 x 4 | 1); group 1 empty; group 2 partial (8 rows)."""
+    A = random_csr((40, 520), 900, seed=9).tolil()
+    A[16:32] = 0
+    A[3, :] = np.linspace(-1.0, 1.0, 520, dtype=np.float32)
+    return sp.csr_array(A)
+
+
+SPLIT_CASES = {"power_law": power_law_csr, "hub_group": hub_group_csr}
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("name, piece_tiles", [("power_law", None), ("power_law", 3), ("hub_group", 16),
+                                               ("hub_group", 1)])
+@pytest.mark.parametrize("N", [13, 64, 520])
+def test_split_groups_against_float64(name, piece_tiles, p_name, N):
+    p = precision(p_name)
+    A = sp.csr_array(SPLIT_CASES[name](), dtype=np.float32)
+    X = get("tiledcsr").convert(A, p)
+    dm = lt.upload(X, p.name, piece_tiles)
+    assert dm.pieces.n_slots > 0, "a group is split"
+    if name == "hub_group" and piece_tiles == 16:
+        assert int(np.diff(dm.pieces.piece_ptr).min()) == 0 and 1 in np.diff(dm.pieces.piece_ptr)  # a 1-tile piece
+    B = host_b(A.shape[1], N)
+    ref = rounded_ref(A, B, p)
+    Bd = cupy.asarray(p.to_storage(B))
+    tol = ROUNDED_RTOL[p_name]
+    for out in (poisoned((A.shape[0], N), p), cupy.full((A.shape[0], N), np.nan, dtype=cupy.float32)):
+        C = p.to_float32(cupy.asnumpy(lt.spmm(dm, Bd, out))).astype(np.float64)
+        assert not np.isnan(C).any(), "every element of C is written"
+        assert np.allclose(C, ref, rtol=tol, atol=tol * max(np.abs(ref).max(initial=0), 1)), rel_err(C, ref)
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("N", [64, 200, 1000])  # 64: the vec kernel; 200: the edge kernel; 1000: both
+def test_split_groups_accumulate_16bit_and_deterministic(p_name, N):
+    """The fixup's store is half_store's: accumulate into float32 and (16-bit) into B's type over split groups; two
+    runs and every launch choice on the same pieces give bit-identical C."""
+    p = precision(p_name)
+    A = sp.csr_array(power_law_csr(), dtype=np.float32)
+    dm = lt.upload(get("tiledcsr").convert(A, p), p.name, 4)  # P = 4: the hubs in ~40 pieces, most groups split
+    assert dm.pieces.n_slots > 100
+    Bd = cupy.asarray(p.to_storage(host_b(A.shape[1], N)))
+    ref = rounded_ref(A, p.to_float32(cupy.asnumpy(Bd)).astype(np.float64), p)
+    one = cupy.asnumpy(lt.spmm(dm, Bd))
+    for C in (lt.spmm(dm, Bd), lt.spmm(dm, Bd, bands=3), lt.spmm(dm, Bd, row_slots=7),
+              lt.spmm(dm, Bd, config=lt.TiledConfig(chunk_tiles=2, max_warps=2, unroll=1))):
+        assert np.array_equal(cupy.asnumpy(C).view(np.uint8), one.view(np.uint8))
+    assert rel_err(one.astype(np.float64), ref) < ROUNDED_RTOL["float32"]
+    out = cupy.ones((A.shape[0], N), dtype=cupy.float32)
+    lt.spmm(dm, Bd, out, accumulate=True)
+    assert np.allclose(cupy.asnumpy(out), ref + 1.0, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+    if p_name == "float32":
+        return
+    half = cupy.asarray(p.to_storage(np.full((A.shape[0], N), 0.5, np.float32)))
+    lt.spmm(dm, Bd, half, accumulate=True)  # one rounding of (fp32 sum + 0.5) per element
+    C16 = p.to_float32(cupy.asnumpy(half)).astype(np.float64)
+    tol = ROUNDED_RTOL[p_name]
+    assert np.allclose(C16, ref + 0.5, rtol=tol, atol=tol * np.abs(ref).max()), rel_err(C16, ref + 0.5)
+    C16 = p.to_float32(cupy.asnumpy(lt.spmm(dm, Bd, out_dtype=p.storage_dtype))).astype(np.float64)
+    assert np.allclose(C16, ref, rtol=tol, atol=tol * np.abs(ref).max()), rel_err(C16, ref)

@@ -45,10 +45,10 @@ def lane_words(st: np.ndarray, tl: int, lane: int) -> list[int]:
     return [int(x) for x in st[at:at + 16].view(np.uint32)]
 
 
-def block_chunks(X: TiledCSR, by: int, gy: int, T: int):
-    """A block's stream: (group, t0, nt, last) for its groups by, by + gy, ..., in chunks of T tiles."""
-    gp = X.group_ptr.astype(np.int64)
-    for g in range(by, X.n_groups, gy):
+def block_chunks(piece_ptr: np.ndarray, by: int, gy: int, T: int):
+    """A block's stream: (piece, t0, nt, last) for its pieces by, by + gy, ..., in chunks of T tiles."""
+    gp = piece_ptr.astype(np.int64)
+    for g in range(by, gp.shape[0] - 1, gy):
         t0, end = int(gp[g]), int(gp[g + 1])
         while True:
             nt = min(T, end - t0)
@@ -84,8 +84,10 @@ def mma_isa(a_regs, b_regs, tf32: bool, to_f):
 
 
 def simulate(X: TiledCSR, Bs: np.ndarray, name: str, bands: int, config=lt.TILED_CONFIG, *, vec: bool = True,
-             row_slots=None):
-    """C (float64) and per-element write counts from the simulated launches of every block, warp and lane."""
+             row_slots=None, piece_tiles=None):
+    """C (float64) and per-element write counts from the simulated launches of every block, warp and lane: the
+    main kernels over the row pieces (``piece_tiles`` None: lt.auto_piece_tiles), then the fixup of split groups
+    (float32 partials in the workspace W, each element written once, summed in piece order)."""
     p = precision(name)
     tf32 = name == "float32"
     vb = 4 if tf32 else 2
@@ -101,19 +103,21 @@ def simulate(X: TiledCSR, Bs: np.ndarray, name: str, bands: int, config=lt.TILED
     M, _ = X.shape
     N, T = Bs.shape[1], config.chunk_tiles
     C, writes = np.zeros((M, N)), np.zeros((M, N), dtype=int)
+    pc = lt.pieces(X.group_ptr, lt.auto_piece_tiles(X.group_ptr) if piece_tiles is None else piece_tiles)
+    W, w_writes = np.full((16 * pc.n_slots, N), np.nan), np.zeros((16 * pc.n_slots, N), dtype=int)
     tc = X.tile_cols.astype(np.int64)
-    for edge, chunk0, grid, block in lt.launches(X.n_groups, N, vec, bands, config, row_slots=row_slots):
+    for edge, chunk0, grid, block in lt.launches(pc.n_pieces, N, vec, bands, config, row_slots=row_slots):
         slices = block[0] // 32
         for bz in range(grid[2]):
             for bx in range(grid[0]):
                 chunk_n0 = (chunk0 + bz * grid[0] + bx) * slices * 64
                 if chunk_n0 >= N or (not edge and chunk_n0 + slices * 64 > N):
                     continue  # the kernel's uniform early exit
-                for by in range(min(grid[1], X.n_groups)):
+                for by in range(min(grid[1], pc.n_pieces)):
                     stage = [np.full(T * FRAG_BYTES, 0xEE, dtype=np.uint8) for _ in range(3)]  # garbage
                     stage[0][:] = 0
                     stage[1][:] = 0
-                    stream = list(block_chunks(X, by, grid[1], T))
+                    stream = list(block_chunks(pc.piece_ptr, by, grid[1], T))
                     scatter_chunk(stage[0], stream[0][1], stream[0][2], X, vals, block[0], vb)
                     acc = np.zeros((slices, 32, 8, 4))
                     for i, (g, t0, nt, last) in enumerate(stream):
@@ -148,18 +152,29 @@ def simulate(X: TiledCSR, Bs: np.ndarray, name: str, bands: int, config=lt.TILED
                                     acc[w, :, u] += np.array(mma_isa(a_regs, b_regs[u], tf32, to_f))
                         if not last:
                             continue
+                        dst = int(pc.piece_dst[g])  # >= 0: the group, into C; < 0: ~slot, W (float32, 16 rows)
+                        out, out_writes, row0, rows = ((C, writes, 16 * dst, M - 16 * dst) if dst >= 0 else
+                                                       (W, w_writes, 16 * ~dst, 16))
                         for w in range(slices):  # half_store: v[e] = acc[e % 8][2h + e // 8] -> column n0+16q+e
                             n0 = chunk_n0 + 64 * w
                             for lane in range(32):
                                 gg, q = lane >> 2, lane & 3
                                 for h in range(2):
-                                    row = 16 * g + gg + 8 * h
                                     for e in range(16):
                                         col = n0 + 16 * q + e
-                                        if row < M and col < N:
-                                            C[row, col] = acc[w, lane, e & 7, 2 * h + (e >> 3)]
-                                            writes[row, col] += 1
+                                        if gg + 8 * h < rows and col < N:
+                                            out[row0 + gg + 8 * h, col] = acc[w, lane, e & 7, 2 * h + (e >> 3)]
+                                            out_writes[row0 + gg + 8 * h, col] += 1
                         acc[:] = 0
+    assert np.all(w_writes == 1), "every workspace element has exactly one writer"
+    for f, grp in enumerate(pc.fix_group):  # tiledcsr_fixup: per column thread, rows < M, slots in piece order
+        row0 = 16 * int(grp)  # (float64 here, like acc: the simulation checks slots and indices, not fp32 rounding)
+        for r in range(min(16, M - row0)):
+            v = W[16 * int(pc.fix_ptr[f]) + r].copy()
+            for s in range(int(pc.fix_ptr[f]) + 1, int(pc.fix_ptr[f + 1])):
+                v = v + W[16 * s + r]
+            C[row0 + r] = v
+            writes[row0 + r] += 1
     return C, writes
 
 
@@ -213,6 +228,63 @@ def test_simulated_chunks_and_streams(name, chunk_tiles, row_slots, max_warps):
     C, writes = simulate(X, Bs, name, 1, lt.TiledConfig(max_warps=max_warps, chunk_tiles=chunk_tiles),
                          row_slots=row_slots)
     assert np.all(writes == 1)
+    np.testing.assert_allclose(C, exact_product(X, Bs, name), rtol=1e-12, atol=1e-12)
+
+
+def hub_matrix():
+    """40 rows x 520 columns; row 3 dense, so group 0 (rows 0..15) has 33 tiles of 16 (the last half padding) or 65
+    of 8; group 1 (rows 16..31) empty; group 2 (rows 32..39) partial, a few tiles.
+        row 3:  ################ ... (520)      group 0: 33 / 65 tiles
+        rows 16..31: empty                       group 1: one empty piece
+        rows 32..39: sparse                      group 2: 8 rows"""
+    A = random_csr((40, 520), 900, seed=9).tolil()
+    A[16:32] = 0
+    A[3, :] = np.linspace(-1.0, 1.0, 520, dtype=np.float32)
+    return sp.csr_array(A)
+
+
+def test_pieces_cut_groups_in_tile_order():
+    # groups of 0, 33, 5, 16, 17 tiles cut at P = 16: the empty group one empty piece, 33 = 16 | 16 | 1 (split at a
+    # chunk boundary, a one-tile piece), 16 exactly one piece (written to C), 17 = 16 | 1
+    pc = lt.pieces(np.cumsum([0, 0, 33, 5, 16, 17]), 16)
+    assert pc.piece_ptr.tolist() == [0, 0, 16, 32, 33, 38, 54, 70, 71]
+    assert pc.piece_dst.tolist() == [0, ~0, ~1, ~2, 2, 3, ~3, ~4]
+    assert pc.fix_group.tolist() == [1, 4] and pc.fix_ptr.tolist() == [0, 3, 5] and pc.n_slots == 5
+    one = lt.pieces(np.array([0, 3, 3, 5]), 10**6)  # nothing split: piece_ptr = group_ptr, every piece writes C
+    assert one.piece_ptr.tolist() == [0, 3, 3, 5] and one.piece_dst.tolist() == [0, 1, 2] and one.n_slots == 0
+    with pytest.raises(ValueError, match="piece_tiles"):
+        lt.pieces(np.array([0, 1]), 0)
+
+
+def test_auto_piece_tiles_splits_hubs_only():
+    uniform = np.arange(0, 1001 * 20, 20)  # 1000 groups of 20 tiles: nothing split
+    P = lt.auto_piece_tiles(uniform)
+    assert P % lt.PIECE_ALIGN == 0 and P >= lt.PIECE_MIN_TILES and lt.pieces(uniform, P).n_slots == 0
+    lens = np.full(1000, 8)
+    lens[[5, 700]] = [600, 90]  # two hub groups
+    gp = np.concatenate([[0], np.cumsum(lens)])
+    pc = lt.pieces(gp, lt.auto_piece_tiles(gp))
+    assert pc.fix_group.tolist() == [5, 700]
+    assert int(np.diff(pc.piece_ptr).max()) <= lt.auto_piece_tiles(gp) == lt.PIECE_MIN_TILES
+    assert lt.auto_piece_tiles(np.zeros(4, np.int64)) == lt.PIECE_MIN_TILES  # nnz = 0
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("piece_tiles, chunk_tiles, row_slots, N", [(16, 16, None, 72), (16, 4, 2, 13),
+                                                                    (3, 2, None, 136), (1, 4, 5, 64)])
+def test_simulated_pieces_and_fixup(name, piece_tiles, chunk_tiles, row_slots, N):
+    """The hub group split into pieces (P = 16: at a chunk boundary, a last piece of 1 tile; P = 3 and 1: many
+    pieces, every group split), pieces sharing a block's stream (row_slots), vec and edge kernels (N = 136): the
+    partials land once each in W, the fixup sums them in piece order into C."""
+    p = precision(name)
+    A = hub_matrix()
+    X = get("tiledcsr").convert(A, p)
+    assert int(X.group_ptr[1] - X.group_ptr[0]) == (65 if name == "float32" else 33)
+    assert lt.pieces(X.group_ptr, piece_tiles).n_slots > 0
+    Bs = p.to_storage(np.random.default_rng(10).standard_normal((A.shape[1], N)).astype(np.float32))
+    C, writes = simulate(X, Bs, name, 1, lt.TiledConfig(chunk_tiles=chunk_tiles, max_warps=2), row_slots=row_slots,
+                         vec=N % 8 == 0, piece_tiles=piece_tiles)
+    assert np.all(writes == 1), "every C element has exactly one writer"
     np.testing.assert_allclose(C, exact_product(X, Bs, name), rtol=1e-12, atol=1e-12)
 
 
