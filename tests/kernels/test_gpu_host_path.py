@@ -47,6 +47,32 @@ def rel_err(C, ref):
 
 
 @pytest.mark.parametrize("graphs", [True, False])
+@pytest.mark.parametrize("fmt", ["bcsr", "tiledcsr", "cvse"])
+def test_steady_state_run_of_the_other_formats_allocates_nothing(fmt, graphs):
+    """The same for the plugin formats' own kernels (Tiled-CSR's split-group workspace, made on the first call)."""
+    rng = np.random.default_rng(0)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", dtype="float16", format=fmt, graphs=graphs)
+    B = cupy.asarray(plan.precision.to_storage(rng.standard_normal((500, 64)).astype(np.float32)))
+    out = cupy.empty((700, 64), dtype=plan.out_dtype)
+    for _ in range(AUTO_GRAPH_AFTER + 2):  # decide, launch, capture (graphs), replay
+        plan.run(B, out)
+    cupy.cuda.Device().synchronize()
+    pool = cupy.get_default_memory_pool()
+    used, total = pool.used_bytes(), pool.total_bytes()
+    hook = CountMallocs()
+    with hook:
+        for _ in range(20):
+            C = plan.run(B, out)
+    cupy.cuda.Device().synchronize()
+    assert C is out
+    assert (hook.mallocs, hook.allocs) == (0, 0), fmt
+    assert (pool.used_bytes(), pool.total_bytes()) == (used, total)
+    ref = csr_spmm(A, plan.precision.to_float32(cupy.asnumpy(B)).astype(np.float64))
+    assert rel_err(plan.precision.to_float32(cupy.asnumpy(out)), ref) <= plan.precision.tolerance
+
+
+@pytest.mark.parametrize("graphs", [True, False])
 @pytest.mark.parametrize("kernel,dtype,deterministic", [*((k, "float32", True) for k in KERNELS),
                                                         ("metcf-window", "float16", True),
                                                         ("metcf-split", "bfloat16", True),
