@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.indexing import INT32_MAX
+from kernels.indexing import INT32_MAX, cut_ranges
 
 SOURCE = "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
@@ -52,31 +52,7 @@ class Segments:
 
 def segments(indptr, seg_len: int = CSR_CONFIG.seg_len) -> Segments:
     """Cut rows into pieces of <= seg_len nonzeros (>= 1 piece per row, so every row of C is written)."""
-    if seg_len < 1:
-        raise ValueError(f"seg_len is {seg_len}, expected >= 1")
-    indptr = np.asarray(indptr, dtype=np.int64)
-    M = indptr.shape[0] - 1
-    if M > INT32_MAX:
-        raise ValueError(f"A has {M} rows; the CSR kernel takes int32 row ids (<= {INT32_MAX})")
-    lens = np.diff(indptr)
-    pieces = np.maximum(1, -(-lens // seg_len))
-    first = np.cumsum(pieces) - pieces  # index of each row's first piece
-    S = int(pieces.sum())
-    seg_row = np.repeat(np.arange(M, dtype=np.int64), pieces)
-    k = np.arange(S, dtype=np.int64) - first[seg_row]
-    seg_ptr = np.empty(S + 1, dtype=np.int64)
-    seg_ptr[:S] = indptr[seg_row] + k * seg_len
-    seg_ptr[S] = indptr[-1]
-    is_long = pieces[seg_row] > 1
-    slots = int(is_long.sum())
-    if slots > INT32_MAX:
-        raise ValueError(f"{slots} row pieces exceed the int32 workspace index")
-    seg_slot = np.where(is_long, np.cumsum(is_long) - 1, -1).astype(np.int32)
-    long_rows = np.flatnonzero(pieces > 1)
-    fix_ptr = np.zeros(long_rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(pieces[long_rows], out=fix_ptr[1:])
-    return Segments(seg_ptr, seg_row.astype(np.int32), seg_slot, long_rows.astype(np.int32),
-                    fix_ptr.astype(np.int32))
+    return Segments(*cut_ranges(indptr, seg_len, "row", "seg_len"))
 
 
 def reference(A, B, seg: Segments) -> np.ndarray:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.config import CONFIG
-from kernels.indexing import INT32_MAX
+from kernels.indexing import INT32_MAX, cut_ranges
 
 SOURCE = "tiledcsr_spmm.cu"
 KERNELS = {"float32": "tiledcsr_spmm_tf32", "float16": "tiledcsr_spmm_f16", "bfloat16": "tiledcsr_spmm_bf16"}
@@ -115,27 +115,8 @@ def auto_piece_tiles(group_ptr) -> int:
 def pieces(group_ptr, piece_tiles: int) -> Pieces:
     """Cut each row group into pieces of piece_tiles tiles, the last one the rest (>= 1 piece per group, an empty
     group one empty piece, so every row of C is written). NumPy, once per matrix."""
-    if piece_tiles < 1:
-        raise ValueError(f"piece_tiles is {piece_tiles}, expected >= 1")
-    gp = np.asarray(group_ptr, dtype=np.int64)
-    G = gp.shape[0] - 1
-    if G > INT32_MAX:
-        raise ValueError(f"A has {G} row groups; the pieces take int32 group ids (<= {INT32_MAX})")
-    k = np.maximum(1, -(-np.diff(gp) // piece_tiles))  # pieces per group
-    S = int(k.sum())
-    grp = np.repeat(np.arange(G, dtype=np.int64), k)
-    j = np.arange(S, dtype=np.int64) - (np.cumsum(k) - k)[grp]  # index of the piece within its group
-    piece_ptr = np.empty(S + 1, dtype=np.int64)
-    piece_ptr[:S] = gp[grp] + j * piece_tiles
-    piece_ptr[S] = gp[-1]
-    split = k[grp] > 1
-    if int(split.sum()) > INT32_MAX:
-        raise ValueError(f"{int(split.sum())} pieces of split groups exceed the int32 workspace index")
-    piece_dst = np.where(split, ~(np.cumsum(split) - 1), grp).astype(np.int32)
-    fix_group = np.flatnonzero(k > 1)
-    fix_ptr = np.zeros(fix_group.shape[0] + 1, dtype=np.int64)
-    np.cumsum(k[fix_group], out=fix_ptr[1:])
-    return Pieces(piece_ptr, piece_dst, fix_group.astype(np.int32), fix_ptr.astype(np.int32))
+    piece_ptr, group, slot, fix_group, fix_ptr = cut_ranges(group_ptr, piece_tiles, "row group", "piece_tiles")
+    return Pieces(piece_ptr, np.where(slot >= 0, ~slot, group).astype(np.int32), fix_group, fix_ptr)
 
 
 @dataclass
