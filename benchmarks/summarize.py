@@ -29,7 +29,7 @@ from storage.atomic import atomic_path  # noqa: E402
 import plots  # noqa: E402  (benchmarks/plots.py: charts beside the doc, optional matplotlib)
 from summarize_bcsr import bcsr_section  # noqa: E402  (benchmarks/ is the script folder)
 from summarize_cpu import cpu_section  # noqa: E402
-from summarize_cvse import cvse_section  # noqa: E402
+from summarize_cvse import cvse_section, svc_slack_section  # noqa: E402
 from summarize_formats import formats_section  # noqa: E402
 from summarize_gnn import gnn_section  # noqa: E402
 from summarize_host import bindings_section, host_section  # noqa: E402
@@ -44,7 +44,8 @@ DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibrati
                "bcsr": "benchmarks/bcsr.py", "cpu_spmm": "benchmarks/cpu_spmm.py --repeats 7",
                "host-overhead": "benchmarks/host_overhead.py --reorder auto --plans det-f32 nondet-f32",
                "bindings": "benchmarks/bindings.py --ns 128",
-               "cvse": "benchmarks/cvse.py --ns 256 1024 --sizes 4096 --budget-s 480"}
+               "cvse": "benchmarks/cvse.py --ns 256 1024 --sizes 4096 --budget-s 480",
+               "svc-slack": "benchmarks/svc_slack.py"}
 VERSION_KEYS = ("python", "numpy", "scipy", "numba", "cupy", "cuda_runtime", "driver", "fast_matrix_market",
                 "pyarrow", "dask", "distributed", "dask_cuda", "torch")
 SIZE_RE = re.compile(r"^([a-z0-9]+)-(\d+(?:\.\d+)?)([KMG])$", re.I)  # reorder's generated labels, e.g. sbm-10M
@@ -699,6 +700,7 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "bcsr": lambda *a: bcsr_section(*a, h=SimpleNamespace(**globals())),
             "formats": lambda *a: formats_section(*a, h=SimpleNamespace(**globals())),
             "cvse": lambda *a: cvse_section(*a, h=SimpleNamespace(**globals())),
+            "svc-slack": lambda *a: svc_slack_section(*a, h=SimpleNamespace(**globals())),
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
             "host-overhead": lambda *a: host_section(*a, h=SimpleNamespace(**globals())),
             "bindings": lambda *a: bindings_section(*a, h=SimpleNamespace(**globals())),

@@ -99,3 +99,23 @@ def crossing(rows) -> float | None:
             return None
         cross = c if cross is None else max(cross, c)
     return cross
+
+
+def svc_slack_section(runs, v0, older, *, h) -> list[str]:
+    """benchmarks/svc_slack.py: the measured slack behind kernels/formats/cvse_svc.py's WORK_SLACK."""
+    title = "CVSE: the Sparse Vector Compression slack (V = 16 against V = 8)"
+    if not runs:
+        return h.absent("svc-slack", title)
+    run = runs[0]
+    out = [f"## {title}", ""] + h.env(run)
+    out += ["CVSE FP16 SpMM at V = 8 and V = 16 on the same matrix, device ms by CUDA-graph replay; w = mma work of "
+            "V = 16 / V = 8 (vectors x n8 columns), t = ms(16) / ms(8). V = 16 is as fast as V = 8 while w <= "
+            "1 / geomean(t / w): the slack `kernels/formats/cvse_svc.py` uses (WORK_SLACK).", ""]
+    out += h.table(("matrix", "N", "w", "ms V = 8", "ms V = 16", "t", "t / w", "max rel err"),
+                   [(r["matrix"], r["N"], h.f(r["work_ratio"], 2), h.f(r["ms"]["8"], 4), h.f(r["ms"]["16"], 4),
+                     h.f(r["time_ratio"], 2), h.f(r["time_per_work"], 3), f"{max(r['rel_err'].values()):.1e}")
+                    for r in run.rows])
+    g = h.geo(r["time_per_work"] for r in run.rows)
+    out += [f"Break-even slack: 1 / geomean(t / w) = 1 / {h.f(g, 3)} = {h.f(1 / g if g else None, 2)} over "
+            f"{len(run.rows)} rows; WORK_SLACK in the code when this ran: {run.meta.get('work_slack_in_code')}.", ""]
+    return out + h.older_note(older) + [h.reproduce("svc-slack", run), ""]
