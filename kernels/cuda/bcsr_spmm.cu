@@ -25,8 +25,7 @@
 static_assert(BCSR_WARP_COLS == 64, "a warp's 64 columns are the 8 n8 tiles of the shared-memory B layout");
 static_assert(BCSR_MAX_WARPS >= 1 && BCSR_MAX_WARPS <= 8, "BcsrConfig.max_warps x 5632 B must fit 48 KB");
 
-typedef long long i64;
-typedef unsigned short u16;
+#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32
 #define FLAG_VEC 1    // cp.async 16-byte B chunks and paired C stores (see the contract)
 #define FLAG_ADD 2    // C += A @ B (added in fp32, rounded once)
 #define FLAG_OUT16 4  // C in the 16-bit input type (else float32)
@@ -36,8 +35,6 @@ typedef unsigned short u16;
 #define WARP_SMEM (2 * STAGE_BYTES)  // two stages per warp; also holds the 32 x 32 floats of a split partial sum
 #define TF32_ROW 72                  // floats per TF32 B row in shared memory: 64 + 8 (conflict-free b0/b1 loads)
 static_assert(WARP_SMEM >= 32 * 32 * 4, "a warp's stages must hold its accumulators for the split reduction");
-
-enum Kind { TF32 = 0, F16 = 1, BF16 = 2 };
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
@@ -60,45 +57,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
-}
-
-// Plain equivalent (D 16 x 8, A 16 x k, Bt k x 8; k = 16 for f16/bf16, 8 for tf32):
-//   for i < 16, j < 8: D[i][j] += sum_k A[i][k] * Bt[k][j]   (products in the input type, fp32 sums)
-template <int KIND>
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  if constexpr (KIND == TF32) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else if constexpr (KIND == BF16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-// Plain equivalent: x rounded to TF32 (10 mantissa bits), ties away from zero.
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-template <int KIND>
-__device__ __forceinline__ float to_f32(u16 v) {
-  if constexpr (KIND == BF16) return __uint_as_float((unsigned)v << 16);
-  float f;
-  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(v));
-  return f;
-}
-template <int KIND>
-__device__ __forceinline__ u16 from_f32(float x) {
-  u16 r;
-  if constexpr (KIND == BF16) asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
-  else asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
-  return r;
 }
 
 // A block in shared memory: 32 chunks of 16 bytes, row r (0..15) half c (0..1) at chunk 2r + (c ^ (r / 4 % 2)),

@@ -26,28 +26,11 @@
 static_assert(CSR_WARPS >= 1 && CSR_WARPS <= 32, "CsrConfig.warps must be 1..32");
 static_assert(CSR_UNROLL == 1 || CSR_UNROLL == 2 || CSR_UNROLL == 4 || CSR_UNROLL == 8, "CsrConfig.unroll: 1/2/4/8");
 
-typedef long long i64;
-typedef unsigned short u16;
+#include "tc_ops.cuh"  // i64, u16, Kind (F32 = float32 here), to_f32, from_f32
 #define FLAG_VEC 1
 #define FLAG_ADD 2
 #define FLAG_OUT16 4
 #define COLS 128  // columns of one warp: 4 per lane
-enum Kind { F32 = 0, F16 = 1, BF16 = 2 };
-
-template <int KIND>
-__device__ __forceinline__ float to_f32(u16 h) {
-  if constexpr (KIND == BF16) return __uint_as_float((unsigned)h << 16);
-  float f;
-  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
-  return f;
-}
-template <int KIND>
-__device__ __forceinline__ u16 from_f32(float f) {  // round to nearest even
-  u16 h;
-  if constexpr (KIND == BF16) asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
-  else asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
-  return h;
-}
 
 __device__ __forceinline__ float comp(const float4& a, int i) {  // a's component i (i a compile-time constant)
   return i == 0 ? a.x : i == 1 ? a.y : i == 2 ? a.z : a.w;
