@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.indexing import INT32_MAX, cut_ranges
+from kernels.operands import check_b_out
 
 SOURCE = "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-FLAG_VEC, FLAG_ADD, FLAG_OUT16 = 1, 2, 4
 COLS = 128  # columns per warp (4 per lane)
 
 
@@ -102,21 +102,10 @@ class CsrRows:
     def _launches(self, B, out, accumulate: bool):
         import cupy
 
-        p = self.precision
-        if not isinstance(B, cupy.ndarray) or B.ndim != 2 or B.dtype != p.storage_dtype or not B.flags.c_contiguous:
-            raise TypeError(f"B must be a C-contiguous 2-D cupy {p.storage_dtype} array for {p.name}")
-        if B.shape[0] != self.shape[1]:
-            raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {self.shape[1]}")
-        N = int(B.shape[1])
-        if N < 1:
-            raise ValueError("B has 0 columns, expected N >= 1")
-        allowed = (np.dtype(np.float32), p.storage_dtype)
-        if out is None or out.shape != (self.shape[0], N) or out.dtype not in allowed or not out.flags.c_contiguous:
-            raise ValueError(f"out must be C-contiguous {' or '.join(map(str, allowed))} of shape "
-                             f"{(self.shape[0], N)}")
-        vec = N % 4 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
-        flags = (FLAG_VEC if vec else 0) | (FLAG_ADD if accumulate else 0) | \
-            (FLAG_OUT16 if out.dtype.itemsize == 2 else 0)
+        if out is None:
+            raise ValueError("out must be given: the CSR kernel writes into the caller's C")
+        # 4 columns per lane: one 16-byte float or 8-byte 16-bit access
+        out, N, flags = check_b_out(self.shape, self.precision.name, B, out, None, accumulate, vec_elems=4)
         W = self._workspace.get(N)
         if W is None:  # once per N, before any capture: the steady state allocates nothing
             W = self._workspace[N] = cupy.empty(max(self.n_slots * N, 1), dtype=cupy.float32)

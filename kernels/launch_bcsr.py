@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.indexing import INT32_MAX
+from kernels.operands import check_b_out
 
 SOURCE = "bcsr_spmm.cu"
-FLAG_VEC, FLAG_ADD, FLAG_OUT16 = 1, 2, 4  # bcsr_spmm.cu
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
 KERNELS = {"float32": "bcsr_spmm_tf32", "float16": "bcsr_spmm_f16", "bfloat16": "bcsr_spmm_bf16"}
 
@@ -125,47 +125,14 @@ def ksplits(N: int, config: BcsrConfig = BCSR_CONFIG) -> list[int]:
     return [k for k in (2, 4, 8) if k <= config.max_warps]
 
 
-def _check_b_out(dm: BcsrArrays, B, out, out_dtype, accumulate: bool):
-    import cupy
-
-    from kernels.precision import precision as as_precision
-
-    want = as_precision(dm.precision).storage_dtype
-    if not isinstance(B, cupy.ndarray) or B.ndim != 2 or not B.flags.c_contiguous or B.dtype != want:
-        raise TypeError(f"B must be a C-contiguous 2-D cupy {want} array for {dm.precision}, got "
-                        f"{type(B).__name__} {getattr(B, 'dtype', None)} ndim={getattr(B, 'ndim', None)}")
-    n_rows, n_cols = dm.shape
-    if B.shape[0] != n_cols:
-        raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {n_cols}")
-    N = int(B.shape[1])
-    if N < 1:
-        raise ValueError("B has 0 columns, expected N >= 1")
-    if out is None:
-        if accumulate:
-            raise ValueError("accumulate=True adds A @ B to out: pass out")
-        dtype = np.dtype(np.float32 if out_dtype is None else out_dtype)
-        if dtype not in (np.dtype(np.float32), want):
-            raise ValueError(f"out_dtype is {out_dtype}, expected float32 or {want}")
-        out = cupy.empty((n_rows, N), dtype=dtype)
-    elif out.dtype not in (np.dtype(np.float32), want) or out.shape != (n_rows, N) or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 or {want} of shape {(n_rows, N)}, got {out.dtype} "
-                         f"{out.shape}")
-    per_chunk = 4 if dm.precision == "float32" else 8  # elements of one 16-byte cp.async chunk
-    vec = N % per_chunk == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
-    flags = ((FLAG_VEC if vec else 0) | (FLAG_ADD if accumulate else 0)
-             | (FLAG_OUT16 if out.dtype.itemsize == 2 and dm.precision != "float32" else 0))
-    if dm.precision == "float32" and out.dtype != np.float32:
-        raise ValueError(f"TF32 writes float32 C, got out {out.dtype}")
-    return out, N, flags
-
-
 def spmm(dm: BcsrArrays, B, out=None, config: BcsrConfig = BCSR_CONFIG, *, ksplit: int = 1, out_dtype=None,
          accumulate: bool = False):
     """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once); one warp per block row x 64
     columns x 1/ksplit of the block row's blocks (ksplit a power of two <= max_warps). Writes every element."""
     from kernels import launch
 
-    out, N, flags = _check_b_out(dm, B, out, out_dtype, accumulate)
+    out, N, flags = check_b_out(dm.shape, dm.precision, B, out, out_dtype, accumulate,
+                                vec_elems=4 if dm.precision == "float32" else 8)  # one 16-byte cp.async chunk
     if ksplit < 1 or ksplit & (ksplit - 1) or ksplit > config.max_warps:
         raise ValueError(f"ksplit is {ksplit}, expected a power of two <= BcsrConfig.max_warps = {config.max_warps}")
     if dm.n_block_rows == 0:

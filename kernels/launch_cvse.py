@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.indexing import INT32_MAX
+from kernels.operands import FLAG_VEC
 
 SPMM_SOURCE, SDDMM_SOURCE = "cvse_spmm.cu", "cvse_sddmm.cu"
-FLAG_VEC, FLAG_ADD, FLAG_OUT16 = 1, 2, 4  # cvse_common.cuh
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
 KIND = {"float32": "tf32", "float16": "f16", "bfloat16": "bf16"}
 VECTORS_PER_STEP = {"float32": 8, "float16": 16, "bfloat16": 16}  # KS: the mma's k over vectors (SpMM)
@@ -146,34 +146,14 @@ def _check(X, name, dtype, rows, cols=None):
 
 def spmm(dm: CvseArrays, B, out=None, config: CvseConfig = CVSE_CONFIG, *, out_dtype=None, accumulate: bool = False):
     """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once). Writes every element of C."""
-    import cupy
-
     from kernels import launch
-    from kernels.precision import precision as as_precision
+    from kernels.operands import check_b_out
 
-    want = as_precision(dm.precision).storage_dtype
-    n_rows, n_cols = dm.shape
-    _check(B, "B", want, n_cols)
-    N = int(B.shape[1])
-    if N < 1:
-        raise ValueError("B has 0 columns, expected N >= 1")
-    if out is None:
-        if accumulate:
-            raise ValueError("accumulate=True adds A @ B to out: pass out")
-        dtype = np.dtype(np.float32 if out_dtype is None else out_dtype)
-        if dtype not in (np.dtype(np.float32), want):
-            raise ValueError(f"out_dtype is {out_dtype}, expected float32 or {want}")
-        out = cupy.empty((n_rows, N), dtype=dtype)
-    elif out.dtype not in (np.dtype(np.float32), want) or out.shape != (n_rows, N) or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 or {want} of shape {(n_rows, N)}, got {out.dtype} "
-                         f"{out.shape}")
-    if dm.precision == "float32" and out.dtype != np.float32:
-        raise ValueError(f"TF32 writes float32 C, got out {out.dtype}")
     if dm.data.data.ptr % 16 or dm.indices.data.ptr % 4:  # cp.async copies vectors in up-to-16-byte pieces
         raise ValueError(f"CVSE device arrays must be 16-byte aligned (data at {dm.data.data.ptr:#x}): use upload()")
-    vec = N % 8 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
-    flags = ((FLAG_VEC if vec else 0) | (FLAG_ADD if accumulate else 0)
-             | (FLAG_OUT16 if out.dtype.itemsize == 2 else 0))
+    # FLAG_VEC needs N % 8 == 0 in every precision here (8 columns per lane's 16-byte C store)
+    out, N, flags = check_b_out(dm.shape, dm.precision, B, out, out_dtype, accumulate, vec_elems=8)
+    n_rows = dm.shape[0]
     if dm.n_vec_rows == 0:
         return out
     grid, block = spmm_grid(dm.n_vec_rows, N, config)

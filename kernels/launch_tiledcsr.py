@@ -258,9 +258,10 @@ def spmm(dm: TiledArrays, B, out=None, config: TiledConfig = TILED_CONFIG, *, ba
     this device; ``row_slots``: see `launch_grid` (slots over pieces). Writes every element of C (zeros for rows
     without tiles). The first call at an N with split groups allocates that N's workspace; later calls nothing."""
     from kernels import launch
-    from kernels.launch_bcsr import FLAG_VEC, _check_b_out  # the same B / out contract and flags as BCSR's
+    from kernels.operands import FLAG_VEC, check_b_out
 
-    out, N, flags = _check_b_out(dm, B, out, out_dtype, accumulate)
+    out, N, flags = check_b_out(dm.shape, dm.precision, B, out, out_dtype, accumulate,
+                                vec_elems=4 if dm.precision == "float32" else 8)  # one 16-byte load or store
     if dm.n_groups == 0:
         return out
     if bands is None:
