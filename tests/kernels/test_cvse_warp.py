@@ -10,35 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernel_cases import random_csr
+from kernel_cases import byte_perm, mma_isa, random_csr
 from kernels import launch_cvse as lc
 from kernels.formats.cvse import CVSE, csr_to_cvse, cvse_sddmm, cvse_spmm
 from kernels.precision import precision
-
-
-def byte_perm(x, y, sel):
-    pool = x | (y << 32)
-    return sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
-
-
-def mma_isa(a_regs, b_regs, tf32: bool, to_f):
-    """D (16 x 8) = A Bt from the 32 lanes' registers, laid out as the PTX ISA documents m16n8k8 .tf32 / m16n8k16."""
-    k = 8 if tf32 else 16
-    A, Bt = np.zeros((16, k)), np.zeros((k, 8))
-    for lane in range(32):
-        g, q = lane >> 2, lane & 3
-        if tf32:  # a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4); b0 (q, g), b1 (q+4, g)
-            for i, (r, c) in enumerate([(g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4)]):
-                A[r, c] = to_f(a_regs[lane][i])
-            Bt[q, g], Bt[q + 4, g] = to_f(b_regs[lane][0]), to_f(b_regs[lane][1])
-        else:  # ai = pairs (row, 2q + {0, 1} (+8)), low half = lower k; b0 = Bt[2q..2q+1][g], b1 = Bt[2q+8..+9][g]
-            for i, (r, c) in enumerate([(g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8)]):
-                A[r, c], A[r, c + 1] = to_f(a_regs[lane][i] & 0xFFFF), to_f(a_regs[lane][i] >> 16)
-            for j, kk in enumerate([2 * q, 2 * q + 8]):
-                Bt[kk, g], Bt[kk + 1, g] = to_f(b_regs[lane][j] & 0xFFFF), to_f(b_regs[lane][j] >> 16)
-    D = A @ Bt
-    return [[D[lane >> 2, 2 * (lane & 3)], D[lane >> 2, 2 * (lane & 3) + 1], D[(lane >> 2) + 8, 2 * (lane & 3)],
-             D[(lane >> 2) + 8, 2 * (lane & 3) + 1]] for lane in range(32)]
 
 
 def device_bits(x: np.ndarray, name: str) -> np.ndarray:
