@@ -7,10 +7,11 @@ Precision contract (README "Precision"): A, B and S's values are rounded to the 
 float16, bfloat16), products are exact in fp32 and summed in fp32; out is float32. Formats: ``"csr"`` and
 ``"cvse"`` (S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression, or ``vector=V``).
 
-Kernels: on a GPU, ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded
-inputs, then x S) is the path until the CVSE SDDMM kernel (kernels/cuda/cvse_sddmm.cu) has passed its GPU tests;
-``kernel="cvse"`` asks for that kernel and is refused while the cvse format is not ``gpu_ready``. Without CuPy or a
-GPU (or ``device="cpu"``) the plan runs the format's float64 NumPy twin on the rounded inputs ("cpu-reference").
+Kernels: on a GPU, format ``"cvse"`` runs the CVSE SDDMM kernel (kernels/cuda/cvse_sddmm.cu; ``kernel="cvse"``
+asks for it and is refused if the cvse format is not ``gpu_ready``); format ``"csr"`` (or ``kernel="cusparse"``)
+runs ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded inputs, then x S).
+Without CuPy or a GPU (or ``device="cpu"``) the plan runs the format's float64 NumPy twin on the rounded inputs
+("cpu-reference").
 """
 from __future__ import annotations
 
