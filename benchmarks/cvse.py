@@ -9,7 +9,9 @@ SDDMM in FP16 and TF32 against cuSPARSE SDDMM (float32, CSR) on the same S, A, B
 Matrices: the DNN-style set of tasks/fetch/generators.py's ``gen:dlmc`` (weights magnitude-pruned at V x 1, the
 DLMC collection's style; DLMC itself is not reachable here), M = K in --sizes, sparsity 0.5 .. 0.98, V = 4 and 8.
 This script calls kernels.launch_cvse directly and checks every result, dense included, against float64 on sampled
-rows in the same run (a result over its precision's tolerance fails the run, exit 1).
+rows in the same run (a result over its precision's tolerance fails the run, exit 1). SpMM "cvse" is the fastest of
+the per-vector kernel and the tiled kernel's two best a priori launch shapes (each timed and checked, under its own
+key too): what SpmmPlan(format="cvse") runs, as its autotune picks the fastest measured of the same candidates.
 
 Timing, per column (the table's header and the JSON's meta "timing" say the same):
 - cvse, cusparse-csr, cusparse-bell, cusparse-sddmm, cvse-fp16/-tf32: CUDA-graph replay (kernels.launch.graph_ms),
@@ -144,12 +146,25 @@ def spmm_case(A, V: int, N: int, repeats: int, rng, gemm) -> dict:
     Ar = sp.csr_array((p.rounded(A.data), A.indices, A.indptr), shape=A.shape)
     B16 = cupy.asarray(B32.astype(np.float16))
     ms, issued, err, extra = {}, {}, {}, {}
-    dm = launch_cvse.upload(csr_to_cvse(A, vector=V, to_storage=p.to_storage), "float16")
+    X = csr_to_cvse(A, vector=V, to_storage=p.to_storage)
+    dm = launch_cvse.upload(X, "float16")
     out = cupy.empty((A.shape[0], N), dtype=cupy.float16)
-    ms["cvse"] = launch.graph_ms(lambda: launch_cvse.spmm(dm, B16, out), repeats=repeats)
-    issued["cvse"] = launch.issued_ms(lambda: launch_cvse.spmm(dm, B16, out), repeats=repeats)
-    err["cvse"] = rel_err_rows(cupy.asnumpy(out).astype(np.float32), Ar, Br, rows)
-    del dm
+    kernels = {"cvse-vector": lambda: launch_cvse.spmm(dm, B16, out)}
+    if launch_cvse.tiles_worthwhile(X) and N % 8 == 0:  # the tiled kernel's two best a priori launch shapes
+        tl = launch_cvse.upload_tiles(X, "float16")
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        for c in launch_cvse.tiled_configs(tl, A.shape[1], N, sms, launch_cvse.smem_limit())[:2]:
+            kernels[f"cvse-tiled-{c['warps']}w{c['halves']}h"] = (
+                lambda c=c: launch_cvse.spmm_tiled(dm, tl, B16, out, warps=c["warps"], halves=c["halves"]))
+    for key, fn in kernels.items():
+        out.fill(np.nan)
+        ms[key] = launch.graph_ms(fn, repeats=repeats)
+        issued[key] = launch.issued_ms(fn, repeats=repeats)
+        err[key] = rel_err_rows(cupy.asnumpy(out).astype(np.float32), Ar, Br, rows)
+    # "cvse" = what SpmmPlan(format="cvse") runs: its autotune picks the fastest measured of these kernels
+    best = min(kernels, key=ms.get)
+    ms["cvse"], issued["cvse"], err["cvse"], extra["cvse_kernel"] = ms[best], issued[best], err[best], best
+    kernels.clear()  # frees the CVSE arrays before the baselines allocate
     csr = CusparseSpmm(A, dtype="float16")
     C16 = cupy.empty((A.shape[0], N), dtype=cupy.float16)
     t = csr.tune(B16, C16, repeats=repeats)

@@ -37,13 +37,16 @@ def cvse_section(runs, v0, older, *, h) -> list[str]:
             "cuSPARSE Blocked-ELL (16 x 16) and the SDDMM columns are device time by CUDA-graph replay; dense cuBLAS "
             "FP16 GEMM is timed as issued (events around a loop of calls: cuBLAS cannot be captured), `*` where that "
             "loop was host-bound (an upper bound). ms per call; every result checked against float64 on sampled rows "
-            "in the same run.", ""]
+            "in the same run. CVSE = the fastest of the per-vector kernel and the tiled kernel's two best a priori "
+            "launch shapes (each timed and checked; `kernel` names it, `per-vector` is the per-vector kernel alone): "
+            "what SpmmPlan(format=\"cvse\")'s autotune runs.", ""]
     if not dense_ok:
         out += ["The dense column of this file is not valid (" + str(run.meta.get("note", "see its meta"))[:160]
                 + " ...): no crossing is reported from it.", ""]
-    out += h.table(("V", "M = K", "sparsity", "N", "CVSE", "cuSP CSR (alg)", "cuSP BELL", "dense", "x CSR", "x BELL",
-                    "x dense", "max rel err"),
+    out += h.table(("V", "M = K", "sparsity", "N", "CVSE", "kernel", "per-vector", "cuSP CSR (alg)", "cuSP BELL",
+                    "dense", "x CSR", "x BELL", "x dense", "max rel err"),
                    [(r["V"], r["shape"][0], r["sparsity"], r["N"], h.f(r["ms"]["cvse"], 4),
+                     r.get("cvse_kernel", "cvse-vector"), h.f(r["ms"].get("cvse-vector", r["ms"]["cvse"]), 4),
                      f"{h.f(r['ms'].get('cusparse-csr'), 4)} ({r.get('cusparse-csr-alg', '?')})",
                      h.f(r["ms"].get("cusparse-bell"), 4),
                      (h.f(r["ms"].get("dense"), 4) + ("*" if r.get("dense_host_bound") else "")) if dense_ok else "–",

@@ -42,12 +42,19 @@ class CvseConfig:
     # 16 gives 3 chunks at ~112 registers, the same 4 blocks of 4 warps per SM.
     sddmm_groups: int = 2
     sddmm_loads: int = 20
+    # Tiled SpMM (cvse_spmm.cu cvse_spmm_tiled_*, 16-bit): K rows of B per shared-memory chunk (the layout's bk,
+    # kernels/formats/cvse_tiles.py) and the cp.async ring of chunks. H200, V = 8, M = K = 4096: bk 128 took
+    # 0.63-0.75x the time of bk 64 (half the chunks, each with a fixed cost: barrier, copy issue, the groups'
+    # latency chain); 4 or 6 stages timed the same as 3 (the copies are bandwidth-bound, not latency-bound).
+    tile_bk: int = 128
+    tile_stages: int = 3
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCVSE_WARP_COLS={self.warp_cols}", f"-DCVSE_MAX_WARPS={self.max_warps}",
                 f"-DCVSE_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}",
                 f"-DCVSE_STEPS_PER_STAGE={self.steps_per_stage}", f"-DCVSE_STAGES={self.stages}",
-                f"-DCVSE_SDDMM_GROUPS={self.sddmm_groups}", f"-DCVSE_SDDMM_LOADS={self.sddmm_loads}")
+                f"-DCVSE_SDDMM_GROUPS={self.sddmm_groups}", f"-DCVSE_SDDMM_LOADS={self.sddmm_loads}",
+                f"-DCVSE_TILE_BK={self.tile_bk}", f"-DCVSE_TILE_STAGES={self.tile_stages}")
 
     def vectors_per_tile(self) -> int:
         """Vectors of one vector row per SDDMM warp tile (16 per group)."""
@@ -159,6 +166,156 @@ def spmm(dm: CvseArrays, B, out=None, config: CvseConfig = CVSE_CONFIG, *, out_d
     grid, block = spmm_grid(dm.n_vec_rows, N, config)
     launch.function(kernel_name("spmm", dm.precision, dm.vector), config, SPMM_SOURCE)(
         grid, block, (dm.vec_ptr, dm.indices, dm.data, B, out, np.int64(n_rows), np.int64(N), np.int32(flags)))
+    return out
+
+
+# ---- the tiled kernel (B's chunk rows reused across a thread block's vector rows) ----
+TILED_PRECISIONS = ("float16", "bfloat16")
+TILED_WARPS = (4, 8, 16)  # warps per block: R = warps x rows_per_warp vector rows share one B tile
+TILED_HALVES = (1, 2)  # 64-column halves per block (and per warp)
+
+
+def tiled_kernel_name(precision: str, V: int, halves: int) -> str:
+    return f"cvse_spmm_tiled_{KIND[precision]}_v{V}_c{halves}"
+
+
+def rows_per_warp(V: int) -> int:
+    return 1 if V == 16 else 2  # Tiled<V>::RW: 16 rows of C per warp at V = 8, 16
+
+
+@dataclass
+class CvseTiles:
+    """The tiled kernel's arrays on the device (kernels/formats/cvse_tiles.py): group_ptr int32 [T n_vec_rows + 1]
+    (chunk-major segments), tiles uint32 [max(n_groups, 1), group_words(V)]."""
+
+    group_ptr: object
+    tiles: object
+    group_ptr_host: np.ndarray
+    n_vec_rows: int
+    vector: int
+    bk: int
+    _gcap: dict
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.group_ptr_host[-1])
+
+    def gcap(self, rows_per_block: int) -> int:
+        """The most groups a block of ``rows_per_block`` vector rows stages per chunk (>= 1)."""
+        if rows_per_block not in self._gcap:
+            from kernels.formats.cvse_tiles import stage_groups
+
+            self._gcap[rows_per_block] = max(1, stage_groups(self.group_ptr_host, self.n_vec_rows, rows_per_block))
+        return self._gcap[rows_per_block]
+
+
+def tiles_worthwhile(X) -> bool:
+    """Whether the tiled layout is worth building: on average >= 4 vectors per (vector row, chunk) segment, so a
+    16-slot group is at least a quarter full and group_ptr (T x n_vec_rows) stays smaller than the vectors."""
+    from kernels.formats.cvse_tiles import n_chunks
+
+    return X.n_vectors >= 4 * n_chunks(X.shape[1], CVSE_CONFIG.tile_bk) * max(X.n_vec_rows, 1)
+
+
+def upload_tiles(X, precision: str, config: CvseConfig = CVSE_CONFIG) -> CvseTiles:
+    """A host CVSE (16-bit storage) -> the tiled kernel's layout on the current device."""
+    import cupy
+
+    from kernels.formats.cvse_tiles import tile_layout
+
+    if precision not in TILED_PRECISIONS:
+        raise ValueError(f"the tiled CVSE kernel is 16-bit ({TILED_PRECISIONS}), got {precision}")
+    if X.shape[1] > INT32_MAX:
+        raise ValueError(f"A has {X.shape[1]} columns; the kernels take at most {INT32_MAX}")
+    P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, int(X.shape[1]), config.tile_bk)  # P < 2^31 (checked)
+    return CvseTiles(cupy.asarray(P.astype(np.int32)), cupy.asarray(tiles), P, X.n_vec_rows, X.vector,
+                     config.tile_bk, {})
+
+
+def tiled_smem(V: int, K: int, warps: int, halves: int, gcap: int, config: CvseConfig = CVSE_CONFIG) -> int:
+    """Dynamic shared memory of one block, as the kernel lays it out: the chunk bounds (8 bytes per chunk) and
+    STAGES x (B tile + group_ptr slice + gcap groups)."""
+    from kernels.formats.cvse_tiles import group_words, n_chunks
+
+    R = warps * rows_per_warp(V)
+    bounds, p_bytes = -(-8 * n_chunks(K, config.tile_bk) // 16) * 16, -(-(R + 1) * 4 // 16) * 16
+    return bounds + config.tile_stages * (config.tile_bk * 128 * halves + p_bytes + gcap * group_words(V) * 4)
+
+
+def tiled_grid(n_vec_rows: int, N: int, V: int, warps: int, halves: int) -> tuple[tuple[int, int], tuple[int]]:
+    blocks_y = -(-n_vec_rows // (warps * rows_per_warp(V)))
+    if blocks_y > MAX_GRID_Y:
+        raise ValueError(f"{n_vec_rows} vector rows need {blocks_y} row blocks of {warps} warps, more than "
+                         f"gridDim.y = {MAX_GRID_Y}")
+    return (-(-N // (64 * halves)), blocks_y), (32 * warps,)
+
+
+_SMEM_LIMIT: dict = {}
+
+
+def smem_limit() -> int:
+    """The current device's opt-in shared memory per block (queried once per device: the launch path reads it)."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    if dev not in _SMEM_LIMIT:
+        _SMEM_LIMIT[dev] = int(cupy.cuda.Device(dev).attributes["MaxSharedMemoryPerBlockOptin"])
+    return _SMEM_LIMIT[dev]
+
+
+def tiled_configs(tl: CvseTiles, K: int, N: int, sm_count: int, smem_max: int,
+                  config: CvseConfig = CVSE_CONFIG) -> list[dict]:
+    """The (warps, halves) launch shapes that fit shared memory, best a priori first: the largest tile (fewest
+    copies of B from L2) that still gives >= 3/4 of the SMs a block, more warps (vector rows) first among equal
+    tiles (H200, M = K = 4096: 8w1h 0.65x the time of 4w2h at V = 8, N = 256; 16w1h 0.85-0.93x 8w2h at V = 4),
+    then the rest by block count."""
+    out = []
+    for warps in TILED_WARPS:
+        for halves in TILED_HALVES:
+            smem = tiled_smem(tl.vector, K, warps, halves, tl.gcap(warps * rows_per_warp(tl.vector)), config)
+            if smem > smem_max:
+                continue
+            (gx, gy), _ = tiled_grid(tl.n_vec_rows, N, tl.vector, warps, halves)
+            out.append({"warps": warps, "halves": halves, "blocks": gx * gy, "smem": smem})
+    enough = [c for c in out if c["blocks"] * 4 >= 3 * sm_count]
+    rest = [c for c in out if c not in enough]
+    return (sorted(enough, key=lambda c: (-c["warps"] * c["halves"], -c["warps"]))
+            + sorted(rest, key=lambda c: -c["blocks"]))
+
+
+def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = CVSE_CONFIG, *, warps: int = 8,
+               halves: int = 1, out_dtype=None, accumulate: bool = False):
+    """C = A @ B by the tiled kernel (``accumulate``: out += A @ B). Needs B and out on the 16-byte path (N % 8 == 0,
+    16-byte aligned): ValueError otherwise (the per-vector kernel `spmm` takes any B)."""
+    from kernels import launch
+    from kernels.operands import check_b_out
+
+    if dm.precision not in TILED_PRECISIONS or tl.vector != dm.vector or tl.n_vec_rows != dm.n_vec_rows:
+        raise ValueError(f"tiles of V = {tl.vector}, {tl.n_vec_rows} vector rows do not belong to this "
+                         f"{dm.precision} CVSE (V = {dm.vector}, {dm.n_vec_rows} vector rows)")
+    if tl.bk != config.tile_bk:
+        raise ValueError(f"tiles cut at {tl.bk}-row K chunks, the kernel's config at {config.tile_bk}: upload_tiles "
+                         "with the same CvseConfig")
+    if warps not in TILED_WARPS or halves not in TILED_HALVES:
+        raise ValueError(f"warps = {warps}, halves = {halves}: expected warps in {TILED_WARPS}, halves in "
+                         f"{TILED_HALVES}")
+    out, N, flags = check_b_out(dm.shape, dm.precision, B, out, out_dtype, accumulate, vec_elems=8)
+    if not flags & FLAG_VEC:
+        raise ValueError(f"the tiled CVSE kernel copies B in 16-byte pieces: N = {N} must be a multiple of 8 and B, "
+                         "out 16-byte aligned")
+    if dm.n_vec_rows == 0:
+        return out
+    gcap = tl.gcap(warps * rows_per_warp(tl.vector))
+    smem = tiled_smem(tl.vector, int(dm.shape[1]), warps, halves, gcap, config)
+    if smem > smem_limit():
+        raise ValueError(f"the tiled kernel needs {smem} bytes of shared memory for {warps} warps x {halves} halves "
+                         f"here, more than the device's {smem_limit()}: see tiled_configs")
+    grid, block = tiled_grid(dm.n_vec_rows, N, tl.vector, warps, halves)
+    fn = launch.function(tiled_kernel_name(dm.precision, dm.vector, halves), config, SPMM_SOURCE)
+    if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
+        fn.max_dynamic_shared_size_bytes = smem_limit()
+    fn(grid, block, (tl.group_ptr, tl.tiles, B, out, np.int64(dm.shape[0]), np.int64(N), np.int64(dm.shape[1]),
+                     np.int64(dm.n_vec_rows), np.int32(gcap), np.int32(flags)), shared_mem=smem)
     return out
 
 

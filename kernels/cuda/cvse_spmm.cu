@@ -248,3 +248,163 @@ __device__ __forceinline__ void cvse_spmm(const i64* __restrict__ vec_ptr, const
 CVSE_SPMM_ALL_V(cvse_spmm_tf32, TF32)
 CVSE_SPMM_ALL_V(cvse_spmm_f16, F16)
 CVSE_SPMM_ALL_V(cvse_spmm_bf16, BF16)
+
+// ---- Tiled kernel (16-bit): B's chunk rows staged once per thread block, reused by all its vector rows ----------
+// The per-vector kernel above reads one B row slice from L2 per vector: at 80 % sparsity (V = 8, N = 256) that is
+// ~215 MB of L2 reads per call, slower than dense GEMM. VectorSparse's block-sparse reuse instead: a thread block owns
+// R = warps x RW vector rows and 64 CH columns; it walks K in chunks of BK rows, copying B[chunk, columns] into shared
+// memory (cp.async, STAGES-deep ring) once, and every warp gathers its vectors' B rows from there; L2 traffic for B
+// drops to (n_vec_rows / R) copies of B. Same Transpose Mapping / Register Shuffle mma as above (a lane's 16-byte
+// read of 8 columns of a slot's B row), fed from shared memory instead of global.
+// Layout (kernels/formats/cvse_tiles.py): vectors cut into segments (chunk t, vector row i), chunk-major, each cut
+// into groups of 16 slots: 16 slot rows (row within the chunk, -1 empty) then the lanes' mma B fragments. A stage =
+// [B tile BK x 8 CH 16-byte pieces, row r's piece c at c ^ ((r & 3) << 1): a class of 4 slots with distinct r & 3
+// reads 8 distinct bank quads][P: group_ptr of the block's R + 1 row boundaries][the block's groups of the chunk,
+// <= gcap (the launcher's stage_groups)], all by cp.async.
+// Launch mapping: grid = (ceil(N / 64 CH), ceil(n_vec_rows / R)); blockDim.x = 32 x warps (warps <= 16); dynamic
+// shared memory = 8 T (chunk bounds) + STAGES x stage bytes (launch_cvse.tiled_smem). Warp w owns vector rows
+// i0 + w RW .. + RW - 1 and all 64 CH columns. Where its time goes (L2 -> shared copies, the group loop's latency
+// chain): docs/kernels-notes.md, "Session 8". Input contract (checked by the launcher): FLAG_VEC (N % 8 == 0, B
+// and C 16-byte aligned), B [K, N] 16-bit; group_ptr int32 [T n_vec_rows + 1] (T = ceil(K / BK)), tiles 16-byte
+// aligned. Each C element has one writer and a fixed summation order (chunks in order, groups in layout order):
+// deterministic. Rows >= M and columns >= N of C are never written; every other element is (zeros for an empty
+// vector row).
+template <int V> struct Tiled {
+  static constexpr int NH = V == 16 ? 2 : 1;   // n8 tiles over V
+  static constexpr int RW = V == 16 ? 1 : 2;   // vector rows per warp (16 rows of C at V = 8, 16)
+  static constexpr int WORDS = 16 + 64 * NH;   // 32-bit words per group (cvse_tiles.group_words)
+};
+
+// acc[hh][h][i] += one group (16 slots) x B tile, columns 64 hh + 8g .. +7 of the block's tile.
+template <int KIND, int V, int CH>
+__device__ __forceinline__ void tiled_group(float (&acc)[CH][Tiled<V>::NH][4][4], const unsigned* grp,
+                                            const uint4* bt, int lane) {
+  constexpr int NH = Tiled<V>::NH;
+  const int g = lane >> 2, q = lane & 3;
+  const int4 rows = *(const int4*)(grp + 4 * q);  // slots 2q, 2q + 1, 2q + 8, 2q + 9 (-1: empty)
+  const int rj[4] = {rows.x, rows.y, rows.z, rows.w};
+  unsigned b[NH][2];
+  if constexpr (NH == 2) {
+    const uint4 w = *(const uint4*)(grp + 16 + 4 * lane);
+    b[0][0] = w.x; b[0][1] = w.y; b[NH - 1][0] = w.z; b[NH - 1][1] = w.w;
+  } else {
+    const uint2 w = *(const uint2*)(grp + 16 + 2 * lane);
+    b[0][0] = w.x; b[0][1] = w.y;
+  }
+  uint4 r[CH][4];
+#pragma unroll
+  for (int hh = 0; hh < CH; ++hh)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      r[hh][j] = rj[j] >= 0 ? bt[rj[j] * 8 * CH + ((8 * hh + g) ^ ((rj[j] & 3) << 1))] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int hh = 0; hh < CH; ++hh)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // Shuffle In, as stage_mma
+      const unsigned a[4] = {__byte_perm(word(r[hh][0], i), word(r[hh][1], i), 0x5410),
+                             __byte_perm(word(r[hh][0], i), word(r[hh][1], i), 0x7632),
+                             __byte_perm(word(r[hh][2], i), word(r[hh][3], i), 0x5410),
+                             __byte_perm(word(r[hh][2], i), word(r[hh][3], i), 0x7632)};
+#pragma unroll
+      for (int h = 0; h < NH; ++h) mma<KIND>(acc[hh][h][i], a, b[h][0], b[h][1]);
+    }
+}
+
+template <int KIND, int V, int CH>
+__device__ __forceinline__ void cvse_spmm_tiled(const int* __restrict__ P, const unsigned* __restrict__ tiles,
+                                                const u16* __restrict__ B, void* __restrict__ C, i64 M, i64 N,
+                                                i64 K, i64 Mv, int gcap, int flags) {
+  constexpr int BK = CVSE_TILE_BK, S = CVSE_TILE_STAGES, RW = Tiled<V>::RW, NH = Tiled<V>::NH;
+  constexpr int WORDS = Tiled<V>::WORDS, PR = 8 * CH;  // PR: 16-byte pieces per B tile row
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, R = (blockDim.x >> 5) * RW;
+  const i64 i0 = (i64)blockIdx.y * R, i1 = min(i0 + R, Mv), n0 = (i64)blockIdx.x * 64 * CH;
+  const int T = (int)((K + BK - 1) / BK);
+  // launch_cvse.tiled_smem: [bounds: T x (first, end) group of the block's rows per chunk][S stages], a stage =
+  // [B tile][group_ptr slice: R + 1][groups]
+  const int bnd_bytes = (T * 8 + 15) & ~15, p_bytes = ((R + 1) * 4 + 15) & ~15;
+  const int stage_bytes = BK * PR * 16 + p_bytes + gcap * WORDS * 4;
+  int2* bnd = (int2*)smem;
+  // Why the bounds first: a chunk's group copy needs its bounds before it can be issued; fetched per chunk from
+  // global they put one L2 latency in every chunk's period (~1 us per 64 K rows on the H200, whatever the work)
+  for (int t = threadIdx.x; t < T; t += blockDim.x) bnd[t] = make_int2(__ldg(P + t * Mv + i0), __ldg(P + t * Mv + i1));
+  __syncthreads();
+  auto load = [&](int s, int t) {
+    unsigned char* base = smem + bnd_bytes + s * stage_bytes;
+    uint4* bt = (uint4*)base;
+    const i64 k0 = (i64)t * BK;
+    for (int x = threadIdx.x; x < BK * PR; x += blockDim.x) {
+      const int rr = x / PR, c = x % PR;
+      const i64 k = k0 + rr, n = n0 + 8 * c;
+      const bool ok = k < K && n < N;  // N % 8 == 0: a piece is all inside or all outside
+      cp_async<16>(bt + rr * PR + (c ^ ((rr & 3) << 1)), B + (ok ? k * N + n : 0), ok);
+    }
+    int* p = (int*)(base + BK * PR * 16);
+    for (int x = threadIdx.x; x <= R; x += blockDim.x) cp_async<4>(p + x, P + t * Mv + min(i0 + x, i1), true);
+    unsigned* a = (unsigned*)(base + BK * PR * 16 + p_bytes);
+    const int2 lh = bnd[t];
+    const int pieces = (lh.y - lh.x) * (WORDS / 4);
+    const unsigned* src = tiles + (i64)lh.x * WORDS;
+    for (int x = threadIdx.x; x < pieces; x += blockDim.x) cp_async<16>(a + 4 * x, src + 4 * x, true);
+  };
+  float acc[RW][CH][NH][4][4];
+#pragma unroll
+  for (int w = 0; w < RW; ++w)
+#pragma unroll
+    for (int hh = 0; hh < CH; ++hh)
+#pragma unroll
+      for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[w][hh][h][k][e] = 0.f;
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {  // prologue: chunks 0 .. S - 2 in flight (empty groups keep the count)
+    if (s < T) load(s, s);
+    cp_async_commit();
+  }
+  for (int t = 0; t < T; ++t) {  // every thread reaches every barrier
+    cp_async_wait<S - 2>();
+    __syncthreads();  // chunk t visible to all; the buffer of chunk t - 1 read by every warp
+    const int nx = t + S - 1;
+    if (nx < T) load(nx % S, nx);
+    cp_async_commit();
+    const unsigned char* base = smem + bnd_bytes + (t % S) * stage_bytes;
+    const uint4* bt = (const uint4*)base;
+    const int* p = (const int*)(base + BK * PR * 16);
+    const unsigned* a = (const unsigned*)(base + BK * PR * 16 + p_bytes);
+#pragma unroll
+    for (int w = 0; w < RW; ++w) {
+      const int il = warp * RW + w;
+      const int g0 = p[il] - p[0], g1 = p[il + 1] - p[0];
+      for (int G = g0; G < g1; ++G) tiled_group<KIND, V, CH>(acc[w], a + G * WORDS, bt, lane);
+    }
+  }
+  const int g = lane >> 2;
+#pragma unroll
+  for (int w = 0; w < RW; ++w) {
+    const i64 i = i0 + warp * RW + w;
+    if (i >= Mv) continue;
+#pragma unroll
+    for (int hh = 0; hh < CH; ++hh) {
+      const i64 nb = n0 + 64 * hh, n_lane = nb + 8 * g;
+      if (nb >= N) continue;
+      const bool fast = (flags & FLAG_VEC) && nb + 64 <= N;
+      store_c<KIND, V>(acc[w][hh], C, i * V, M, N, n_lane, fast, flags);
+    }
+  }
+}
+
+#define CVSE_TILED_ENTRY(NAME, KIND, V, CH)                                                                       \
+  extern "C" __global__ void __launch_bounds__(512, 1)                                                          \
+      NAME(const int* __restrict__ P, const unsigned* __restrict__ tiles, const u16* __restrict__ B,            \
+           void* __restrict__ C, i64 M, i64 N, i64 K, i64 Mv, int gcap, int flags) {                             \
+    cvse_spmm_tiled<KIND, V, CH>(P, tiles, B, C, M, N, K, Mv, gcap, flags);                                     \
+  }
+#define CVSE_TILED_ALL(PREFIX, KIND)                                                                              \
+  CVSE_TILED_ENTRY(PREFIX##_v2_c1, KIND, 2, 1) CVSE_TILED_ENTRY(PREFIX##_v2_c2, KIND, 2, 2)                     \
+  CVSE_TILED_ENTRY(PREFIX##_v4_c1, KIND, 4, 1) CVSE_TILED_ENTRY(PREFIX##_v4_c2, KIND, 4, 2)                     \
+  CVSE_TILED_ENTRY(PREFIX##_v8_c1, KIND, 8, 1) CVSE_TILED_ENTRY(PREFIX##_v8_c2, KIND, 8, 2)                     \
+  CVSE_TILED_ENTRY(PREFIX##_v16_c1, KIND, 16, 1) CVSE_TILED_ENTRY(PREFIX##_v16_c2, KIND, 16, 2)
+CVSE_TILED_ALL(cvse_spmm_tiled_f16, F16)
+CVSE_TILED_ALL(cvse_spmm_tiled_bf16, BF16)

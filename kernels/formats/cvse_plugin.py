@@ -22,6 +22,11 @@ from kernels.formats.registry import Format
 from kernels.precision import Precision
 
 DEFAULT_VECTOR = 8
+# vectors per (vector row, 128-column K chunk) segment x N from which the tiled kernel is the a priori choice. H200,
+# V = 8, M = K = 4096 (session 8, best launch shape, graph replay): tiled / per-vector time 0.93x at 38 vectors per
+# segment and N = 256, 1.10x at 26; 0.65x at 26 and N = 1024, 0.89x at 13, 1.44x at 6.4: the crossing lies near
+# 32 x 256 (with a B, autotune times both anyway)
+TILED_WORK = 32 * 256
 
 
 def convert(A, precision: Precision, *, vector: int = DEFAULT_VECTOR) -> CVSE:
@@ -36,8 +41,10 @@ def reference_spmm(X: CVSE, B, precision: Precision | None = None):
 
 class CvseDevice:
     """CVSE of one matrix on the current device at one precision: converted on the host (Sparse Vector Compression
-    chooses V from the whole matrix, or the given CVSE's V is kept), uploaded once; one kernel per (precision, V),
-    deterministic (each C element has one writer). `decide` has nothing to tune but reports the layout."""
+    chooses V from the whole matrix, or the given CVSE's V is kept), uploaded once. Two kernels, both deterministic
+    (each C element has one writer, fixed summation order): the per-vector kernel ("cvse-vector", every precision)
+    and, 16-bit, the tiled kernel ("cvse-tiled": B's K chunk staged in shared memory once per block of vector rows,
+    kernels/formats/cvse_tiles.py), which `decide` picks by vectors per chunk or, with B, by timing."""
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
@@ -55,6 +62,13 @@ class CvseDevice:
         else:
             X, self.svc = compress(A, precision)
         self._dm = lc.upload(X, precision.name)
+        # the tiled kernel's layout (16-bit, and only where segments of a K chunk hold >= 4 vectors on average)
+        self.autotune = autotune
+        self._tiles = (lc.upload_tiles(X, precision.name)
+                       if precision.name in lc.TILED_PRECISIONS and lc.tiles_worthwhile(X) else None)
+        dev = cupy.cuda.Device()
+        self.sm_count = int(dev.attributes["MultiProcessorCount"])
+        self._smem_max = lc.smem_limit()
         lc.module(lc.SPMM_SOURCE)  # compile now, not in the first run
         cupy.cuda.Device().synchronize()  # synchronize!
         self.timings["convert_upload_s"] = time.perf_counter() - t0
@@ -63,23 +77,65 @@ class CvseDevice:
         self.row_window_offset_host = self._dm.vec_ptr_host[np.minimum(
             np.arange(-(-int(X.shape[0]) // WINDOW_ROWS) + 1) * per, self._dm.n_vec_rows)]
 
+    def _tiled(self, N: int) -> list[dict]:
+        """The tiled kernel's launch shapes for N, best a priori first ([] without its layout or off the 16-byte
+        path)."""
+        from kernels import launch_cvse as lc
+
+        if self._tiles is None or N % 8:
+            return []
+        return lc.tiled_configs(self._tiles, int(self._dm.shape[1]), N, self.sm_count, self._smem_max)
+
     def decide(self, N: int, B, time_fn) -> dict:
-        choice = {"kernel": "cvse-vector", "N": N, "vector": self._dm.vector, "prediction": None,
-                  "predicted_ms": None, "conversion": self.timings.get("conversion"),
-                  "reason": f"SSpMM transpose mapping, V = {self._dm.vector} on the mma's n8, 64 columns per warp"}
-        if B is None or not self.allow_cusparse:
+        """A priori: the tiled kernel when its layout exists and (vectors per (vector row, chunk) segment) x N >=
+        TILED_WORK (its fixed cost per chunk pays off with many vectors per chunk and wide B), else the per-vector
+        kernel. With B (autotune): the fastest measured of the per-vector kernel and the tiled kernel's two best a
+        priori launch shapes (and cuSPARSE when allowed)."""
+        V = self._dm.vector
+        choice = {"kernel": "cvse-vector", "N": N, "vector": V, "prediction": None, "predicted_ms": None,
+                  "conversion": self.timings.get("conversion"),
+                  "reason": f"SSpMM transpose mapping, V = {V} on the mma's n8, 64 columns per warp"}
+        tiled = self._tiled(N)
+        if tiled:
+            T = self._tiles.group_ptr_host.shape[0] - 1
+            per_segment = self._dm.n_vectors / max(T, 1)
+            if per_segment * N >= TILED_WORK:
+                c = tiled[0]
+                choice.update(kernel="cvse-tiled", warps=c["warps"], halves=c["halves"],
+                              reason=(f"{per_segment:.1f} vectors per vector row and {self._tiles.bk}-column K "
+                                      f"chunk: B's chunk staged once per block of {c['warps']} warps x "
+                                      f"{64 * c['halves']} columns"))
+        if B is None or self.autotune is False or (not tiled and not self.allow_cusparse):
             return choice
-        measured = {"cvse-vector": time_fn("cvse-vector"), "cusparse": time_fn("cusparse")}
+        candidates = {"cvse-vector": {}}
+        for k, c in enumerate(tiled[:2]):  # the a priori shape under the kernel's own name (SpmmPlan reads it back)
+            candidates["cvse-tiled" + ("" if k == 0 else f"/{c['warps']}w/{c['halves']}h")] = {
+                "warps": c["warps"], "halves": c["halves"]}
+        if self.allow_cusparse:
+            candidates["cusparse"] = {}
+        measured = {name: time_fn(name.split("/")[0], choice={**choice, **extra})
+                    for name, extra in candidates.items()}
         best = min(measured, key=measured.get)
-        choice.update(kernel=best, measured_ms=measured, reason=f"autotune: fastest measured of {measured}")
+        choice.update(kernel=best.split("/")[0], measured_ms=measured, reason=f"autotune: fastest measured of "
+                      f"{measured}", **candidates[best])
         return choice
 
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
-        """``ksplit`` is SpmmPlan's common launch argument; CVSE has no split-K variant and ignores it."""
+        """``ksplit`` is SpmmPlan's common launch argument; CVSE has no split-K variant and ignores it. The tiled
+        kernel takes its launch shape from ``choice`` (`decide`); off its 16-byte path (N % 8, or a B / out not
+        16-byte aligned) or with no launch shape that fits shared memory the call runs the per-vector kernel, which
+        takes any B."""
         from kernels import launch_cvse as lc
 
-        if kernel != "cvse-vector":
-            raise ValueError(f"unknown CVSE kernel {kernel!r} (cvse-vector)")
+        if kernel not in ("cvse-vector", "cvse-tiled"):
+            raise ValueError(f"unknown CVSE kernel {kernel!r} (cvse-vector, cvse-tiled)")
+        shapes = []
+        if (kernel == "cvse-tiled" and self._tiles is not None and B.shape[1] % 8 == 0 and B.data.ptr % 16 == 0
+                and (out is None or out.data.ptr % 16 == 0)):
+            shapes = [choice] if choice and "warps" in choice else self._tiled(int(B.shape[1]))
+        if shapes:
+            return lc.spmm_tiled(self._dm, self._tiles, B, out, warps=shapes[0]["warps"],
+                                 halves=shapes[0]["halves"], accumulate=accumulate)
         return lc.spmm(self._dm, B, out, accumulate=accumulate)
 
 

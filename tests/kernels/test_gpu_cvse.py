@@ -181,3 +181,91 @@ def test_plans_with_format_cvse(name):
     sd = SddmmPlan(A, dtype=name, format="cvse", kernel="cvse", device="gpu")
     assert sd.choice["kernel"] == "cvse"
     assert rel_err(sd.run(U, W), csr_sddmm(A, U, W)) < p.tolerance
+
+
+# ---- the tiled kernel (16-bit; B's K chunk staged once per block of vector rows: kernels/formats/cvse_tiles.py) ----
+HALF = ("float16", "bfloat16")
+TILED_CASES = ("empty_vector_rows", "k_not_multiple_of_v", "dense_rows", "long_rows", "stage_edges", "37x5000",
+               "nnz0", "pruned_600x700")
+CASES["pruned_600x700"] = lambda: random_csr((600, 700), 600 * 700 * 3 // 10, seed=17)  # 11 chunks, many row blocks
+
+
+def tiled_run(dm, tl, Bd, shape, **kw):
+    return lc.spmm_tiled(dm, tl, Bd, warps=shape[0], halves=shape[1], **kw)
+
+
+@pytest.mark.parametrize("N", [200, 64, 8])  # a partial 64-column half; one whole half; one 16-byte piece
+@pytest.mark.parametrize("shape", [(8, 1), (16, 2), (4, 2)])  # (warps, 64-column halves) per block
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", HALF)
+@pytest.mark.parametrize("case", TILED_CASES)
+def test_spmm_tiled_against_float64(case, name, V, shape, N):
+    X = convert(CASES[case](), name, V)
+    dm, tl = lc.upload(X, name), lc.upload_tiles(X, name)
+    B = np.random.default_rng(1).standard_normal((X.shape[1], N)).astype(np.float32)
+    p = precision(name)
+    need = lc.tiled_smem(V, X.shape[1], *shape, tl.gcap(shape[0] * lc.rows_per_warp(V)))
+    if need > lc.smem_limit():  # dense rows: a block's groups per chunk outgrow shared memory at this shape
+        with pytest.raises(ValueError, match="shared memory"):
+            tiled_run(dm, tl, device_b(B, name), shape)
+        assert shape not in [(c["warps"], c["halves"]) for c in lc.tiled_configs(tl, X.shape[1], N, 132, need - 1)]
+        return
+    ref = cvse_spmm(rounded(X, name), p.rounded(B))
+    out = cupy.full(X.shape[:1] + (N,), np.nan, dtype=cupy.float32)
+    C = tiled_run(dm, tl, device_b(B, name), shape, out=out).get()
+    assert not np.isnan(C).any()  # every element written
+    assert rel_err(C, ref) < ROUNDED_RTOL[name]
+    out16 = cupy.full(X.shape[:1] + (N,), 0x7FC0 if name == "bfloat16" else np.nan, dtype=p.storage_dtype)  # NaN
+    C16 = p.to_float32(tiled_run(dm, tl, device_b(B, name), shape, out=out16).get())
+    assert not np.isnan(C16).any() and rel_err(C16, ref) < ROUNDED_RTOL[name] + 2 ** -7
+
+
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", HALF)
+def test_spmm_tiled_launch_shapes_give_the_same_bits_and_accumulate(name, V):
+    """Every C element sums its chunks in order and its groups in layout order whatever the block shape: all launch
+    shapes give the same bits, twice; accumulate adds in fp32."""
+    X = convert(random_csr((700, 1000), 700 * 1000 // 4, seed=18), name, V)
+    dm, tl = lc.upload(X, name), lc.upload_tiles(X, name)
+    Bd = device_b(np.random.default_rng(9).standard_normal((1000, 264)).astype(np.float32), name)
+    shapes = [(c["warps"], c["halves"]) for c in lc.tiled_configs(tl, 1000, 264, 132, lc.smem_limit())]
+    assert len(shapes) >= 3, shapes  # those whose stages fit shared memory
+    ref = tiled_run(dm, tl, Bd, shapes[-1]).get()
+    for shape in shapes:
+        got = tiled_run(dm, tl, Bd, shape).get()
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), shape
+    out = cupy.ones((700, 264), dtype=cupy.float32)
+    tiled_run(dm, tl, Bd, shapes[0], out=out, accumulate=True)
+    np.testing.assert_allclose(out.get(), ref + 1.0, rtol=1e-6, atol=1e-6)
+
+
+def test_spmm_tiled_refuses_off_the_16_byte_path_and_the_plan_falls_back():
+    from kernels.spmm import SpmmPlan
+
+    A = sp.csr_array(random_csr((256, 512), 256 * 512 // 3, seed=19), dtype=np.float32)
+    X = convert(A, "float16", 8)
+    dm, tl = lc.upload(X, "float16"), lc.upload_tiles(X, "float16")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        lc.spmm_tiled(dm, tl, cupy.zeros((512, 36), dtype=cupy.float16))
+    with pytest.raises(ValueError, match="do not belong"):
+        lc.spmm_tiled(lc.upload(convert(A, "float16", 4), "float16"), tl, cupy.zeros((512, 64), cupy.float16))
+    plan = SpmmPlan(X, device="gpu", dtype="float16", format="cvse", autotune=False)
+    assert plan.choice["kernel"] == "cvse-tiled"  # ~43 vectors per vector row and 64-column chunk
+    exact = A.astype(np.float64) @ np.ones((512, 36))
+    for N in (36, 64):  # 36: the per-vector kernel runs the call; 64: the tiled kernel
+        C = plan.run(np.ones((512, N), dtype=np.float16)).astype(np.float64)
+        assert rel_err(C, exact[:, :1].repeat(N, 1)) < precision("float16").tolerance
+
+
+@pytest.mark.parametrize("name", HALF)
+def test_plan_autotunes_between_the_cvse_kernels(name):
+    from kernels.spmm import SpmmPlan
+
+    A = sp.csr_array(random_csr((1024, 1024), 1024 * 1024 // 5, seed=20), dtype=np.float32)
+    p = precision(name)
+    B = np.random.default_rng(4).standard_normal((1024, 128)).astype(np.float32)
+    plan = SpmmPlan(A, device="gpu", dtype=name, format="cvse")
+    C = p.to_float32(plan.run(p.to_storage(B))).astype(np.float64)
+    ch = plan.choices[128]
+    assert set(ch["measured_ms"]) >= {"cvse-vector", "cvse-tiled"} and ch["kernel"] in ("cvse-vector", "cvse-tiled")
+    assert rel_err(C, A.astype(np.float64) @ p.rounded(B).astype(np.float64)) < p.tolerance

@@ -1,0 +1,74 @@
+"""The tiled CVSE kernel's group layout (kernels/formats/cvse_tiles.py) on the CPU: the product read back from the
+layout alone equals the CVSE's for every V, both 16-bit types, chunk widths and edge shapes; groups stay inside
+their (chunk, vector row) segment; the bank order (distinct r & 3 within a class while every bucket has vectors);
+stage_groups against a brute force; bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from kernels.formats.cvse import csr_to_cvse, cvse_spmm
+from kernels.formats.cvse_tiles import SLOTS, group_words, n_chunks, stage_groups, tile_layout, tiles_spmm
+from kernels.precision import precision
+from kernel_cases import random_csr
+
+SHAPES = {"37x45": ((37, 45), 900), "100x50": ((100, 50), 600), "64x300": ((64, 300), 64 * 200),
+          "48x1000": ((48, 1000), 48 * 400), "1x7": ((1, 7), 5), "nnz0": ((40, 30), 0)}
+
+
+def cvse(case, V, name):
+    shape, nnz = SHAPES[case]
+    A = random_csr(shape, nnz, seed=3) if nnz else sp.csr_array(shape, dtype=np.float32)
+    return csr_to_cvse(sp.csr_array(A, dtype=np.float32), vector=V, to_storage=precision(name).to_storage)
+
+
+@pytest.mark.parametrize("bk", [4, 16, 128])
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("V", [2, 4, 8, 16])
+@pytest.mark.parametrize("case", sorted(SHAPES))
+def test_layout_reads_back_the_product(case, V, name, bk):
+    X = cvse(case, V, name)
+    P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], bk)
+    T, Mv = n_chunks(X.shape[1], bk), X.n_vec_rows
+    assert P.shape == (T * Mv + 1,) and tiles.shape == (max(int(P[-1]), 1), group_words(V))
+    B = np.random.default_rng(4).standard_normal((X.shape[1], 11))
+    np.testing.assert_allclose(tiles_spmm(P, tiles, V, X.shape, B, bk, bf16=name == "bfloat16"), cvse_spmm(X, B),
+                               rtol=1e-12, atol=1e-12)
+    # every segment gets ceil(its vectors / 16) groups, and its live slots are exactly its vectors
+    cols = X.indices.astype(np.int64)
+    rows = X.vec_row_of()
+    counts = np.bincount((cols // bk) * Mv + rows, minlength=T * Mv)
+    np.testing.assert_array_equal(np.diff(P), -(-counts // SLOTS))
+    live = tiles[:int(P[-1]), :16].view(np.int32)
+    assert int((live >= 0).sum()) == X.n_vectors and int(live.max(initial=-1)) < bk
+
+
+def test_bank_order_separates_buckets_while_they_last():
+    X = cvse("48x1000", 8, "float16")
+    P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], 128)
+    r = tiles[:, :16].view(np.int32).reshape(-1, 4, 4)  # [group][q][class j]
+    full = (r >= 0).all(axis=1)  # classes of 4 live slots
+    buckets = np.where(r >= 0, r & 3, -1)
+    distinct = np.array([[len(set(buckets[G, :, j])) == 4 for j in range(4)] for G in range(r.shape[0])])
+    assert distinct[full].mean() > 0.85  # only a segment's tail can repeat a bucket
+    first = full[:, 0]  # the first class of a group is taken while every bucket still has vectors, in most groups
+    assert distinct[first, 0].mean() > 0.95
+
+
+@pytest.mark.parametrize("R", [1, 3, 16, 100])
+def test_stage_groups_is_the_largest_block_chunk(R):
+    X = cvse("64x300", 4, "float16")
+    P, _ = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], 16)
+    Mv, T = X.n_vec_rows, n_chunks(X.shape[1], 16)
+    brute = max(int(P[t * Mv + min(i + R, Mv)] - P[t * Mv + i]) for t in range(T) for i in range(0, Mv, R))
+    assert stage_groups(P, Mv, R) == brute
+
+
+def test_bad_input():
+    X = csr_to_cvse(random_csr((16, 16), 40, seed=1), vector=8)  # float32 values
+    with pytest.raises(ValueError, match="16-bit"):
+        tile_layout(X.vec_ptr, X.indices, X.data, 16)
+    X16 = cvse("37x45", 8, "float16")
+    with pytest.raises(ValueError, match="multiple of 4"):
+        tile_layout(X16.vec_ptr, X16.indices, X16.data, 45, bk=6)
