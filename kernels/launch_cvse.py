@@ -307,13 +307,14 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
         return out
     gcap = tl.gcap(warps * rows_per_warp(tl.vector))
     smem = tiled_smem(tl.vector, int(dm.shape[1]), warps, halves, gcap, config)
-    if smem > smem_limit():
+    limit = smem_limit()
+    if smem > limit:
         raise ValueError(f"the tiled kernel needs {smem} bytes of shared memory for {warps} warps x {halves} halves "
-                         f"here, more than the device's {smem_limit()}: see tiled_configs")
+                         f"here, more than the device's {limit}: see tiled_configs")
     grid, block = tiled_grid(dm.n_vec_rows, N, tl.vector, warps, halves)
     fn = launch.function(tiled_kernel_name(dm.precision, dm.vector, halves), config, SPMM_SOURCE)
     if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
-        fn.max_dynamic_shared_size_bytes = smem_limit()
+        fn.max_dynamic_shared_size_bytes = limit
     fn(grid, block, (tl.group_ptr, tl.tiles, B, out, np.int64(dm.shape[0]), np.int64(N), np.int64(dm.shape[1]),
                      np.int64(dm.n_vec_rows), np.int32(gcap), np.int32(flags)), shared_mem=smem)
     return out

@@ -23,7 +23,7 @@ every bucket has vectors left, a class holds one vector per bucket, distinct r &
 bank conflicts; only the tail of a segment (buckets run out unevenly) can repeat a bucket. The summation order is
 fixed by the layout: the kernel's output is deterministic.
 
-Public API: `tile_layout`, `stage_groups`, `tiles_spmm` (the NumPy twin, float64), `TILE_BK`.
+Public API: `tile_layout`, `stage_groups`, `tiles_spmm` (the NumPy twin, float64), `value_half`, `TILE_BK`.
 """
 from __future__ import annotations
 
@@ -40,6 +40,14 @@ def group_words(V: int) -> int:
     return 16 + 64 * (2 if V == 16 else 1)
 
 
+def value_half(V: int, v, q, j):
+    """The 16-bit position within a group of member v of the vector in class j, member q: lane 4 (v % 8) + q's
+    fragment word 2 (v // 8) + (j >> 1) (after the 16 slot-row words), half j & 1."""
+    nh = 2 if V == 16 else 1
+    h, g = divmod(v, 8)
+    return 2 * (16 + 2 * nh * (4 * g + q) + 2 * h + (j >> 1)) + (j & 1)
+
+
 def n_chunks(K: int, bk: int = TILE_BK) -> int:
     return max(1, -(-int(K) // bk))
 
@@ -53,7 +61,7 @@ def tile_layout(vec_ptr, indices, data, K: int, bk: int = TILE_BK) -> tuple[np.n
         raise ValueError(f"the tiled CVSE kernel takes 16-bit values, got {data.dtype}")
     if bk % 4 or bk < 4:
         raise ValueError(f"bk = {bk}: the bank order needs a multiple of 4")
-    nh, words = (2 if V == 16 else 1), group_words(V)
+    words = group_words(V)
     vec_ptr = np.asarray(vec_ptr, dtype=np.int64)
     Mv, T = vec_ptr.shape[0] - 1, n_chunks(K, bk)
     n_seg = T * Mv
@@ -87,9 +95,7 @@ def tile_layout(vec_ptr, indices, data, K: int, bk: int = TILE_BK) -> tuple[np.n
     t16 = tiles.view(np.uint16)  # word w = halves 2w (low) and 2w + 1 (little-endian)
     vals = data.view(np.uint16)[order]
     for v in range(V):
-        h, g = divmod(v, 8)
-        word = 16 + 2 * nh * (4 * g + q) + 2 * h + (j >> 1)
-        t16[G, 2 * word + (j & 1)] = vals[:, v]
+        t16[G, value_half(V, v, q, j)] = vals[:, v]
     return group_ptr, tiles[:n_groups] if n_groups else tiles
 
 
@@ -113,7 +119,7 @@ def tiles_spmm(group_ptr, tiles, V: int, shape, B, bk: int = TILE_BK, *, bf16: b
     n_rows, K = (int(s) for s in shape)
     B = np.asarray(B, dtype=np.float64)
     P = np.asarray(group_ptr, dtype=np.int64)
-    nh, T = (2 if V == 16 else 1), n_chunks(K, bk)
+    T = n_chunks(K, bk)
     Mv = (P.shape[0] - 1) // T
     C = np.zeros((Mv * V, B.shape[1]))
     n_groups = int(P[-1])
@@ -130,8 +136,6 @@ def tiles_spmm(group_ptr, tiles, V: int, shape, B, bk: int = TILE_BK, *, bf16: b
             live = r >= 0
             cols = t[live] * bk + r[live]
             for v in range(V):
-                h, g = divmod(v, 8)
-                word = 16 + 2 * nh * (4 * g + q) + 2 * h + (j >> 1)
-                vals = values_float64(raw[live, 2 * word + (j & 1)])
+                vals = values_float64(raw[live, value_half(V, v, q, j)])
                 np.add.at(C, V * i[live] + v, vals[:, None] * B[cols])
     return C[:n_rows]
