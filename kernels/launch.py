@@ -15,6 +15,7 @@ import numpy as np
 from kernels.config import CONFIG, KernelConfig
 from kernels.formats.metcf import METCF, balanced_items
 from kernels.indexing import INT32_MAX
+from kernels.operands import FLAG_VEC, check_b_out
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 SOURCE = "metcf_spmm.cu"
@@ -295,29 +296,9 @@ def balance_metadata(dm: KernelArrays, config: KernelConfig = CONFIG) -> dict:
     return dm._balance
 
 
-FLAG_VEC, FLAG_ADD = 1, 2  # the kernels' `flags` argument (metcf_spmm.cu)
-
-
 def _check_b_out(dm: KernelArrays, B, out, accumulate: bool = False):
-    import cupy
-
-    if not isinstance(B, cupy.ndarray) or B.dtype != cupy.float32 or B.ndim != 2 or not B.flags.c_contiguous:
-        raise TypeError(f"B must be a C-contiguous 2-D cupy float32 array, got "
-                        f"{type(B).__name__} {getattr(B, 'dtype', None)} ndim={getattr(B, 'ndim', None)}")
-    n_rows, n_cols = dm.shape
-    if B.shape[0] != n_cols:
-        raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {n_cols}")
-    N = int(B.shape[1])
-    if N < 1:
-        raise ValueError("B has 0 columns, expected N >= 1")
-    if out is None:
-        if accumulate:
-            raise ValueError("accumulate=True adds A @ B to out: pass out")
-        out = cupy.empty((n_rows, N), dtype=cupy.float32)
-    elif out.dtype != cupy.float32 or out.shape != (n_rows, N) or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 of shape {(n_rows, N)}, got {out.dtype} {out.shape}")
-    vec_ok = N % 4 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
-    return out, N, (FLAG_VEC if vec_ok else 0) | (FLAG_ADD if accumulate else 0)
+    """(out, N, flags) by kernels.operands' one B / out contract: TF32, float32 C, float4 path at N % 4 == 0."""
+    return check_b_out(dm.shape, "float32", B, out, None, accumulate, vec_elems=4)
 
 
 def _spmm_block(N: int, config: KernelConfig, windows: int = 1) -> tuple[int, int]:

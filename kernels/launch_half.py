@@ -23,11 +23,11 @@ import numpy as np
 from kernels import launch
 from kernels.config import CONFIG, KernelConfig
 from kernels.indexing import INT32_MAX
+from kernels.operands import check_b_out
 from kernels.precision import _xp, from_bf16_bits, to_bf16_bits  # noqa: F401 (the last two: this module's API)
 
 PRECISIONS = ("float16", "bfloat16")
 WIDTH = 16  # the k of mma.m16n8k16: columns of a TC block
-FLAG_OUT16 = 4  # C in the 16-bit input type (metcf_half.cuh); FLAG_VEC / FLAG_ADD as kernels.launch
 # [q] -> the 4 condensed columns (k rows of the mma B fragment) lane q multiplies: 2q, 2q+1, 2q+8, 2q+9
 QUAD = np.array([[2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9] for q in range(4)])
 MAX_GRID_X = 2 ** 31 - 1
@@ -118,43 +118,10 @@ def upload_half(M, precision: str) -> HalfArrays:
                       frag=frag, cols=cols, row_window_offset_host=rwo_host)
 
 
-def _is16(a, precision: str) -> bool:
-    """a's dtype is `precision`'s 16-bit storage: float16, or uint16 / a dtype named bfloat16 for bfloat16."""
-    if precision == "float16":
-        return a.dtype == np.float16
-    return a.dtype == np.uint16 or (a.dtype.name == "bfloat16" and a.dtype.itemsize == 2)
-
-
 def _check_b_out(dh: HalfArrays, B, out, out_dtype, accumulate: bool):
-    """(out, N, flags): B [K, N] in the 16-bit type, out [M, N] float32 or the 16-bit type, both C-contiguous."""
-    import cupy
-
-    want = "float16" if dh.precision == "float16" else "uint16 (bfloat16 bits)"
-    if not isinstance(B, cupy.ndarray) or B.ndim != 2 or not B.flags.c_contiguous or not _is16(B, dh.precision):
-        raise TypeError(f"B must be a C-contiguous 2-D cupy {want} array for precision {dh.precision}, got "
-                        f"{type(B).__name__} {getattr(B, 'dtype', None)} ndim={getattr(B, 'ndim', None)}")
-    n_rows, n_cols = dh.shape
-    if B.shape[0] != n_cols:
-        raise ValueError(f"B has {B.shape[0]} rows, expected A's column count {n_cols}")
-    N = int(B.shape[1])
-    if N < 1:
-        raise ValueError("B has 0 columns, expected N >= 1")
-    if out is None:
-        if accumulate:
-            raise ValueError("accumulate=True adds A @ B to out: pass out")
-        dtype = np.dtype(np.float32 if out_dtype is None else out_dtype)
-        if dtype != np.float32 and dtype != B.dtype:
-            raise ValueError(f"out_dtype is {out_dtype}, expected float32 or B's dtype {B.dtype}")
-        out = cupy.empty((n_rows, N), dtype=dtype)
-    elif (out.dtype != np.float32 and out.dtype != B.dtype) or out.shape != (n_rows, N) or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 or {B.dtype} of shape {(n_rows, N)}, got {out.dtype} "
-                         f"{out.shape}")
-    elif out_dtype is not None and np.dtype(out_dtype) != out.dtype:
-        raise ValueError(f"out_dtype is {out_dtype} but out is {out.dtype}")
-    vec_ok = N % 8 == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
-    flags = ((launch.FLAG_VEC if vec_ok else 0) | (launch.FLAG_ADD if accumulate else 0)
-             | (FLAG_OUT16 if out.dtype.itemsize == 2 else 0))
-    return out, N, flags
+    """(out, N, flags) by kernels.operands' one B / out contract: B [K, N] in the 16-bit type, out float32 or that
+    type, 16-byte path at N % 8 == 0."""
+    return check_b_out(dh.shape, dh.precision, B, out, out_dtype, accumulate, vec_elems=8)
 
 
 def _shape(N: int, config: KernelConfig) -> tuple[int, int]:
