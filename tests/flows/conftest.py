@@ -1,4 +1,9 @@
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # flow_cases.py (importlib mode does not add test folders)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ quiet logs, one last error line, and no temporary Prefect server left behind aft
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,24 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from flow_cases import REPO, SPMM_CLI, cli_env, run_cli
 from flows.spmm import build_parser
 from tasks.reorder import METHODS
 
-REPO = Path(__file__).resolve().parents[2]
 GEN = "gen:sbm?n=1500&blocks=15&p_in=0.05&p_out=0.0005&seed=4"
-
-
-def _env(extra=None) -> dict:
-    """The caller's environment, this checkout first on the path, and no Prefect server: a temporary one."""
-    env = {**os.environ, **(extra or {}), "PYTHONPATH": str(REPO)}
-    env.pop("PREFECT_API_URL", None)
-    return env
-
-
-def _cli(args, env_extra=None, timeout=300):
-    env = _env(env_extra)
-    return subprocess.run([sys.executable, str(REPO / "flows" / "spmm.py"), *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=REPO)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -65,7 +51,7 @@ def test_a_directory_or_missing_file_says_so(capsys, tmp_path):
 
 def test_bad_option_fails_before_anything_starts(tmp_path):
     start = time.monotonic()
-    proc = _cli(["--matrix", "gen:rmat?scale=5", "-N", "0", "--data-root", str(tmp_path / "data")])
+    proc = run_cli(["--matrix", "gen:rmat?scale=5", "-N", "0", "--data-root", str(tmp_path / "data")])
     elapsed = time.monotonic() - start
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == ["error: -N/--n-cols: must be a positive integer, got 0 (see --help)"]
@@ -96,7 +82,7 @@ def test_console_script_is_declared_and_runs():
 
 def test_result_on_stdout_logs_quiet_and_json(data_root):
     args = ["--matrix", GEN, "-N", "8", "--reorder", "degree", "--devices", "cpu", "--data-root", str(data_root)]
-    text = _cli([*args, "--repeats", "3"])
+    text = run_cli([*args, "--repeats", "3"])
     assert text.returncode == 0, text.stderr[-3000:]
     assert text.stderr == ""  # Prefect's INFO lines stay out of a successful run's output
     lines = text.stdout.splitlines()
@@ -104,22 +90,22 @@ def test_result_on_stdout_logs_quiet_and_json(data_root):
     assert lines[1].split()[:3] == ["stage", "wall", "ms"] and lines[6].startswith("spmm")
     assert any(line.startswith("GFLOP/s: 2 x nnz x N / kernel_ms") for line in lines)
     assert any(line.startswith("wall ms: the stage's wall-clock time") for line in lines)
-    as_json = _cli([*args, "--repeats", "4", "--json"])
+    as_json = run_cli([*args, "--repeats", "4", "--json"])
     assert as_json.returncode == 0, as_json.stderr[-3000:]
     result = json.loads(as_json.stdout)
     assert result["spmm"]["repeats"] == 4 and result["spmm"]["gflops"] > 0
     assert result["ingest"]["reused"] and result["matrix_id"].startswith("gen.sbm.")
-    verbose = _cli([*args, "--repeats", "1", "-v"])
+    verbose = run_cli([*args, "--repeats", "1", "-v"])
     assert "Beginning flow run" in verbose.stderr and verbose.stdout.startswith("tcspmm run ")
 
 
 def test_failed_run_prints_only_the_error_line(tmp_path, data_root):
     bad = tmp_path / "bad.mtx"
     bad.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 2 2.0\n")
-    proc = _cli(["--matrix", str(bad), "--data-root", str(data_root)])
+    proc = run_cli(["--matrix", str(bad), "--data-root", str(data_root)])
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines() == ["error: bad.mtx line 4: row index 4 exceeds the declared 3 rows"]
-    verbose = _cli(["--matrix", str(bad), "--data-root", str(data_root), "--verbose"])
+    verbose = run_cli(["--matrix", str(bad), "--data-root", str(data_root), "--verbose"])
     assert verbose.returncode == 1 and "Traceback" not in verbose.stderr
     assert verbose.stderr.splitlines()[-1] == "error: bad.mtx line 4: row index 4 exceeds the declared 3 rows"
 
@@ -131,8 +117,8 @@ def test_signal_stops_the_temporary_server(mirror, data_root, signum, when):
     stops that server (and its Dask cluster): every process it started is gone and the caller's pipes close."""
     psutil = pytest.importorskip("psutil")
     mirror.fail("suitesparse/MM/HB/bcsstk13.tar.gz", "stall", after_bytes=1000)
-    env = _env({**mirror.env(), "TCSPMM_HTTP_TIMEOUT_S": "120"})
-    proc = subprocess.Popen([sys.executable, str(REPO / "flows" / "spmm.py"), "--matrix", "HB/bcsstk13",
+    env = cli_env({**mirror.env(), "TCSPMM_HTTP_TIMEOUT_S": "120"})
+    proc = subprocess.Popen([sys.executable, str(SPMM_CLI), "--matrix", "HB/bcsstk13",
                              "--data-root", str(data_root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=REPO)
     children = []

@@ -4,19 +4,13 @@ cvse layout and reused on a second run; and the command line."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 
+from flow_cases import assert_stored_format, run_cli
 from flows.spmm import spmm_flow
-from kernels.formats import get
 from storage import BlockStore
 
-REPO = Path(__file__).resolve().parents[2]
 GEN = "gen:dlmc?rows=200&cols=136&sparsity=0.8&vector=8&seed=3"  # 200 rows: the last vector row is short
 
 
@@ -28,24 +22,16 @@ def test_cvse_runs_end_to_end(prefect_harness, data_root, dtype, tol):
     assert conv["format"] == "cvse" and conv["vector"] == 8 and conv["padding"] == 0  # SVC keeps the pruning's V
     assert out["spmm"]["rel_err"] <= tol
     store = BlockStore(data_root).matrix(out["matrix_id"])
-    X = get("cvse").from_arrays(store.read_format("cvse", conv["format_key"]))
-    A = store.read_csr()
-    R = get("cvse").to_csr(X)
-    assert X.shape == A.shape and R.nnz == A.nnz
-    np.testing.assert_array_equal(R.indptr, A.indptr)
-    np.testing.assert_array_equal(R.indices, A.indices)
-    np.testing.assert_allclose(R.data, A.data, rtol=0 if dtype == "float32" else 2 ** -8)  # 16-bit: rounded once
+    assert_stored_format(store, "cvse", conv["format_key"], store.read_csr(), dtype)
     again = spmm_flow(matrix=GEN, n_cols_b=24, reorder="none", fmt="cvse", dtype=dtype, devices="cpu",
                       data_root=str(data_root), repeats=2)
     assert again["convert"]["reused"] and again["spmm"]["rel_err"] <= tol
 
 
 def test_cli_format_cvse(data_root):
-    env = {**os.environ, "TCSPMM_DATA": str(data_root), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, str(REPO / "flows" / "spmm.py"), "--matrix", GEN, "-N", "16",
-                           "--format", "cvse", "--dtype", "float16", "--reorder", "none", "--devices", "cpu",
-                           "--repeats", "2", "--json", "--data-root", str(data_root)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    proc = run_cli(["--matrix", GEN, "-N", "16", "--format", "cvse", "--dtype", "float16", "--reorder", "none",
+                    "--devices", "cpu", "--repeats", "2", "--json", "--data-root", str(data_root)],
+                   {"TCSPMM_DATA": str(data_root)}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["convert"]["format"] == "cvse" and result["spmm"]["rel_err"] <= 1e-2

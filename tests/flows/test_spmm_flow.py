@@ -1,16 +1,13 @@
 """The spmm flow end to end on the CPU: fetched fixtures and generated matrices, stored, reused, reported."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from flow_cases import run_cli
 from flows.spmm import spmm_flow
 from storage import BlockStore
 
-REPO = Path(__file__).resolve().parents[2]
 GEN = "gen:sbm?n=3000&blocks=40&p_in=0.05&p_out=0.0005&seed=3"
 
 
@@ -42,15 +39,8 @@ def test_second_run_reuses_every_stored_stage(prefect_harness, data_root):
     assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < 1e-5
 
 
-def _cli(args, env_extra):
-    """Run the CLI as a user would; the temporary Prefect API it starts logs its shutdown after our error line."""
-    env = {**os.environ, **env_extra, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run([sys.executable, str(REPO / "flows" / "spmm.py"), *args], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=REPO)
-
-
 def test_cli_unknown_matrix_is_one_line_error_and_exit_1(mirror, data_root):
-    proc = _cli(["--matrix", "HB/no_such_matrix", "--data-root", str(data_root)],
+    proc = run_cli(["--matrix", "HB/no_such_matrix", "--data-root", str(data_root)],
                 {"TCSPMM_SUITESPARSE_URL": mirror.suitesparse_url})
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
@@ -62,7 +52,7 @@ def test_cli_unknown_matrix_is_one_line_error_and_exit_1(mirror, data_root):
 def test_cli_malformed_local_file(tmp_path, data_root):
     bad = tmp_path / "bad.mtx"
     bad.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 2 2.0\n")
-    proc = _cli(["--matrix", str(bad), "--data-root", str(data_root)], {})
+    proc = run_cli(["--matrix", str(bad), "--data-root", str(data_root)], {})
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "bad.mtx" in errors[0], proc.stderr[-2000:]

@@ -1,0 +1,40 @@
+"""Shared pieces of the flow tests: the spmm CLI run as a user runs it, and a stored format's round trip to CSR."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from kernels.formats import get
+
+REPO = Path(__file__).resolve().parents[2]
+SPMM_CLI = REPO / "flows" / "spmm.py"
+
+
+def cli_env(extra=None) -> dict:
+    """The caller's environment plus ``extra``, this checkout first on the path, no Prefect server given (the CLI
+    starts a temporary one) and no Prefect analytics."""
+    env = {**os.environ, **(extra or {}), "PYTHONPATH": str(REPO), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    return env
+
+
+def run_cli(args, env_extra=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python flows/spmm.py *args`` from the checkout, output captured as text."""
+    return subprocess.run([sys.executable, str(SPMM_CLI), *args], capture_output=True, text=True,
+                          env=cli_env(env_extra), timeout=timeout, cwd=REPO)
+
+
+def assert_stored_format(store, fmt: str, key: str, A, dtype: str):
+    """The ``fmt`` arrays stored under ``key`` decode to A (pattern exact; values exact in float32, rounded once
+    in 16-bit); returns the decoded format object."""
+    X = get(fmt).from_arrays(store.read_format(fmt, key))
+    R = get(fmt).to_csr(X)
+    assert X.shape == A.shape and R.nnz == A.nnz
+    np.testing.assert_array_equal(R.indptr, A.indptr)
+    np.testing.assert_array_equal(R.indices, A.indices)
+    np.testing.assert_allclose(R.data, A.data, rtol=0 if dtype == "float32" else 2 ** -8)
+    return X
