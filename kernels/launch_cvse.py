@@ -43,11 +43,13 @@ class CvseConfig:
     sddmm_groups: int = 2
     sddmm_loads: int = 20
     # Tiled SpMM (cvse_spmm.cu cvse_spmm_tiled_*, 16-bit): K rows of B per shared-memory chunk (the layout's bk,
-    # kernels/formats/cvse_tiles.py) and the cp.async ring of chunks. H200, V = 8, M = K = 4096: bk 128 took
-    # 0.63-0.75x the time of bk 64 (half the chunks, each with a fixed cost: barrier, copy issue, the groups'
-    # latency chain); 4 or 6 stages timed the same as 3 (the copies are bandwidth-bound, not latency-bound).
-    tile_bk: int = 128
-    tile_stages: int = 3
+    # kernels/formats/cvse_tiles.py) and the cp.async ring of chunks. H200, V = 8, M = K = 4096, ldmatrix kernel
+    # (docs/kernels-notes.md, "Session 10"): bk 256 took 0.72-0.75x the time of bk 128 at N = 256 (fewer chunks,
+    # each with a fixed cost, and fuller groups: 87 % of the slots live at 80 % sparsity, 78 % at bk 128); bk 512
+    # another 0.89-0.92x at N = 256 but leaves no room for 128-column blocks (N = 1024: 90 vs 112 us); 2 stages
+    # timed as 3 (+-3 %) and leave room for bigger blocks.
+    tile_bk: int = 256
+    tile_stages: int = 2
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCVSE_WARP_COLS={self.warp_cols}", f"-DCVSE_MAX_WARPS={self.max_warps}",
@@ -234,12 +236,12 @@ def upload_tiles(X, precision: str, config: CvseConfig = CVSE_CONFIG) -> CvseTil
 
 def tiled_smem(V: int, K: int, warps: int, halves: int, gcap: int, config: CvseConfig = CVSE_CONFIG) -> int:
     """Dynamic shared memory of one block, as the kernel lays it out: the chunk bounds (8 bytes per chunk) and
-    STAGES x (B tile + group_ptr slice + gcap groups)."""
+    STAGES x (B tile of tile_bk + 8 rows, the last 8 zeros + group_ptr slice + gcap groups)."""
     from kernels.formats.cvse_tiles import group_words, n_chunks
 
     R = warps * rows_per_warp(V)
     bounds, p_bytes = -(-8 * n_chunks(K, config.tile_bk) // 16) * 16, -(-(R + 1) * 4 // 16) * 16
-    return bounds + config.tile_stages * (config.tile_bk * 128 * halves + p_bytes + gcap * group_words(V) * 4)
+    return bounds + config.tile_stages * ((config.tile_bk + 8) * 128 * halves + p_bytes + gcap * group_words(V) * 4)
 
 
 def tiled_grid(n_vec_rows: int, N: int, V: int, warps: int, halves: int) -> tuple[tuple[int, int], tuple[int]]:
@@ -267,8 +269,8 @@ def tiled_configs(tl: CvseTiles, K: int, N: int, sm_count: int, smem_max: int,
                   config: CvseConfig = CVSE_CONFIG) -> list[dict]:
     """The (warps, halves) launch shapes that fit shared memory, best a priori first: the largest tile (fewest
     copies of B from L2) that still gives >= 3/4 of the SMs a block, more warps (vector rows) first among equal
-    tiles (H200, M = K = 4096: 8w1h 0.65x the time of 4w2h at V = 8, N = 256; 16w1h 0.85-0.93x 8w2h at V = 4),
-    then the rest by block count."""
+    tiles (H200, M = K = 4096, ldmatrix kernel: 8w1h 0.75x the time of 4w2h at V = 8, N = 256, 80 %; 16w1h 0.97x
+    8w2h at V = 4), then the rest by block count."""
     out = []
     for warps in TILED_WARPS:
         for halves in TILED_HALVES:

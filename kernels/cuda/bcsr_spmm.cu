@@ -25,7 +25,7 @@
 static_assert(BCSR_WARP_COLS == 64, "a warp's 64 columns are the 8 n8 tiles of the shared-memory B layout");
 static_assert(BCSR_MAX_WARPS >= 1 && BCSR_MAX_WARPS <= 8, "BcsrConfig.max_warps x 5632 B must fit 48 KB");
 
-#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32
+#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, smem_u32, ldmatrix_x4(_trans)
 #define FLAG_VEC 1    // cp.async 16-byte B chunks and paired C stores (see the contract)
 #define FLAG_ADD 2    // C += A @ B (added in fp32, rounded once)
 #define FLAG_OUT16 4  // C in the 16-bit input type (else float32)
@@ -35,8 +35,6 @@ static_assert(BCSR_MAX_WARPS >= 1 && BCSR_MAX_WARPS <= 8, "BcsrConfig.max_warps 
 #define WARP_SMEM (2 * STAGE_BYTES)  // two stages per warp; also holds the 32 x 32 floats of a split partial sum
 #define TF32_ROW 72                  // floats per TF32 B row in shared memory: 64 + 8 (conflict-free b0/b1 loads)
 static_assert(WARP_SMEM >= 32 * 32 * 4, "a warp's stages must hold its accumulators for the split reduction");
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 // Plain equivalent: memcpy(dst, src, valid ? 16 : 0), the rest of the 16 bytes zeroed; asynchronous (cp.async.cg).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
@@ -48,17 +46,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-// Plain equivalent: r[m] = the 32-bit word lane l holds of 8 x 8 b16 matrix m (rows at the addresses of lanes
-// 8m..8m+7): row l / 4, b16 columns 2 (l % 4), +1; with .trans, column l / 4, rows 2 (l % 4), +1.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
-}
-
 // A block in shared memory: 32 chunks of 16 bytes, row r (0..15) half c (0..1) at chunk 2r + (c ^ (r / 4 % 2)),
 // so the 8 row addresses of one ldmatrix phase hit 8 distinct 16-byte bank groups.
 __device__ __forceinline__ int a_chunk(int r, int c) { return 2 * r + (c ^ ((r >> 2) & 1)); }

@@ -13,8 +13,8 @@
 #define CVSE_STAGES 3
 #define CVSE_SDDMM_GROUPS 2
 #define CVSE_SDDMM_LOADS 20
-#define CVSE_TILE_BK 128
-#define CVSE_TILE_STAGES 3
+#define CVSE_TILE_BK 256
+#define CVSE_TILE_STAGES 2
 #endif
 static_assert(CVSE_WARP_COLS == 64, "a lane's 8 consecutive columns x 8 lane groups = 64 columns per warp "
                                     "(CvseConfig.warp_cols): the Register Shuffle layout");
@@ -29,8 +29,8 @@ static_assert(CVSE_SDDMM_GROUPS >= 1 && CVSE_SDDMM_GROUPS <= 4,
 static_assert(CVSE_SDDMM_LOADS >= 2 * CVSE_SDDMM_GROUPS + 2 && CVSE_SDDMM_LOADS <= 32,
               "CvseConfig.sddmm_loads must be 2 x sddmm_groups + 2 .. 32 (16-byte loads in flight per lane, "
               "4 registers each)");
-static_assert(CVSE_TILE_BK % 4 == 0 && CVSE_TILE_BK >= 16 && CVSE_TILE_BK <= 256,
-              "CvseConfig.tile_bk must be a multiple of 4 in 16..256 (the tiled kernel's bank order uses r & 3)");
+static_assert(CVSE_TILE_BK % 8 == 0 && CVSE_TILE_BK >= 16 && CVSE_TILE_BK <= 512,
+              "CvseConfig.tile_bk must be a multiple of 8 in 16..512 (the tiled kernel's bank order uses r & 7)");
 static_assert(CVSE_TILE_STAGES >= 2 && CVSE_TILE_STAGES <= 6, "CvseConfig.tile_stages must be 2..6");
 
 #include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, pack2, word

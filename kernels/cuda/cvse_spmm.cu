@@ -254,59 +254,95 @@ CVSE_SPMM_ALL_V(cvse_spmm_bf16, BF16)
 // ~215 MB of L2 reads per call, slower than dense GEMM. VectorSparse's block-sparse reuse instead: a thread block owns
 // R = warps x RW vector rows and 64 CH columns; it walks K in chunks of BK rows, copying B[chunk, columns] into shared
 // memory (cp.async, STAGES-deep ring) once, and every warp gathers its vectors' B rows from there; L2 traffic for B
-// drops to (n_vec_rows / R) copies of B. Same Transpose Mapping / Register Shuffle mma as above (a lane's 16-byte
-// read of 8 columns of a slot's B row), fed from shared memory instead of global.
+// drops to (n_vec_rows / R) copies of B. Same Transpose Mapping as above (B^T is the mma's A operand, the vectors'
+// values its B operand), gathered from shared memory by ldmatrix instead of from global by the Register Shuffle.
 // Layout (kernels/formats/cvse_tiles.py): vectors cut into segments (chunk t, vector row i), chunk-major, each cut
-// into groups of 16 slots: 16 slot rows (row within the chunk, -1 empty) then the lanes' mma B fragments. A stage =
-// [B tile BK x 8 CH 16-byte pieces, row r's piece c at c ^ ((r & 3) << 1): a class of 4 slots with distinct r & 3
-// reads 8 distinct bank quads][P: group_ptr of the block's R + 1 row boundaries][the block's groups of the chunk,
-// <= gcap (the launcher's stage_groups)], all by cp.async.
+// into groups of 16 slots: 16 slot rows (row within the chunk; BK + z for an empty slot) then the lanes' mma B
+// fragments. A stage = [B tile: BK + 8 rows x 8 CH 16-byte pieces, row r's piece c at c ^ (r & 7), rows BK .. BK + 7
+// zeros (what empty slots read, one per bucket r & 7)][P: group_ptr of the block's R + 1 row boundaries][the block's
+// groups of the chunk, <= gcap (the launcher's stage_groups)], all by cp.async but the zero rows (written once).
+// Gather by ldmatrix (the LDS.128 + byte-permute gather took ~60 instructions per group, this ~23; measured in
+// docs/kernels-notes.md "Session 10", with where the time goes now): slot k's B row
+// piece (8 columns) is row k of an 8 x 8 matrix whose transpose is the m16n8k16 A fragment, so one
+// ldmatrix.x4.trans (lane l gives the row address of slot (l & 7) + 8 (l >> 4), piece 2 m + ((l >> 3) & 1)) loads
+// the A operand of 16 columns x 16 slots: 4 per 64 columns, no shuffle. Each 8-lane phase reads 8 slots at one
+// logical piece: free of bank conflicts when their r & 7 differ, which the layout's slot order makes so wherever a
+// bucket has no more vectors than its segment has 8-slot halves.
 // Launch mapping: grid = (ceil(N / 64 CH), ceil(n_vec_rows / R)); blockDim.x = 32 x warps (warps <= 16); dynamic
 // shared memory = 8 T (chunk bounds) + STAGES x stage bytes (launch_cvse.tiled_smem). Warp w owns vector rows
-// i0 + w RW .. + RW - 1 and all 64 CH columns. Where its time goes (L2 -> shared copies, the group loop's latency
-// chain): docs/kernels-notes.md, "Session 8". Input contract (checked by the launcher): FLAG_VEC (N % 8 == 0, B
-// and C 16-byte aligned), B [K, N] 16-bit; group_ptr int32 [T n_vec_rows + 1] (T = ceil(K / BK)), tiles 16-byte
+// i0 + w RW .. + RW - 1 and all 64 CH columns; lane (g, q) of m16n8 tile m accumulates columns 16 m + g, + 8 of a
+// 64-column half x vector members 8 h + 2 q, + 1. Input contract (checked by the launcher): FLAG_VEC (N % 8 == 0,
+// B and C 16-byte aligned), B [K, N] 16-bit; group_ptr int32 [T n_vec_rows + 1] (T = ceil(K / BK)), tiles 16-byte
 // aligned. Each C element has one writer and a fixed summation order (chunks in order, groups in layout order):
 // deterministic. Rows >= M and columns >= N of C are never written; every other element is (zeros for an empty
 // vector row).
 template <int V> struct Tiled {
   static constexpr int NH = V == 16 ? 2 : 1;   // n8 tiles over V
-  static constexpr int RW = V == 16 ? 1 : 2;   // vector rows per warp (16 rows of C at V = 8, 16)
+  static constexpr int RW = V == 16 ? 1 : 2;   // vector rows per warp (16 rows of C per warp at V = 8, 16)
   static constexpr int WORDS = 16 + 64 * NH;   // 32-bit words per group (cvse_tiles.group_words)
 };
 
-// acc[hh][h][i] += one group (16 slots) x B tile, columns 64 hh + 8g .. +7 of the block's tile.
+// acc[hh][m][h] += one group (16 slots) x B tile: r = the row the lane addresses (its slot's; a zero row if empty), b =
+// the group's B fragments (vector values), tile = the B tile's shared address.
 template <int KIND, int V, int CH>
-__device__ __forceinline__ void tiled_group(float (&acc)[CH][Tiled<V>::NH][4][4], const unsigned* grp,
-                                            const uint4* bt, int lane) {
-  constexpr int NH = Tiled<V>::NH;
-  const int g = lane >> 2, q = lane & 3;
-  const int4 rows = *(const int4*)(grp + 4 * q);  // slots 2q, 2q + 1, 2q + 8, 2q + 9 (-1: empty)
-  const int rj[4] = {rows.x, rows.y, rows.z, rows.w};
-  unsigned b[NH][2];
-  if constexpr (NH == 2) {
+__device__ __forceinline__ void tiled_group(float (&acc)[CH][4][Tiled<V>::NH][4], int r,
+                                            const unsigned (&b)[Tiled<V>::NH][2], unsigned tile, int lane) {
+  constexpr int NH = Tiled<V>::NH, PR = 8 * CH;
+  const unsigned row = tile + r * (PR * 16);
+  const int x = ((lane >> 3) & 1) ^ (r & 7);  // piece 2 m + mh of the row at (2 m + mh) ^ (r & 7) = 2 m ^ x
+#pragma unroll
+  for (int hh = 0; hh < CH; ++hh)
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      unsigned a[4];
+      ldmatrix_x4_trans(a, row + 16 * ((8 * hh + 2 * m) ^ x));
+#pragma unroll
+      for (int h = 0; h < NH; ++h) mma<KIND>(acc[hh][m][h], a, b[h][0], b[h][1]);
+    }
+}
+
+// The group's slot row for this lane's ldmatrix row (slot k = (lane & 7) + 8 (lane >> 4) at word 4 q + j with
+// q = (k & 7) / 2, j = (k & 1) + 2 (k >> 3): cvse_tiles' word order) and its B fragments.
+__device__ __forceinline__ int group_row(const unsigned* grp, int rw) { return (int)grp[rw]; }
+template <int V>
+__device__ __forceinline__ void group_frag(unsigned (&b)[Tiled<V>::NH][2], const unsigned* grp, int lane) {
+  if constexpr (Tiled<V>::NH == 2) {
     const uint4 w = *(const uint4*)(grp + 16 + 4 * lane);
-    b[0][0] = w.x; b[0][1] = w.y; b[NH - 1][0] = w.z; b[NH - 1][1] = w.w;
+    b[0][0] = w.x; b[0][1] = w.y; b[Tiled<V>::NH - 1][0] = w.z; b[Tiled<V>::NH - 1][1] = w.w;
   } else {
     const uint2 w = *(const uint2*)(grp + 16 + 2 * lane);
     b[0][0] = w.x; b[0][1] = w.y;
   }
-  uint4 r[CH][4];
+}
+
+// C rows i V + 8 h + 2 q + p, columns nb + 16 m + g (+ 8) from acc[m][h] (D registers 2 e + p, e = 0, 1).
+template <int KIND, int V>
+__device__ __forceinline__ void tiled_store(const float (&acc)[4][Tiled<V>::NH][4], void* __restrict__ C, i64 row0,
+                                            i64 M, i64 N, i64 nb, int lane, int flags) {
+  const int g = lane >> 2, q = lane & 3;
+  const bool add = flags & FLAG_ADD, out16 = flags & FLAG_OUT16;
 #pragma unroll
-  for (int hh = 0; hh < CH; ++hh)
+  for (int h = 0; h < Tiled<V>::NH; ++h)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      r[hh][j] = rj[j] >= 0 ? bt[rj[j] * 8 * CH + ((8 * hh + g) ^ ((rj[j] & 3) << 1))] : make_uint4(0u, 0u, 0u, 0u);
+    for (int p = 0; p < 2; ++p) {
+      const int v = 8 * h + 2 * q + p;
+      const i64 row = row0 + v;
+      if (v >= V || row >= M) continue;
 #pragma unroll
-  for (int hh = 0; hh < CH; ++hh)
+      for (int m = 0; m < 4; ++m)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // Shuffle In, as stage_mma
-      const unsigned a[4] = {__byte_perm(word(r[hh][0], i), word(r[hh][1], i), 0x5410),
-                             __byte_perm(word(r[hh][0], i), word(r[hh][1], i), 0x7632),
-                             __byte_perm(word(r[hh][2], i), word(r[hh][3], i), 0x5410),
-                             __byte_perm(word(r[hh][2], i), word(r[hh][3], i), 0x7632)};
-#pragma unroll
-      for (int h = 0; h < NH; ++h) mma<KIND>(acc[hh][h][i], a, b[h][0], b[h][1]);
+        for (int e = 0; e < 2; ++e) {
+          const i64 n = nb + 16 * m + 8 * e + g;  // N % 8 == 0: the 8 lanes g of a piece are all in or all out
+          if (n >= N) continue;
+          const float x = acc[m][h][2 * e + p];
+          if (out16) {
+            u16* c = (u16*)C + row * N + n;
+            *c = from_f32<KIND>(x + (add ? to_f32<KIND>(*c) : 0.f));
+          } else {
+            float* c = (float*)C + row * N + n;
+            *c = (add ? *c : 0.f) + x;
+          }
+        }
     }
 }
 
@@ -321,77 +357,95 @@ __device__ __forceinline__ void cvse_spmm_tiled(const int* __restrict__ P, const
   const i64 i0 = (i64)blockIdx.y * R, i1 = min(i0 + R, Mv), n0 = (i64)blockIdx.x * 64 * CH;
   const int T = (int)((K + BK - 1) / BK);
   // launch_cvse.tiled_smem: [bounds: T x (first, end) group of the block's rows per chunk][S stages], a stage =
-  // [B tile][group_ptr slice: R + 1][groups]
+  // [B tile (BK + 8 rows)][group_ptr slice: R + 1][groups]
   const int bnd_bytes = (T * 8 + 15) & ~15, p_bytes = ((R + 1) * 4 + 15) & ~15;
-  const int stage_bytes = BK * PR * 16 + p_bytes + gcap * WORDS * 4;
+  const int tile_bytes = (BK + 8) * PR * 16, stage_bytes = tile_bytes + p_bytes + gcap * WORDS * 4;
   int2* bnd = (int2*)smem;
   // Why the bounds first: a chunk's group copy needs its bounds before it can be issued; fetched per chunk from
   // global they put one L2 latency in every chunk's period (~1 us per 64 K rows on the H200, whatever the work)
   for (int t = threadIdx.x; t < T; t += blockDim.x) bnd[t] = make_int2(__ldg(P + t * Mv + i0), __ldg(P + t * Mv + i1));
+  for (int x = threadIdx.x; x < S * 8 * PR; x += blockDim.x)  // the zero rows (never a cp.async target)
+    ((uint4*)(smem + bnd_bytes + x / (8 * PR) * stage_bytes))[BK * PR + x % (8 * PR)] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
+  // This thread's B tile pieces: piece c of rows r0, r0 + RS, ... (RS = blockDim / PR = 4 warps / CH, a multiple
+  // of 8 for the launcher's warps >= 4, CH <= 2: every row of the thread has the same swizzle r0 & 7)
+  const int c = threadIdx.x % PR, r0 = threadIdx.x / PR, RS = blockDim.x / PR;
+  const bool col_ok = n0 + 8 * c < N;  // N % 8 == 0: a piece is all inside or all outside
+  const u16* b_src = B + (col_ok ? n0 + 8 * c + r0 * N : 0);
+  const int b_dst = 16 * (r0 * PR + (c ^ (r0 & 7)));
   auto load = [&](int s, int t) {
     unsigned char* base = smem + bnd_bytes + s * stage_bytes;
-    uint4* bt = (uint4*)base;
-    const i64 k0 = (i64)t * BK;
-    for (int x = threadIdx.x; x < BK * PR; x += blockDim.x) {
-      const int rr = x / PR, c = x % PR;
-      const i64 k = k0 + rr, n = n0 + 8 * c;
-      const bool ok = k < K && n < N;  // N % 8 == 0: a piece is all inside or all outside
-      cp_async<16>(bt + rr * PR + (c ^ ((rr & 3) << 1)), B + (ok ? k * N + n : 0), ok);
-    }
-    int* p = (int*)(base + BK * PR * 16);
+    const int rows = (int)min((i64)BK, K - (i64)t * BK);
+    const u16* src = b_src + (col_ok ? (i64)t * BK * N : 0);
+    for (int r = r0; r < BK; r += RS, src += col_ok ? RS * N : 0)
+      cp_async<16>(base + b_dst + 16 * PR * (r - r0), src, col_ok && r < rows);
+    int* p = (int*)(base + tile_bytes);
     for (int x = threadIdx.x; x <= R; x += blockDim.x) cp_async<4>(p + x, P + t * Mv + min(i0 + x, i1), true);
-    unsigned* a = (unsigned*)(base + BK * PR * 16 + p_bytes);
     const int2 lh = bnd[t];
     const int pieces = (lh.y - lh.x) * (WORDS / 4);
-    const unsigned* src = tiles + (i64)lh.x * WORDS;
-    for (int x = threadIdx.x; x < pieces; x += blockDim.x) cp_async<16>(a + 4 * x, src + 4 * x, true);
+    const uint4* g_src = (const uint4*)(tiles + (i64)lh.x * WORDS) + threadIdx.x;
+    uint4* g_dst = (uint4*)(base + tile_bytes + p_bytes) + threadIdx.x;
+    for (int x = threadIdx.x; x < pieces; x += blockDim.x, g_src += blockDim.x, g_dst += blockDim.x)
+      cp_async<16>(g_dst, g_src, true);
   };
-  float acc[RW][CH][NH][4][4];
+  float acc[RW][CH][4][NH][4];
 #pragma unroll
   for (int w = 0; w < RW; ++w)
 #pragma unroll
     for (int hh = 0; hh < CH; ++hh)
 #pragma unroll
-      for (int h = 0; h < NH; ++h)
+      for (int m = 0; m < 4; ++m)
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
+        for (int h = 0; h < NH; ++h)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[w][hh][h][k][e] = 0.f;
+          for (int e = 0; e < 4; ++e) acc[w][hh][m][h][e] = 0.f;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {  // prologue: chunks 0 .. S - 2 in flight (empty groups keep the count)
     if (s < T) load(s, s);
     cp_async_commit();
   }
+  const int k = (lane & 7) + 8 * (lane >> 4);                 // the slot whose row this lane addresses
+  const int rw = 4 * ((k & 7) >> 1) + (k & 1) + 2 * (k >> 3);  // its slot-row word
+  int st = 0, nst = S - 1;  // the stage of chunk t, of chunk t + S - 1
   for (int t = 0; t < T; ++t) {  // every thread reaches every barrier
     cp_async_wait<S - 2>();
     __syncthreads();  // chunk t visible to all; the buffer of chunk t - 1 read by every warp
-    const int nx = t + S - 1;
-    if (nx < T) load(nx % S, nx);
+    if (t + S - 1 < T) load(nst, t + S - 1);
     cp_async_commit();
-    const unsigned char* base = smem + bnd_bytes + (t % S) * stage_bytes;
-    const uint4* bt = (const uint4*)base;
-    const int* p = (const int*)(base + BK * PR * 16);
-    const unsigned* a = (const unsigned*)(base + BK * PR * 16 + p_bytes);
+    nst = nst + 1 == S ? 0 : nst + 1;
+    const unsigned char* base = smem + bnd_bytes + st * stage_bytes;
+    st = st + 1 == S ? 0 : st + 1;
+    const unsigned tile = smem_u32(base);
+    const int* p = (const int*)(base + tile_bytes);
+    const unsigned* a = (const unsigned*)(base + tile_bytes + p_bytes);
 #pragma unroll
     for (int w = 0; w < RW; ++w) {
       const int il = warp * RW + w;
       const int g0 = p[il] - p[0], g1 = p[il + 1] - p[0];
-      for (int G = g0; G < g1; ++G) tiled_group<KIND, V, CH>(acc[w], a + G * WORDS, bt, lane);
+      if (g0 >= g1) continue;
+      int r = group_row(a + g0 * WORDS, rw);  // one group ahead: its row and fragments load under the mmas
+      unsigned b[NH][2];
+      group_frag<V>(b, a + g0 * WORDS, lane);
+#pragma unroll 2
+      for (int G = g0; G < g1; ++G) {
+        const unsigned* nxt = a + min(G + 1, g1 - 1) * WORDS;
+        const int rn = group_row(nxt, rw);
+        unsigned bn[NH][2];
+        group_frag<V>(bn, nxt, lane);
+        tiled_group<KIND, V, CH>(acc[w], r, b, tile, lane);
+        r = rn;
+#pragma unroll
+        for (int h = 0; h < NH; ++h) b[h][0] = bn[h][0], b[h][1] = bn[h][1];
+      }
     }
   }
-  const int g = lane >> 2;
 #pragma unroll
   for (int w = 0; w < RW; ++w) {
     const i64 i = i0 + warp * RW + w;
     if (i >= Mv) continue;
 #pragma unroll
-    for (int hh = 0; hh < CH; ++hh) {
-      const i64 nb = n0 + 64 * hh, n_lane = nb + 8 * g;
-      if (nb >= N) continue;
-      const bool fast = (flags & FLAG_VEC) && nb + 64 <= N;
-      store_c<KIND, V>(acc[w][hh], C, i * V, M, N, n_lane, fast, flags);
-    }
+    for (int hh = 0; hh < CH; ++hh)
+      if (n0 + 64 * hh < N) tiled_store<KIND, V>(acc[w][hh], C, i * V, M, N, n0 + 64 * hh, lane, flags);
   }
 }
 

@@ -1,5 +1,5 @@
 // Tensor Core and 16-bit helpers of the kernels whose precision is a template `int KIND` (bcsr_spmm.cu,
-// cvse_common.cuh, csr_spmm.cu): one definition of the mma, the TF32 rounding and the 16-bit conversions.
+// cvse_common.cuh, csr_spmm.cu): one definition of the mma, the TF32 rounding, the 16-bit conversions and ldmatrix.
 // (metcf_half.cuh and tiledcsr_tile.cuh keep twins templated on `bool BF16` / their traits: merging them is open.)
 typedef long long i64;
 typedef unsigned short u16;
@@ -60,3 +60,19 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 }
 
 __device__ __forceinline__ unsigned word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// Plain equivalent: r[m] = the 32-bit word lane l holds of 8 x 8 b16 matrix m (rows at the addresses of lanes
+// 8m..8m+7): row l / 4, b16 columns 2 (l % 4), +1; with .trans, column l / 4, rows 2 (l % 4), +1.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {  // addr: a shared address
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  ldmatrix_x4_trans(r, smem_u32(p));
+}
+

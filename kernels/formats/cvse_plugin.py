@@ -22,11 +22,12 @@ from kernels.formats.registry import Format
 from kernels.precision import Precision
 
 DEFAULT_VECTOR = 8
-# vectors per (vector row, 128-column K chunk) segment x N from which the tiled kernel is the a priori choice. H200,
-# V = 8, M = K = 4096 (session 8, best launch shape, graph replay): tiled / per-vector time 0.93x at 38 vectors per
-# segment and N = 256, 1.10x at 26; 0.65x at 26 and N = 1024, 0.89x at 13, 1.44x at 6.4: the crossing lies near
-# 32 x 256 (with a B, autotune times both anyway)
-TILED_WORK = 32 * 256
+# vectors per vector row and 128 columns of K from which the tiled kernel is the a priori choice. H200, M = K = 4096,
+# gen:dlmc (benchmarks/results/cvse-nvidia-h200-2026-11-25-1629.json, best of two launch shapes, graph replay):
+# tiled / per-vector time 0.44-0.82x at >= 25.6 (V = 4 and 8, N = 256 and 1024); at 12.8: 0.88x (V = 4) and 1.17x
+# (V = 8) at N = 256, 0.77-0.80x at N = 1024; at 6.4: 1.09-1.74x. The product with N separates them no better (with
+# a B, autotune times both anyway)
+TILED_DENSITY = 10
 
 
 def convert(A, precision: Precision, *, vector: int = DEFAULT_VECTOR) -> CVSE:
@@ -87,8 +88,8 @@ class CvseDevice:
         return lc.tiled_configs(self._tiles, int(self._dm.shape[1]), N, self.sm_count, self._smem_max)
 
     def decide(self, N: int, B, time_fn) -> dict:
-        """A priori: the tiled kernel when its layout exists and (vectors per (vector row, chunk) segment) x N >=
-        TILED_WORK (its fixed cost per chunk pays off with many vectors per chunk and wide B), else the per-vector
+        """A priori: the tiled kernel when its layout exists and has >= TILED_DENSITY vectors per vector row and 128
+        columns of K (its fixed cost per chunk pays off with many vectors per chunk), else the per-vector
         kernel. With B (autotune): the fastest measured of the per-vector kernel and the tiled kernel's two best a
         priori launch shapes (and cuSPARSE when allowed)."""
         V = self._dm.vector
@@ -99,7 +100,7 @@ class CvseDevice:
         if tiled:
             T = self._tiles.group_ptr_host.shape[0] - 1
             per_segment = self._dm.n_vectors / max(T, 1)
-            if per_segment * N >= TILED_WORK:
+            if per_segment * 128 / self._tiles.bk >= TILED_DENSITY:
                 c = tiled[0]
                 choice.update(kernel="cvse-tiled", warps=c["warps"], halves=c["halves"],
                               reason=(f"{per_segment:.1f} vectors per vector row and {self._tiles.bk}-column K "

@@ -11,17 +11,18 @@ m16n8k16), padded with empty slots, so ``group_ptr[s] .. group_ptr[s + 1]`` are 
 A group is ``16 + 64 * NH`` 32-bit words (NH = 2 n8 tiles for V = 16, else 1), in the order the kernel's lanes read:
 
 - words ``4 q + j`` (q, j in 0..3): the row within the chunk (column - t * bk) of slot ``2 q + (j & 1) + 8 (j >> 1)``
-  (the slots lane (g, q) of the m16n8k16 A fragment holds: 2q, 2q+1, 2q+8, 2q+9), -1 for an empty slot;
+  (the slots lane (g, q) of the m16n8k16 A fragment holds: 2q, 2q+1, 2q+8, 2q+9); an empty slot holds
+  ``bk + z`` (z in 0..7), one of the 8 zero rows the kernel keeps after the chunk's B rows;
 - words ``16 + 2 NH lane + 2 h + w`` for lane = 4 g + q: the mma B fragment of n8 tile h (vector member v = 8 h + g):
   w = 0 packs slots 2q (low half) and 2q+1, w = 1 slots 2q+8 and 2q+9; zeros for empty slots and v >= V.
 
-Shared-memory bank order: the kernel stores B's chunk row r at 16-byte position ``c ^ ((r & 3) << 1)``, and a quarter
-warp of its 16-byte reads covers the 4 slots of one class j (members q = 0..3) at two adjacent 16-byte columns. So
-within a segment the slots are filled level by level: level L takes the L-th vector (in column order) of each of the
-buckets r & 3 = 0, 1, 2, 3 that still has one, and class j of a group is 4 consecutive slots of that sequence. While
-every bucket has vectors left, a class holds one vector per bucket, distinct r & 3: its quarter-warp read is free of
-bank conflicts; only the tail of a segment (buckets run out unevenly) can repeat a bucket. The summation order is
-fixed by the layout: the kernel's output is deterministic.
+Shared-memory bank order: the kernel stores B's chunk row r at 16-byte position ``c ^ (r & 7)`` and gathers a group
+by ldmatrix, whose 8-lane phases each read the same logical piece of 8 slots: slots 0..7 (classes j = 0, 1), then
+8..15 (j = 2, 3). Such a phase is free of bank conflicts when its 8 slots have distinct r & 7 (their bucket). So a
+segment's vectors, sorted by bucket (fullest first), are dealt round robin over its halves (2 per group): a bucket's
+vectors land in distinct halves as long as it has no more of them than the segment has halves, and an empty slot
+reads the zero row of a bucket its half does not use. Only a bucket fuller than the halves repeats in a half. The
+summation order is fixed by the layout: the kernel's output is deterministic.
 
 Public API: `tile_layout`, `stage_groups`, `tiles_spmm` (the NumPy twin, float64), `value_half`, `TILE_BK`.
 """
@@ -33,6 +34,17 @@ from kernels.indexing import INT32_MAX
 
 TILE_BK = 128  # K rows of B per chunk (CVSE_TILE_BK in kernels/cuda/cvse_spmm.cu)
 SLOTS = 16  # vector slots per group: the m16n8k16's k
+BUCKETS = 8  # bank classes of a B tile row (r & 7: its 16-byte pieces' xor), one per slot of an ldmatrix phase
+HALF = 8  # slots per ldmatrix phase: slots 0..7 and 8..15 of a group
+# _FREE[mask][k]: the k-th bucket not in the bit mask (the zero row an empty slot of a half using `mask` reads)
+_FREE = np.array([[z for z in range(BUCKETS) if not m >> z & 1] + [0] * bin(m).count("1") for m in range(256)],
+                 dtype=np.int64)
+
+
+def slot_word(p):
+    """The slot-row word of slot p (0..15) of a group: 4 q + j for p = 4 j + q (the m16n8k16 A fragment order: lane
+    (g, q) holds slots 2q, 2q+1, 2q+8, 2q+9 in words 4q .. 4q + 3)."""
+    return 4 * (p % 4) + p // 4
 
 
 def group_words(V: int) -> int:
@@ -59,8 +71,8 @@ def tile_layout(vec_ptr, indices, data, K: int, bk: int = TILE_BK) -> tuple[np.n
     n, V = (int(s) for s in data.shape)
     if data.dtype.itemsize != 2:
         raise ValueError(f"the tiled CVSE kernel takes 16-bit values, got {data.dtype}")
-    if bk % 4 or bk < 4:
-        raise ValueError(f"bk = {bk}: the bank order needs a multiple of 4")
+    if bk % BUCKETS or bk < BUCKETS:
+        raise ValueError(f"bk = {bk}: the bank order needs a multiple of {BUCKETS}")
     words = group_words(V)
     vec_ptr = np.asarray(vec_ptr, dtype=np.int64)
     Mv, T = vec_ptr.shape[0] - 1, n_chunks(K, bk)
@@ -70,14 +82,10 @@ def tile_layout(vec_ptr, indices, data, K: int, bk: int = TILE_BK) -> tuple[np.n
     t = col // bk
     r = col - t * bk
     seg = t * Mv + row
-    bucket = r & 3
-    # rank of each vector within its (segment, bucket), in column order (a vector row's columns ascend)
-    by_bucket = np.lexsort((col, bucket, seg))
-    key = (seg * 4 + bucket)[by_bucket]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if n else np.zeros(0, np.int64)
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_bucket] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
-    order = np.lexsort((bucket, rank, seg))  # slot order: segment, level, bucket
+    bucket = r & (BUCKETS - 1)
+    fill = np.bincount(seg * BUCKETS + bucket, minlength=n_seg * BUCKETS) if n else np.zeros(0, np.int64)
+    within = -fill[seg * BUCKETS + bucket] * BUCKETS + bucket if n else bucket  # fullest bucket first
+    order = np.lexsort((col, within, seg))  # segment, bucket, column
     counts = np.bincount(seg, minlength=n_seg) if n else np.zeros(n_seg, np.int64)
     group_ptr = np.zeros(n_seg + 1, dtype=np.int64)
     np.cumsum(-(-counts // SLOTS), out=group_ptr[1:])
@@ -86,16 +94,24 @@ def tile_layout(vec_ptr, indices, data, K: int, bk: int = TILE_BK) -> tuple[np.n
         raise ValueError(f"the tiled layout needs {n_groups} groups of {words} words: more than the int32 group ids "
                          "the kernel takes")
     seg_o = seg[order]
-    pos = np.arange(n, dtype=np.int64) - np.r_[0, np.cumsum(counts)][seg_o]  # slot within the segment
-    G = group_ptr[seg_o] + pos // SLOTS
-    j, q = (pos % SLOTS) // 4, pos % 4
+    j = np.arange(n, dtype=np.int64) - np.r_[0, np.cumsum(counts)][seg_o]  # rank within the segment
+    H = 2 * (group_ptr[seg_o + 1] - group_ptr[seg_o])  # the segment's halves (8 slots each)
+    half = 2 * group_ptr[seg_o] + j % H  # dealt round robin: a bucket's vectors in distinct halves while they fit
+    G, p = half // 2, (half % 2) * HALF + j // H  # group, slot within the group
     tiles = np.zeros((max(n_groups, 1), words), dtype=np.uint32)
-    tiles[:, :16] = np.uint32(0xFFFFFFFF)  # -1: empty slot
-    tiles[G, 4 * q + j] = r[order].astype(np.uint32)
+    tiles[G, slot_word(p)] = r[order].astype(np.uint32)
     t16 = tiles.view(np.uint16)  # word w = halves 2w (low) and 2w + 1 (little-endian)
     vals = data.view(np.uint16)[order]
     for v in range(V):
-        t16[G, value_half(V, v, q, j)] = vals[:, v]
+        t16[G, value_half(V, v, p % 4, p // 4)] = vals[:, v]
+    # empty slots: each reads a zero row bk + z whose bucket z no live slot of its half uses
+    used = np.zeros(2 * n_groups, dtype=np.int64)
+    np.bitwise_or.at(used, half, 1 << bucket[order])
+    empty = HALF - np.bincount(half, minlength=2 * n_groups)  # per half
+    eh = np.repeat(np.arange(2 * n_groups, dtype=np.int64), empty)  # the half of each empty slot
+    k = np.arange(eh.shape[0], dtype=np.int64) - np.repeat(np.cumsum(empty) - empty, empty)  # its rank in the half
+    ep = (eh % 2) * HALF + (HALF - empty[eh]) + k
+    tiles[eh // 2, slot_word(ep)] = (bk + _FREE[used[eh], k]).astype(np.uint32)
     return group_ptr, tiles[:n_groups] if n_groups else tiles
 
 
@@ -132,8 +148,7 @@ def tiles_spmm(group_ptr, tiles, V: int, shape, B, bk: int = TILE_BK, *, bf16: b
     for q in range(4):
         for j in range(4):
             r = tiles[:n_groups, 4 * q + j].astype(np.int64)
-            r[tiles[:n_groups, 4 * q + j] == 0xFFFFFFFF] = -1
-            live = r >= 0
+            live = r < bk  # rows bk .. bk + 7: an empty slot's zero row
             cols = t[live] * bk + r[live]
             for v in range(V):
                 vals = values_float64(raw[live, value_half(V, v, q, j)])
