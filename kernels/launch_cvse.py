@@ -47,7 +47,7 @@ class CvseConfig:
     # (docs/kernels-notes.md, "Session 10"): bk 256 took 0.72-0.75x the time of bk 128 at N = 256 (fewer chunks,
     # each with a fixed cost, and fuller groups: 87 % of the slots live at 80 % sparsity, 78 % at bk 128); bk 512
     # another 0.89-0.92x at N = 256 but leaves no room for 128-column blocks (N = 1024: 90 vs 112 us); 2 stages
-    # timed as 3 (+-3 %) and leave room for bigger blocks.
+    # timed as 3 (+-3 %, cp.async and bulk copies alike) and leave room for bigger blocks.
     tile_bk: int = 256
     tile_stages: int = 2
 
@@ -197,10 +197,25 @@ class CvseTiles:
     vector: int
     bk: int
     _gcap: dict
+    _b_tiles: dict  # (N, halves) -> the sm_90 kernel's chunk-major copy of B (a workspace reused by every call)
 
     @property
     def n_groups(self) -> int:
         return int(self.group_ptr_host[-1])
+
+    def b_tiles(self, K: int, N: int, halves: int):
+        """The workspace cvse_b_tiles_c{halves} writes B into: [T][ceil(N / 64 halves)][bk][8 halves] 16-byte pieces
+        (as large as B padded to whole chunks and column tiles), allocated on the first call for (N, halves): calls
+        on concurrent streams with one CvseTiles share it, so they must not overlap."""
+        import cupy
+
+        from kernels.formats.cvse_tiles import n_chunks
+
+        key = (N, halves)
+        if key not in self._b_tiles:
+            pieces = n_chunks(K, self.bk) * -(-N // (64 * halves)) * self.bk * 8 * halves
+            self._b_tiles[key] = cupy.empty(pieces * 8, dtype=cupy.uint16)
+        return self._b_tiles[key]
 
     def gcap(self, rows_per_block: int) -> int:
         """The most groups a block of ``rows_per_block`` vector rows stages per chunk (>= 1)."""
@@ -231,17 +246,20 @@ def upload_tiles(X, precision: str, config: CvseConfig = CVSE_CONFIG) -> CvseTil
         raise ValueError(f"A has {X.shape[1]} columns; the kernels take at most {INT32_MAX}")
     P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, int(X.shape[1]), config.tile_bk)  # P < 2^31 (checked)
     return CvseTiles(cupy.asarray(P.astype(np.int32)), cupy.asarray(tiles), P, X.n_vec_rows, X.vector,
-                     config.tile_bk, {})
+                     config.tile_bk, {}, {})
 
 
 def tiled_smem(V: int, K: int, warps: int, halves: int, gcap: int, config: CvseConfig = CVSE_CONFIG) -> int:
-    """Dynamic shared memory of one block, as the kernel lays it out: the chunk bounds (8 bytes per chunk) and
-    STAGES x (B tile of tile_bk + 8 rows, the last 8 zeros + group_ptr slice + gcap groups)."""
+    """Dynamic shared memory of one block, as the kernel lays it out: the chunk bounds (8 bytes per chunk), the
+    stages' mbarriers (8 bytes each) and STAGES x (B tile of tile_bk + 8 rows, the last 8 zeros + group_ptr slice
+    + gcap groups)."""
     from kernels.formats.cvse_tiles import group_words, n_chunks
 
     R = warps * rows_per_warp(V)
-    bounds, p_bytes = -(-8 * n_chunks(K, config.tile_bk) // 16) * 16, -(-(R + 1) * 4 // 16) * 16
-    return bounds + config.tile_stages * ((config.tile_bk + 8) * 128 * halves + p_bytes + gcap * group_words(V) * 4)
+    c16 = lambda x: -(-x // 16) * 16  # noqa: E731
+    head = c16(8 * n_chunks(K, config.tile_bk)) + c16(8 * config.tile_stages)
+    stage = (config.tile_bk + 8) * 128 * halves + c16((R + 1) * 4) + gcap * group_words(V) * 4
+    return head + config.tile_stages * stage
 
 
 def tiled_grid(n_vec_rows: int, N: int, V: int, warps: int, halves: int) -> tuple[tuple[int, int], tuple[int]]:
@@ -252,17 +270,25 @@ def tiled_grid(n_vec_rows: int, N: int, V: int, warps: int, halves: int) -> tupl
     return (-(-N // (64 * halves)), blocks_y), (32 * warps,)
 
 
-_SMEM_LIMIT: dict = {}
+_DEVICE: dict = {}
 
 
-def smem_limit() -> int:
-    """The current device's opt-in shared memory per block (queried once per device: the launch path reads it)."""
+def _device() -> tuple[int, int, int]:
+    """(opt-in shared memory per block, compute capability major, SM count) of the current device, queried once per
+    device: the launch path reads them."""
     import cupy
 
     dev = cupy.cuda.runtime.getDevice()
-    if dev not in _SMEM_LIMIT:
-        _SMEM_LIMIT[dev] = int(cupy.cuda.Device(dev).attributes["MaxSharedMemoryPerBlockOptin"])
-    return _SMEM_LIMIT[dev]
+    if dev not in _DEVICE:
+        d = cupy.cuda.Device(dev)
+        _DEVICE[dev] = (int(d.attributes["MaxSharedMemoryPerBlockOptin"]), int(d.compute_capability) // 10,
+                        int(d.attributes["MultiProcessorCount"]))
+    return _DEVICE[dev]
+
+
+def smem_limit() -> int:
+    """The current device's opt-in shared memory per block."""
+    return _device()[0]
 
 
 def tiled_configs(tl: CvseTiles, K: int, N: int, sm_count: int, smem_max: int,
@@ -288,7 +314,9 @@ def tiled_configs(tl: CvseTiles, K: int, N: int, sm_count: int, smem_max: int,
 def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = CVSE_CONFIG, *, warps: int = 8,
                halves: int = 1, out_dtype=None, accumulate: bool = False):
     """C = A @ B by the tiled kernel (``accumulate``: out += A @ B). Needs B and out on the 16-byte path (N % 8 == 0,
-    16-byte aligned): ValueError otherwise (the per-vector kernel `spmm` takes any B)."""
+    16-byte aligned): ValueError otherwise (the per-vector kernel `spmm` takes any B). On sm_90 it first writes B
+    chunk-major into ``tl.b_tiles`` (a workspace as large as B, kept for the next call), which the kernel
+    bulk-copies from."""
     from kernels import launch
     from kernels.operands import check_b_out
 
@@ -317,7 +345,14 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
     fn = launch.function(tiled_kernel_name(dm.precision, dm.vector, halves), config, SPMM_SOURCE)
     if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = limit
-    fn(grid, block, (tl.group_ptr, tl.tiles, B, out, np.int64(dm.shape[0]), np.int64(N), np.int64(dm.shape[1]),
+    K, b = np.int64(dm.shape[1]), B
+    _, major, sms = _device()
+    if major >= 9:  # the sm_90 kernel bulk-copies B's chunks from a chunk-major copy (cvse_spmm.cu)
+        b = tl.b_tiles(int(K), N, halves)
+        threads = 256
+        launch.function(f"cvse_b_tiles_c{halves}", config, SPMM_SOURCE)(
+            (min(-(-b.size // (8 * threads)), 16 * sms),), (threads,), (B, b, np.int64(N), K))
+    fn(grid, block, (tl.group_ptr, tl.tiles, b, out, np.int64(dm.shape[0]), np.int64(N), K,
                      np.int64(dm.n_vec_rows), np.int32(gcap), np.int32(flags)), shared_mem=smem)
     return out
 

@@ -23,10 +23,10 @@ from kernels.precision import Precision
 
 DEFAULT_VECTOR = 8
 # vectors per vector row and 128 columns of K from which the tiled kernel is the a priori choice. H200, M = K = 4096,
-# gen:dlmc (benchmarks/results/cvse-nvidia-h200-2026-11-25-1629.json, best of two launch shapes, graph replay):
-# tiled / per-vector time 0.44-0.82x at >= 25.6 (V = 4 and 8, N = 256 and 1024); at 12.8: 0.88x (V = 4) and 1.17x
-# (V = 8) at N = 256, 0.77-0.80x at N = 1024; at 6.4: 1.09-1.74x. The product with N separates them no better (with
-# a B, autotune times both anyway)
+# gen:dlmc (benchmarks/results/cvse-nvidia-h200-2026-11-25-1653.json, best of two launch shapes, graph replay):
+# tiled / per-vector time 0.39-0.71x at >= 25.6 (V = 4 and 8, N = 256 and 1024); at 12.8: 0.78x (V = 4) and 1.03x
+# (V = 8) at N = 256, 0.65-0.69x at N = 1024; at 6.4: 1.13-1.62x at N = 256, 0.88-0.98x at N = 1024. The product
+# with N separates them no better (with a B, autotune times both anyway)
 TILED_DENSITY = 10
 
 

@@ -224,10 +224,12 @@ def test_spmm_tiled_against_float64(case, name, V, shape, N):
 @pytest.mark.parametrize("name", HALF)
 def test_spmm_tiled_launch_shapes_give_the_same_bits_and_accumulate(name, V):
     """Every C element sums its chunks in order and its groups in layout order whatever the block shape: all launch
-    shapes give the same bits, twice; accumulate adds in fp32."""
+    shapes give the same bits, twice; accumulate adds in fp32; another B of the same shape (the sm_90 kernel's B
+    workspace is reused) gives its own product."""
     X = convert(random_csr((700, 1000), 700 * 1000 // 4, seed=18), name, V)
     dm, tl = lc.upload(X, name), lc.upload_tiles(X, name)
-    Bd = device_b(np.random.default_rng(9).standard_normal((1000, 264)).astype(np.float32), name)
+    B = np.random.default_rng(9).standard_normal((1000, 264)).astype(np.float32)
+    Bd = device_b(B, name)
     shapes = [(c["warps"], c["halves"]) for c in lc.tiled_configs(tl, 1000, 264, 132, lc.smem_limit())]
     assert len(shapes) >= 3, shapes  # those whose stages fit shared memory
     ref = tiled_run(dm, tl, Bd, shapes[-1]).get()
@@ -237,6 +239,7 @@ def test_spmm_tiled_launch_shapes_give_the_same_bits_and_accumulate(name, V):
     out = cupy.ones((700, 264), dtype=cupy.float32)
     tiled_run(dm, tl, Bd, shapes[0], out=out, accumulate=True)
     np.testing.assert_allclose(out.get(), ref + 1.0, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(tiled_run(dm, tl, device_b(-B, name), shapes[0]).get(), -ref)  # a new B, same workspace
 
 
 def test_spmm_tiled_refuses_off_the_16_byte_path_and_the_plan_falls_back():
