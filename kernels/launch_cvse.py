@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.indexing import INT32_MAX
-from kernels.operands import FLAG_VEC
+from kernels.operands import FLAG_VEC, vector_path
 
 SPMM_SOURCE, SDDMM_SOURCE = "cvse_spmm.cu", "cvse_sddmm.cu"
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
@@ -380,7 +380,7 @@ def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG):
         out.fill(0)
         return out
     per = 4 if dm.precision == "float32" else 8  # elements of one 16-byte piece
-    flags = FLAG_VEC if Kd % per == 0 and A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0 else 0
+    flags = FLAG_VEC if vector_path(Kd, per, A, B) else 0
     max_per_row = int(np.diff(dm.vec_ptr_host).max())
     grid, block = sddmm_grid(dm.n_vec_rows, max_per_row, config)
     launch.function(kernel_name("sddmm", dm.precision, dm.vector), config, SDDMM_SOURCE)(

@@ -41,10 +41,15 @@ def check_b_out(shape, precision: str, B, out, out_dtype, accumulate: bool, *, v
         raise ValueError(f"out_dtype is {out_dtype} but out is {out.dtype}")
     if precision == "float32" and out.dtype != np.float32:
         raise ValueError(f"TF32 writes float32 C, got out {out.dtype}")
-    vec = N % vec_elems == 0 and B.data.ptr % 16 == 0 and out.data.ptr % 16 == 0
-    flags = ((FLAG_VEC if vec else 0) | (FLAG_ADD if accumulate else 0)
+    flags = ((FLAG_VEC if vector_path(N, vec_elems, B, out) else 0) | (FLAG_ADD if accumulate else 0)
              | (FLAG_OUT16 if out.dtype.itemsize == 2 and precision != "float32" else 0))
     return out, N, flags
+
+
+def vector_path(N: int, vec_elems: int, *buffers) -> bool:
+    """Whether a kernel may take its 16-byte path (FLAG_VEC): N a multiple of ``vec_elems`` (the elements of one
+    16-byte access) and every buffer given (None: made by the launcher, so aligned) 16-byte aligned."""
+    return N % vec_elems == 0 and all(b is None or b.data.ptr % 16 == 0 for b in buffers)
 
 
 def _storage(dtype, want) -> bool:

@@ -127,12 +127,12 @@ class CvseDevice:
         16-byte aligned) or with no launch shape that fits shared memory the call runs the per-vector kernel, which
         takes any B."""
         from kernels import launch_cvse as lc
+        from kernels.operands import vector_path
 
         if kernel not in ("cvse-vector", "cvse-tiled"):
             raise ValueError(f"unknown CVSE kernel {kernel!r} (cvse-vector, cvse-tiled)")
         shapes = []
-        if (kernel == "cvse-tiled" and self._tiles is not None and B.shape[1] % 8 == 0 and B.data.ptr % 16 == 0
-                and (out is None or out.data.ptr % 16 == 0)):
+        if kernel == "cvse-tiled" and self._tiles is not None and vector_path(int(B.shape[1]), 8, B, out):
             shapes = [choice] if choice and "warps" in choice else self._tiled(int(B.shape[1]))
         if shapes:
             return lc.spmm_tiled(self._dm, self._tiles, B, out, warps=shapes[0]["warps"],

@@ -32,7 +32,7 @@ import numpy as np
 
 from kernels.indexing import INT32_MAX
 
-TILE_BK = 128  # K rows of B per chunk (CVSE_TILE_BK in kernels/cuda/cvse_spmm.cu)
+TILE_BK = 256  # K rows of B per chunk: CvseConfig.tile_bk's default (CVSE_TILE_BK in kernels/cuda/cvse_spmm.cu)
 SLOTS = 16  # vector slots per group: the m16n8k16's k
 BUCKETS = 8  # bank classes of a B tile row (r & 7: its 16-byte pieces' xor), one per slot of an ldmatrix phase
 HALF = 8  # slots per ldmatrix phase: slots 0..7 and 8..15 of a group

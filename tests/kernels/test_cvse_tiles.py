@@ -84,3 +84,10 @@ def test_bad_input():
     X16 = cvse("37x45", 8, "float16")
     with pytest.raises(ValueError, match="multiple of 8"):
         tile_layout(X16.vec_ptr, X16.indices, X16.data, 45, bk=12)
+
+
+def test_default_chunk_is_the_kernels():
+    from kernels.formats.cvse_tiles import TILE_BK
+    from kernels.launch_cvse import CVSE_CONFIG
+
+    assert TILE_BK == CVSE_CONFIG.tile_bk  # tile_layout's default bk cuts the chunks the kernel compiles for
