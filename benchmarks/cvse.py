@@ -152,8 +152,8 @@ def spmm_case(A, V: int, N: int, repeats: int, rng, gemm) -> dict:
     kernels = {"cvse-vector": lambda: launch_cvse.spmm(dm, B16, out)}
     if launch_cvse.tiles_worthwhile(X) and N % 8 == 0:  # the tiled kernel's two best a priori launch shapes
         tl = launch_cvse.upload_tiles(X, "float16")
-        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        for c in launch_cvse.tiled_configs(tl, A.shape[1], N, sms, launch_cvse.smem_limit())[:2]:
+        smem, _, sms = launch_cvse.device_limits()
+        for c in launch_cvse.tiled_configs(tl, A.shape[1], N, sms, smem)[:2]:
             kernels[f"cvse-tiled-{c['warps']}w{c['halves']}h"] = (
                 lambda c=c: launch_cvse.spmm_tiled(dm, tl, B16, out, warps=c["warps"], halves=c["halves"]))
     for key, fn in kernels.items():

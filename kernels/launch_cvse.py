@@ -273,7 +273,7 @@ def tiled_grid(n_vec_rows: int, N: int, V: int, warps: int, halves: int) -> tupl
 _DEVICE: dict = {}
 
 
-def _device() -> tuple[int, int, int]:
+def device_limits() -> tuple[int, int, int]:
     """(opt-in shared memory per block, compute capability major, SM count) of the current device, queried once per
     device: the launch path reads them."""
     import cupy
@@ -288,7 +288,7 @@ def _device() -> tuple[int, int, int]:
 
 def smem_limit() -> int:
     """The current device's opt-in shared memory per block."""
-    return _device()[0]
+    return device_limits()[0]
 
 
 def tiled_configs(tl: CvseTiles, K: int, N: int, sm_count: int, smem_max: int,
@@ -337,7 +337,7 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
         return out
     gcap = tl.gcap(warps * rows_per_warp(tl.vector))
     smem = tiled_smem(tl.vector, int(dm.shape[1]), warps, halves, gcap, config)
-    limit = smem_limit()
+    limit, major, sms = device_limits()
     if smem > limit:
         raise ValueError(f"the tiled kernel needs {smem} bytes of shared memory for {warps} warps x {halves} halves "
                          f"here, more than the device's {limit}: see tiled_configs")
@@ -346,7 +346,6 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
     if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = limit
     K, b = np.int64(dm.shape[1]), B
-    _, major, sms = _device()
     if major >= 9:  # the sm_90 kernel bulk-copies B's chunks from a chunk-major copy (cvse_spmm.cu)
         b = tl.b_tiles(int(K), N, halves)
         threads = 256

@@ -67,9 +67,7 @@ class CvseDevice:
         self.autotune = autotune
         self._tiles = (lc.upload_tiles(X, precision.name)
                        if precision.name in lc.TILED_PRECISIONS and lc.tiles_worthwhile(X) else None)
-        dev = cupy.cuda.Device()
-        self.sm_count = int(dev.attributes["MultiProcessorCount"])
-        self._smem_max = lc.smem_limit()
+        self._smem_max, _, self.sm_count = lc.device_limits()
         lc.module(lc.SPMM_SOURCE)  # compile now, not in the first run
         cupy.cuda.Device().synchronize()  # synchronize!
         self.timings["convert_upload_s"] = time.perf_counter() - t0
