@@ -99,6 +99,12 @@ class CvseArrays:
         return int(self.vec_ptr_host[-1])
 
 
+def check_columns(n_cols: int) -> None:
+    """The CVSE kernels take int32 column indices."""
+    if n_cols > INT32_MAX:
+        raise ValueError(f"A has {n_cols} columns; the CVSE kernels take at most {INT32_MAX}")
+
+
 def upload(X, precision: str) -> CvseArrays:
     """A host CVSE (kernels.formats.cvse) in ``precision``'s storage dtype -> CvseArrays on the current device."""
     import cupy
@@ -110,9 +116,10 @@ def upload(X, precision: str) -> CvseArrays:
     if X.data.dtype != p.storage_dtype:
         raise ValueError(f"CVSE with {X.data.dtype} values given for {p.name}, which needs {p.storage_dtype} "
                          "(kernels.formats.get('cvse').convert)")
-    if n_cols > INT32_MAX or -(-n_rows // X.vector) > MAX_GRID_X:
-        raise ValueError(f"A is {n_rows} x {n_cols}; the kernels take at most {INT32_MAX} columns and "
-                         f"{MAX_GRID_X} vector rows")
+    check_columns(n_cols)
+    if -(-n_rows // X.vector) > MAX_GRID_X:
+        raise ValueError(f"A has {-(-n_rows // X.vector)} vector rows; the per-vector kernel takes at most "
+                         f"{MAX_GRID_X}")
     vec_ptr_host = np.asarray(X.vec_ptr, dtype=np.int64)
     data = cupy.asarray(X.data) if X.n_vectors else cupy.zeros((1, X.vector), dtype=X.data.dtype)
     if p.name == "float32":
@@ -197,7 +204,7 @@ class CvseTiles:
     vector: int
     bk: int
     _gcap: dict
-    _b_tiles: dict  # (N, halves) -> the sm_90 kernel's chunk-major copy of B (a workspace reused by every call)
+    _b_tiles: dict  # (N, halves, stream) -> the sm_90 kernel's chunk-major copy of B (a workspace per stream)
 
     @property
     def n_groups(self) -> int:
@@ -205,13 +212,14 @@ class CvseTiles:
 
     def b_tiles(self, K: int, N: int, halves: int):
         """The workspace cvse_b_tiles_c{halves} writes B into: [T][ceil(N / 64 halves)][bk][8 halves] 16-byte pieces
-        (as large as B padded to whole chunks and column tiles), allocated on the first call for (N, halves): calls
-        on concurrent streams with one CvseTiles share it, so they must not overlap."""
+        (as large as B padded to whole chunks and column tiles), allocated on the first call for (N, halves) on the
+        current stream and reused by the next: calls on one stream run in order, calls on other streams get their
+        own, so concurrent calls never share one."""
         import cupy
 
         from kernels.formats.cvse_tiles import n_chunks
 
-        key = (N, halves)
+        key = (N, halves, cupy.cuda.get_current_stream().ptr)
         if key not in self._b_tiles:
             pieces = n_chunks(K, self.bk) * -(-N // (64 * halves)) * self.bk * 8 * halves
             self._b_tiles[key] = cupy.empty(pieces * 8, dtype=cupy.uint16)
@@ -226,12 +234,13 @@ class CvseTiles:
         return self._gcap[rows_per_block]
 
 
-def tiles_worthwhile(X) -> bool:
-    """Whether the tiled layout is worth building: on average >= 4 vectors per (vector row, chunk) segment, so a
-    16-slot group is at least a quarter full and group_ptr (T x n_vec_rows) stays smaller than the vectors."""
+def tiles_worthwhile(X, config: CvseConfig = CVSE_CONFIG) -> bool:
+    """Whether the tiled layout (cut at ``config.tile_bk``) is worth building: on average >= 4 vectors per (vector
+    row, chunk) segment, so a 16-slot group is at least a quarter full and group_ptr (T x n_vec_rows) stays smaller
+    than the vectors."""
     from kernels.formats.cvse_tiles import n_chunks
 
-    return X.n_vectors >= 4 * n_chunks(X.shape[1], CVSE_CONFIG.tile_bk) * max(X.n_vec_rows, 1)
+    return X.n_vectors >= 4 * n_chunks(X.shape[1], config.tile_bk) * max(X.n_vec_rows, 1)
 
 
 def upload_tiles(X, precision: str, config: CvseConfig = CVSE_CONFIG) -> CvseTiles:
@@ -242,8 +251,7 @@ def upload_tiles(X, precision: str, config: CvseConfig = CVSE_CONFIG) -> CvseTil
 
     if precision not in TILED_PRECISIONS:
         raise ValueError(f"the tiled CVSE kernel is 16-bit ({TILED_PRECISIONS}), got {precision}")
-    if X.shape[1] > INT32_MAX:
-        raise ValueError(f"A has {X.shape[1]} columns; the kernels take at most {INT32_MAX}")
+    check_columns(int(X.shape[1]))
     P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, int(X.shape[1]), config.tile_bk)  # P < 2^31 (checked)
     return CvseTiles(cupy.asarray(P.astype(np.int32)), cupy.asarray(tiles), P, X.n_vec_rows, X.vector,
                      config.tile_bk, {}, {})

@@ -141,6 +141,18 @@ __device__ __forceinline__ void stage_mma(float (&acc)[V == 16 ? 2 : 1][4][4], c
   }
 }
 
+// C[at] = x (+ C[at] when add): 16-bit in the input type (out16) or float; added in fp32, rounded once.
+template <int KIND>
+__device__ __forceinline__ void store1(void* __restrict__ C, i64 at, float x, bool add, bool out16) {
+  if (out16) {
+    u16* c = (u16*)C + at;
+    *c = from_f32<KIND>(x + (add ? to_f32<KIND>(*c) : 0.f));
+  } else {
+    float* c = (float*)C + at;
+    *c = (add ? *c : 0.f) + x;
+  }
+}
+
 // Shuffle Out: row v = 8h + 2q + p (p = 0, 1) x columns n_lane + e, e = 0..7: D register p of instance e/2 for even
 // e, register 2 + p for odd e. FLAG_ADD reads the old value once, adds in fp32 and rounds once.
 template <int KIND, int V>
@@ -159,36 +171,28 @@ __device__ __forceinline__ void store_c(const float (&acc)[V == 16 ? 2 : 1][4][4
       float x[8];  // C[row][n_lane + e]
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = acc[h][e >> 1][(e & 1) * 2 + p];
-      if (out16) {
+      if (fast && out16) {
         u16* c = (u16*)C + row * N + n_lane;
-        if (fast) {
-          uint4 o = add ? *(const uint4*)c : make_uint4(0u, 0u, 0u, 0u);
+        uint4 o = add ? *(const uint4*)c : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-          for (int w = 0; w < 4 && add; ++w) {
-            x[2 * w] += to_f32<KIND>((u16)(word(o, w) & 0xffffu));
-            x[2 * w + 1] += to_f32<KIND>((u16)(word(o, w) >> 16));
-          }
-          *(uint4*)c = make_uint4(pack2<KIND>(x[0], x[1]), pack2<KIND>(x[2], x[3]), pack2<KIND>(x[4], x[5]),
-                                  pack2<KIND>(x[6], x[7]));
-        } else {
+        for (int w = 0; w < 4 && add; ++w) {
+          x[2 * w] += to_f32<KIND>((u16)(word(o, w) & 0xffffu));
+          x[2 * w + 1] += to_f32<KIND>((u16)(word(o, w) >> 16));
+        }
+        *(uint4*)c = make_uint4(pack2<KIND>(x[0], x[1]), pack2<KIND>(x[2], x[3]), pack2<KIND>(x[4], x[5]),
+                                pack2<KIND>(x[6], x[7]));
+      } else if (fast) {
+        float* c = (float*)C + row * N + n_lane;
 #pragma unroll
-          for (int e = 0; e < 8; ++e)
-            if (n_lane + e < N) c[e] = from_f32<KIND>(x[e] + (add ? to_f32<KIND>(c[e]) : 0.f));
+        for (int k = 0; k < 2; ++k) {
+          float4 o = add ? *(const float4*)(c + 4 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
+          *(float4*)(c + 4 * k) = make_float4(o.x + x[4 * k], o.y + x[4 * k + 1], o.z + x[4 * k + 2],
+                                              o.w + x[4 * k + 3]);
         }
       } else {
-        float* c = (float*)C + row * N + n_lane;
-        if (fast) {
 #pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            float4 o = add ? *(const float4*)(c + 4 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
-            *(float4*)(c + 4 * k) = make_float4(o.x + x[4 * k], o.y + x[4 * k + 1], o.z + x[4 * k + 2],
-                                                o.w + x[4 * k + 3]);
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            if (n_lane + e < N) c[e] = (add ? c[e] : 0.f) + x[e];
-        }
+        for (int e = 0; e < 8; ++e)
+          if (n_lane + e < N) store1<KIND>(C, row * N + n_lane + e, x[e], add, out16);
       }
     }
   }
@@ -335,15 +339,7 @@ __device__ __forceinline__ void tiled_store(const float (&acc)[4][Tiled<V>::NH][
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const i64 n = nb + 16 * m + 8 * e + g;  // N % 8 == 0: the 8 lanes g of a piece are all in or all out
-          if (n >= N) continue;
-          const float x = acc[m][h][2 * e + p];
-          if (out16) {
-            u16* c = (u16*)C + row * N + n;
-            *c = from_f32<KIND>(x + (add ? to_f32<KIND>(*c) : 0.f));
-          } else {
-            float* c = (float*)C + row * N + n;
-            *c = (add ? *c : 0.f) + x;
-          }
+          if (n < N) store1<KIND>(C, row * N + n, acc[m][h][2 * e + p], add, out16);
         }
     }
 }

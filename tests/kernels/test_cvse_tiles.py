@@ -91,3 +91,25 @@ def test_default_chunk_is_the_kernels():
     from kernels.launch_cvse import CVSE_CONFIG
 
     assert TILE_BK == CVSE_CONFIG.tile_bk  # tile_layout's default bk cuts the chunks the kernel compiles for
+
+
+def test_tiles_worthwhile_counts_chunks_of_the_given_config():
+    import dataclasses
+
+    from kernels.launch_cvse import CVSE_CONFIG, tiles_worthwhile
+
+    A = random_csr((64, 4096), 64 * 40, seed=2)  # 8 vector rows of ~300 vectors (40 nonzeros per row)
+    X = csr_to_cvse(sp.csr_array(A, dtype=np.float32), vector=8, to_storage=precision("float16").to_storage)
+    per_row = X.n_vectors / X.n_vec_rows
+    wide, narrow = (dataclasses.replace(CVSE_CONFIG, tile_bk=bk) for bk in (256, 16))
+    assert 4 * n_chunks(4096, 256) <= per_row < 4 * n_chunks(4096, 16)  # 64 <= ~300 < 1024
+    assert tiles_worthwhile(X, wide) and not tiles_worthwhile(X, narrow)
+
+
+def test_column_limit_is_int32():
+    from kernels.indexing import INT32_MAX
+    from kernels.launch_cvse import check_columns
+
+    check_columns(INT32_MAX)
+    with pytest.raises(ValueError, match=f"A has {INT32_MAX + 1} columns; the CVSE kernels take at most"):
+        check_columns(INT32_MAX + 1)

@@ -242,6 +242,32 @@ def test_spmm_tiled_launch_shapes_give_the_same_bits_and_accumulate(name, V):
     assert np.array_equal(tiled_run(dm, tl, device_b(-B, name), shapes[0]).get(), -ref)  # a new B, same workspace
 
 
+
+def test_spmm_tiled_on_two_streams_keeps_a_workspace_each():
+    """One CvseTiles called on two streams at once: each stream has its own B workspace (the sm_90 kernel's
+    chunk-major copy of B), so neither product reads the other's B."""
+    X = convert(random_csr((700, 1000), 700 * 1000 // 4, seed=18), "float16", 8)
+    dm, tl = lc.upload(X, "float16"), lc.upload_tiles(X, "float16")
+    rng = np.random.default_rng(9)
+    Bs = [device_b(rng.standard_normal((1000, 264)).astype(np.float32), "float16") for _ in range(2)]
+    refs = [tiled_run(dm, tl, Bd, (8, 1)).get() for Bd in Bs]  # one after the other on the default stream
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in Bs]
+    work = []
+    for s in streams:
+        with s:
+            work.append(tl.b_tiles(1000, 264, 1))
+    assert work[0].data.ptr != work[1].data.ptr
+    for _ in range(3):
+        outs = []
+        for s, Bd in zip(streams, Bs):
+            with s:
+                outs.append(tiled_run(dm, tl, Bd, (8, 1)))
+        for s in streams:
+            s.synchronize()
+        for C, ref in zip(outs, refs):
+            assert np.array_equal(C.get(), ref)
+
+
 def test_spmm_tiled_refuses_off_the_16_byte_path_and_the_plan_falls_back():
     from kernels.spmm import SpmmPlan
 
