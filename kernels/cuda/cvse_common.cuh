@@ -33,7 +33,7 @@ static_assert(CVSE_TILE_BK % 8 == 0 && CVSE_TILE_BK >= 16 && CVSE_TILE_BK <= 512
               "CvseConfig.tile_bk must be a multiple of 8 in 16..512 (the tiled kernel's bank order uses r & 7)");
 static_assert(CVSE_TILE_STAGES >= 2 && CVSE_TILE_STAGES <= 6, "CvseConfig.tile_stages must be 2..6");
 
-#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, pack2, word
+#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, pack2, word, load8_u16
 #define FLAG_VEC 1    // 16-byte loads of B / A rows and 16-byte C stores (see each kernel's contract)
 #define FLAG_ADD 2    // C += A @ B (added in fp32, rounded once)
 #define FLAG_OUT16 4  // C in the 16-bit input type (else float32)
@@ -53,23 +53,6 @@ template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
 
-// 8 consecutive 16-bit values row[0..7] as one uint4: FAST one 16-byte load; else element by element (any
-// alignment), the `avail` = clamp(count, 0, 8) values inside the row, zeros past it.
-template <bool FAST>
-__device__ __forceinline__ uint4 load8_u16(const u16* __restrict__ row, int avail) {
-  if constexpr (FAST) {
-    return __ldg(reinterpret_cast<const uint4*>(row));
-  } else {
-    unsigned w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const unsigned lo = 2 * i < avail ? __ldg(row + 2 * i) : 0u;
-      const unsigned hi = 2 * i + 1 < avail ? __ldg(row + 2 * i + 1) : 0u;
-      w[i] = lo | (hi << 16);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
 // 4 consecutive floats row[0..3]: FAST one 16-byte load; else element by element, zeros past `avail`.
 template <bool FAST>
 __device__ __forceinline__ float4 load4_f32(const float* __restrict__ row, int avail) {

@@ -1,7 +1,8 @@
 // C = A @ B for a sparse A (M x K) in 16-wide ME-TCF and dense row-major B (K x N), FP16 or BF16 inputs, FP32
 // accumulation, C in float32 or in the input's 16-bit type: mma.sync.m16n8k16 on 16 x 16 TC blocks (DTC-SpMM
-// section 4.4 with k16 blocks). One source for both types (template BF16); raw values are unsigned short, pairs are
-// packed in 32-bit words (lower index in the low half), so no cuda_fp16.h / cuda_bf16.h is needed.
+// section 4.4 with k16 blocks). One source for both types (template KIND: tc_ops.cuh's F16 or BF16); raw values are
+// unsigned short, pairs are packed in 32-bit words (lower index in the low half), so no cuda_fp16.h / cuda_bf16.h
+// is needed.
 //
 // Launch mapping (extern "C" entries at the end of metcf_spmm.cu; kernels/launch_half.py):
 //   window  1 block = one 16-row window x a column chunk (blockIdx.y); 1 warp = the window x 64 columns
@@ -37,95 +38,29 @@ static_assert(CFG_HALF_UNROLL >= 1 && CFG_HALF_UNROLL <= 4, "KernelConfig.half_u
 static_assert(CFG_HALF_MIN_BLOCKS_PER_SM >= 1 && CFG_HALF_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.half_min_blocks_per_sm x max_warps must fit 64 warps per SM");
 
-typedef long long i64;
-typedef unsigned short u16;
+#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_f32, from_f32, pack2, word, load8_u16
 #define FLAG_OUT16 4  // C is in the 16-bit input type (else float32); kernels/launch_half.py sets it
 #define HALF_ACC_REGS 32  // floats of one lane's accumulator: [8 tiles][4 mma D registers]
 typedef float HalfAcc[8][4];  // [n8 tile t][mma D register]: rows g, g+8 x remapped columns (above)
 
-// Plain equivalent, with A the 16x16 block, Bt the 16x8 tile, D the 16x8 accumulator:
-//   for i in 0..15, j in 0..7: D[i][j] += sum_k A[i][k] * Bt[k][j]   (f16/bf16 products, fp32 sums)
-// a = {A[g][2q..2q+1], A[g+8][2q..2q+1], A[g][2q+8..2q+9], A[g+8][2q+8..2q+9]} (pairs, low half = lower k),
-// b0 = Bt[2q..2q+1][g], b1 = Bt[2q+8..2q+9][g], d = {D[g][2q], D[g][2q+1], D[g+8][2q], D[g+8][2q+1]}.
-template <bool BF16>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint4& a, unsigned b0, unsigned b1) {
-  if constexpr (BF16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-  }
-}
-
-// Plain equivalent: the 16-bit value nearest x (ties to even; NaN stays NaN, overflow gives infinity).
-template <bool BF16>
-__device__ __forceinline__ u16 from_f32(float x) {
-  u16 r;
-  if constexpr (BF16) asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
-  else asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
-  return r;
-}
-// Plain equivalent: (hi rounded) << 16 | (lo rounded), as from_f32, in one instruction.
-template <bool BF16>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-  if constexpr (BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-// Exact: bf16 is the high half of a float32; f16 by cvt (plain equivalent: (float)__half(u)).
-template <bool BF16>
-__device__ __forceinline__ float to_f32(u16 u) {
-  if constexpr (BF16) return __uint_as_float((unsigned)u << 16);
-  float r;
-  asm("cvt.f32.f16 %0, %1;\n" : "=f"(r) : "h"(u));
-  return r;
-}
-
-__device__ __forceinline__ unsigned word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-// 8 values of one B row from column n: FAST one 16-byte load; else element by element (any alignment), the
-// `avail` = clamp(N - n, 0, 8) values inside N, zeros past it.
-template <bool FAST>
-__device__ __forceinline__ uint4 load_row8(const u16* __restrict__ B, int col, i64 N, i64 n, int avail) {
-  const u16* row = B + (i64)col * N + n;
-  if constexpr (FAST) {
-    return __ldg(reinterpret_cast<const uint4*>(row));
-  } else {
-    unsigned w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const unsigned lo = 2 * i < avail ? __ldg(row + 2 * i) : 0u;
-      const unsigned hi = 2 * i + 1 < avail ? __ldg(row + 2 * i + 1) : 0u;
-      w[i] = lo | (hi << 16);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
-
 // acc[t] += A (16x16) x Bt_t for the 8 remapped tiles; r[k] = this lane's 8 values of B rows col[2q], col[2q+1],
 // col[2q+8], col[2q+9]. Tile t takes value t of each row: word t/2, low half for even t, high half for odd t.
 // prmt plain equivalent: __byte_perm(x, y, 0x5410) = (y << 16) | (x & 0xffff); 0x7632: (y & 0xffff0000) | (x >> 16).
-template <bool BF16>
+template <int KIND>
 __device__ __forceinline__ void mma_block(HalfAcc& acc, const uint4& a, const uint4 (&r)[4]) {
 #pragma unroll
   for (int t = 0; t < 8; ++t) {
     const unsigned sel = (t & 1) ? 0x7632u : 0x5410u;
     const unsigned b0 = __byte_perm(word(r[0], t >> 1), word(r[1], t >> 1), sel);
     const unsigned b1 = __byte_perm(word(r[2], t >> 1), word(r[3], t >> 1), sel);
-    mma_16816<BF16>(acc[t], a, b0, b1);
+    mma<KIND>(acc[t], a, b0, b1);
   }
 }
 
 // One warp walks blocks [b_begin, b_end) for its 64 columns from n0, in groups of U (CFG_HALF_UNROLL on the FAST
 // path; 1 on the checked one, whose 32 scalar loads per block would otherwise spill): a group's loads (1 A + 4 B
 // 16-byte vectors per block) are issued before its first mma, the next group's column ids meanwhile.
-template <bool BF16, bool FAST>
+template <int KIND, bool FAST>
 __device__ __forceinline__ void half_blocks(HalfAcc& acc, i64 b_begin, i64 b_end, const uint4* __restrict__ frag,
                                             const int4* __restrict__ cols, const u16* __restrict__ B, i64 N, i64 n0) {
   constexpr int U = FAST ? CFG_HALF_UNROLL : 1;
@@ -142,10 +77,10 @@ __device__ __forceinline__ void half_blocks(HalfAcc& acc, i64 b_begin, i64 b_end
     for (int u = 0; u < U; ++u) {
       if (b0 + u < b_end) {  // uniform across the warp
         a[u] = __ldg(frag + (b0 + u) * 32 + lane);
-        r[u][0] = load_row8<FAST>(B, c[u].x, N, n_lane, avail);
-        r[u][1] = load_row8<FAST>(B, c[u].y, N, n_lane, avail);
-        r[u][2] = load_row8<FAST>(B, c[u].z, N, n_lane, avail);
-        r[u][3] = load_row8<FAST>(B, c[u].w, N, n_lane, avail);
+        r[u][0] = load8_u16<FAST>(B + (i64)c[u].x * N + n_lane, avail);
+        r[u][1] = load8_u16<FAST>(B + (i64)c[u].y * N + n_lane, avail);
+        r[u][2] = load8_u16<FAST>(B + (i64)c[u].z * N + n_lane, avail);
+        r[u][3] = load8_u16<FAST>(B + (i64)c[u].w * N + n_lane, avail);
       }
     }
     const i64 nb = b0 + U;
@@ -154,18 +89,18 @@ __device__ __forceinline__ void half_blocks(HalfAcc& acc, i64 b_begin, i64 b_end
       if (nb + u < b_end) c[u] = __ldg(cols + (nb + u) * 4 + (lane & 3));
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (b0 + u < b_end) mma_block<BF16>(acc, a[u], r[u]);
+      if (b0 + u < b_end) mma_block<KIND>(acc, a[u], r[u]);
   }
 }
 
 // FAST (16-byte loads, no column checks) when the warp's 64 columns lie inside N and FLAG_VEC holds: warp-uniform,
 // decided once; the checked path otherwise (N % 8 != 0, unaligned B or C, the last column chunk).
-template <bool BF16>
+template <int KIND>
 __device__ __forceinline__ void half_run(HalfAcc& acc, i64 b_begin, i64 b_end, const uint4* __restrict__ frag,
                                          const int4* __restrict__ cols, const u16* __restrict__ B, i64 N, i64 n0,
                                          bool fast) {
-  if (fast) half_blocks<BF16, true>(acc, b_begin, b_end, frag, cols, B, N, n0);
-  else half_blocks<BF16, false>(acc, b_begin, b_end, frag, cols, B, N, n0);
+  if (fast) half_blocks<KIND, true>(acc, b_begin, b_end, frag, cols, B, N, n0);
+  else half_blocks<KIND, false>(acc, b_begin, b_end, frag, cols, B, N, n0);
 }
 
 __device__ __forceinline__ void half_zero(HalfAcc& acc) {
@@ -175,7 +110,7 @@ __device__ __forceinline__ void half_zero(HalfAcc& acc) {
 
 // Write (FLAG_ADD: add to) C rows row0 + g, row0 + g + 8 (< row0 + rows), columns n0 + 16q .. +15 (< N). With
 // FLAG_ADD the old value is read once, added in fp32 and rounded once; each element has one writer.
-template <bool BF16>
+template <int KIND>
 __device__ __forceinline__ void half_store(void* __restrict__ C, const HalfAcc& acc, i64 row0, int rows, i64 N,
                                            i64 n0, bool vec, int flags) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -198,17 +133,17 @@ __device__ __forceinline__ void half_store(void* __restrict__ C, const HalfAcc& 
             const uint4 o = *p;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              v[8 * k + 2 * i] += to_f32<BF16>((u16)(word(o, i) & 0xffffu));
-              v[8 * k + 2 * i + 1] += to_f32<BF16>((u16)(word(o, i) >> 16));
+              v[8 * k + 2 * i] += to_f32<KIND>((u16)(word(o, i) & 0xffffu));
+              v[8 * k + 2 * i + 1] += to_f32<KIND>((u16)(word(o, i) >> 16));
             }
           }
-          *p = make_uint4(pack2<BF16>(v[8 * k], v[8 * k + 1]), pack2<BF16>(v[8 * k + 2], v[8 * k + 3]),
-                          pack2<BF16>(v[8 * k + 4], v[8 * k + 5]), pack2<BF16>(v[8 * k + 6], v[8 * k + 7]));
+          *p = make_uint4(pack2<KIND>(v[8 * k], v[8 * k + 1]), pack2<KIND>(v[8 * k + 2], v[8 * k + 3]),
+                          pack2<KIND>(v[8 * k + 4], v[8 * k + 5]), pack2<KIND>(v[8 * k + 6], v[8 * k + 7]));
         }
       } else {
 #pragma unroll
         for (int e = 0; e < 16; ++e)
-          if (n + e < N) out[e] = from_f32<BF16>(add ? v[e] + to_f32<BF16>(out[e]) : v[e]);
+          if (n + e < N) out[e] = from_f32<KIND>(add ? v[e] + to_f32<KIND>(out[e]) : v[e]);
       }
     } else {
       float* out = static_cast<float*>(C) + off;
@@ -233,7 +168,7 @@ __device__ __forceinline__ void half_store(void* __restrict__ C, const HalfAcc& 
 }
 
 // Window kernel body: warp -> (window blockIdx.x, 64-column slice blockIdx.y x slices + warp).
-template <bool BF16>
+template <int KIND>
 __device__ __forceinline__ void half_window(const i64* __restrict__ row_window_offset, const uint4* __restrict__ frag,
                                             const int4* __restrict__ cols, const u16* __restrict__ B,
                                             void* __restrict__ C, i64 M, i64 N, int flags) {
@@ -243,16 +178,16 @@ __device__ __forceinline__ void half_window(const i64* __restrict__ row_window_o
   const bool fast = (flags & FLAG_VEC) && n0 + CFG_HALF_WARP_COLS <= N;
   HalfAcc acc;
   half_zero(acc);
-  half_run<BF16>(acc, row_window_offset[w], row_window_offset[w + 1], frag, cols, B, N, n0, fast);
+  half_run<KIND>(acc, row_window_offset[w], row_window_offset[w + 1], frag, cols, B, N, n0, fast);
   const i64 row0 = w * 16;
-  half_store<BF16>(C, acc, row0, (int)min((i64)16, M - row0), N, n0, fast, flags);
+  half_store<KIND>(C, acc, row0, (int)min((i64)16, M - row0), N, n0, fast, flags);
 }
 
 // Split-K body: blockDim.x = 32 x slices x ksplit (ksplit a power of two); warp = k x slices + slice takes blocks
 // [rb + len k / ksplit, rb + len (k+1) / ksplit) of the window; at tree step h (ksplit/2 .. 1) warps h..2h-1 hand
 // their sums to warps 0..h-1 through red ((ksplit/2) x slices slots of [32 regs][32 lanes] floats, dynamic shared
 // memory: conflict-free). The shares and the tree depend only on the block count and ksplit: bitwise repeatable.
-template <bool BF16>
+template <int KIND>
 __device__ __forceinline__ void half_split(const i64* __restrict__ row_window_offset, const uint4* __restrict__ frag,
                                            const int4* __restrict__ cols, const u16* __restrict__ B,
                                            void* __restrict__ C, i64 M, i64 N, int flags, int ksplit,
@@ -264,7 +199,7 @@ __device__ __forceinline__ void half_split(const i64* __restrict__ row_window_of
   const i64 rb = row_window_offset[w], len = row_window_offset[w + 1] - rb;
   HalfAcc acc;
   half_zero(acc);
-  if (active) half_run<BF16>(acc, rb + len * k / ksplit, rb + len * (k + 1) / ksplit, frag, cols, B, N, n0, fast);
+  if (active) half_run<KIND>(acc, rb + len * k / ksplit, rb + len * (k + 1) / ksplit, frag, cols, B, N, n0, fast);
   for (int h = ksplit >> 1; h >= 1; h >>= 1) {  // every warp reaches every barrier
     float* slot = red + ((i64)(k >= h ? k - h : k) * slices + slice) * 32 * HALF_ACC_REGS;
     if (k >= h && k < 2 * h) {
@@ -279,5 +214,5 @@ __device__ __forceinline__ void half_split(const i64* __restrict__ row_window_of
     __syncthreads();
   }
   const i64 row0 = w * 16;
-  if (k == 0 && active) half_store<BF16>(C, acc, row0, (int)min((i64)16, M - row0), N, n0, fast, flags);
+  if (k == 0 && active) half_store<KIND>(C, acc, row0, (int)min((i64)16, M - row0), N, n0, fast, flags);
 }

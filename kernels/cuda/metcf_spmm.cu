@@ -268,19 +268,19 @@ extern "C" __global__ void metcf_bitmap(const i64* __restrict__ tc_offset,
       const u16 *__restrict__ B, void *__restrict__ C, i64 M, i64 N, int flags
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_HALF_MIN_BLOCKS_PER_SM)
     metcf_half_window_f16(HALF_WINDOW_ARGS) {
-  half_window<false>(row_window_offset, frag, cols, B, C, M, N, flags);
+  half_window<F16>(row_window_offset, frag, cols, B, C, M, N, flags);
 }
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_HALF_MIN_BLOCKS_PER_SM)
     metcf_half_window_bf16(HALF_WINDOW_ARGS) {
-  half_window<true>(row_window_offset, frag, cols, B, C, M, N, flags);
+  half_window<BF16>(row_window_offset, frag, cols, B, C, M, N, flags);
 }
 extern "C" __global__ void __launch_bounds__(CFG_SPLIT_MAX_WARPS * 32, 1)
     metcf_half_split_f16(HALF_WINDOW_ARGS, int ksplit) {
   extern __shared__ float red[];
-  half_split<false>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
+  half_split<F16>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
 }
 extern "C" __global__ void __launch_bounds__(CFG_SPLIT_MAX_WARPS * 32, 1)
     metcf_half_split_bf16(HALF_WINDOW_ARGS, int ksplit) {
   extern __shared__ float red[];
-  half_split<true>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
+  half_split<BF16>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
 }

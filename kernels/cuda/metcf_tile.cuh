@@ -47,7 +47,7 @@ static_assert(CFG_UNROLL >= 1 && CFG_UNROLL <= 8, "KernelConfig.unroll must be 1
 static_assert(CFG_MIN_BLOCKS_PER_SM >= 1 && CFG_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
 
-typedef long long i64;
+#include "tc_ops.cuh"  // i64, Kind, mma
 #define TILE_ELEMS (CFG_WINDOW_ROWS * CFG_BLOCK_COLS)  // 128 slots of one 16x8 TC block
 #define WARP_N (CFG_WARP_COLS * CFG_WARP_SLICES)      // columns of B and C one warp covers
 typedef float Acc[CFG_WARP_SLICES][4][4];  // [32-column slice][n8 tile t][mma D register] of one warp
@@ -75,8 +75,9 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Plain equivalent: x with its mantissa rounded to 10 bits, as a bit pattern. sm_90: round to nearest even, one
-// instruction (F2FP.TF32); sm_80 has only ties-away (cvt.rna: an infinity test and an add per value).
-__device__ __forceinline__ unsigned to_tf32(float x) {
+// instruction (F2FP.TF32); sm_80 has only ties-away (cvt.rna: an infinity test and an add per value). Not
+// tc_ops.cuh's to_tf32, which is ties-away everywhere: ME-TCF's TF32 rounding is this one.
+__device__ __forceinline__ unsigned round_tf32(float x) {
   unsigned r;
 #if __CUDA_ARCH__ >= 900
   asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
@@ -84,18 +85,6 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
 #endif
   return r;
-}
-
-// Plain equivalent, with g = lane/4, q = lane%4, A the 16x8 tile, Bt the 8x8 tile, D the 16x8 accumulator:
-//   for i in 0..15, j in 0..7: D[i][j] += sum_k A[i][k] * Bt[k][j]
-// a = {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, b = {Bt[q][g], Bt[q+4][g]},
-// d = {D[g][2q], D[g][2q+1], D[g+8][2q], D[g+8][2q+1]}.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ void zero_tile(TileStages& s, int stage) {
@@ -144,9 +133,9 @@ __device__ __forceinline__ void warp_tile_mma(float (&acc)[4][4], const TileStag
                                               const float (&b_lo)[4], const float (&b_hi)[4], int lane) {
   unsigned a[4];  // mma A fragment: tile rows g, g+8 x columns q, q+4 (see tile_slot)
 #pragma unroll
-  for (int k = 0; k < 4; ++k) a[k] = to_tf32(s.a[stage][k * 32 + lane]);
+  for (int k = 0; k < 4; ++k) a[k] = round_tf32(s.a[stage][k * 32 + lane]);
 #pragma unroll
-  for (int t = 0; t < 4; ++t) mma_tf32(acc[t], a, to_tf32(b_lo[t]), to_tf32(b_hi[t]));
+  for (int t = 0; t < 4; ++t) mma<TF32>(acc[t], a, round_tf32(b_lo[t]), round_tf32(b_hi[t]));
 }
 
 // Write a warp's 16x32 accumulator (remapped) to dst rows 0..rows-1 (row stride N), columns n0..n0+31 (< N).
@@ -340,12 +329,12 @@ __device__ __forceinline__ void reg_tile_mma(Acc& acc, const float (&av)[4], con
   unsigned a[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k)  // dense fragments are stored TF32-rounded already (kernels/launch.py fragments)
-    a[k] = CFG_A_DENSE ? __float_as_uint(av[k]) : to_tf32(av[k]);
+    a[k] = CFG_A_DENSE ? __float_as_uint(av[k]) : round_tf32(av[k]);
 #pragma unroll
   for (int s = 0; s < CFG_WARP_SLICES; ++s)
     if (FAST || sl.active[s]) {
 #pragma unroll
-      for (int t = 0; t < 4; ++t) mma_tf32(acc[s][t], a, to_tf32(lo[s][t]), to_tf32(hi[s][t]));
+      for (int t = 0; t < 4; ++t) mma<TF32>(acc[s][t], a, round_tf32(lo[s][t]), round_tf32(hi[s][t]));
     }
 }
 

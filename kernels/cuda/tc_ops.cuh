@@ -1,6 +1,8 @@
-// Tensor Core and 16-bit helpers of the kernels whose precision is a template `int KIND` (bcsr_spmm.cu,
-// cvse_common.cuh, csr_spmm.cu): one definition of the mma, the TF32 rounding, the 16-bit conversions and ldmatrix.
-// (metcf_half.cuh and tiledcsr_tile.cuh keep twins templated on `bool BF16` / their traits: merging them is open.)
+// Tensor Core and 16-bit helpers of every kernel, the precision a template `int KIND` (bcsr_spmm.cu,
+// cvse_common.cuh, csr_spmm.cu, metcf_half.cuh, metcf_tile.cuh, tiledcsr_tile.cuh): one definition of the mma, the
+// TF32 rounding (ties away; ME-TCF's TF32 path keeps its own, metcf_tile.cuh's round_tf32), the 16-bit conversions,
+// the 8-value B row load and ldmatrix.
+#pragma once
 typedef long long i64;
 typedef unsigned short u16;
 
@@ -26,6 +28,13 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsig
                  "{%0,%1,%2,%3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// The same with A as one 16-byte register quad (a.x .. a.w = a[0] .. a[3]).
+template <int KIND>
+__device__ __forceinline__ void mma(float (&d)[4], const uint4& a, unsigned b0, unsigned b1) {
+  const unsigned r[4] = {a.x, a.y, a.z, a.w};
+  mma<KIND>(d, r, b0, b1);
 }
 
 // Plain equivalent: x rounded to TF32 (10 mantissa bits), ties away from zero.
@@ -60,6 +69,24 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 }
 
 __device__ __forceinline__ unsigned word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// 8 consecutive 16-bit values row[0..7] as one uint4: FAST one 16-byte load; else element by element (any
+// alignment), the `avail` = clamp(count, 0, 8) values inside the row, zeros past it.
+template <bool FAST>
+__device__ __forceinline__ uint4 load8_u16(const u16* __restrict__ row, int avail) {
+  if constexpr (FAST) {
+    return __ldg(reinterpret_cast<const uint4*>(row));
+  } else {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned lo = 2 * i < avail ? __ldg(row + 2 * i) : 0u;
+      const unsigned hi = 2 * i + 1 < avail ? __ldg(row + 2 * i + 1) : 0u;
+      w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 // Plain equivalent: r[m] = the 32-bit word lane l holds of 8 x 8 b16 matrix m (rows at the addresses of lanes

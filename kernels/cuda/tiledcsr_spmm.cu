@@ -57,7 +57,7 @@ static_assert(TCSR_UNROLL >= 1 && TCSR_UNROLL <= 4, "TiledConfig.unroll must be 
 
 #define FLAG_VEC 1  // 16-byte B loads and C stores (see the contract)
 #define FLAG_ADD 2  // C += A @ B (added in fp32, rounded once)
-#include "metcf_half.cuh"  // FLAG_OUT16, HalfAcc, mma_16816, load_row8, mma_block, half_zero, half_store, word
+#include "metcf_half.cuh"  // tc_ops.cuh; FLAG_OUT16, HalfAcc, mma_block, half_zero, half_store
 #include "tiledcsr_tile.cuh"  // Traits, fragment stages, scatter_chunk, load_cols, load_b, tile_mma
 static_assert(CFG_HALF_WARP_COLS == 64, "a warp covers 64 columns: the 8 remapped n8 tiles of half_store");
 
@@ -188,7 +188,7 @@ __device__ __forceinline__ void tiledcsr_spmm(const i64* __restrict__ group_ptr,
     if (c.rest == 0) {  // the piece's last chunk: its rows are complete; one half_store call site (registers)
       const int dst = __ldg(piece_dst + c.g);  // >= 0: the group, into C; < 0: ~slot, a float32 tile of W
       const i64 row0 = (i64)(dst >= 0 ? dst : ~dst) * ROWS;
-      half_store<KIND == BF16>(dst >= 0 ? C : static_cast<void*>(work), acc, row0,
+      half_store<KIND>(dst >= 0 ? C : static_cast<void*>(work), acc, row0,
                                dst >= 0 ? (int)min((i64)ROWS, M - row0) : ROWS, N, n0, FAST,
                                dst >= 0 ? flags : flags & FLAG_VEC);
       half_zero(acc);
@@ -221,7 +221,7 @@ TCSR_ENTRY(tiledcsr_spmm_bf16_edge, BF16, false)
 // slots); thread = one column n of C, the split groups blockIdx.y, + gridDim.y, ..., rows in a loop. The store is
 // half_store's: FLAG_ADD reads the old value once and adds it in fp32, FLAG_OUT16 rounds once; columns >= N and
 // rows >= M are never written, and no element of C is written by the main kernels for these groups.
-template <bool BF16>
+template <int KIND>
 __device__ __forceinline__ void tiledcsr_fixup(const float* __restrict__ W, const int* __restrict__ fix_group,
                                                const int* __restrict__ fix_ptr, void* __restrict__ C, i64 n_fix,
                                                i64 M, i64 N, int flags) {
@@ -236,7 +236,7 @@ __device__ __forceinline__ void tiledcsr_fixup(const float* __restrict__ W, cons
       const i64 off = (row0 + r) * N + n;
       if (flags & FLAG_OUT16) {
         u16* out = static_cast<u16*>(C) + off;
-        *out = from_f32<BF16>((flags & FLAG_ADD) ? v + to_f32<BF16>(*out) : v);
+        *out = from_f32<KIND>((flags & FLAG_ADD) ? v + to_f32<KIND>(*out) : v);
       } else {
         float* out = static_cast<float*>(C) + off;
         *out = (flags & FLAG_ADD) ? v + *out : v;
@@ -244,12 +244,12 @@ __device__ __forceinline__ void tiledcsr_fixup(const float* __restrict__ W, cons
     }
   }
 }
-#define TCSR_FIXUP(NAME, BF16)                                                                                     \
+#define TCSR_FIXUP(NAME, KIND)                                                                                     \
   extern "C" __global__ void NAME(const float* __restrict__ W, const int* __restrict__ fix_group,                 \
                                   const int* __restrict__ fix_ptr, void* __restrict__ C, i64 n_fix, i64 M, i64 N,  \
                                   int flags) {                                                                     \
-    tiledcsr_fixup<BF16>(W, fix_group, fix_ptr, C, n_fix, M, N, flags);                                            \
+    tiledcsr_fixup<KIND>(W, fix_group, fix_ptr, C, n_fix, M, N, flags);                                            \
   }
-TCSR_FIXUP(tiledcsr_fixup_f32, false)  // TF32: float32 C only (the launcher refuses a 16-bit C)
-TCSR_FIXUP(tiledcsr_fixup_f16, false)
-TCSR_FIXUP(tiledcsr_fixup_bf16, true)
+TCSR_FIXUP(tiledcsr_fixup_f32, TF32)  // TF32: float32 C only (the launcher refuses a 16-bit C)
+TCSR_FIXUP(tiledcsr_fixup_f16, F16)
+TCSR_FIXUP(tiledcsr_fixup_bf16, BF16)

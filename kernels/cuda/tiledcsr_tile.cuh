@@ -2,8 +2,8 @@
 // CSR into shared memory in mma A-fragment order, the B-row loads of one tile for one lane, and one tile's mma.
 //
 // A fragment buffer, one per chunk stage: uint4 [TCSR_CHUNK tiles][32 lanes] (512 B per tile, both tile widths):
-// word j of lane l = 4g + q of tile u is the mma A register j of that lane (metcf_half.cuh's mma_16816 / mma_1688
-// below). Element (r, c) of a 16 x w tile, g = r % 8, h = r / 8:
+// word j of lane l = 4g + q of tile u is the mma A register j of that lane (tc_ops.cuh's mma<KIND>). Element
+// (r, c) of a 16 x w tile, g = r % 8, h = r / 8:
 //   16-bit (16 x 16, m16n8k16): lane 4g + (c / 2) % 4, register h + 2 (c / 8), half c % 2 (low half = even c)
 //   TF32   (16 x 8,  m16n8k8):  lane 4g + c % 4,       register h + 2 (c / 4)
 // Every slot without a stored entry is zero: the stage is zeroed (16-byte stores) one chunk before its scatter.
@@ -17,7 +17,6 @@
 #endif
 
 typedef unsigned char u8;
-enum Kind { TF32 = 0, F16 = 1, BF16 = 2 };
 template <int KIND> struct Traits;  // W: tile width (the mma's k); VB: bytes per value; RP: local row pointer type
 template <> struct Traits<TF32> { static constexpr int W = 8, VB = 4; typedef u8 RP; };
 template <> struct Traits<F16> { static constexpr int W = 16, VB = 2; typedef u16 RP; };
@@ -27,20 +26,6 @@ template <> struct Traits<BF16> : Traits<F16> {};
 #define RP_LEN (ROWS + 1)
 #define FRAG_LANES 32  // uint4 per tile in a fragment stage
 constexpr int SCATTER_STEP = 4;  // entries of a tile row whose loads a scatter thread issues before their stores
-
-// Plain equivalent (D 16 x 8, A 16 x 8, Bt 8 x 8): D[i][j] += sum_k A[i][k] Bt[k][j] in TF32 products, fp32 sums;
-// a = {A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4]}, b0 = Bt[q][g], b1 = Bt[q+4][g].
-__device__ __forceinline__ void mma_1688(float (&d)[4], const uint4& a, unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
-// Plain equivalent: x rounded to TF32 (10 mantissa bits), ties away from zero.
-__device__ __forceinline__ unsigned tcsr_tf32(unsigned x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
-  return r;
-}
 
 // Byte offset of tile element (r, c) inside its 512-byte fragment (the layout above).
 template <int KIND>
@@ -108,7 +93,7 @@ __device__ __forceinline__ int4 load_cols(const int* __restrict__ tc, i64 t, int
 }
 
 // r = this lane's B values for one tile, columns n_lane .. n_lane + 7 (avail = clamp(N - n_lane, 0, 8) inside N):
-// 16-bit: r[k] = 8 values of B row c[k] (metcf_half.cuh's load_row8); TF32: r[0..1] = 8 floats of row c.x,
+// 16-bit: r[k] = 8 values of B row c[k] (tc_ops.cuh's load8_u16); TF32: r[0..1] = 8 floats of row c.x,
 // r[2..3] of row c.y. FAST: 16-byte loads (the warp's 64 columns inside N, FLAG_VEC); else element loads, zeros
 // past N. Half H (0 or 1) loads r[2H], r[2H + 1] only.
 template <int KIND, bool FAST, int H>
@@ -127,8 +112,8 @@ __device__ __forceinline__ void load_b_half(uint4 (&r)[4], const int4& c, const 
     }
   } else {
     const u16* B16 = static_cast<const u16*>(B);
-    r[2 * H] = load_row8<FAST>(B16, H ? c.z : c.x, N, n_lane, avail);
-    r[2 * H + 1] = load_row8<FAST>(B16, H ? c.w : c.y, N, n_lane, avail);
+    r[2 * H] = load8_u16<FAST>(B16 + (i64)(H ? c.z : c.x) * N + n_lane, avail);
+    r[2 * H + 1] = load8_u16<FAST>(B16 + (i64)(H ? c.w : c.y) * N + n_lane, avail);
   }
 }
 template <int KIND, bool FAST>
@@ -145,8 +130,9 @@ __device__ __forceinline__ void tile_mma(HalfAcc& acc, const uint4& a, const uin
   if constexpr (KIND == TF32) {
 #pragma unroll
     for (int u = 0; u < 8; ++u)
-      mma_1688(acc[u], a, tcsr_tf32(word(r[u >> 2], u & 3)), tcsr_tf32(word(r[2 + (u >> 2)], u & 3)));
+      mma<TF32>(acc[u], a, to_tf32(__uint_as_float(word(r[u >> 2], u & 3))),
+                to_tf32(__uint_as_float(word(r[2 + (u >> 2)], u & 3))));
   } else {
-    mma_block<KIND == BF16>(acc, a, r);
+    mma_block<KIND>(acc, a, r);
   }
 }
