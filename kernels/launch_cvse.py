@@ -214,7 +214,7 @@ class CvseTiles:
         """The workspace cvse_b_tiles_c{halves} writes B into: [T][ceil(N / 64 halves)][bk][8 halves] 16-byte pieces
         (as large as B padded to whole chunks and column tiles), allocated on the first call for (N, halves) on the
         current stream and reused by the next: calls on one stream run in order, calls on other streams get their
-        own, so concurrent calls never share one."""
+        own (kept with the tiles, one per stream they ran on), so concurrent calls never share one."""
         import cupy
 
         from kernels.formats.cvse_tiles import n_chunks

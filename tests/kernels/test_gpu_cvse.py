@@ -242,7 +242,6 @@ def test_spmm_tiled_launch_shapes_give_the_same_bits_and_accumulate(name, V):
     assert np.array_equal(tiled_run(dm, tl, device_b(-B, name), shapes[0]).get(), -ref)  # a new B, same workspace
 
 
-
 def test_spmm_tiled_on_two_streams_keeps_a_workspace_each():
     """One CvseTiles called on two streams at once: each stream has its own B workspace (the sm_90 kernel's
     chunk-major copy of B), so neither product reads the other's B."""
