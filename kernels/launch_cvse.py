@@ -195,10 +195,12 @@ def rows_per_warp(V: int) -> int:
 @dataclass
 class CvseTiles:
     """The tiled kernel's arrays on the device (kernels/formats/cvse_tiles.py): group_ptr int32 [T n_vec_rows + 1]
-    (chunk-major segments), tiles uint32 [max(n_groups, 1), group_words(V)]."""
+    (chunk-major segments), tiles uint32 [max(n_groups, 1), group_words(V)], rows int32 [T bk] (the B row at each
+    chunk position: cvse_tiles.chunk_order)."""
 
     group_ptr: object
     tiles: object
+    rows: object
     group_ptr_host: np.ndarray
     n_vec_rows: int
     vector: int
@@ -252,9 +254,9 @@ def upload_tiles(X, precision: str, config: CvseConfig = CVSE_CONFIG) -> CvseTil
     if precision not in TILED_PRECISIONS:
         raise ValueError(f"the tiled CVSE kernel is 16-bit ({TILED_PRECISIONS}), got {precision}")
     check_columns(int(X.shape[1]))
-    P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, int(X.shape[1]), config.tile_bk)  # P < 2^31 (checked)
-    return CvseTiles(cupy.asarray(P.astype(np.int32)), cupy.asarray(tiles), P, X.n_vec_rows, X.vector,
-                     config.tile_bk, {}, {})
+    P, tiles, rows = tile_layout(X.vec_ptr, X.indices, X.data, int(X.shape[1]), config.tile_bk)  # < 2^31 (checked)
+    return CvseTiles(cupy.asarray(P.astype(np.int32)), cupy.asarray(tiles), cupy.asarray(rows.astype(np.int32)), P,
+                     X.n_vec_rows, X.vector, config.tile_bk, {}, {})
 
 
 def tiled_smem(V: int, K: int, warps: int, halves: int, gcap: int, config: CvseConfig = CVSE_CONFIG) -> int:
@@ -358,8 +360,8 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
         b = tl.b_tiles(int(K), N, halves)
         threads = 256
         launch.function(f"cvse_b_tiles_c{halves}", config, SPMM_SOURCE)(
-            (min(-(-b.size // (8 * threads)), 16 * sms),), (threads,), (B, b, np.int64(N), K))
-    fn(grid, block, (tl.group_ptr, tl.tiles, b, out, np.int64(dm.shape[0]), np.int64(N), K,
+            (min(-(-b.size // (8 * threads)), 16 * sms),), (threads,), (B, tl.rows, b, np.int64(N), K))
+    fn(grid, block, (tl.group_ptr, tl.tiles, tl.rows, b, out, np.int64(dm.shape[0]), np.int64(N), K,
                      np.int64(dm.n_vec_rows), np.int32(gcap), np.int32(flags)), shared_mem=smem)
     return out
 

@@ -261,7 +261,7 @@ CVSE_SPMM_ALL_V(cvse_spmm_bf16, BF16)
 // drops to (n_vec_rows / R) copies of B. Same Transpose Mapping as above (B^T is the mma's A operand, the vectors'
 // values its B operand), gathered from shared memory by ldmatrix instead of from global by the Register Shuffle.
 // Layout (kernels/formats/cvse_tiles.py): vectors cut into segments (chunk t, vector row i), chunk-major, each cut
-// into groups of 16 slots: 16 slot rows (row within the chunk; BK + z for an empty slot) then the lanes' mma B
+// into groups of 16 slots: 16 slot rows (position in the chunk order; BK + z for an empty slot) then the lanes' mma B
 // fragments. A stage = [B tile: BK + 8 rows x 8 CH 16-byte pieces, row r's piece c at c ^ (r & 7), rows BK .. BK + 7
 // zeros (what empty slots read, one per bucket r & 7)][P: group_ptr of the block's R + 1 row boundaries (sm_80)][the
 // block's groups of the chunk, <= gcap (the launcher's stage_groups)]. sm_80: all by cp.async; sm_90: B tile and
@@ -279,9 +279,11 @@ CVSE_SPMM_ALL_V(cvse_spmm_bf16, BF16)
 // m16n8 tile m accumulates columns 16 m + g, + 8 of a 64-column half x vector members 8 h + 2 q, + 1. Input
 // contract (checked by the launcher):
 // FLAG_VEC (N % 8 == 0, B and C 16-byte aligned); B [K, N] 16-bit on sm_80, on sm_90 its cvse_b_tiles_c{CH} copy;
-// group_ptr int32 [T n_vec_rows + 1] (T = ceil(K / BK)), tiles 16-byte aligned. Each C element has one writer and
-// a fixed summation order (chunks in order, groups in layout order): deterministic. Rows >= M and columns >= N of C
-// are never written; every other element is (zeros for an empty vector row).
+// group_ptr int32 [T n_vec_rows + 1] (T = ceil(K / BK)), tiles 16-byte aligned; rows int32 [T BK]: the B row
+// at each chunk position (cvse_tiles.chunk_order, K: none; sm_80 reads it, sm_90's copy is in its order already).
+// Each C element has one writer and a fixed summation order (chunks in order, groups in layout order):
+// deterministic. Rows >= M and columns >= N of C are never written; every other element is (zeros for an empty
+// vector row).
 template <int V> struct Tiled {
   static constexpr int NH = V == 16 ? 2 : 1;   // n8 tiles over V
   static constexpr int RW = V == 16 ? 1 : 2;   // vector rows per warp (16 rows of C per warp at V = 8, 16)
@@ -363,8 +365,9 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
 
 template <int KIND, int V, int CH>
 __device__ __forceinline__ void cvse_spmm_tiled(const int* __restrict__ P, const unsigned* __restrict__ tiles,
-                                                const u16* __restrict__ B, void* __restrict__ C, i64 M, i64 N,
-                                                i64 K, i64 Mv, int gcap, int flags) {
+                                                const int* __restrict__ rows, const u16* __restrict__ B,
+                                                void* __restrict__ C, i64 M, i64 N, i64 K, i64 Mv, int gcap,
+                                                int flags) {
   constexpr int BK = CVSE_TILE_BK, S = CVSE_TILE_STAGES, RW = Tiled<V>::RW, NH = Tiled<V>::NH;
   constexpr int WORDS = Tiled<V>::WORDS, PR = 8 * CH;  // PR: 16-byte pieces per B tile row
   constexpr int BAR_BYTES = (S * 8 + 15) / 16 * 16;     // the stages' mbarriers (used on sm_90)
@@ -464,16 +467,17 @@ __device__ __forceinline__ void cvse_spmm_tiled(const int* __restrict__ P, const
   }
 #else
   __syncthreads();
-  // sm_80: every thread copies by cp.async: B piece c = tid % PR of rows tid / PR + j blockDim / PR (one
-  // running source pointer), the group_ptr slice and every blockDim-th 16-byte piece of the block's groups
+  // sm_80: every thread copies by cp.async: B piece c = tid % PR of positions tid / PR + j blockDim / PR (B row
+  // rows[t BK + position]), the group_ptr slice and every blockDim-th 16-byte piece of the block's groups
   auto load = [&](int s, int t) {
     unsigned char* base = stages + s * stage_bytes;
     const int c = threadIdx.x % PR, r0 = threadIdx.x / PR, RS = blockDim.x / PR;
     const bool col_ok = n0 + 8 * c < N;  // N % 8 == 0: a piece is all inside or all outside
-    const int rows = (int)min((i64)BK, K - (i64)t * BK);
-    const u16* src = B + (col_ok ? n0 + 8 * c + ((i64)t * BK + r0) * N : 0);
-    for (int r = r0; r < BK; r += RS, src += col_ok ? RS * N : 0)
-      cp_async<16>(base + 16 * (r * PR + (c ^ (r & 7))), src, col_ok && r < rows);
+    for (int r = r0; r < BK; r += RS) {  // position r holds B row rows[t BK + r] (K: none, zeros)
+      const i64 k = __ldg(rows + (i64)t * BK + r);
+      const bool ok = col_ok && k < K;
+      cp_async<16>(base + 16 * (r * PR + (c ^ (r & 7))), B + (ok ? k * N + n0 + 8 * c : 0), ok);
+    }
     int* p = (int*)(base + tile_bytes);
     for (int x = threadIdx.x; x <= R; x += blockDim.x) cp_async<4>(p + x, P + t * Mv + min(i0 + x, i1), true);
     const int2 lh = bnd[t];
@@ -514,9 +518,9 @@ __device__ __forceinline__ void cvse_spmm_tiled(const int* __restrict__ P, const
 
 #define CVSE_TILED_ENTRY(NAME, KIND, V, CH)                                                                       \
   extern "C" __global__ void __launch_bounds__(512, 1)                                                          \
-      NAME(const int* __restrict__ P, const unsigned* __restrict__ tiles, const u16* __restrict__ B,            \
-           void* __restrict__ C, i64 M, i64 N, i64 K, i64 Mv, int gcap, int flags) {                             \
-    cvse_spmm_tiled<KIND, V, CH>(P, tiles, B, C, M, N, K, Mv, gcap, flags);                                     \
+      NAME(const int* __restrict__ P, const unsigned* __restrict__ tiles, const int* __restrict__ rows,         \
+           const u16* __restrict__ B, void* __restrict__ C, i64 M, i64 N, i64 K, i64 Mv, int gcap, int flags) {  \
+    cvse_spmm_tiled<KIND, V, CH>(P, tiles, rows, B, C, M, N, K, Mv, gcap, flags);                               \
   }
 #define CVSE_TILED_ALL(PREFIX, KIND)                                                                              \
   CVSE_TILED_ENTRY(PREFIX##_v2_c1, KIND, 2, 1) CVSE_TILED_ENTRY(PREFIX##_v2_c2, KIND, 2, 2)                     \
@@ -526,22 +530,26 @@ __device__ __forceinline__ void cvse_spmm_tiled(const int* __restrict__ P, const
 CVSE_TILED_ALL(cvse_spmm_tiled_f16, F16)
 CVSE_TILED_ALL(cvse_spmm_tiled_bf16, BF16)
 
-// B [K, N] 16-bit -> Bc [T][ceil(N / 64 CH)][BK][8 CH] 16-byte pieces in the tiled kernel's shared layout (piece c
-// of row r at c ^ (r & 7)), zeros past K and N: chunk t of column tile x is one contiguous bulk copy.
+// B [K, N] 16-bit -> Bc [T][ceil(N / 64 CH)][BK][8 CH] 16-byte pieces in the tiled kernel's shared layout: position r
+// of chunk t holds B row rows[t BK + r] (cvse_tiles.chunk_order; K: none), its piece c at c ^ (r & 7); zeros past K
+// and N. Chunk t of column tile x is one contiguous bulk copy.
 template <int CH>
-__device__ __forceinline__ void cvse_b_tiles(const u16* __restrict__ B, uint4* __restrict__ Bc, i64 N, i64 K) {
+__device__ __forceinline__ void cvse_b_tiles(const u16* __restrict__ B, const int* __restrict__ rows,
+                                             uint4* __restrict__ Bc, i64 N, i64 K) {
   constexpr int BK = CVSE_TILE_BK, PR = 8 * CH;
   const i64 NT = (N + 64 * CH - 1) / (64 * CH), total = (K + BK - 1) / BK * NT * BK * PR;
   for (i64 x = (i64)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (i64)gridDim.x * blockDim.x) {
     const int p = (int)(x % PR), r = (int)(x / PR % BK);
     const i64 nt = x / ((i64)PR * BK) % NT, t = x / ((i64)PR * BK * NT);
-    const i64 k = t * BK + r, n = nt * 64 * CH + 8 * (p ^ (r & 7));
+    const i64 k = __ldg(rows + t * BK + r), n = nt * 64 * CH + 8 * (p ^ (r & 7));
     Bc[x] = k < K && n < N ? __ldg((const uint4*)(B + k * N + n)) : make_uint4(0u, 0u, 0u, 0u);
   }
 }
-extern "C" __global__ void cvse_b_tiles_c1(const u16* __restrict__ B, uint4* __restrict__ Bc, i64 N, i64 K) {
-  cvse_b_tiles<1>(B, Bc, N, K);
+extern "C" __global__ void cvse_b_tiles_c1(const u16* __restrict__ B, const int* __restrict__ rows,
+                                           uint4* __restrict__ Bc, i64 N, i64 K) {
+  cvse_b_tiles<1>(B, rows, Bc, N, K);
 }
-extern "C" __global__ void cvse_b_tiles_c2(const u16* __restrict__ B, uint4* __restrict__ Bc, i64 N, i64 K) {
-  cvse_b_tiles<2>(B, Bc, N, K);
+extern "C" __global__ void cvse_b_tiles_c2(const u16* __restrict__ B, const int* __restrict__ rows,
+                                           uint4* __restrict__ Bc, i64 N, i64 K) {
+  cvse_b_tiles<2>(B, rows, Bc, N, K);
 }

@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from kernels.formats.cvse import csr_to_cvse, cvse_spmm
-from kernels.formats.cvse_tiles import (HALF, SLOTS, group_words, n_chunks, slot_word, stage_groups, tile_layout,
-                                       tiles_spmm)
+from kernels.formats.cvse_tiles import (BUCKETS, HALF, SLOTS, chunk_order, group_words, n_chunks, slot_word,
+                                       stage_groups, tile_layout, tiles_spmm)
 from kernels.precision import precision
 from kernel_cases import random_csr
 
@@ -30,12 +30,12 @@ def cvse(case, V, name):
 @pytest.mark.parametrize("case", sorted(SHAPES))
 def test_layout_reads_back_the_product(case, V, name, bk):
     X = cvse(case, V, name)
-    P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], bk)
+    P, tiles, order = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], bk)
     T, Mv = n_chunks(X.shape[1], bk), X.n_vec_rows
-    assert P.shape == (T * Mv + 1,) and tiles.shape == (max(int(P[-1]), 1), group_words(V))
+    assert P.shape == (T * Mv + 1,) and tiles.shape == (max(int(P[-1]), 1), group_words(V)) and order.shape == (T * bk,)
     B = np.random.default_rng(4).standard_normal((X.shape[1], 11))
-    np.testing.assert_allclose(tiles_spmm(P, tiles, V, X.shape, B, bk, bf16=name == "bfloat16"), cvse_spmm(X, B),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tiles_spmm(P, tiles, order, V, X.shape, B, bk, bf16=name == "bfloat16"),
+                               cvse_spmm(X, B), rtol=1e-12, atol=1e-12)
     # every segment gets ceil(its vectors / 16) groups, and its live slots are exactly its vectors
     cols = X.indices.astype(np.int64)
     rows = X.vec_row_of()
@@ -53,7 +53,7 @@ def halves(tiles, n_groups):
 @pytest.mark.parametrize("bk", [16, 128])
 def test_bank_order_spreads_each_bucket_over_the_halves(bk):
     X = cvse("48x1000", 8, "float16")
-    P, tiles = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], bk)
+    P, tiles, _ = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], bk)
     rows = halves(tiles, int(P[-1]))
     repeats = 0
     for g0, g1 in zip(P[:-1], P[1:]):
@@ -71,7 +71,7 @@ def test_bank_order_spreads_each_bucket_over_the_halves(bk):
 @pytest.mark.parametrize("R", [1, 3, 16, 100])
 def test_stage_groups_is_the_largest_block_chunk(R):
     X = cvse("64x300", 4, "float16")
-    P, _ = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], 16)
+    P, _, _ = tile_layout(X.vec_ptr, X.indices, X.data, X.shape[1], 16)
     Mv, T = X.n_vec_rows, n_chunks(X.shape[1], 16)
     brute = max(int(P[t * Mv + min(i + R, Mv)] - P[t * Mv + i]) for t in range(T) for i in range(0, Mv, R))
     assert stage_groups(P, Mv, R) == brute
@@ -113,3 +113,40 @@ def test_column_limit_is_int32():
     check_columns(INT32_MAX)
     with pytest.raises(ValueError, match=f"A has {INT32_MAX + 1} columns; the CVSE kernels take at most"):
         check_columns(INT32_MAX + 1)
+
+
+def phase_reads(P, tiles):
+    """Shared-memory reads per ldmatrix phase (8 slots): the most slots of one bucket r & 7 in a half, averaged."""
+    h = halves(tiles, int(P[-1])) & (BUCKETS - 1)
+    return float(np.mean([np.bincount(x, minlength=BUCKETS).max() for x in h.reshape(-1, HALF)]))
+
+
+@pytest.mark.parametrize("K, bk", [(1000, 256), (1000, 16), (45, 8)])
+def test_chunk_order_is_a_bucket_balanced_permutation_of_each_chunk(K, bk):
+    X = cvse("48x1000" if K == 1000 else "37x45", 8, "float16")
+    order = chunk_order(X.vec_ptr, X.indices, K, bk)
+    T = n_chunks(K, bk)
+    for t in range(T):
+        got = order[t * bk:(t + 1) * bk]
+        real = got[got < K]
+        assert sorted(real.tolist()) == list(range(t * bk, min(K, (t + 1) * bk)))  # each column once, in its chunk
+        assert ((got == K).sum() == (t + 1) * bk - K if (t + 1) * bk > K else (got < K).all())
+    np.testing.assert_array_equal(order, chunk_order(X.vec_ptr, X.indices, K, bk))  # deterministic
+
+
+def test_chunk_order_cuts_bank_conflicts():
+    from kernels.formats import cvse_tiles
+    from tasks.fetch.generators import generate
+
+    A = generate("dlmc", "rows=512&cols=2048&sparsity=0.8&vector=8&seed=3")  # ~51 vectors per segment
+    X = csr_to_cvse(A, vector=8, to_storage=precision("float16").to_storage)
+    P, tiles, order = tile_layout(X.vec_ptr, X.indices, X.data, 2048, 256)
+    plain = np.arange(order.shape[0])  # column order: what the layout did before chunk_order
+    real = cvse_tiles.chunk_order
+    try:
+        cvse_tiles.chunk_order = lambda vec_ptr, indices, K, bk: plain
+        P0, tiles0, _ = tile_layout(X.vec_ptr, X.indices, X.data, 2048, 256)
+    finally:
+        cvse_tiles.chunk_order = real
+    np.testing.assert_array_equal(P, P0)  # the same groups; only the slots' rows (and so their buckets) move
+    assert phase_reads(P, tiles) < phase_reads(P0, tiles0) - 0.2, (phase_reads(P, tiles), phase_reads(P0, tiles0))
