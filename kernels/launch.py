@@ -26,7 +26,7 @@ def cuda_source(name: str = SOURCE, _seen: set | None = None) -> str:
     """The .cu text with its local ``#include "x.cuh"`` lines inlined, each header once (they are all ``#pragma
     once``; tc_ops.cuh is included by several): CuPy's on-disk kernel cache keys on the source string and options
     only, so an edited header must change the string."""
-    seen = {name} if _seen is None else _seen
+    seen = set() if _seen is None else _seen
     seen.add(name)
     text = (CUDA_DIR / name).read_text()
     return re.sub(r'#include "([\w.]+)"',

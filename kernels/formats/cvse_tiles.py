@@ -76,8 +76,9 @@ def chunk_order(vec_ptr, indices, K: int, bk: int = TILE_BK) -> np.ndarray:
     """rows int64 [T * bk]: the column of A (row of B) that position r of chunk t holds, ``K`` where none (past K).
     Per chunk a greedy colouring of its columns into the 8 buckets (r & 7, bk / 8 places each): columns in order of
     falling use (ties by column), each into the bucket that pushes the fewest of its segments' bucket counts past
-    their segment's halves (ties: the most room left, then the lowest bucket); all chunks advance together, one
-    column rank per step. Deterministic."""
+    their segment's halves (ties: the most room its segments have left under their halves, then the lowest
+    bucket); all chunks advance together, one column rank per step. Deterministic. Memory: 8 int32 counts per
+    segment (the layout's group_ptr has one int64)."""
     vec_ptr = np.asarray(vec_ptr, dtype=np.int64)
     Mv, T = vec_ptr.shape[0] - 1, n_chunks(K, bk)
     col = np.asarray(indices, dtype=np.int64)
@@ -92,7 +93,7 @@ def chunk_order(vec_ptr, indices, K: int, bk: int = TILE_BK) -> np.ndarray:
     rank[by_use] = local
     order = np.argsort(rank[col], kind="stable")  # vectors by their column's rank
     steps = np.searchsorted(rank[col][order], np.arange(bk + 1))
-    count = np.zeros((T * Mv, BUCKETS), dtype=np.int64)
+    count = np.zeros((T * Mv, BUCKETS), dtype=np.int32)
     room = np.full((T, BUCKETS), bk // BUCKETS, dtype=np.int64)
     bucket = np.zeros((T, bk), dtype=np.int64)  # by rank
     for j in range(bk):
@@ -212,7 +213,8 @@ def tiles_spmm(group_ptr, tiles, rows, V: int, shape, B, bk: int = TILE_BK, *, b
             r = tiles[:n_groups, 4 * q + j].astype(np.int64)
             live = r < bk  # rows bk .. bk + 7: an empty slot's zero row
             cols = np.asarray(rows, dtype=np.int64)[t[live] * bk + r[live]]
-            assert (cols < K).all(), "a live slot names a chunk position past K"
+            if (cols >= K).any():
+                raise ValueError("a live slot names a chunk position past K: the tiles do not match rows")
             for v in range(V):
                 vals = values_float64(raw[live, value_half(V, v, q, j)])
                 np.add.at(C, V * i[live] + v, vals[:, None] * B[cols])

@@ -1,7 +1,8 @@
 """The tiled CVSE kernel's group layout (kernels/formats/cvse_tiles.py) on the CPU: the product read back from the
 layout alone equals the CVSE's for every V, both 16-bit types, chunk widths and edge shapes; groups stay inside
 their (chunk, vector row) segment; the bank order (each bucket r & 7 spread over the segment's 8-slot halves, empty
-slots on zero rows of buckets their half does not use); stage_groups against a brute force; bad input."""
+slots on zero rows of buckets their half does not use); the chunk order (a permutation of each chunk's columns that
+cuts the phases' bank conflicts); stage_groups against a brute force; bad input."""
 from __future__ import annotations
 
 import numpy as np
