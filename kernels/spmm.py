@@ -429,11 +429,12 @@ class _Call:
 
         side = cupy.cuda.Stream(non_blocking=True)
         try:
-            side.begin_capture()
-            try:
-                self.bound(side.ptr)
-            finally:
-                graph = side.end_capture()
+            with side:  # current too: a format without bind launches on the current stream (_Unbound)
+                side.begin_capture()
+                try:
+                    self.bound(side.ptr)
+                finally:
+                    graph = side.end_capture()
             return graph
         except Exception:  # a launch that allocates or synchronizes: keep launching it directly
             self.graphs = False

@@ -111,6 +111,26 @@ def test_replay_reads_b_in_place_and_matches_the_launch_bitwise(kernel):
     assert next(iter(plan._calls.values())).graph is not None
 
 
+
+@pytest.mark.parametrize("fmt", ["bcsr", "tiledcsr", "cvse"])
+def test_replay_of_the_other_formats_reads_b_in_place(fmt):
+    """The plugin formats launch through their device operator on the current stream (no bind): the captured
+    graph must hold that launch, so a refilled B is what every later call reads."""
+    rng = np.random.default_rng(4)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", dtype="float16", format=fmt, autotune=False)
+    p = plan.precision
+    B = cupy.empty((A.shape[1], 64), dtype=p.storage_dtype)
+    out = cupy.empty((A.shape[0], 64), dtype=plan.out_dtype)
+    for i in range(AUTO_GRAPH_AFTER + 3):
+        Bh = p.to_storage(rng.standard_normal((A.shape[1], 64)).astype(np.float32))
+        B[...] = cupy.asarray(Bh)
+        out.fill(0)
+        plan.run(B, out)
+        ref = csr_spmm(A, p.to_float32(Bh).astype(np.float64))
+        assert rel_err(p.to_float32(cupy.asnumpy(out)), ref) < p.tolerance, (fmt, i)
+    assert next(iter(plan._calls.values())).graph is not None, fmt
+
 def test_accumulate_and_alternating_buffers():
     rng = np.random.default_rng(2)
     A = hub_csr(rng)
