@@ -216,7 +216,8 @@ class CvseTiles:
         """The workspace cvse_b_tiles_c{halves} writes B into: [T][ceil(N / 64 halves)][bk][8 halves] 16-byte pieces
         (as large as B padded to whole chunks and column tiles), allocated on the first call for (N, halves) on the
         current stream and reused by the next: calls on one stream run in order, calls on other streams get their
-        own (kept with the tiles, one per stream they ran on), so concurrent calls never share one."""
+        own (kept with the tiles, one per stream they ran on), so concurrent calls never share one. A graph
+        captured on a stream (SpmmPlan's replay) keeps that stream's workspace; kept, never freed under it."""
         import cupy
 
         from kernels.formats.cvse_tiles import n_chunks
