@@ -111,7 +111,6 @@ def test_replay_reads_b_in_place_and_matches_the_launch_bitwise(kernel):
     assert next(iter(plan._calls.values())).graph is not None
 
 
-
 @pytest.mark.parametrize("fmt", ["bcsr", "tiledcsr", "cvse"])
 def test_replay_of_the_other_formats_reads_b_in_place(fmt):
     """The plugin formats launch through their device operator on the current stream (no bind): the captured
@@ -130,6 +129,7 @@ def test_replay_of_the_other_formats_reads_b_in_place(fmt):
         ref = csr_spmm(A, p.to_float32(Bh).astype(np.float64))
         assert rel_err(p.to_float32(cupy.asnumpy(out)), ref) < p.tolerance, (fmt, i)
     assert next(iter(plan._calls.values())).graph is not None, fmt
+
 
 def test_accumulate_and_alternating_buffers():
     rng = np.random.default_rng(2)
