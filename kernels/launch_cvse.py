@@ -220,10 +220,10 @@ class CvseTiles:
         captured on a stream (SpmmPlan's replay) keeps that stream's workspace; kept, never freed under it."""
         import cupy
 
-        from kernels.formats.cvse_tiles import n_chunks
-
         key = (N, halves, cupy.cuda.get_current_stream().ptr)
-        if key not in self._b_tiles:
+        if key not in self._b_tiles:  # the per-call path is the lookup alone
+            from kernels.formats.cvse_tiles import n_chunks
+
             pieces = n_chunks(K, self.bk) * -(-N // (64 * halves)) * self.bk * 8 * halves
             self._b_tiles[key] = cupy.empty(pieces * 8, dtype=cupy.uint16)
         return self._b_tiles[key]

@@ -443,7 +443,8 @@ class _Call:
 
 class _Unbound:
     """A format without ``bind`` (its device operator has only ``launch``): the same interface, launching per call
-    on the current stream."""
+    on the current stream, which is the stream it is given (_Call passes the current one and makes its capture
+    stream current)."""
 
     def __init__(self, ops, kernel, B, out, accumulate, ksplit, choice):
         self.ops, self.kernel, self.B, self.out = ops, kernel, B, out
