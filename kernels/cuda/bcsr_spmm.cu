@@ -25,7 +25,7 @@
 static_assert(BCSR_WARP_COLS == 64, "a warp's 64 columns are the 8 n8 tiles of the shared-memory B layout");
 static_assert(BCSR_MAX_WARPS >= 1 && BCSR_MAX_WARPS <= 8, "BcsrConfig.max_warps x 5632 B must fit 48 KB");
 
-#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, smem_u32, ldmatrix_x4(_trans)
+#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, smem_u32, ldmatrix_x4, cp_async
 #define FLAG_VEC 1    // cp.async 16-byte B chunks and paired C stores (see the contract)
 #define FLAG_ADD 2    // C += A @ B (added in fp32, rounded once)
 #define FLAG_OUT16 4  // C in the 16-bit input type (else float32)
@@ -36,16 +36,6 @@ static_assert(BCSR_MAX_WARPS >= 1 && BCSR_MAX_WARPS <= 8, "BcsrConfig.max_warps 
 #define TF32_ROW 72                  // floats per TF32 B row in shared memory: 64 + 8 (conflict-free b0/b1 loads)
 static_assert(WARP_SMEM >= 32 * 32 * 4, "a warp's stages must hold its accumulators for the split reduction");
 
-// Plain equivalent: memcpy(dst, src, valid ? 16 : 0), the rest of the 16 bytes zeroed; asynchronous (cp.async.cg).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-// Plain equivalents: close the group of this thread's cp.async copies issued so far; wait until at most N groups
-// are still in flight.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 // A block in shared memory: 32 chunks of 16 bytes, row r (0..15) half c (0..1) at chunk 2r + (c ^ (r / 4 % 2)),
 // so the 8 row addresses of one ldmatrix phase hit 8 distinct 16-byte bank groups.
 __device__ __forceinline__ int a_chunk(int r, int c) { return 2 * r + (c ^ ((r >> 2) & 1)); }
@@ -58,7 +48,7 @@ __device__ __forceinline__ void load_stage(char* st, const char* __restrict__ da
                                            const void* __restrict__ B, i64 b, i64 K, i64 N, i64 n0, bool vec) {
   const int lane = threadIdx.x & 31;
   constexpr int W = KIND == TF32 ? 8 : 16;
-  cp_async16(st + 16 * a_chunk(lane >> 1, lane & 1), data + b * A_BYTES + 16 * lane, true);
+  cp_async<16, true>(st + 16 * a_chunk(lane >> 1, lane & 1), data + b * A_BYTES + 16 * lane, true);
   const i64 k0 = (i64)indices[b] * W;
   char* bs = st + A_BYTES;
 #pragma unroll
@@ -70,7 +60,7 @@ __device__ __forceinline__ void load_stage(char* st, const char* __restrict__ da
       float* dst = (float*)bs + k * TF32_ROW + 4 * c;
       const float* src = (const float*)B + row * N + col;
       if (vec) {
-        cp_async16(dst, row < K && col < N ? (const void*)src : B, row < K && col < N);
+        cp_async<16, true>(dst, row < K && col < N ? (const void*)src : B, row < K && col < N);
       } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j) dst[j] = row < K && col + j < N ? src[j] : 0.f;
@@ -81,7 +71,7 @@ __device__ __forceinline__ void load_stage(char* st, const char* __restrict__ da
       u16* dst = (u16*)bs + 8 * b_chunk(k, c);
       const u16* src = (const u16*)B + row * N + col;
       if (vec) {
-        cp_async16(dst, row < K && col < N ? (const void*)src : B, row < K && col < N);
+        cp_async<16, true>(dst, row < K && col < N ? (const void*)src : B, row < K && col < N);
       } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j) dst[j] = row < K && col + j < N ? src[j] : (u16)0;

@@ -33,24 +33,11 @@ static_assert(CVSE_TILE_BK % 8 == 0 && CVSE_TILE_BK >= 16 && CVSE_TILE_BK <= 512
               "CvseConfig.tile_bk must be a multiple of 8 in 16..512 (the tiled kernel's bank order uses r & 7)");
 static_assert(CVSE_TILE_STAGES >= 2 && CVSE_TILE_STAGES <= 6, "CvseConfig.tile_stages must be 2..6");
 
-#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, pack2, word, load8_u16
+#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_tf32, to_f32, from_f32, pack2, word, load8_u16, cp_async
 #define FLAG_VEC 1    // 16-byte loads of B / A rows and 16-byte C stores (see each kernel's contract)
 #define FLAG_ADD 2    // C += A @ B (added in fp32, rounded once)
 #define FLAG_OUT16 4  // C in the 16-bit input type (else float32)
 
-// cp.async (sm_80+), plain equivalent: for i < BYTES: dst[i] = valid ? src[i] : 0, done asynchronously; the bytes
-// are this thread's to read after cp_async_wait<n> (all but its n most recent groups landed), everyone's after a
-// __syncthreads that follows the wait. BYTES in {4, 8, 16}, dst and src aligned to BYTES; !valid reads nothing.
-template <int BYTES>
-__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
-  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async.ca copies 4, 8 or 16 bytes");
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(src), "n"(BYTES),
-               "r"(valid ? BYTES : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int PENDING>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
 
 // 4 consecutive floats row[0..3]: FAST one 16-byte load; else element by element, zeros past `avail`.

@@ -50,7 +50,7 @@ __device__ __forceinline__ void tile_pipeline(TileStages& s, i64 b_begin, i64 b_
     const int nxt = (cur + 1 == CFG_TILE_STAGES) ? 0 : cur + 1;
     const bool has_next = b + 1 < b_end;
     if (has_next) zero_tile(s, nxt);  // last read CFG_TILE_STAGES - 1 >= 2 iterations ago, before a barrier
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();  // stage cur landed for all threads; stage nxt zeroed by all threads
     if (has_next) fetch_tile_async(s, nxt, b + 1, tc_offset, tc_local_id, data, a_to_b);
     if (active) {

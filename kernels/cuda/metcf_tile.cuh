@@ -47,7 +47,7 @@ static_assert(CFG_UNROLL >= 1 && CFG_UNROLL <= 8, "KernelConfig.unroll must be 1
 static_assert(CFG_MIN_BLOCKS_PER_SM >= 1 && CFG_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.min_blocks_per_sm x max_warps must fit 64 warps per SM");
 
-#include "tc_ops.cuh"  // i64, Kind, mma
+#include "tc_ops.cuh"  // i64, Kind, mma, cp_async
 #define TILE_ELEMS (CFG_WINDOW_ROWS * CFG_BLOCK_COLS)  // 128 slots of one 16x8 TC block
 #define WARP_N (CFG_WARP_COLS * CFG_WARP_SLICES)      // columns of B and C one warp covers
 typedef float Acc[CFG_WARP_SLICES][4][4];  // [32-column slice][n8 tile t][mma D register] of one warp
@@ -64,15 +64,6 @@ struct TileStages {
   int col[CFG_TILE_STAGES][CFG_BLOCK_COLS];  // [stage][8]: sparse_a_to_b row of the block, -1 = padding
                                              // (filled only without CFG_PREFETCH_B)
 };
-
-// Plain equivalent: *(float*)dst_smem = *(const float*)src_gmem; issued now, completed by cp_async_wait_all.
-__device__ __forceinline__ void cp_async4(void* dst_smem, const void* src_gmem) {
-  const unsigned dst = (unsigned)__cvta_generic_to_shared(dst_smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src_gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Plain equivalent: wait until every cp.async this thread issued has landed in shared memory.
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Plain equivalent: x with its mantissa rounded to 10 bits, as a bit pattern. sm_90: round to nearest even, one
 // instruction (F2FP.TF32); sm_80 has only ties-away (cvt.rna: an infinity test and an add per value). Not
@@ -97,9 +88,9 @@ __device__ __forceinline__ void fetch_tile_async(TileStages& s, int stage, i64 b
                                                  const float* __restrict__ data, const int* __restrict__ a_to_b) {
   const i64 begin = tc_offset[b], end = tc_offset[b + 1];
   for (i64 i = begin + threadIdx.x; i < end; i += blockDim.x)
-    cp_async4(&s.a[stage][tile_slot(tc_local_id[i])], data + i);
+    cp_async<4>(&s.a[stage][tile_slot(tc_local_id[i])], data + i);
 #if !CFG_PREFETCH_B
-  if (threadIdx.x < CFG_BLOCK_COLS) cp_async4(&s.col[stage][threadIdx.x], a_to_b + b * CFG_BLOCK_COLS + threadIdx.x);
+  if (threadIdx.x < CFG_BLOCK_COLS) cp_async<4>(&s.col[stage][threadIdx.x], a_to_b + b * CFG_BLOCK_COLS + threadIdx.x);
 #endif
   cp_async_commit();
 }

@@ -1,7 +1,7 @@
 // Tensor Core and 16-bit helpers of every kernel, the precision a template `int KIND` (bcsr_spmm.cu,
 // cvse_common.cuh, csr_spmm.cu, metcf_half.cuh, metcf_tile.cuh, tiledcsr_tile.cuh): one definition of the mma, the
 // TF32 rounding (ties away; ME-TCF's TF32 path keeps its own, metcf_tile.cuh's round_tf32), the 16-bit conversions,
-// the 8-value B row load and ldmatrix.
+// the 8-value B row load, ldmatrix and cp.async.
 #pragma once
 typedef long long i64;
 typedef unsigned short u16;
@@ -89,6 +89,26 @@ __device__ __forceinline__ uint4 load8_u16(const u16* __restrict__ row, int avai
 }
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// cp.async (sm_80+), plain equivalent: for i < BYTES: dst[i] = valid ? src[i] : 0, done asynchronously; the bytes
+// are this thread's to read after cp_async_wait<n> (all but its n most recent committed groups landed), everyone's
+// after a __syncthreads that follows the wait. BYTES in {4, 8, 16}, dst (shared) and src (global) aligned to BYTES;
+// !valid reads nothing. L2_ONLY (.cg, 16 bytes only): the copy does not allocate in L1 (.ca: it does).
+template <int BYTES, bool L2_ONLY = false>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid = true) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  static_assert(!L2_ONLY || BYTES == 16, "cp.async.cg copies 16 bytes");
+  if constexpr (L2_ONLY) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid ? 16 : 0) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_u32(dst)), "l"(src), "n"(BYTES),
+                 "r"(valid ? BYTES : 0) : "memory");
+  }
+}
+// Close the group of this thread's cp.async copies issued so far.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
 // Plain equivalent: r[m] = the 32-bit word lane l holds of 8 x 8 b16 matrix m (rows at the addresses of lanes
 // 8m..8m+7): row l / 4, b16 columns 2 (l % 4), +1; with .trans, column l / 4, rows 2 (l % 4), +1.
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
