@@ -79,12 +79,20 @@ def chunk_order(vec_ptr, indices, K: int, bk: int = TILE_BK) -> np.ndarray:
     their segment's halves (ties: the most room its segments have left under their halves, then the lowest
     bucket); all chunks advance together, one column rank per step. Deterministic. Memory: 8 int32 counts per
     segment (the layout's group_ptr has one int64)."""
+    return _chunk_order(*_segments(vec_ptr, indices, bk), K, bk)
+
+
+def _segments(vec_ptr, indices, bk: int):
+    """(Mv, col, t, seg): the vector rows, and each vector's column, chunk and segment t * Mv + its vector row."""
     vec_ptr = np.asarray(vec_ptr, dtype=np.int64)
-    Mv, T = vec_ptr.shape[0] - 1, n_chunks(K, bk)
+    Mv = vec_ptr.shape[0] - 1
     col = np.asarray(indices, dtype=np.int64)
-    row = np.repeat(np.arange(Mv, dtype=np.int64), np.diff(vec_ptr))
     t = col // bk
-    seg = t * Mv + row
+    return Mv, col, t, t * Mv + np.repeat(np.arange(Mv, dtype=np.int64), np.diff(vec_ptr))
+
+
+def _chunk_order(Mv: int, col, t, seg, K: int, bk: int) -> np.ndarray:
+    T = n_chunks(K, bk)
     halves = 2 * -(-np.bincount(seg, minlength=T * Mv) // SLOTS)  # per segment
     use = np.bincount(col, minlength=T * bk)  # per column (chunk-major)
     local = np.arange(T * bk, dtype=np.int64) % bk
@@ -132,18 +140,14 @@ def tile_layout(vec_ptr, indices, data, K: int, bk: int = TILE_BK) -> tuple[np.n
     if bk % BUCKETS or bk < BUCKETS:
         raise ValueError(f"bk = {bk}: the bank order needs a multiple of {BUCKETS}")
     words = group_words(V)
-    vec_ptr = np.asarray(vec_ptr, dtype=np.int64)
-    Mv, T = vec_ptr.shape[0] - 1, n_chunks(K, bk)
+    Mv, col, t, seg = _segments(vec_ptr, indices, bk)
+    T = n_chunks(K, bk)
     n_seg = T * Mv
-    col = np.asarray(indices, dtype=np.int64)
-    row = np.repeat(np.arange(Mv, dtype=np.int64), np.diff(vec_ptr))
-    t = col // bk
-    rows = chunk_order(vec_ptr, col, K, bk)
+    rows = _chunk_order(Mv, col, t, seg, K, bk)
     real = rows < K
     place = np.zeros(T * bk, dtype=np.int64)  # a column's position in its chunk
     place[rows[real]] = (np.arange(T * bk, dtype=np.int64) % bk)[real]
     r = place[col]
-    seg = t * Mv + row
     bucket = r & (BUCKETS - 1)
     fill = np.bincount(seg * BUCKETS + bucket, minlength=n_seg * BUCKETS) if n else np.zeros(0, np.int64)
     within = -fill[seg * BUCKETS + bucket] * BUCKETS + bucket if n else bucket  # fullest bucket first

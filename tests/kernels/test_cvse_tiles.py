@@ -143,11 +143,11 @@ def test_chunk_order_cuts_bank_conflicts():
     X = csr_to_cvse(A, vector=8, to_storage=precision("float16").to_storage)
     P, tiles, order = tile_layout(X.vec_ptr, X.indices, X.data, 2048, 256)
     plain = np.arange(order.shape[0])  # column order: what the layout did before chunk_order
-    real = cvse_tiles.chunk_order
+    real = cvse_tiles._chunk_order  # what tile_layout calls (chunk_order's body)
     try:
-        cvse_tiles.chunk_order = lambda vec_ptr, indices, K, bk: plain
+        cvse_tiles._chunk_order = lambda Mv, col, t, seg, K, bk: plain
         P0, tiles0, _ = tile_layout(X.vec_ptr, X.indices, X.data, 2048, 256)
     finally:
-        cvse_tiles.chunk_order = real
+        cvse_tiles._chunk_order = real
     np.testing.assert_array_equal(P, P0)  # the same groups; only the slots' rows (and so their buckets) move
     assert phase_reads(P, tiles) < phase_reads(P0, tiles0) - 0.2, (phase_reads(P, tiles), phase_reads(P0, tiles0))
