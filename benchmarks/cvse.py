@@ -8,20 +8,19 @@ SDDMM in FP16 and TF32 against cuSPARSE SDDMM (float32, CSR) on the same S, A, B
 
 Matrices: the DNN-style set of tasks/fetch/generators.py's ``gen:dlmc`` (weights magnitude-pruned at V x 1, the
 DLMC collection's style; DLMC itself is not reachable here), M = K in --sizes, sparsity 0.5 .. 0.98, V = 4 and 8.
-This script calls kernels.launch_cvse directly and checks every result, dense included, against float64 on sampled
-rows in the same run (a result over its precision's tolerance fails the run, exit 1). SpMM "cvse" is the fastest of
+This script calls kernels.launch_cvse directly (and SpmmPlan for the as-issued column) and checks every result,
+dense included, against float64 on sampled rows in the same run (a result over its precision's tolerance fails the run, exit 1). SpMM "cvse" is the fastest of
 the per-vector kernel and the tiled kernel's two best a priori launch shapes (each timed and checked, under its own
 key too): what SpmmPlan(format="cvse") runs, as its autotune picks the fastest measured of the same candidates.
 
-Timing, per column (the table's header and the JSON's meta "timing" say the same):
-- cvse, cusparse-csr, cusparse-bell, cusparse-sddmm, cvse-fp16/-tf32: CUDA-graph replay (kernels.launch.graph_ms),
-  the device time of one call without host launch cost.
-- dense: AS ISSUED, CUDA events around a Python loop of back-to-back calls on the library's current stream (median
-  of --repeats loops / calls), not graph replay: torch.matmul runs on torch's stream, outside a CuPy capture (the
-  first H200 run timed 0.1 us), and cupy.matmul cannot be captured at all (cuBLAS refuses stream capture). The
-  host's issue time per call is recorded too; where it reaches the event time the loop was host-bound and the dense
-  ms is an upper bound of the GEMM's device time (marked * in the table). cvse is also timed as issued
-  (launch_cvse.spmm, Python checks included) for an issued-vs-issued crossing next to the graph-vs-issued one.
+Timing, per column, both ways users call things (the table's header and the JSON's meta "timing" say the same):
+- ms (graph): CUDA-graph replay (kernels.launch.graph_ms; dense: torch's own graph, benchmarks/dense.py), the device
+  time of one call without host launch cost: cvse, cusparse-csr, cusparse-bell, dense, cusparse-sddmm,
+  cvse-fp16/-tf32.
+- issued_ms: CUDA events around a Python loop of back-to-back calls as issued: cvse through
+  ``SpmmPlan(X, dtype="float16", format="cvse").run(B, out)`` (what users call: autotuned, then its bound call and
+  graph replay from the third run on the same buffers), dense through torch.matmul.
+The crossings with dense are given graph against graph and issued against issued.
 JSON under --out-dir (device, versions, command, date); the table last.
 """
 from __future__ import annotations
@@ -40,6 +39,9 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: dense
+
+from dense import Dense  # noqa: E402
 from kernels import launch, launch_cvse  # noqa: E402
 from kernels.formats.cvse import csr_to_cvse  # noqa: E402
 from kernels.precision import precision  # noqa: E402
@@ -53,91 +55,17 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def dense_gemm():
-    """(name, fn(A16, B16) -> C) for cuBLAS FP16 GEMM through cupy.matmul into a C kept per shape, on CuPy's current
-    stream. Not capturable in a CUDA graph (cuBLAS refuses stream capture): time it as issued (`DenseGemm`).
-    benchmarks/formats.py imports this for its torch-less path."""
-    import cupy
-
-    outs = {}
-
-    def run(A, B):
-        C = outs.get((A.shape[0], B.shape[1]))
-        if C is None:
-            C = outs[(A.shape[0], B.shape[1])] = cupy.empty((A.shape[0], B.shape[1]), dtype=A.dtype)
-        return cupy.matmul(A, B, out=C)
-    return f"cupy.matmul (cuBLAS, CuPy {cupy.__version__})", run
-
-
-class DenseGemm:
-    """Dense cuBLAS FP16 GEMM C = A @ B (FP16 C) by torch.matmul, or cupy.matmul where torch (with CUDA) is absent,
-    timed as issued: CUDA events of the same library around a loop of back-to-back calls (module docstring: why not
-    graph replay)."""
-
-    method = "as issued: CUDA events around a loop of back-to-back calls, median of --repeats loops / calls"
-
-    def __init__(self):
-        try:
-            import torch
-
-            self.torch = torch if torch.cuda.is_available() else None
-        except ImportError:
-            self.torch = None
-        if self.torch is None:
-            self.name, self.gemm = dense_gemm()
-        else:
-            self.name = f"torch.matmul (cuBLAS, torch {self.torch.__version__})"
-
-    def time(self, A16, B16, repeats: int, target_ms: float = 0.5) -> tuple[float, float, object]:
-        """(device ms per call as issued, host ms per call to issue, C as a cupy float16 array) for the host float16
-        A16 and the cupy float16 B16."""
-        import cupy
-
-        cupy.cuda.Device().synchronize()  # synchronize! B16 was written on CuPy's stream; torch's may differ
-        if self.torch is None:
-            A = cupy.asarray(A16)
-            fn = lambda: self.gemm(A, B16)  # noqa: E731
-            event, elapsed, wrap = cupy.cuda.Event, cupy.cuda.get_elapsed_time, lambda C: C
-        else:
-            torch = self.torch
-            A, B = torch.as_tensor(A16, device="cuda"), torch.as_tensor(B16, device="cuda")
-            C = torch.empty((A.shape[0], B.shape[1]), dtype=torch.float16, device="cuda")
-            fn = lambda: torch.matmul(A, B, out=C)  # noqa: E731
-            event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-            elapsed, wrap = (lambda e0, e1: e0.elapsed_time(e1)), cupy.asarray  # torch -> cupy, no copy
-
-        def loop(calls: int) -> tuple[float, float]:
-            e0, e1 = event(), event()
-            e0.record()  # on the library's current stream
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            host_ms = (time.perf_counter() - t0) * 1e3 / calls
-            e1.record()
-            e1.synchronize()  # synchronize!
-            return elapsed(e0, e1) / calls, host_ms
-
-        for _ in range(3):  # warm up: cuBLAS handle, workspace, heuristics
-            fn()
-        one = min(loop(1)[0] for _ in range(3))
-        calls = int(min(200, max(3, round(target_ms / max(one, 1e-3)))))
-        ms, host = zip(*(loop(calls) for _ in range(repeats)))
-        C = wrap(fn())
-        if self.torch is not None:
-            self.torch.cuda.synchronize()  # synchronize! C is read on CuPy's stream next
-        return float(np.median(ms)), float(np.median(host)), C
-
-
 def rel_err_rows(C, A, B, rows) -> float:
     ref = A[rows].astype(np.float64) @ B.astype(np.float64)
     return float(np.linalg.norm(np.asarray(C, dtype=np.float64)[rows] - ref) / max(np.linalg.norm(ref), 1e-30))
 
 
-def spmm_case(A, V: int, N: int, repeats: int, rng, gemm) -> dict:
+def spmm_case(A, V: int, N: int, repeats: int, rng) -> dict:
     import cupy
 
     from kernels.cusparse import CusparseSpmm
     from kernels.cusparse_bell import CusparseBlockedEll
+    from kernels.spmm import SpmmPlan
 
     p = precision("float16")
     B32 = rng.standard_normal((A.shape[1], N)).astype(np.float32)
@@ -150,6 +78,7 @@ def spmm_case(A, V: int, N: int, repeats: int, rng, gemm) -> dict:
     dm = launch_cvse.upload(X, "float16")
     out = cupy.empty((A.shape[0], N), dtype=cupy.float16)
     kernels = {"cvse-vector": lambda: launch_cvse.spmm(dm, B16, out)}
+    tl = None
     if launch_cvse.tiles_worthwhile(X) and N % 8 == 0:  # the tiled kernel's two best a priori launch shapes
         tl = launch_cvse.upload_tiles(X, "float16")
         smem, _, sms = launch_cvse.device_limits()
@@ -159,12 +88,20 @@ def spmm_case(A, V: int, N: int, repeats: int, rng, gemm) -> dict:
     for key, fn in kernels.items():
         out.fill(np.nan)
         ms[key] = launch.graph_ms(fn, repeats=repeats)
-        issued[key] = launch.issued_ms(fn, repeats=repeats)
         err[key] = rel_err_rows(cupy.asnumpy(out).astype(np.float32), Ar, Br, rows)
     # "cvse" = what SpmmPlan(format="cvse") runs: its autotune picks the fastest measured of these kernels
     best = min(kernels, key=ms.get)
-    ms["cvse"], issued["cvse"], err["cvse"], extra["cvse_kernel"] = ms[best], issued[best], err[best], best
-    kernels.clear()  # frees the CVSE arrays before the baselines allocate
+    ms["cvse"], err["cvse"], extra["cvse_kernel"] = ms[best], err[best], best
+    kernels.clear()
+    dm = tl = None  # frees the launcher's CVSE arrays before the plan and the baselines allocate
+    plan = SpmmPlan(X, device="gpu", dtype="float16", format="cvse", autotune=True)
+    out.fill(np.nan)
+    plan.run(B16, out)  # decides (autotunes) for this N
+    issued["cvse"] = launch.issued_ms(lambda: plan.run(B16, out), repeats=max(5, repeats // 4))
+    err["cvse-plan"] = rel_err_rows(cupy.asnumpy(out).astype(np.float32), Ar, Br, rows)
+    extra["plan_kernel"] = plan.choice["kernel"]
+    plan.release()
+    plan = None
     csr = CusparseSpmm(A, dtype="float16")
     C16 = cupy.empty((A.shape[0], N), dtype=cupy.float16)
     t = csr.tune(B16, C16, repeats=repeats)
@@ -180,11 +117,12 @@ def spmm_case(A, V: int, N: int, repeats: int, rng, gemm) -> dict:
         bell.close()
     except ValueError as e:  # padding every block row to the longest does not fit
         extra["cusparse-bell"] = str(e)
-    ms["dense"], host_ms, Cd = gemm.time(A.toarray().astype(np.float16), B16, repeats)
+    dense = Dense(A)
+    extra["dense"] = dense.name
+    ms["dense"], issued["dense"], Cd = dense.time(B16, repeats, max(5, repeats // 4))
     err["dense"] = rel_err_rows(cupy.asnumpy(Cd).astype(np.float32), Ar, Br, rows)
-    issued["dense"], extra["dense_host_ms"] = ms["dense"], host_ms
-    extra["dense_host_bound"] = host_ms >= 0.9 * ms["dense"]  # the loop waited on the host: ms is an upper bound
-    del Cd
+    extra["dense_graph_timed"] = dense.graph_timed
+    del Cd, dense
     return {"ms": ms, "issued_ms": issued, "rel_err": err, **extra}
 
 
@@ -221,23 +159,24 @@ def sddmm_case(S, Kd: int, repeats: int, rng) -> dict:
     return {"ms": ms, "rel_err": err}
 
 
-TIMING = {"cvse": "graph", "cusparse-csr": "graph", "cusparse-bell": "graph", "dense": "issued",
-          "cusparse-sddmm": "graph", "cvse-fp16": "graph", "cvse-tf32": "graph"}  # module docstring: the methods
+TIMING = {"graph": "CUDA-graph replay (kernels.launch.graph_ms; dense: torch's own graph, benchmarks/dense.py)",
+          "issued": "CUDA events around a Python loop of calls as issued (kernels.launch.issued_ms of "
+                    "SpmmPlan(X, format='cvse').run(B, out); dense: torch.matmul)"}  # module docstring: the methods
 TARGET = {"V": 8, "sparsity": 0.8}  # issue 13: CVSE faster than dense cuBLAS FP16 from 80 % sparsity at V = 8
 
 
-def _cvse_ms(r, how):
-    return r["ms"]["cvse"] if how == "graph" else r.get("issued_ms", {}).get("cvse")
+def _ms(r, key, how):
+    return r["ms"].get(key) if how == "graph" else r.get("issued_ms", {}).get(key)
 
 
 def crossings(rows, how: str = "graph") -> dict:
-    """(V, M, N) -> the lowest sparsity from which CVSE (timed by ``how``: 'graph' or 'issued') stays faster than
-    dense (as issued); None if never. Per V over every (M, N): the lowest sparsity from which CVSE is faster at all
-    of them, under "V=v all"."""
+    """(V, M, N) -> the lowest sparsity from which CVSE stays faster than dense, both timed by ``how`` ('graph' or
+    'issued'); None if never. Per V over every (M, N): the lowest sparsity from which CVSE is faster at all of
+    them, under "V=v all"."""
     out, per_v = {}, {}
-    sp_rows = [r for r in rows if r["kind"] == "spmm" and "dense" in r["ms"] and _cvse_ms(r, how) is not None]
+    sp_rows = [r for r in rows if r["kind"] == "spmm" and _ms(r, "dense", how) and _ms(r, "cvse", how)]
     for key in sorted({(r["V"], r["shape"][0], r["N"]) for r in sp_rows}):
-        pts = sorted((r["sparsity"], _cvse_ms(r, how) < r["ms"]["dense"]) for r in sp_rows
+        pts = sorted((r["sparsity"], _ms(r, "cvse", how) < _ms(r, "dense", how)) for r in sp_rows
                      if (r["V"], r["shape"][0], r["N"]) == key)
         cross = None
         for s, faster in reversed(pts):
@@ -258,37 +197,37 @@ def geomean(x):
 
 def print_table(rows, path):
     print(f"\nresults: {path}")
+    print(f"timing: [graph] = {TIMING['graph']}; [issued] = {TIMING['issued']}")
     cols = ("cvse/tf32", "cusparse-csr", "cusparse-bell", "dense", "cusparse-sddmm", "cvse-fp16")
-    how = {c: TIMING["cvse" if c == "cvse/tf32" else c] for c in cols}
-    print("timing: [graph] = CUDA-graph replay (device time); [issued] = CUDA events around a loop of calls as "
-          "issued; * = the dense loop was host-bound (its ms is an upper bound)")
-    print(f"{'kind':6} {'V':>2} {'M=K':>6} {'sparsity':>8} {'N/Kd':>5} "
-          + " ".join(f"{c + '[' + how[c] + ']':>22}" for c in cols))
+    print(f"{'kind':6} {'V':>2} {'M=K':>6} {'sparsity':>8} {'N/Kd':>5} " + " ".join(f"{c + '[graph]':>20}" for c in cols)
+          + f" {'cvse[issued]':>13} {'dense[issued]':>14}")
     for r in rows:
-        ms = r["ms"]
+        ms, iss = r["ms"], r.get("issued_ms", {})
         vals = [ms.get("cvse", ms.get("cvse-tf32")), ms.get("cusparse-csr"), ms.get("cusparse-bell"),
                 ms.get("dense"), ms.get("cusparse-sddmm"), ms.get("cvse-fp16")]
-        marks = ["", "", "", "*" if r.get("dense_host_bound") else "", "", ""]
         print(f"{r['kind']:6} {r['V']:>2} {r['shape'][0]:>6} {r['sparsity']:>8} {r.get('N', r.get('Kd')):>5} "
-              + " ".join(f"{f'{v:.4f}' + m:>22}" if v is not None else f"{'-':>22}" for v, m in zip(vals, marks)))
+              + " ".join(f"{v:>20.4f}" if v is not None else f"{'-':>20}" for v in vals)
+              + " ".join(f" {v:>13.4f}" if v is not None else f" {'-':>13}" for v in (iss.get("cvse"), iss.get("dense"))))
     sp_rows = [r for r in rows if r["kind"] == "spmm"]
     for base in ("cusparse-csr", "cusparse-bell", "dense"):
-        print(f"SpMM FP16 geomean speedup of cvse [graph] over {base} [{TIMING[base]}]: "
+        print(f"SpMM FP16 geomean speedup of cvse over {base} [graph]: "
               f"{geomean([r['ms'][base] / r['ms']['cvse'] for r in sp_rows if base in r['ms']]):.2f}x")
+    print(f"SpMM FP16 geomean speedup of cvse over dense [issued]: "
+          f"{geomean([_ms(r, 'dense', 'issued') / _ms(r, 'cvse', 'issued') for r in sp_rows]):.2f}x")
     sd_rows = [r for r in rows if r["kind"] == "sddmm"]
     for k in ("cvse-fp16", "cvse-tf32"):
         print(f"SDDMM geomean speedup of {k} over cusparse-sddmm [graph]: "
               f"{geomean([r['ms']['cusparse-sddmm'] / r['ms'][k] for r in sd_rows]):.2f}x")
-    for how_cvse in ("graph", "issued"):
-        print(f"crossing dense cuBLAS FP16 [issued] with cvse [{how_cvse}]:")
-        for key, s in crossings(rows, how_cvse).items():
+    for how in ("graph", "issued"):
+        print(f"crossing dense cuBLAS FP16 with cvse, both [{how}]:")
+        for key, s in crossings(rows, how).items():
             print(f"  {key}: " + (f"faster from sparsity {s}" if s is not None
                                   else "never (not faster even at the highest sparsity)"))
     s = crossings(rows).get(f"V={TARGET['V']} all")
     if any(r["V"] == TARGET["V"] for r in sp_rows):
         ok = s is not None and s <= TARGET["sparsity"]
         print(f"issue 13 target (V = {TARGET['V']} faster than dense from sparsity {TARGET['sparsity']} at every "
-              f"size and N, cvse [graph] vs dense [issued]): {'met' if ok else 'missed'} (crosses at {s})")
+              f"size and N, both [graph]): {'met' if ok else 'missed'} (crosses at {s})")
 
 
 def main(argv=None) -> int:
@@ -308,14 +247,12 @@ def main(argv=None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     props = cupy.cuda.runtime.getDeviceProperties(0)
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    gemm = DenseGemm()
     meta = {"device": device, "sm_count": props["multiProcessorCount"],
             "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "cupy": cupy.__version__, "numpy": np.__version__, "scipy": scipy.__version__, "dense": gemm.name,
+            "cupy": cupy.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
             "command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "timing": {"graph": "kernels.launch.graph_ms (CUDA graph replay, median), repeats per --repeats",
-                       "issued": DenseGemm.method + " (dense); kernels.launch.issued_ms (issued_ms.cvse)",
-                       "columns": TIMING},
+            "timing": {**TIMING, "ms": "graph", "issued_ms": "issued", "repeats": "medians of --repeats (graph), "
+                       "of max(5, --repeats / 4) loops (issued)"},
             "matrices": "gen:dlmc (DLMC-style, generated: the DLMC collection is not reachable here)",
             "cvse_config": launch_cvse.CVSE_CONFIG.__dict__}
     slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
@@ -342,7 +279,7 @@ def main(argv=None) -> int:
                     break
                 A = generate("dlmc", f"rows={M}&cols={M}&sparsity={s}&vector={V}&seed=1")
                 for N in ns:
-                    res = spmm_case(A, V, N, args.repeats, np.random.default_rng(N), gemm)
+                    res = spmm_case(A, V, N, args.repeats, np.random.default_rng(N))
                     record({"kind": "spmm", "V": V, "shape": [M, M], "sparsity": s, "nnz": int(A.nnz), "N": N, **res})
                     log(f"spmm V={V} M={M} s={s} N={N}: " + " ".join(f"{k}={v:.4f}" for k, v in res["ms"].items()))
                 if V == 8:

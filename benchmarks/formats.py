@@ -19,7 +19,7 @@ among its own kernels, FP16 B and C: device ms by CUDA-graph replay (``plan.benc
 and as issued (``plan.run(B, out)`` in a Python loop between CUDA events, kernels.launch.issued_ms); cuSPARSE half
 CSR at its best algorithm (``CusparseSpmm.tune``, graph replay; one bound call as issued); cuSPARSE Blocked-ELL
 FP16 16 x 16 (graph replay; skipped where its padding exceeds --bell-max-gib); for the DNN class dense cuBLAS FP16
-GEMM (torch.matmul in torch's own CUDA graph; benchmarks/cvse.py's cupy.matmul without torch) and CVSE at the
+GEMM (benchmarks/dense.py: torch.matmul in torch's own CUDA graph; cupy.matmul without torch) and CVSE at the
 generator's V where Sparse Vector Compression chose another. Every C is checked on sampled rows against float64
 SciPy of the unrounded inputs (tolerance of kernels.precision for float16); a failure or a format that raises
 makes the run exit 1 after the table.
@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: spmm, bcsr, summarize_formats
 
+from dense import Dense  # noqa: E402
 from summarize_formats import EXTRA, FORMATS, text_report  # noqa: E402
 
 ORDERS = ("given", "rowshuffle", "smat", "tca")
@@ -163,67 +164,6 @@ def reference(A, rows, B32) -> np.ndarray:
     sub = sub[:, cols].astype(np.float64)
     Bc = B32[cols].astype(np.float64)
     return (sub.toarray() @ Bc) if sub.nnz > 0.1 * sub.shape[0] * max(sub.shape[1], 1) else sub @ Bc
-
-
-class Dense:
-    """cuBLAS FP16 GEMM of the dense A by torch.matmul, timed with torch's own CUDA graph and events (torch
-    launches on its stream, which a CuPy capture would miss); without torch, benchmarks/cvse.py's cupy.matmul
-    through kernels.launch. Checked on the H200: 4096^2 x 128 in 9.4 us (457 TFLOP/s)."""
-
-    def __init__(self, A):
-        try:
-            import torch
-
-            self.torch = torch if torch.cuda.is_available() else None
-        except ImportError:
-            self.torch = None
-        dense = A.toarray().astype(np.float16)
-        if self.torch is None:
-            import cupy
-            from cvse import dense_gemm
-
-            self.name, self.gemm = dense_gemm()
-            self.A = cupy.asarray(dense)
-        else:
-            self.name = f"torch.matmul (torch {self.torch.__version__})"
-            self.A = self.torch.as_tensor(dense, device="cuda")
-
-    def time(self, B16, repeats: int, issued_repeats: int):
-        """(graph-replay ms, issued ms, C) for C = A @ B16 (B16: a cupy float16 array)."""
-        if self.torch is None:
-            from kernels import launch
-
-            fn = lambda: self.gemm(self.A, B16)  # noqa: E731
-            return launch.graph_ms(fn, repeats=repeats), launch.issued_ms(fn, repeats=issued_repeats), fn()
-        torch = self.torch
-        B = torch.as_tensor(B16, device="cuda")
-        C = torch.empty((self.A.shape[0], B.shape[1]), dtype=torch.float16, device="cuda")
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up (cuBLAS workspace) off the capture
-            for _ in range(3):
-                torch.matmul(self.A, B, out=C)
-        torch.cuda.current_stream().wait_stream(side)
-
-        def events(fn, calls, n):
-            ts = []
-            for _ in range(n):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fn(calls)
-                e1.record()
-                e1.synchronize()  # synchronize!
-                ts.append(e0.elapsed_time(e1) / calls)
-            return float(np.median(ts))
-
-        loop = lambda k: [torch.matmul(self.A, B, out=C) for _ in range(k)]  # noqa: E731
-        calls = int(min(200, max(1, round(0.5 / max(events(loop, 1, 3), 1e-3)))))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            loop(calls)
-        graph.replay()
-        replay_ms = events(lambda k: graph.replay(), calls, repeats)
-        return replay_ms, events(loop, max(3, calls), issued_repeats), C
 
 
 def slim(choice: dict) -> dict:

@@ -33,25 +33,33 @@ def cvse_section(runs, v0, older, *, h) -> list[str]:
     sddmm = [r for r in run.rows if r["kind"] == "sddmm"]
     dense_ok = dense_valid(run)
     out = [f"## {title}", ""] + h.env(run)
-    out += [f"Matrices: {run.meta.get('matrices', 'gen:dlmc')}. CVSE, cuSPARSE half CSR (its fastest algorithm), "
-            "cuSPARSE Blocked-ELL (16 x 16) and the SDDMM columns are device time by CUDA-graph replay; dense cuBLAS "
-            "FP16 GEMM is timed as issued (events around a loop of calls: cuBLAS cannot be captured), `*` where that "
-            "loop was host-bound (an upper bound). ms per call; every result checked against float64 on sampled rows "
-            "in the same run. CVSE = the fastest of the per-vector kernel and the tiled kernel's two best a priori "
-            "launch shapes (each timed and checked; `kernel` names it, `per-vector` is the per-vector kernel alone): "
-            "what SpmmPlan(format=\"cvse\")'s autotune runs.", ""]
+    both = run.meta.get("timing", {}).get("ms") == "graph"  # dense by graph replay too, cvse issued via SpmmPlan
+    timing = ("Every ms column is device time by CUDA-graph replay (dense: torch.matmul in torch's own graph); the "
+              "two `issued` columns are per call as users issue them (CUDA events around a Python loop): CVSE through "
+              "`SpmmPlan(X, format=\"cvse\").run(B, out)`, dense through torch.matmul." if both else
+              "CVSE, cuSPARSE half CSR (its fastest algorithm), cuSPARSE Blocked-ELL (16 x 16) and the SDDMM columns "
+              "are device time by CUDA-graph replay; dense cuBLAS FP16 GEMM is timed as issued (events around a loop "
+              "of calls), `*` where that loop was host-bound (an upper bound).")
+    out += [f"Matrices: {run.meta.get('matrices', 'gen:dlmc')}. {timing} ms per call; every result checked against "
+            "float64 on sampled rows in the same run. CVSE = the fastest of the per-vector kernel and the tiled "
+            "kernel's two best a priori launch shapes (each timed and checked; `kernel` names it, `per-vector` is the "
+            "per-vector kernel alone): what SpmmPlan(format=\"cvse\")'s autotune runs.", ""]
     if not dense_ok:
         out += ["The dense column of this file is not valid (" + str(run.meta.get("note", "see its meta"))[:160]
                 + " ...): no crossing is reported from it.", ""]
+    issued = ("CVSE issued", "dense issued", "x dense issued") if both else ()
     out += h.table(("V", "M = K", "sparsity", "N", "CVSE", "kernel", "per-vector", "cuSP CSR (alg)", "cuSP BELL",
-                    "dense", "x CSR", "x BELL", "x dense", "max rel err"),
+                    "dense", "x CSR", "x BELL", "x dense") + issued + ("max rel err",),
                    [(r["V"], r["shape"][0], r["sparsity"], r["N"], h.f(r["ms"]["cvse"], 4),
                      r.get("cvse_kernel", "cvse-vector"), h.f(r["ms"].get("cvse-vector", r["ms"]["cvse"]), 4),
                      f"{h.f(r['ms'].get('cusparse-csr'), 4)} ({r.get('cusparse-csr-alg', '?')})",
                      h.f(r["ms"].get("cusparse-bell"), 4),
                      (h.f(r["ms"].get("dense"), 4) + ("*" if r.get("dense_host_bound") else "")) if dense_ok else "–",
                      h.f(ratio(r, "cusparse-csr"), 2, "x"), h.f(ratio(r, "cusparse-bell"), 2, "x"),
-                     h.f(ratio(r, "dense"), 2, "x") if dense_ok else "–", f"{max(r['rel_err'].values()):.1e}")
+                     h.f(ratio(r, "dense"), 2, "x") if dense_ok else "–")
+                    + ((h.f(r["issued_ms"].get("cvse"), 4), h.f(r["issued_ms"].get("dense"), 4),
+                        h.f(ratio({"ms": r["issued_ms"]}, "dense"), 2, "x")) if both else ())
+                    + (f"{max(r['rel_err'].values()):.1e}",)
                     for r in spmm])
     if sddmm:
         out += h.table(("V", "M = K", "sparsity", "Kd", "cuSPARSE SDDMM (fp32)", "CVSE FP16", "CVSE TF32", "x FP16",
@@ -71,7 +79,13 @@ def cvse_section(runs, v0, older, *, h) -> list[str]:
         cross = crossing([r for r in spmm if r["V"] == DENSE_V])
         text = (f"faster at every size and N from sparsity {cross}" if cross is not None
                 else "not faster at every size and N even at the highest sparsity")
-        targets.append((*target_rows[2], text, h.status(cross is not None and cross <= DENSE_SPARSITY)))
+        targets.append((*target_rows[2], text + (" (graph against graph)" if both else ""),
+                        h.status(cross is not None and cross <= DENSE_SPARSITY)))
+        if both:
+            c = crossing([{**r, "ms": r["issued_ms"]} for r in spmm if r["V"] == DENSE_V])
+            out += [f"As issued (CVSE through SpmmPlan.run against torch.matmul), V = {DENSE_V} crosses dense from "
+                    f"sparsity {c}." if c is not None else
+                    f"As issued, V = {DENSE_V} does not cross dense at every N.", ""]
         for V in sorted({r["V"] for r in spmm} - {DENSE_V}):
             c = crossing([r for r in spmm if r["V"] == V])
             out += [f"V = {V} crosses dense cuBLAS FP16 from sparsity {c}." if c is not None

@@ -100,3 +100,29 @@ def test_cvse_targets_and_dense_crossing(tmp_path):
     assert "from sparsity 0.9" in dense and "**missed**" in dense  # the worst N decides
     assert "**met**" in next(x for x in lines if x.startswith("| SDDMM FP16"))
     assert "**missed**" in next(x for x in lines if x.startswith("| SDDMM TF32"))
+
+
+def test_cvse_both_ways_graph_and_issued(tmp_path):
+    """Files whose dense column is graph replay too (meta timing ms = graph): the target reads graph against graph,
+    and the issued columns (CVSE through SpmmPlan.run, dense through torch.matmul) give their own crossing."""
+    res = tmp_path / "results"
+    res.mkdir()
+
+    def spmm(s, N, cvse, cvse_issued):
+        return {"kind": "spmm", "V": 8, "shape": [4096, 4096], "sparsity": s, "N": N,
+                "ms": {"cvse": cvse, "cusparse-csr": 2 * cvse, "cusparse-bell": 3 * cvse, "dense": 1.0},
+                "issued_ms": {"cvse": cvse_issued, "dense": 1.1}, "rel_err": {"cvse": 1e-4}}
+
+    rows = [spmm(s, N, c, ci) for N in (256, 1024) for s, c, ci in ((0.7, 0.95, 1.2), (0.8, 0.9, 1.05),
+                                                                      (0.9, 0.5, 0.6))]
+    write(res, "cvse-gpu-x-2026-01-02-1000.json", {"date": "2026-01-02T10:00:00+00:00", "timing": {"ms": "graph"}},
+          rows)
+    md = section(render(res, tmp_path), "CVSE")
+    lines = md.splitlines()
+    dense = next(x for x in lines if x.startswith("| faster than dense"))
+    assert "from sparsity 0.7 (graph against graph)" in dense and "**met**" in dense
+    assert "As issued (CVSE through SpmmPlan.run against torch.matmul), V = 8 crosses dense from sparsity 0.8." in lines
+    header = next(x for x in lines if x.startswith("| V |"))
+    assert "CVSE issued" in header and "x dense issued" in header
+    row = next(x for x in lines if x.startswith("| 8 | 4096 | 0.9 | 256 |"))
+    assert "| 0.6000 | 1.1000 | 1.83x |" in row

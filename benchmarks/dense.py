@@ -1,0 +1,96 @@
+"""Dense cuBLAS FP16 GEMM, the baseline of the DNN-style benchmarks (benchmarks/cvse.py, benchmarks/formats.py):
+C = A @ B with A the sparse matrix made dense, timed both ways users call it, by CUDA-graph replay (device time)
+and as issued (a Python loop of calls between CUDA events).
+
+torch.matmul where torch has CUDA: it launches on torch's stream, which a CuPy capture would miss (the first H200
+run so timed 0.1 us), so it is captured and timed with torch's own CUDA graph and events. Without torch,
+cupy.matmul through kernels.launch; where its capture is refused, the graph column is the as-issued time and
+``graph_timed`` says so.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def cupy_matmul():
+    """(name, fn(A16, B16) -> C) for cuBLAS FP16 GEMM through cupy.matmul into a C kept per shape, on CuPy's current
+    stream."""
+    import cupy
+
+    outs = {}
+
+    def run(A, B):
+        C = outs.get((A.shape[0], B.shape[1]))
+        if C is None:
+            C = outs[(A.shape[0], B.shape[1])] = cupy.empty((A.shape[0], B.shape[1]), dtype=A.dtype)
+        return cupy.matmul(A, B, out=C)
+    return f"cupy.matmul (cuBLAS, CuPy {cupy.__version__})", run
+
+
+class Dense:
+    """cuBLAS FP16 GEMM of the dense A (FP16 C). Checked on the H200: 4096^2 x 128 in 9.4 us (457 TFLOP/s)."""
+
+    def __init__(self, A):
+        try:
+            import torch
+
+            self.torch = torch if torch.cuda.is_available() else None
+        except ImportError:
+            self.torch = None
+        dense = A.toarray().astype(np.float16)
+        self.graph_timed = True  # False after a refused cupy capture: the graph column is then the issued time
+        if self.torch is None:
+            import cupy
+
+            self.name, self.gemm = cupy_matmul()
+            self.A = cupy.asarray(dense)
+        else:
+            self.name = f"torch.matmul (cuBLAS, torch {self.torch.__version__})"
+            self.A = self.torch.as_tensor(dense, device="cuda")
+
+    def time(self, B16, repeats: int, issued_repeats: int):
+        """(graph-replay ms, issued ms, C as a cupy float16 array) for C = A @ B16 (B16: a cupy float16 array)."""
+        import cupy
+
+        if self.torch is None:
+            from kernels import launch
+
+            fn = lambda: self.gemm(self.A, B16)  # noqa: E731
+            issued = launch.issued_ms(fn, repeats=issued_repeats)
+            try:
+                graph = launch.graph_ms(fn, repeats=repeats)
+            except cupy.cuda.runtime.CUDARuntimeError:
+                graph, self.graph_timed = issued, False
+            return graph, issued, fn()
+        torch = self.torch
+        cupy.cuda.Device().synchronize()  # synchronize! B16 was written on CuPy's stream; torch's may differ
+        B = torch.as_tensor(B16, device="cuda")
+        C = torch.empty((self.A.shape[0], B.shape[1]), dtype=torch.float16, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up (cuBLAS workspace) off the capture
+            for _ in range(3):
+                torch.matmul(self.A, B, out=C)
+        torch.cuda.current_stream().wait_stream(side)
+
+        def events(fn, calls, n):
+            ts = []
+            for _ in range(n):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                fn(calls)
+                e1.record()
+                e1.synchronize()  # synchronize!
+                ts.append(e0.elapsed_time(e1) / calls)
+            return float(np.median(ts))
+
+        loop = lambda k: [torch.matmul(self.A, B, out=C) for _ in range(k)]  # noqa: E731
+        calls = int(min(200, max(1, round(0.5 / max(events(loop, 1, 3), 1e-3)))))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loop(calls)
+        graph.replay()
+        replay_ms = events(lambda k: graph.replay(), calls, repeats)
+        issued_ms = events(loop, max(3, calls), issued_repeats)
+        torch.cuda.synchronize()  # synchronize! C is read on CuPy's stream next
+        return replay_ms, issued_ms, cupy.asarray(C)
