@@ -193,15 +193,20 @@ class SpmmPlan:
         return cupy.empty((self.shape[0], N), dtype=dtype)
 
     def _time(self, kernel: str, B, *, repeats: int = 10, warmup: int = 3, ksplit: int | None = None, ops=None,
-              choice=None, how: str = "issued") -> float:
-        """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes). "issued"
-        (what autotune compares: a candidate is charged its host cost where that exceeds its GPU time):
-        kernels.launch.issued_ms, a Python loop of calls between CUDA events; "graph": the GPU's time alone
-        (kernels.launch.graph_ms, a captured graph of back-to-back calls)."""
+              choice=None, how: str | None = None) -> float:
+        """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes). "issued": a
+        candidate is charged its host cost where that exceeds its GPU time (kernels.launch.issued_ms, a Python
+        loop of calls between CUDA events); "graph": the GPU's time alone (kernels.launch.graph_ms, a captured
+        graph of back-to-back calls). Autotune (how=None) times candidates the way ``run`` issues them from the
+        third call on: with ``graphs`` (default) a replayed graph, whose host cost is one graph launch whatever
+        the kernel, so "graph"; without, "issued". Why: a host-bound launcher (the formats without ``bind``) made
+        two candidates of 28 and 35 us both measure their host cost, and autotune kept the slower one (H200,
+        CVSE V = 8, 80 %, N = 256: docs/kernels-notes.md, "Session 12")."""
         import cupy
 
         from kernels.launch import graph_ms, issued_ms
 
+        how = how or ("graph" if self._graphs else "issued")
         bound = self._bind(kernel, B, self._out(int(B.shape[1]), kernel), False, ksplit=ksplit, ops=ops,
                            choice=choice)
         if how == "graph":

@@ -131,6 +131,34 @@ def test_replay_of_the_other_formats_reads_b_in_place(fmt):
     assert next(iter(plan._calls.values())).graph is not None, fmt
 
 
+@pytest.mark.parametrize("graphs", [True, False])
+@pytest.mark.parametrize("fmt", ["metcf", "cvse"])
+def test_autotune_times_candidates_the_way_run_issues_them(fmt, graphs, monkeypatch):
+    """With graphs (run replays a graph from the third call) autotune compares the candidates' GPU time (graph
+    replay); without, their time as issued (host cost charged): a host-bound launcher must not decide the choice."""
+    import kernels.launch as kl
+
+    calls = {"graph": 0, "issued": 0}
+    real = {"graph": kl.graph_ms, "issued": kl.issued_ms}
+
+    def counted(how):
+        def timed(*a, **kw):
+            calls[how] += 1
+            return real[how](*a, **kw)
+        return timed
+
+    monkeypatch.setattr(kl, "graph_ms", counted("graph"))
+    monkeypatch.setattr(kl, "issued_ms", counted("issued"))
+    from tasks.fetch.generators import generate
+
+    A = generate("dlmc", "rows=1024&cols=1024&sparsity=0.7&vector=8&seed=2")  # CVSE's tiled kernel is a candidate
+    plan = SpmmPlan(A, device="gpu", dtype="float16", format=fmt, autotune=True, graphs=graphs)
+    B = cupy.asarray(plan.precision.to_storage(np.random.default_rng(6).standard_normal((1024, 64)).astype(np.float32)))
+    plan.run(B)
+    assert plan.choice.get("measured_ms"), plan.choice  # the choice was timed
+    assert calls["graph" if graphs else "issued"] >= 2 and calls["issued" if graphs else "graph"] == 0, calls
+
+
 def test_accumulate_and_alternating_buffers():
     rng = np.random.default_rng(2)
     A = hub_csr(rng)
