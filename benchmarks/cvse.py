@@ -9,9 +9,10 @@ SDDMM in FP16 and TF32 against cuSPARSE SDDMM (float32, CSR) on the same S, A, B
 Matrices: the DNN-style set of tasks/fetch/generators.py's ``gen:dlmc`` (weights magnitude-pruned at V x 1, the
 DLMC collection's style; DLMC itself is not reachable here), M = K in --sizes, sparsity 0.5 .. 0.98, V = 4 and 8.
 This script calls kernels.launch_cvse directly (and SpmmPlan for the as-issued column) and checks every result,
-dense included, against float64 on sampled rows in the same run (a result over its precision's tolerance fails the run, exit 1). SpMM "cvse" is the fastest of
-the per-vector kernel and the tiled kernel's two best a priori launch shapes (each timed and checked, under its own
-key too): what SpmmPlan(format="cvse") runs, as its autotune picks the fastest measured of the same candidates.
+dense included, against float64 on sampled rows in the same run (a result over its precision's tolerance fails the
+run, exit 1). SpMM "cvse" is the fastest of the per-vector kernel and the tiled kernel's two best a priori launch
+shapes (each timed and checked, under its own key too): what SpmmPlan(format="cvse") runs, as its autotune picks
+the fastest measured of the same candidates.
 
 Timing, per column, both ways users call things (the table's header and the JSON's meta "timing" say the same):
 - ms (graph): CUDA-graph replay (kernels.launch.graph_ms; dense: torch's own graph, benchmarks/dense.py), the device
@@ -38,7 +39,6 @@ import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: dense
 
 from dense import Dense  # noqa: E402
@@ -199,15 +199,16 @@ def print_table(rows, path):
     print(f"\nresults: {path}")
     print(f"timing: [graph] = {TIMING['graph']}; [issued] = {TIMING['issued']}")
     cols = ("cvse/tf32", "cusparse-csr", "cusparse-bell", "dense", "cusparse-sddmm", "cvse-fp16")
-    print(f"{'kind':6} {'V':>2} {'M=K':>6} {'sparsity':>8} {'N/Kd':>5} " + " ".join(f"{c + '[graph]':>20}" for c in cols)
-          + f" {'cvse[issued]':>13} {'dense[issued]':>14}")
+    print(f"{'kind':6} {'V':>2} {'M=K':>6} {'sparsity':>8} {'N/Kd':>5} "
+          + " ".join(f"{c + '[graph]':>20}" for c in cols) + f" {'cvse[issued]':>13} {'dense[issued]':>14}")
     for r in rows:
         ms, iss = r["ms"], r.get("issued_ms", {})
         vals = [ms.get("cvse", ms.get("cvse-tf32")), ms.get("cusparse-csr"), ms.get("cusparse-bell"),
                 ms.get("dense"), ms.get("cusparse-sddmm"), ms.get("cvse-fp16")]
         print(f"{r['kind']:6} {r['V']:>2} {r['shape'][0]:>6} {r['sparsity']:>8} {r.get('N', r.get('Kd')):>5} "
               + " ".join(f"{v:>20.4f}" if v is not None else f"{'-':>20}" for v in vals)
-              + " ".join(f" {v:>13.4f}" if v is not None else f" {'-':>13}" for v in (iss.get("cvse"), iss.get("dense"))))
+              + " ".join(f" {v:>13.4f}" if v is not None else f" {'-':>13}"
+                         for v in (iss.get("cvse"), iss.get("dense"))))
     sp_rows = [r for r in rows if r["kind"] == "spmm"]
     for base in ("cusparse-csr", "cusparse-bell", "dense"):
         print(f"SpMM FP16 geomean speedup of cvse over {base} [graph]: "

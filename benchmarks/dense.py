@@ -59,7 +59,7 @@ class Dense:
             issued = launch.issued_ms(fn, repeats=issued_repeats)
             try:
                 graph = launch.graph_ms(fn, repeats=repeats)
-            except cupy.cuda.runtime.CUDARuntimeError:
+            except RuntimeError:  # the capture refused (CUDA or cuBLAS error)
                 graph, self.graph_timed = issued, False
             return graph, issued, fn()
         torch = self.torch
