@@ -297,11 +297,6 @@ def device_limits() -> tuple[int, int, int]:
     return _DEVICE[dev]
 
 
-def smem_limit() -> int:
-    """The current device's opt-in shared memory per block."""
-    return device_limits()[0]
-
-
 def tiled_configs(tl: CvseTiles, K: int, N: int, sm_count: int, smem_max: int,
                   config: CvseConfig = CVSE_CONFIG) -> list[dict]:
     """The (warps, halves) launch shapes that fit shared memory, best a priori first: the largest tile (fewest

@@ -200,8 +200,8 @@ class SpmmPlan:
         graph of back-to-back calls). Autotune (how=None) times candidates the way ``run`` issues them from the
         third call on: with ``graphs`` (default) a replayed graph, whose host cost is one graph launch whatever
         the kernel, so "graph"; without, "issued". Why: a host-bound launcher (the formats without ``bind``) made
-        two candidates of 28 and 35 us both measure their host cost, and autotune kept the slower one (H200,
-        CVSE V = 8, 80 %, N = 256: docs/kernels-notes.md, "Session 12")."""
+        the tiled CVSE kernel (28 us on the GPU) measure its ~55 us host cost, and autotune kept the per-vector one
+        (40 us) (H200, V = 8, 80 %, N = 256: docs/kernels-notes.md, "Session 12")."""
         import cupy
 
         from kernels.launch import graph_ms, issued_ms

@@ -205,7 +205,7 @@ def test_spmm_tiled_against_float64(case, name, V, shape, N):
     B = np.random.default_rng(1).standard_normal((X.shape[1], N)).astype(np.float32)
     p = precision(name)
     need = lc.tiled_smem(V, X.shape[1], *shape, tl.gcap(shape[0] * lc.rows_per_warp(V)))
-    if need > lc.smem_limit():  # dense rows: a block's groups per chunk outgrow shared memory at this shape
+    if need > lc.device_limits()[0]:  # dense rows: a block's groups per chunk outgrow shared memory at this shape
         with pytest.raises(ValueError, match="shared memory"):
             tiled_run(dm, tl, device_b(B, name), shape)
         assert shape not in [(c["warps"], c["halves"]) for c in lc.tiled_configs(tl, X.shape[1], N, 132, need - 1)]
@@ -230,7 +230,7 @@ def test_spmm_tiled_launch_shapes_give_the_same_bits_and_accumulate(name, V):
     dm, tl = lc.upload(X, name), lc.upload_tiles(X, name)
     B = np.random.default_rng(9).standard_normal((1000, 264)).astype(np.float32)
     Bd = device_b(B, name)
-    shapes = [(c["warps"], c["halves"]) for c in lc.tiled_configs(tl, 1000, 264, 132, lc.smem_limit())]
+    shapes = [(c["warps"], c["halves"]) for c in lc.tiled_configs(tl, 1000, 264, 132, lc.device_limits()[0])]
     assert len(shapes) >= 3, shapes  # those whose stages fit shared memory
     ref = tiled_run(dm, tl, Bd, shapes[-1]).get()
     for shape in shapes:
