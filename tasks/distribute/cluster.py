@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from typing import Iterator
 
 
@@ -37,11 +38,53 @@ def has_dask_cuda() -> bool:
         return False
 
 
-def make_cluster(n_workers: int | None = None, *, gpu: bool | None = None, **kwargs):
+PROTOCOLS = ("tcp", "ucx")
+DEFAULT_RMM_POOL = "0.5"  # of each GPU's memory, grown up to all of it on demand (dask-cuda's maximum default)
+
+
+def gpu_cluster_options(protocol: str | None = None, rmm_pool: str | None = None,
+                        env: dict | None = None) -> dict:
+    """dask-cuda options as its users set them: the comm ``protocol`` (``TCSPMM_DASK_PROTOCOL``: tcp, the default,
+    or ucx, which needs distributed-ucxx) and an RMM pool per worker that CuPy allocates from (``TCSPMM_RMM_POOL``:
+    a fraction of the GPU's memory like 0.5, the default, or a size like 20GB; ``0`` or ``off``: no pool, CuPy's own
+    allocator). The pool is only asked for where rmm imports. ValueError in one line for a bad value."""
+    env = os.environ if env is None else env
+    protocol = (protocol or env.get("TCSPMM_DASK_PROTOCOL") or "tcp").lower()
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"TCSPMM_DASK_PROTOCOL / protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    pool = str(rmm_pool if rmm_pool is not None else env.get("TCSPMM_RMM_POOL", DEFAULT_RMM_POOL)).strip()
+    opts: dict = {"protocol": protocol}
+    if pool.lower() in ("0", "off", "none", ""):
+        return opts
+    if re.fullmatch(r"0?\.\d+", pool):
+        size: float | str = float(pool)
+        if not 0 < size < 1:
+            raise ValueError(f"TCSPMM_RMM_POOL / rmm_pool {pool!r}: a fraction must lie in (0, 1)")
+    elif re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", pool, flags=re.IGNORECASE):
+        size = pool
+    else:
+        raise ValueError(f"TCSPMM_RMM_POOL / rmm_pool {pool!r}: expected a fraction in (0, 1) like 0.5, a size "
+                         "like 20GB, or off")
+    if has_rmm():
+        opts.update(rmm_pool_size=size, rmm_allocator_external_lib_list=["cupy"])
+    return opts
+
+
+def has_rmm() -> bool:
+    try:
+        import rmm  # noqa: F401
+        return True
+    except Exception:  # rmm raises more than ImportError without its CUDA libraries
+        return False
+
+
+def make_cluster(n_workers: int | None = None, *, gpu: bool | None = None, protocol: str | None = None,
+                 rmm_pool: str | None = None, **kwargs):
     """A new local cluster. ``gpu=None`` picks ``dask_cuda.LocalCUDACluster`` (one worker per GPU; dask-cuda sets
     each worker's ``CUDA_VISIBLE_DEVICES``) when GPUs are present and dask_cuda imports, else a CPU
     ``distributed.LocalCluster`` (processes, ``threads_per_worker=1``). ``n_workers``: GPUs to use (the first
-    n) or CPU worker processes (default: the CPU count). Extra ``kwargs`` go to the cluster class."""
+    n) or CPU worker processes (default: the CPU count). On GPUs, `gpu_cluster_options` adds the protocol and the
+    RMM pool (CuPy allocating from it). Extra ``kwargs`` go to the cluster class."""
     n_gpus = count_gpus() if gpu is not False else 0
     if gpu is None:
         gpu = n_gpus > 0 and has_dask_cuda()
@@ -60,6 +103,7 @@ def make_cluster(n_workers: int | None = None, *, gpu: bool | None = None, **kwa
         from dask_cuda import LocalCUDACluster
         # device_memory_limit=0: no device->host spilling of worker data (our arrays live in tasks and actors).
         opts.setdefault("device_memory_limit", 0)
+        opts = {**gpu_cluster_options(protocol, rmm_pool), **opts}
         return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(devices), n_workers=n, threads_per_worker=1, **opts)
     from distributed import LocalCluster
     return LocalCluster(n_workers=int(n_workers or os.cpu_count() or 1), processes=True, threads_per_worker=1,
@@ -83,7 +127,7 @@ def gpu_spec_cluster(devices: list[str], **kwargs):
 
 @contextlib.contextmanager
 def cluster_client(address: str | None = None, n_workers: int | None = None, *, gpu: bool | None = None,
-                   **kwargs) -> Iterator:
+                   **kwargs) -> Iterator:  # kwargs: make_cluster's (protocol, rmm_pool, cluster options)
     """Yield a ``distributed.Client``: connected to ``address`` when given (the cluster is left running), else
     to a new `make_cluster` cluster that is closed on exit. Waits until ``n_workers`` workers are up."""
     from distributed import Client

@@ -118,3 +118,11 @@ def release_device_memory(on_gpu: bool) -> None:
     if on_gpu:
         import cupy
         cupy.get_default_memory_pool().free_all_blocks()
+
+
+def cupy_allocator_name() -> str:
+    """CuPy's current allocator by module and name: RMM's (``rmm.allocators.cupy.rmm_cupy_allocator``) where
+    dask-cuda set it from ``rmm_allocator_external_lib_list``, else CuPy's memory pool's ``malloc``."""
+    import cupy
+    alloc = cupy.cuda.get_allocator()
+    return f"{getattr(alloc, '__module__', '')}.{getattr(alloc, '__qualname__', type(alloc).__name__)}"

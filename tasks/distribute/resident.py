@@ -13,7 +13,9 @@ the reason are in ``DistributedSpmm.transport``.
 
 Batches: ``DistributedSpmm.iterate(n)`` runs n iterations inside ONE actor call per shard, so the driver's Dask
 round trip (a few ms per call) is paid once per batch instead of once per iteration. NCCL: `ShardActor.iterate_many`
-loops over (advance, `iterate_nccl`); the grouped send/recv keep the ranks in step. Host transport:
+enqueues the n iterations on the GPU without a host sync between them (`tasks.distribute.nccl_loop`: fixed
+buffers, CUDA-graph-replayed kernels, events read once at the end); the grouped send/recv keep the ranks in step.
+Host transport:
 `ShardActor.iterate_many_host` (async) publishes each iteration's send rows as host snapshots keyed by (batch,
 iteration) and pulls the peers' rows with `pull_batched`, which waits until that peer has published the same
 iteration; the kernel runs on the worker's actor thread, as a per-call `compute` does. Both give the same C as the
@@ -33,6 +35,7 @@ from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_metcf
 
 NCCL_INIT_TIMEOUT_S = 120
 BATCH_ABORT_TIMEOUT_S = 30  # a failed host-transport batch: how long to tell the peers / wait for their calls
+RELEASE_TIMEOUT_S = 60  # close(): how long the shards may take to free their state and destroy the communicator
 
 
 def check_n_iters(n_iters) -> int:
@@ -73,9 +76,11 @@ class ShardActor:
         self.plan = dev.make_spmm_plan(S, self.on_gpu, self.prec.name, spmm_kw=spmm_kw)
         self.kernel = str(self.plan.choice.get("kernel"))
         self.S, self.spmm_kw = S, spmm_kw  # kept to build the own/remote split on demand
-        self.overlap, self.plan_own, self.plan_rem, self._streams, self._c_buf = False, None, None, None, None
+        self.overlap, self.plan_own, self.plan_rem, self._device_loop, self._c_buf = False, None, None, None, None
+        self.own_cols = self.rem_cols = None
         self.B_ext = self.C = self._b_loc = None
         self.peers: list = []
+        self.device_rows = False
         self.comm = None
         # Batched host exchange (`iterate_many_host`): {(batch, iteration): {dst: host rows}} still to be pulled,
         # the current batch id, {batch: why it failed}, and the condition guarding them (made in the event loop).
@@ -90,8 +95,13 @@ class ShardActor:
                 "halo_rows": self.n_ext - self.n_own, "dtype": self.prec.name, "format": self.ops.name,
                 "gathers_halo": self.gather is not None}
 
-    def set_peers(self, peers: list) -> None:
-        self.peers = list(peers)
+    def set_peers(self, peers: list, device_rows: bool = False) -> None:
+        """The peer actors; ``device_rows``: the host transport hands peers device arrays (a UCX comm moves them
+        GPU to GPU) instead of host copies (what TCP would copy through the host anyway)."""
+        self.peers, self.device_rows = list(peers), bool(device_rows) and self.on_gpu
+
+    def _rows_out(self, rows):
+        return rows if self.device_rows else dev.to_host(rows)
 
     def nccl_uid(self):
         """A fresh NCCL unique id (rank 0 makes it; raises when CuPy has no NCCL)."""
@@ -133,16 +143,20 @@ class ShardActor:
             parts = [self.ops.split(self.S, keep, self.prec) for keep in (own, ~own)]
             self.plan_own, self.plan_rem = (dev.make_spmm_plan(p, self.on_gpu, self.prec.name, spmm_kw=self.spmm_kw)
                                             for p in parts)
-            self._own_cols = None if self.gather is None else dev.to_device(np.flatnonzero(own), self.on_gpu)
-            self._rem_cols = None if self.gather is None else dev.to_device(np.flatnonzero(~own), self.on_gpu)
+            self.own_cols = None if self.gather is None else dev.to_device(np.flatnonzero(own), self.on_gpu)
+            self.rem_cols = None if self.gather is None else dev.to_device(np.flatnonzero(~own), self.on_gpu)
 
     def advance(self) -> None:
         """C becomes the next B (square A), rounded to the precision."""
         if self.C is None:
             raise RuntimeError(f"shard {self.k}: no C to advance from: run an iteration first")
-        self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(self.C, self.prec)
+        self.advance_from(self.C)
 
-    def _b_in(self, cols=None):
+    def advance_from(self, C) -> None:
+        """Own rows of B <- C (float32 [n_own, N]) in the precision's storage, on the current stream."""
+        self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(C, self.prec)
+
+    def b_in(self, cols=None):
         """What A_k multiplies: the extended B, or (halo-order formats) its rows gathered into A_k's column order;
         ``cols`` gathers only those of A_k's columns (the overlap's own part before the halo has arrived)."""
         if self.gather is None:
@@ -154,12 +168,13 @@ class ShardActor:
         return self._b_loc
 
     # ---- exchange -----------------------------------------------------------------------------------------------
-    def _own(self):
+    def own_rows(self):
         return self.B_ext[self.off:self.off + self.n_own]
 
-    async def pull(self, dst: int) -> np.ndarray:
-        """Host copy of the own rows shard ``dst`` needs, in ``dst``'s receive order."""
-        return dev.to_host(self._own()[self.sends[dst]])
+    async def pull(self, dst: int):
+        """The own rows shard ``dst`` needs, in ``dst``'s receive order (a host copy, or with ``device_rows`` a
+        device array)."""
+        return self._rows_out(self.own_rows()[self.sends[dst]])
 
     async def exchange_host(self) -> dict:
         """Pull every peer's rows concurrently through Dask actor calls into the extended B."""
@@ -168,24 +183,6 @@ class ShardActor:
         for (p, n, start), rows in zip(self.recv, parts):
             self.B_ext[start:start + n] = dev.to_device(rows, self.on_gpu)
         return self._exchange_stats((time.perf_counter() - t0) * 1e3, "dask")
-
-    def exchange_nccl(self) -> dict:
-        """Grouped NCCL send/recv of the halo rows with every peer, device buffers only."""
-        import cupy
-        from cupy.cuda import nccl
-        stream = cupy.cuda.get_current_stream()
-        n_cols = self.B_ext.shape[1]
-        own = self._own()
-        with dev.Timer(True) as t:
-            bufs = {p: cupy.ascontiguousarray(own[idx]) for p, idx in self.sends.items()}
-            nccl.groupStart()
-            for p, buf in bufs.items():
-                self.comm.send(buf.data.ptr, buf.size, _nccl_type(buf.dtype), p, stream.ptr)
-            for p, n, start in self.recv:
-                view = self.B_ext[start:start + n]  # contiguous rows of a C-ordered buffer
-                self.comm.recv(view.data.ptr, n * n_cols, _nccl_type(view.dtype), p, stream.ptr)
-            nccl.groupEnd()
-        return self._exchange_stats(t.ms, "nccl")
 
     def _exchange_stats(self, ms: float, transport: str) -> dict:
         row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]  # 2 bytes per value in half precision
@@ -200,53 +197,48 @@ class ShardActor:
         With overlap set (host transport) the two parts run one after the other: same result, tests the split."""
         if self.overlap:
             with dev.Timer(self.on_gpu) as t:
-                B_in = self._b_in()
+                B_in = self.b_in()
                 C = self.plan_own.run(B_in, self._overlap_out())
                 self.plan_rem.run(B_in, C, accumulate=True)
             self.C, kernel_ms = C, t.ms
         else:
             with dev.Timer(self.on_gpu) as g:
-                B_in = self._b_in()
+                B_in = self.b_in()
             self.C, kernel_ms, _ = dev.time_kernel(self.plan, B_in, self.on_gpu, repeats)
             kernel_ms += g.ms if self.gather is not None else 0.0
         return {"shard": self.k, "kernel_ms": kernel_ms, "kernel": self._kernels()}
 
     def iterate_nccl(self, repeats: int = 0) -> tuple[dict, dict]:
-        """One iteration in one actor call (one driver round trip): `exchange_nccl` then `compute`, or with
-        overlap the own-column kernel on a compute stream while NCCL moves the halo on a comm stream."""
-        if not self.overlap:
-            return self.exchange_nccl(), self.compute(repeats)
-        import cupy
-        from cupy.cuda import nccl
-        if self._streams is None:
-            # Blocking streams: anything a library still runs on the legacy default stream stays ordered.
-            self._streams = (cupy.cuda.Stream(), cupy.cuda.Stream())
-        s_comm, s_comp = self._streams
-        ev = [cupy.cuda.Event() for _ in range(4)]
-        ev[0].record(s_comp)
-        ev[1].record(s_comm)
-        with s_comm:
-            own = self._own()
-            bufs = {p: cupy.ascontiguousarray(own[idx]) for p, idx in self.sends.items()}
-            nccl.groupStart()
-            for p, buf in bufs.items():
-                self.comm.send(buf.data.ptr, buf.size, _nccl_type(buf.dtype), p, s_comm.ptr)
-            for p, n, start in self.recv:
-                view = self.B_ext[start:start + n]
-                self.comm.recv(view.data.ptr, n * view.shape[1], _nccl_type(view.dtype), p, s_comm.ptr)
-            nccl.groupEnd()
-        ev[2].record(s_comm)
-        with s_comp:
-            # reads only own rows: no conflict with the rows being received
-            C = self.plan_own.run(self._b_in(self._own_cols), self._overlap_out())
-            s_comp.wait_event(ev[2])
-            self.plan_rem.run(self._b_in(self._rem_cols), C, accumulate=True)
-        ev[3].record(s_comp)
-        ev[3].synchronize()  # synchronize!
-        self.C = C
-        ex = self._exchange_stats(float(cupy.cuda.get_elapsed_time(ev[1], ev[2])), "nccl")
-        ms = float(cupy.cuda.get_elapsed_time(ev[0], ev[3]))
-        return {**ex, "overlap": True}, {"shard": self.k, "kernel_ms": ms, "kernel": self._kernels()}
+        """One iteration in one actor call (one driver round trip): the `DeviceLoop` iteration (NCCL exchange,
+        then the kernel, or with overlap the own-column kernel while NCCL moves the halo), synchronized.
+        ``repeats`` > 0 (kernel-only timing): the exchange, then `compute`'s median of that many runs."""
+        if repeats > 0 and not self.overlap:
+            times, _ = self._loop().run(1, False, False, False)
+            ex = self._exchange_stats(times[0]["exchange_ms"], "nccl")
+            return ex, self.compute(repeats)
+        its, _ = self._nccl_iterations(1, False, False)
+        return its[0]
+
+    def _loop(self):
+        from tasks.distribute.nccl_loop import DeviceLoop
+        if self._device_loop is None:
+            self._device_loop = DeviceLoop(self)
+        return self._device_loop
+
+    def _nccl_iterations(self, n: int, advance_first: bool, advance_rest: bool) -> tuple[list, float]:
+        """n `DeviceLoop` iterations (one sync): [(exchange stats, compute stats)] per iteration and the gap ms."""
+        loop = self._loop()
+        if advance_first and self.C is not loop.C:  # the last C came from `compute`, not from the loop's buffer
+            self.advance()  # on the legacy stream, which the loop's blocking streams wait for
+            advance_first = False
+        times, gap_ms = loop.run(n, advance_first, advance_rest, self.overlap)
+        self.C = loop.C
+        kernel = self._kernels()
+        its = [({**self._exchange_stats(t["exchange_ms"], "nccl"), "overlap": self.overlap,
+                 "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"]},
+                {"shard": self.k, "kernel_ms": t["kernel_ms"], "iteration_gpu_ms": t["iteration_ms"],
+                 "kernel": kernel}) for t in times]
+        return its, gap_ms
 
     def _overlap_out(self):
         """C_k's buffer for the split kernels, kept across iterations (both kernels write into it)."""
@@ -259,18 +251,17 @@ class ShardActor:
     def iterate_many(self, n_iters: int, advance_first: bool = False, advance_rest: bool = True,
                      repeats: int = 0) -> dict:
         """NCCL transport: ``n_iters`` iterations in this one call, each (advance when asked: ``advance_first`` for
-        the first, ``advance_rest`` for the others) then `iterate_nccl` (grouped send/recv, then the kernel, each
-        timed with CUDA events and synchronized, as a per-call iteration). Call it on every actor concurrently with
-        the same arguments: NCCL's matching send/recv keep the ranks in step, iteration by iteration."""
+        the first, ``advance_rest`` for the others) then the halo exchange and the kernel(s), all enqueued on the
+        GPU by `nccl_loop.DeviceLoop` with one sync at the end and timed with CUDA events (``gap_ms``: GPU time
+        between iterations). Call it on every actor concurrently with the same arguments: NCCL's matching
+        send/recv keep the ranks in step, iteration by iteration. ``repeats`` is ignored (kernel-only timing is
+        `iterate_nccl`'s)."""
         n = check_n_iters(n_iters)
         if self.comm is None:
             raise RuntimeError(f"shard {self.k}: iterate_many needs the NCCL communicator; use iterate_many_host")
-        its, t0 = [], time.perf_counter()
-        for i in range(n):
-            if advance_first if i == 0 else advance_rest:
-                self.advance()
-            its.append(self.iterate_nccl(repeats))
-        return self._batch_stats(its, (time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        its, gap_ms = self._nccl_iterations(n, advance_first, advance_rest)
+        return {**self._batch_stats(its, (time.perf_counter() - t0) * 1e3), "gap_ms": gap_ms}
 
     async def iterate_many_host(self, n_iters: int, batch: int, advance_first: bool = False,
                                 advance_rest: bool = True, repeats: int = 0) -> dict:
@@ -352,8 +343,8 @@ class ShardActor:
                                 or self._batch != batch)
             self._check_batch(batch)
             if self.sends:
-                own = self._own()
-                self._outbox[(batch, i)] = {p: dev.to_host(own[idx]) for p, idx in self.sends.items()}
+                own = self.own_rows()
+                self._outbox[(batch, i)] = {p: self._rows_out(own[idx]) for p, idx in self.sends.items()}
                 cond.notify_all()
 
     def _check_batch(self, batch: int) -> None:
@@ -378,6 +369,21 @@ class ShardActor:
             return f"{self.plan_own.choice.get('kernel')}+{self.plan_rem.choice.get('kernel')}"
         return str(self.plan.choice.get("kernel"))
 
+    def release(self) -> None:
+        """Free this shard's device state and destroy its NCCL communicator. `DistributedSpmm.close` calls it on
+        every shard at once before dropping the actors: a communicator left to the garbage collector is destroyed
+        whenever its actor happens to be collected, and a destroy that waits for a peer's blocked the worker (the
+        next actor on it never started: H100 x4, the GPU tests after a batched run)."""
+        if self._device_loop is not None:
+            self._device_loop.release()
+            self._device_loop = None
+        if self.comm is not None:
+            self.comm.destroy()
+            self.comm = None
+        self.B_ext = self.C = self._b_loc = self._c_buf = None
+        self.plan = self.plan_own = self.plan_rem = None
+        dev.release_device_memory(self.on_gpu)
+
     def get_C(self) -> np.ndarray:
         return dev.to_host(self.C)  # float32 (the plans' out_dtype)
 
@@ -387,14 +393,7 @@ class ShardActor:
 
     def get_B(self) -> np.ndarray:
         """Own rows of B as float32 (exact: widened from the precision's storage)."""
-        return self.prec.to_float32(dev.to_host(self._own()))
-
-
-def _nccl_type(dtype):
-    """NCCL element type for a send/recv of ``dtype`` (bfloat16 bits travel as 2-byte float16 units: send/recv
-    copy bytes and never interpret them)."""
-    from cupy.cuda import nccl
-    return nccl.NCCL_FLOAT32 if np.dtype(dtype).itemsize == 4 else nccl.NCCL_FLOAT16
+        return self.prec.to_float32(dev.to_host(self.own_rows()))
 
 
 def _actor_executor():
@@ -420,9 +419,11 @@ class DistributedSpmm:
     ``step()`` runs again with C as the next B. ``iterate(n)`` (and ``step(n)``) run n iterations in one actor call
     per shard (see the module docstring). ``history`` holds one dict per iteration: ``exchange_ms`` (max over
     shards), ``kernel_ms`` (max), ``iteration_ms`` (driver wall time; for a batch, the batch's wall time / n),
-    ``batched`` (False for `run`/`step`; True with ``batch_size``, ``batch_index``, ``batch_ms`` and ``batch_loop_ms``,
-    the slowest shard's time inside its call) and per shard ``shards`` rows (halo bytes sent/received, exchange ms,
-    kernel ms). ``transport``: "nccl" or "dask" plus ``transport_reason``.
+    ``batched`` (False for `run`/`step`; True with ``batch_size``, ``batch_index``, ``batch_ms``, ``batch_loop_ms``,
+    the slowest shard's time inside its call, and on NCCL ``batch_gap_ms``, the GPU's idle time between
+    iterations), on NCCL ``exposed_ms`` (max over shards of the exchange time the kernels waited for) and
+    ``iteration_gpu_ms`` (max over shards, CUDA events), and per shard ``shards`` rows (halo bytes sent/received,
+    exchange ms, kernel ms, and on NCCL exposed / advance / iteration GPU ms). ``transport``: "nccl" or "dask" plus ``transport_reason``.
     ``repeats`` = 0 times the one kernel run of each iteration; ``spmm_kw`` goes to each shard's ``SpmmPlan``.
     """
 
@@ -453,7 +454,9 @@ class DistributedSpmm:
                                          workers=[self.workers[k]], pure=False))
         self.actors = [f.result() for f in futures]
         self._futures = futures
-        _wait([a.set_peers(self.actors) for a in self.actors])
+        # UCX comms move device arrays between GPUs (NVLink through CUDA IPC); over TCP they would be staged on the host
+        self.device_rows = str(client.scheduler.address).startswith(("ucx://", "ucxx://"))
+        _wait([a.set_peers(self.actors, self.device_rows) for a in self.actors])
         self.info = _wait([a.info() for a in self.actors])
         self.transport, self.transport_reason = self._pick_transport(transport)
         self.history: list = []
@@ -518,10 +521,11 @@ class DistributedSpmm:
 
     def _record(self, shards: list, wall_ms: float, **extra) -> None:
         shards = [{**s, "gpu": self.info[s["shard"]]["gpu"]} for s in shards]
+        worst = {key: max((s[key] for s in shards if key in s), default=None)
+                 for key in ("exchange_ms", "kernel_ms", "exposed_ms", "iteration_gpu_ms")}
         self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms, "overlap": self.overlap,
-                             "exchange_ms": max((s["exchange_ms"] for s in shards), default=0.0),
-                             "kernel_ms": max((s["kernel_ms"] for s in shards), default=0.0), "shards": shards,
-                             **extra})
+                             **{k: (0.0 if v is None and k in ("exchange_ms", "kernel_ms") else v)
+                                for k, v in worst.items()}, "shards": shards, **extra})
 
     def step(self, n: int = 1) -> "CParts":
         """C becomes B, then `run` (square A). ``n`` > 1: n such steps batched in one actor call per shard
@@ -561,11 +565,12 @@ class DistributedSpmm:
                 raise
         wall_ms = (time.perf_counter() - t0) * 1e3
         loop_ms = max((r["loop_ms"] for r in res), default=0.0)
+        gap_ms = max((r.get("gap_ms", 0.0) for r in res), default=0.0)  # GPU idle between iterations (NCCL loop)
         for i in range(n):
             shards = [{**r["iterations"][i][0], **r["iterations"][i][1], "worker": w}
                       for r, w in zip(res, self.workers)]
             self._record(shards, wall_ms / n, batched=True, batch_size=n, batch_index=i, batch_ms=wall_ms,
-                         batch_loop_ms=loop_ms)
+                         batch_loop_ms=loop_ms, batch_gap_ms=gap_ms)
         return CParts(self)
 
     def __enter__(self) -> "DistributedSpmm":
@@ -575,7 +580,13 @@ class DistributedSpmm:
         self.close()
 
     def close(self) -> None:
-        """Release the actors (their device memory is freed with them); also on leaving a ``with`` block."""
+        """Release the actors: every shard frees its device state and destroys its communicator at once
+        (`ShardActor.release`), then the actors are dropped; also on leaving a ``with`` block."""
+        if self.actors:
+            try:
+                _wait([a.release() for a in self.actors], timeout=RELEASE_TIMEOUT_S)
+            except Exception:  # a failed worker has nothing left to release; the actors are dropped all the same
+                pass
         self.client.cancel(self._futures)
         self.actors = []
 

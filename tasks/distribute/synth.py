@@ -49,6 +49,24 @@ def sbm_keys(xp, n: int, blocks: int, deg_in: float, deg_out: float, seed: int):
     return unique_sorted(xp, xp.concatenate([keys_in, r2 * n + c2])), (int(n), int(n))
 
 
+def mesh_keys(xp, side: int):
+    """Sorted keys of a 3D 27-point stencil on a ``side``^3 grid, lexicographic numbering (a finite-element-like
+    mesh: every node couples to itself and its up to 26 neighbours)."""
+    side = int(side)
+    n = side ** 3
+    node = xp.arange(n, dtype=xp.int64)
+    z, rest = node // (side * side), node % (side * side)
+    y, x = rest // side, rest % side
+    parts = []
+    for dz in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                zz, yy, xx = z + dz, y + dy, x + dx
+                ok = (zz >= 0) & (zz < side) & (yy >= 0) & (yy < side) & (xx >= 0) & (xx < side)
+                parts.append(node[ok] * n + (zz[ok] * side + yy[ok]) * side + xx[ok])
+    return xp.sort(xp.concatenate(parts)), (n, n)
+
+
 def unique_sorted(xp, keys):
     keys = xp.sort(keys)
     keep = xp.ones(keys.shape[0], dtype=bool)
