@@ -4,12 +4,14 @@
     prefect deployment run 'tcspmm-catalog/nightly'      # against a server started by `make serve`
 
 Each matrix is a subflow run of ``tcspmm-spmm``; they share one Dask cluster (started here, or ``--scheduler``),
-so heavy block work from concurrent subflows is scheduled together. A matrix that fails is reported and does not
+so heavy block work from concurrent subflows is scheduled together (``TCSPMM_SCHEDULER`` names a running
+cluster for the scheduled deployment, which passes no ``--scheduler``). A matrix that fails is reported and does not
 stop the others; the flow fails at the end if any did. The summary gives each matrix's stage times and GFLOP/s.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,7 +31,10 @@ def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str =
     """Run every catalog entry; returns ``{spec: outcome}``, an outcome being ``cli.run_outcome`` (run id, each
     stage's wall ms, kernel, median kernel ms, GFLOP/s) or ``{"error": message}``. ``train_gnn``: then the
     downstream GNN job (2-layer GCN and GAT, ``gnn.train``) on every matrix that stored node features, its
-    result under the outcome's ``"gnn"``."""
+    result under the outcome's ``"gnn"``. ``scheduler`` (default: ``TCSPMM_SCHEDULER``, else a local cluster
+    started here): the Dask cluster every matrix runs on, e.g. separately started ``dask scheduler`` and
+    ``dask cuda worker`` processes, one per GPU."""
+    scheduler = scheduler or os.environ.get("TCSPMM_SCHEDULER") or None
     root = resolve_data_root(data_root)
     specs = load_catalog(catalog)
     outcome: dict[str, dict] = {}
@@ -64,7 +69,8 @@ def build_parser() -> cli.Parser:
                    help="columns of the dense B (default 128)")
     p.add_argument("--reorder", default="auto", choices=[*METHODS, "auto"], help="row reordering (default auto)")
     p.add_argument("--devices", default="auto", type=cli.devices, help="auto, cpu, all, or a count")
-    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: local)")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: "
+                   "TCSPMM_SCHEDULER, else a local cluster)")
     p.add_argument("--concurrency", type=cli.positive_int, default=2, help="matrices run at once (default 2)")
     p.add_argument("--repeats", type=cli.positive_int, default=20, help="timed SpMM runs per matrix (default 20)")
     p.add_argument("--train-gnn", action="store_true",

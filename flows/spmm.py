@@ -36,7 +36,7 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
     matrix_id = ingested["matrix_id"]
     checked = steps.check_precision(matrix_id, root, dtype, allow_overflow)  # before anything is reordered
     with flow_cluster(scheduler, devices) as address:
-        ordered = steps.reorder(matrix_id, reorder, root, seed, address, dtype)
+        ordered = steps.reorder(matrix_id, reorder, root, seed, address, dtype, devices, n_cols_b)
         converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype, address)
         multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,
                                 devices, mode, seed, address, save_c, fmt, repeats, not nondeterministic)

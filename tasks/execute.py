@@ -94,7 +94,12 @@ def _run_sharded(mstore, format_key: str, perm: np.ndarray, M, B: np.ndarray, de
         # Each shard in its own Parquet file: a worker reads only its shard.
         shard_key = f"{format_key}-p{n_parts}"
         persist_plan(M, plan, mstore, shard_key, fmt=fmt)
+        itemsize = int(np.dtype(as_precision(dtype).storage_dtype).itemsize)
         sharded = {"format": fmt, "dtype": dtype, "halo_rows": [int(c.shape[0]) for c in plan.halo_cols]}
+        if plan.square:  # what a resident iteration exchanges: the rows another shard owns
+            sharded["remote_halo_rows"] = [int(plan.remote_mask(k).sum()) for k in range(n_parts)]
+            sharded["halo_mb"] = [round(float(b) / 2**20, 3) for b in
+                                  plan.halo_bytes(B.shape[1], itemsize, remote_only=True)]
         if mode == "resident":
             dist = DistributedSpmm(plan, client, store=mstore, perm_key=shard_key, fmt=fmt, repeats=repeats,
                                    dtype=dtype)

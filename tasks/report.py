@@ -10,7 +10,7 @@ STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
 # What the printed table shows per stage (the runs table keeps everything in ``extra``).
 DETAIL_KEYS = ("format", "dtype", "block_shape", "reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc",
                "kernel_ms", "rel_err", "nnz", "shape",
-               "cusparse_original_ms", "cusparse_reordered_ms", "devices", "nonfinite_a", "nonfinite_c")
+               "cusparse_original_ms", "cusparse_reordered_ms", "devices", "halo_mb", "nonfinite_a", "nonfinite_c")
 
 
 def _before_after(order: dict, key: str) -> str | None:
@@ -45,6 +45,7 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
         "spmm": {**{k: mult.get(k) for k in ("dtype", "kernel_ms", "rel_err", "choice", "baseline", "per_device",
                                              "nonfinite_a", "nonfinite_c", "precision_check")},
                  "devices": _devices(mult.get("per_device")),
+                 "halo_mb": (mult.get("sharded") or {}).get("halo_mb"),  # received per shard per iteration
                  **{f"cusparse_{key}_ms": base["median_ms"] for key, base in (mult.get("baseline") or {}).items()}},
     }
     return [

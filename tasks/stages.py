@@ -116,9 +116,11 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
 
 
 def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, scheduler: str | None = None,
-            sm_count: int = 132, dtype: str = "float32") -> dict:
+            sm_count: int = 132, dtype: str = "float32", devices: str | int = "auto", n_cols_b: int = 128) -> dict:
     """Compute (or reuse) the row permutation; never apply one that increases the TC block count over ``none``.
-    The block count is of the precision's TC blocks (16 x 8 for float32, 16 x 16 for float16/bfloat16)."""
+    The block count is of the precision's TC blocks (16 x 8 for float32, 16 x 16 for float16/bfloat16). ``auto``
+    over several ``devices`` (a count, or ``all``: the cluster's workers) of a square matrix also weighs the halo
+    each shard must receive (`tasks.distribute.halo_order.auto_for_devices`; the report's ``halo``)."""
     from kernels.precision import precision
     from tasks.reorder import METHODS, auto_reorder, reorder_checked
 
@@ -130,18 +132,33 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
         from kernels.spmm import gpu_available  # the devices draw differently: each gets its own stored order
 
         params["device"] = extra["device"] = "gpu" if gpu_available() else "cpu"
-    width = precision(dtype).block_width
+    prec = precision(dtype)
+    width = prec.block_width
     if width != 8:  # TF32 keys stay as they were, so stores written before widths existed are reused
         params["tc_width"] = width
-    key = make_perm_key(method, params)
     mstore = BlockStore(data_root).matrix(matrix_id)
+    n_parts = _shard_count(devices, scheduler) if method == "auto" else 1
+    shape = mstore.csr_meta()["shape"] if n_parts > 1 else None
+    if n_parts > 1 and shape[0] == shape[1]:
+        params["n_parts"] = n_parts  # the halo depends on the shard count; the choice does not depend on N
+    key = make_perm_key(method, params)
     t0 = time.perf_counter()
     if mstore.has_perm(key):
         meta = mstore.perm_meta(key)
         return {"perm_key": key, "method": method, "reused": True, "ms": _elapsed_ms(t0), **meta.get("report", {})}
     A = mstore.read_csr()
     with dask_client(scheduler) as client, progress.task(f"reorder {matrix_id} ({method})"):
-        if method == "auto":
+        if method == "auto" and "n_parts" in params:
+            from kernels.spmm import gpu_available
+            from tasks.distribute.halo_order import auto_for_devices
+
+            applied, perm, report = auto_for_devices(
+                A, n_parts, n_cols_b, int(np.dtype(prec.storage_dtype).itemsize), seed=seed, client=client,
+                params={"tca": {"sm_count": sm_count}, "community": {"device": "gpu" if gpu_available() else "cpu"}},
+                width=width)
+            report["why"] = report.pop("reason")
+            report["before"], report["after"] = report["methods"]["none"], report["methods"].get(applied)
+        elif method == "auto":
             applied, perm, report = auto_reorder(A, seed=seed, client=client, params={"tca": {"sm_count": sm_count}},
                                                  width=width)
             report["why"] = report.pop("reason")
@@ -154,6 +171,16 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
     report = {"applied": applied, **report}
     mstore.write_perm(key, perm, {"method": method, "params": params, "report": _jsonable(report)})
     return {"perm_key": key, "method": method, "reused": False, "ms": _elapsed_ms(t0), **_jsonable(report)}
+
+
+def _shard_count(devices: str | int, scheduler: str | None) -> int:
+    """How many shards a run on ``devices`` makes: the count, or with ``all`` the cluster's workers (1 without)."""
+    if isinstance(devices, int) or str(devices).isdigit():
+        return int(devices)
+    if str(devices) == "all" and scheduler:
+        with dask_client(scheduler) as client:
+            return len(client.scheduler_info()["workers"])
+    return 1
 
 
 def check_precision(matrix_id: str, data_root: str, dtype: str = "float32", *, allow_overflow: bool = False) -> dict:

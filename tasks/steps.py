@@ -24,8 +24,9 @@ def ingest(spec: str, data_root: str, drop_zeros: bool = False, complex_mode: st
 
 @task(name="reorder", cache_policy=NO_CACHE)
 def reorder(matrix_id: str, method: str, data_root: str, seed: int, scheduler: str | None,
-            dtype: str = "float32") -> dict:
-    return stages.reorder(matrix_id, method, data_root, seed=seed, scheduler=scheduler, dtype=dtype)
+            dtype: str = "float32", devices: str = "auto", n_cols_b: int = 128) -> dict:
+    return stages.reorder(matrix_id, method, data_root, seed=seed, scheduler=scheduler, dtype=dtype, devices=devices,
+                          n_cols_b=n_cols_b)
 
 
 @task(name="check precision", cache_policy=NO_CACHE)

@@ -1,4 +1,4 @@
-"""Which row order to shard: fewest TC blocks per GPU, then the smallest halo exchange (issue 19, ``--devices`` > 1).
+"""Which row order to shard: fewest TC blocks per GPU, then the smallest halo exchange (``--devices`` > 1).
 
 On one GPU `tasks.reorder.auto_reorder` keeps the order with the fewest TC blocks. Over P GPUs a resident
 iteration costs the slowest shard's kernel plus its halo exchange, and on 2 H200s (110M nnz, N = 256) the
@@ -10,6 +10,8 @@ windows by TC blocks; `PartitionPlan.halo_bytes(remote_only=True)`) computed fro
 Plain NumPy/SciPy.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import scipy.sparse as sp
@@ -63,3 +65,38 @@ def choose_order(A, perms: dict, n_parts: int, n_cols_b: int, itemsize: int = 4,
            f"fewest, {best_blocks}) and the smallest largest halo, {max(report[chosen]['halo_bytes']):,} bytes per "
            f"iteration at N = {n_cols_b}, {itemsize} bytes per value")
     return chosen, {"chosen": chosen, "reason": why, "n_parts": int(n_parts), "orders": report}
+
+
+SHARD_ORDERS = ("community", "rcm")  # what `auto_reorder` does not try but a sharded run may want: smaller halos
+
+
+def auto_for_devices(A, n_parts: int, n_cols_b: int, itemsize: int, *, seed: int = 0, client=None,
+                     params: dict | None = None, width: int = 8, max_cost: float = 300.0) -> tuple:
+    """``--reorder auto`` over ``n_parts`` devices: `auto_reorder`'s fewest-TC-blocks order, ``community`` and
+    ``rcm`` (when cheap enough for A, as `auto_reorder` judges cost) and the given order, then `choose_order`.
+    Returns (method, perm, report): the report has `auto_reorder`'s ``methods``, the per-order shard estimates
+    under ``halo`` and the reason."""
+    from kernels.formats.metrics import tc_stats
+    from tasks.reorder import auto_reorder, reorder
+    from tasks.reorder.api import COST_NS_PER_NNZ
+
+    best, best_perm, report = auto_reorder(A, seed=seed, client=client, params=params, width=width,
+                                           max_cost=max_cost)
+    perms = {"none": None, best: best_perm}
+    for m in SHARD_ORDERS:
+        if m in perms:
+            continue
+        est = A.nnz * COST_NS_PER_NNZ.get(m, 0.0) * 1e-9
+        if est > max_cost:
+            report["methods"][m] = {"skipped": f"estimated {est:.0f} s > max_cost {max_cost:.0f} s"}
+            continue
+        t0 = time.perf_counter()
+        perms[m] = reorder(A, m, seed=seed, client=client, **(params or {}).get(m, {}))
+        if "n_tc_blocks" not in report["methods"].get(m, {}):  # auto_reorder does not try community
+            report["methods"][m] = {**tc_stats(sp.csr_array(A)[perms[m]], width=width),
+                                    "seconds": time.perf_counter() - t0}
+    chosen, halo = choose_order(A, perms, n_parts, n_cols_b, itemsize, width=width)
+    perm = perms[chosen] if perms[chosen] is not None else np.arange(A.shape[0], dtype=np.int64)
+    report.update(chosen=chosen, reason=f"{n_parts} devices: {halo['reason']} (fewest blocks alone: {best})",
+                  halo=halo)
+    return chosen, perm, report

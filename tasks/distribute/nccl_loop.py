@@ -30,16 +30,6 @@ def nccl_type(dtype):
     return nccl.NCCL_FLOAT32 if np.dtype(dtype).itemsize == 4 else nccl.NCCL_FLOAT16
 
 
-def _high_priority_stream():
-    """A blocking stream at the device's highest priority (a plain stream where CuPy or the device has none)."""
-    import cupy
-    try:
-        _, highest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
-        return cupy.cuda.Stream(priority=highest)
-    except (AttributeError, TypeError):  # a CuPy without stream priorities
-        return cupy.cuda.Stream()
-
-
 class IterationEvents:
     """The six CUDA events of one enqueued iteration (see the module docstring)."""
 
@@ -67,11 +57,11 @@ class DeviceLoop:
     def __init__(self, shard):
         import cupy
         self.shard = shard
-        # Blocking streams: anything a library still runs on the legacy default stream stays ordered. NCCL moves the
-        # halo with kernels of its own, which need SMs: on a stream of the same priority they wait behind the SpMM's
-        # whole grid (H100, 100M-nnz SBM, 2 GPUs: a 2 ms exchange took 10 ms beside the own-column kernel), so
-        # the comm stream gets the device's highest priority and its blocks go first as SpMM blocks retire.
-        self.s_comp, self.s_comm = cupy.cuda.Stream(), _high_priority_stream()
+        # Blocking streams: anything a library still runs on the legacy default stream stays ordered. (NCCL moves
+        # the halo with kernels of its own: beside the own-column SpMM a 2 ms exchange took 10 ms on H100s, 100M-nnz
+        # SBM, 2 GPUs, with the comm stream at the device's highest priority as at the default one; measured, so the
+        # plain stream stays. docs/benchmarks.md, "Scale-out".)
+        self.s_comp, self.s_comm = cupy.cuda.Stream(), cupy.cuda.Stream()
         self.send_bufs: dict = {}
         self.C = None
 

@@ -50,3 +50,23 @@ def test_catalog_trains_the_gnn_job_on_matrices_with_node_features(prefect_harne
     assert "no stored node features" in outcome[specs[1]]["gnn"]["skipped"]
     text = catalog_summary(outcome)
     assert "  gnn gcn: " in text and "  gnn: skipped, " in text
+
+
+def test_catalog_runs_on_the_cluster_named_by_the_environment(prefect_harness, data_root, tmp_path, capsys,
+                                                              monkeypatch):
+    """The scheduled deployment passes no --scheduler: TCSPMM_SCHEDULER names the cluster, and the sharded SpMM's
+    tasks run there (the scheduler saw them) instead of on a cluster the flow starts."""
+    from distributed import Client, LocalCluster
+    catalog = tmp_path / "catalog.yaml"
+    spec = "gen:sbm?n=1200&blocks=12&p_in=0.05&p_out=0.002&seed=5"
+    catalog.write_text(f"matrices:\n  - '{spec}'\n")
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+                      memory_limit=0) as cluster:
+        monkeypatch.setenv("TCSPMM_SCHEDULER", cluster.scheduler_address)
+        code = main(["--catalog", str(catalog), "-N", "4", "--devices", "2", "--reorder", "degree", "--repeats", "1",
+                     "--data-root", str(data_root), "--json"])
+        assert code == 0, capsys.readouterr().err[-2000:]
+        assert "error" not in json.loads(capsys.readouterr().out)[spec]
+        with Client(cluster.scheduler_address, timeout="10s") as c:
+            prefixes = c.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    assert "spmm-stored" in prefixes, prefixes

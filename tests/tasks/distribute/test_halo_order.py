@@ -47,3 +47,25 @@ def test_community_order_is_chosen_for_two_devices():
     # a slack of 1.0 keeps only the order with the fewest blocks per shard, whatever its halo
     fewest = min(report["orders"], key=lambda m: max(report["orders"][m]["tc_blocks"]))
     assert choose_order(A, perms, 2, 256, block_slack=1.0)[0] == fewest
+
+
+def test_reorder_auto_over_devices_weighs_the_halo(tmp_path):
+    """`--reorder auto` with several devices: the stored order is the halo choice among auto's fewest-blocks order,
+    community and RCM (per-order estimates in the report), keyed by the shard count; one device keeps auto's."""
+    from storage import BlockStore
+    from tasks import stages
+    A, _ = sbm(n=1600, blocks=20, seed=3)
+    root = str(tmp_path)
+    BlockStore(root).matrix("sbm").write_csr(A, {"source": "test"})
+    one = stages.reorder("sbm", "auto", root, devices=1)
+    two = stages.reorder("sbm", "auto", root, devices=2, n_cols_b=64)
+    assert "halo" not in one and one["perm_key"] != two["perm_key"]
+    orders = two["halo"]["orders"]
+    assert {"none", "community", "rcm"} <= set(orders) and two["applied"] == two["halo"]["chosen"]
+    chosen_halo = max(orders[two["applied"]]["halo_bytes"])
+    assert chosen_halo == min(max(o["halo_bytes"]) for name, o in orders.items()
+                              if max(o["tc_blocks"]) <= 1.10 * min(max(r["tc_blocks"]) for r in orders.values()))
+    assert chosen_halo < max(orders["none"]["halo_bytes"])  # shuffled ids: a community-keeping order wins
+    assert max(orders["none"]["halo_bytes"]) == max(orders["none"]["remote_halo_rows"]) * 64 * 4
+    again = stages.reorder("sbm", "auto", root, devices=2)
+    assert again["reused"] and again["perm_key"] == two["perm_key"]
