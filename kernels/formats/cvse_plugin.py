@@ -26,7 +26,7 @@ import numpy as np
 from kernels.formats.cvse import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
 from kernels.formats.registry import Format
-from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel
+from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, window_bytes
 from kernels.indexing import index_dtype
 from kernels.precision import Precision
 
@@ -148,9 +148,10 @@ class CvseDevice:
 
 
 def _nbytes(X, partptr, tile_ptr, item_ptr):
-    vec_rows = np.diff(partptr) * (WINDOW_ROWS // X.vector) + 1  # vec_ptr entries per shard (a bound at the end)
-    per_vector = X.indices.dtype.itemsize + X.vector * X.data.dtype.itemsize
-    return vec_rows * X.vec_ptr.dtype.itemsize + np.diff(tile_ptr) * per_vector
+    """vec_ptr holds 16 / V entries per window (a bound for the last, partial one)."""
+    return window_bytes(partptr * (WINDOW_ROWS // X.vector), tile_ptr, item_ptr,
+                        offset_bytes=X.vec_ptr.dtype.itemsize,
+                        tile_bytes=X.indices.dtype.itemsize + X.vector * X.data.dtype.itemsize)
 
 
 def _halo(X, t0: int, t1: int) -> np.ndarray:

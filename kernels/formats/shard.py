@@ -19,8 +19,8 @@ A format shards over row windows when it provides (`ShardOps`):
 
 Each format's `Format` record carries its `ShardOps` (``Format.shard``); ME-TCF's and BCSR's are defined here,
 Tiled-CSR's in ``kernels.formats.tiledcsr_plugin`` (through ME-TCF's arrays, which its tiles share) and CVSE's in
-``kernels.formats.cvse_plugin``, from the generic helpers below (`distinct_columns`, `rebase`, `relabel`,
-`keeps_order`, `split_columns`). A format without one is refused with one line by
+``kernels.formats.cvse_plugin``, from the generic helpers below (`distinct_columns`, `slot_halo`,
+`window_bytes`, `rebase`, `relabel`, `keeps_order`, `split_columns`). A format without one is refused with one line by
 ``tasks.distribute.formats.shard_ops``. Plain NumPy; no Dask.
 """
 from __future__ import annotations
@@ -52,6 +52,18 @@ def distinct_columns(n_cols: int, cols: np.ndarray) -> np.ndarray:
     mask = np.zeros(int(n_cols), dtype=bool)
     mask[cols] = True
     return np.flatnonzero(mask).astype(np.int64)
+
+
+def slot_halo(n_cols: int, slots: np.ndarray) -> np.ndarray:
+    """The halo of tiles whose slots name a column each, -1 for padding (ME-TCF, Tiled-CSR)."""
+    cols = np.asarray(slots).reshape(-1)
+    return distinct_columns(n_cols, cols[cols >= 0])
+
+
+def window_bytes(partptr, tile_ptr, item_ptr, *, offset_bytes: int, tile_bytes: int, item_bytes: int = 0):
+    """Bytes of each shard's arrays [P]: its window offsets (one more than its windows), tiles and items."""
+    return ((np.diff(partptr) + 1) * offset_bytes + np.diff(tile_ptr) * tile_bytes
+            + np.diff(item_ptr) * item_bytes)
 
 
 def rebase(ptr: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -128,15 +140,13 @@ def split_columns(S: METCF, keep_col: np.ndarray, *, sort: bool = False) -> METC
 
 # ---- ME-TCF -----------------------------------------------------------------------------------------------------
 def _metcf_nbytes(M, partptr, tile_ptr, item_ptr):
-    per_tile = M.tc_offset.dtype.itemsize + M.sparse_a_to_b.shape[1] * M.sparse_a_to_b.dtype.itemsize
-    per_item = M.tc_local_id.dtype.itemsize + M.data.dtype.itemsize
-    return ((np.diff(partptr) + 1) * M.row_window_offset.dtype.itemsize + np.diff(tile_ptr) * per_tile
-            + np.diff(item_ptr) * per_item)
+    return window_bytes(partptr, tile_ptr, item_ptr, offset_bytes=M.row_window_offset.dtype.itemsize,
+                        tile_bytes=M.tc_offset.dtype.itemsize + M.width * M.sparse_a_to_b.dtype.itemsize,
+                        item_bytes=M.tc_local_id.dtype.itemsize + M.data.dtype.itemsize)
 
 
 def _metcf_halo(M, t0: int, t1: int) -> np.ndarray:
-    cols = M.sparse_a_to_b[t0:t1].reshape(-1)
-    return distinct_columns(M.shape[1], cols[cols >= 0])
+    return slot_halo(M.shape[1], M.sparse_a_to_b[t0:t1])
 
 
 def _metcf_take(M, w0, w1, t0, t1, n_rows):
@@ -165,8 +175,8 @@ def _bcsr_hw(X) -> int:
 
 
 def _bcsr_nbytes(X, partptr, tile_ptr, item_ptr):
-    per_tile = X.indices.dtype.itemsize + _bcsr_hw(X) * X.data.dtype.itemsize
-    return (np.diff(partptr) + 1) * X.indptr.dtype.itemsize + np.diff(tile_ptr) * per_tile
+    return window_bytes(partptr, tile_ptr, item_ptr, offset_bytes=X.indptr.dtype.itemsize,
+                        tile_bytes=X.indices.dtype.itemsize + _bcsr_hw(X) * X.data.dtype.itemsize)
 
 
 def _bcsr_halo(X, t0: int, t1: int) -> np.ndarray:

@@ -4,9 +4,10 @@ each tile stores its nonzeros CSR-like, with tile-local row pointers and column 
 
 Public API: `TiledCSR`, `csr_to_tiledcsr`, `tiledcsr_concat`, `tiledcsr_from_arrays`, `tiledcsr_to_csr`,
 `tiledcsr_from_metcf` / `tiledcsr_to_metcf` (the same tiles as ME-TCF arrays), `tiledcsr_spmm` (the NumPy twin),
-`tiledcsr_stats`, `effective_rate` (the paper's measure for any h x w, without building the format). The column compaction is ME-TCF's (`kernels.formats.metcf.csr_to_metcf`: the same deleted
-columns and the same tiles; DTC-SpMM and this paper arrived at the same grouping), so the two formats share one
-tested converter and differ in how a tile stores its nonzeros. Vectorised NumPy, chunked like ME-TCF's conversion.
+`tiledcsr_stats`, `effective_rate` (the paper's measure for any h x w, without building the format). The column
+compaction is ME-TCF's (`kernels.formats.metcf.csr_to_metcf`: the same deleted columns and the same tiles;
+DTC-SpMM and this paper arrived at the same grouping), so the two formats share one tested converter and differ
+in how a tile stores its nonzeros. Vectorised NumPy, chunked like ME-TCF's conversion.
 The paper used h = 8 (wmma m8n32k16); our mma.sync instructions are m16, so h = 16 here, and `effective_rate` takes
 h = 8 to compare with the paper's numbers. Registration and the device operator: ``kernels.formats.tiledcsr_plugin``.
 """

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from kernels.formats.registry import Format
-from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, split_columns
+from kernels.formats.shard import ShardOps, keeps_order, rebase, relabel, slot_halo, split_columns, window_bytes
 from kernels.formats.tiledcsr import (HEIGHT, WIDTHS, TiledCSR, csr_to_tiledcsr, tiledcsr_concat,
                                       tiledcsr_from_arrays, tiledcsr_from_metcf, tiledcsr_spmm, tiledcsr_stats,
                                       tiledcsr_to_csr, tiledcsr_to_metcf)
@@ -97,16 +97,14 @@ class TiledcsrDevice:
 
 
 def _nbytes(X, partptr, tile_ptr, item_ptr):
-    per_tile = (X.tile_ptr.dtype.itemsize + X.width * X.tile_cols.dtype.itemsize
-                + (HEIGHT + 1) * X.tile_indptr.dtype.itemsize)
-    per_item = X.tile_indices.dtype.itemsize + X.data.dtype.itemsize
-    return ((np.diff(partptr) + 1) * X.group_ptr.dtype.itemsize + np.diff(tile_ptr) * per_tile
-            + np.diff(item_ptr) * per_item)
+    return window_bytes(partptr, tile_ptr, item_ptr, offset_bytes=X.group_ptr.dtype.itemsize,
+                        tile_bytes=(X.tile_ptr.dtype.itemsize + X.width * X.tile_cols.dtype.itemsize
+                                    + (HEIGHT + 1) * X.tile_indptr.dtype.itemsize),
+                        item_bytes=X.tile_indices.dtype.itemsize + X.data.dtype.itemsize)
 
 
 def _halo(X, t0: int, t1: int) -> np.ndarray:
-    cols = X.tile_cols[t0:t1].reshape(-1)
-    return distinct_columns(X.shape[1], cols[cols >= 0])
+    return slot_halo(X.shape[1], X.tile_cols[t0:t1])
 
 
 def _take(X, w0, w1, t0, t1, n_rows):
