@@ -20,8 +20,8 @@ A format shards over row windows when it provides (`ShardOps`):
 Each format's `Format` record carries its `ShardOps` (``Format.shard``); ME-TCF's and BCSR's are defined here,
 Tiled-CSR's in ``kernels.formats.tiledcsr_plugin`` (through ME-TCF's arrays, which its tiles share) and CVSE's in
 ``kernels.formats.cvse_plugin``, from the generic helpers below (`distinct_columns`, `slot_halo`,
-`window_bytes`, `rebase`, `relabel`, `keeps_order`, `split_columns`). A format without one is refused with one line by
-``tasks.distribute.formats.shard_ops``. Plain NumPy; no Dask.
+`window_bytes`, `rebase`, `relabel`, `keeps_order`, `split_columns`). A format without one is refused with one
+line by ``tasks.distribute.formats.shard_ops``. Plain NumPy; no Dask.
 """
 from __future__ import annotations
 
