@@ -61,6 +61,11 @@ class CVSE:
         return int(self.indices.shape[0])
 
     @property
+    def n_blocks(self) -> int:
+        """Vectors, under the name the shard code counts a format's tiles by (`kernels.formats.shard`)."""
+        return self.n_vectors
+
+    @property
     def nnz(self) -> int:
         """Nonzero values held in the vectors (explicit zeros of A are not kept apart from padding)."""
         return int(np.count_nonzero(self.data.view(_uint(self.data.dtype))))

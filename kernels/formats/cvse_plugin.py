@@ -9,6 +9,13 @@ The arrays and CPU conversion live in ``kernels.formats.cvse``, Sparse Vector Co
 V on the seam: ``convert(csr_block, precision)`` runs per row block (Dask), so it cannot look at the whole matrix:
 it uses ``DEFAULT_VECTOR`` (the paper's V = 8 of its ablation and DNN runs). A device operator given the whole CSR
 chooses V with Sparse Vector Compression; pass a converted CVSE to fix V.
+
+Sharded (`CVSE_SHARD`, ``kernels.formats.shard``): V divides 16, so a 16-row window is 16 / V whole vector rows and
+its vectors (``window_ptr``) are its tiles; a shard is a slice of the arrays at its first vector row, with the V of
+the whole matrix; its halo the distinct ``indices``. A vector carries one column id, so columns may be renamed by
+any injective map (``any_order``); out of order, each vector row's vectors are re-sorted by their new column
+(canonical form kept). The own/halo split keeps the vectors of the kept columns (exact: no value is touched).
+A shard of no windows read back from the store has V = 8 (no vector on disk says V); its product is zero at any V.
 """
 from __future__ import annotations
 
@@ -19,6 +26,8 @@ import numpy as np
 from kernels.formats.cvse import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
 from kernels.formats.registry import Format
+from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, window_bytes
+from kernels.indexing import index_dtype
 from kernels.precision import Precision
 
 DEFAULT_VECTOR = 8
@@ -138,6 +147,48 @@ class CvseDevice:
         return lc.spmm(self._dm, B, out, accumulate=accumulate)
 
 
+def _nbytes(X, partptr, tile_ptr, item_ptr):
+    """vec_ptr holds 16 / V entries per window (a bound for the last, partial one)."""
+    return window_bytes(partptr * (WINDOW_ROWS // X.vector), tile_ptr, item_ptr,
+                        offset_bytes=X.vec_ptr.dtype.itemsize,
+                        tile_bytes=X.indices.dtype.itemsize + X.vector * X.data.dtype.itemsize)
+
+
+def _halo(X, t0: int, t1: int) -> np.ndarray:
+    return distinct_columns(X.shape[1], X.indices[t0:t1])
+
+
+def _take(X, w0, w1, t0, t1, n_rows):
+    i0 = min(w0 * (WINDOW_ROWS // X.vector), X.n_vec_rows)  # the shard's first vector row (a whole window's)
+    return CVSE((int(n_rows), int(X.shape[1])), rebase(X.vec_ptr, i0, i0 + -(-int(n_rows) // X.vector)),
+                X.indices[t0:t1], X.data[t0:t1])
+
+
+def _remap(X, cols, local, n_local):
+    """Columns ``cols[i]`` renamed ``local[i]``, width ``n_local``; vectors re-sorted within their vector rows when
+    the map does not keep the columns' order."""
+    n_local = int(n_local)
+    idx = relabel(X.indices, int(X.shape[1]), cols, local)
+    data = X.data
+    if not keeps_order(cols, local):
+        order = np.lexsort((idx, X.vec_row_of()))
+        idx, data = idx[order], data[order]
+    return CVSE((int(X.shape[0]), n_local), X.vec_ptr, idx.astype(index_dtype(n_local)), data)
+
+
+def _split(X, keep_col, prec=None):
+    keep = np.asarray(keep_col, dtype=bool)[X.indices.astype(np.int64)]
+    nv = int(keep.sum())
+    vec_ptr = np.zeros(X.n_vec_rows + 1, dtype=index_dtype(nv))
+    np.cumsum(np.bincount(X.vec_row_of()[keep], minlength=X.n_vec_rows), out=vec_ptr[1:])
+    return CVSE(X.shape, vec_ptr, X.indices[keep], X.data[keep])
+
+
+CVSE_SHARD = ShardOps(
+    "cvse", tiles=lambda X: X.window_ptr, items=lambda X, tp: np.asarray(tp, dtype=np.int64) * X.vector,
+    nbytes=_nbytes, halo=_halo, take=_take, remap=_remap, any_order=True, split=_split)
+
+
 def _layout():
     from storage.formats import BlockLayout
 
@@ -151,6 +202,6 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=cvse_concat,
     layout=_layout(), from_arrays=cvse_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: cvse_stats(X, csr_nbytes), device="kernels.formats.cvse_plugin:CvseDevice",
-    to_csr=cvse_to_csr,
+    to_csr=cvse_to_csr, shard=CVSE_SHARD,
     # tests/kernels/test_gpu_cvse.py passed on an H200 (session 6): every V, precision and edge case
     gpu_ready=True)

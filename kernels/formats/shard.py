@@ -4,20 +4,24 @@ A format shards over row windows when it provides (`ShardOps`):
 
 - window-range storage: its ``BlockLayout`` groups tiles by 16-row windows (``rows_per_group = 16``), so
   ``MatrixStore.read_format(fmt, key, w0, w1)`` returns one shard, and ``tiles(obj)`` gives the tiles per window
-  (``[n_windows + 1]`` offsets: ME-TCF ``row_window_offset``, BCSR ``indptr``) for balancing and slicing;
+  (``[n_windows + 1]`` offsets: ME-TCF ``row_window_offset``, BCSR ``indptr``, Tiled-CSR ``group_ptr``, CVSE
+  ``window_ptr``, its V x 1 vectors being its tiles) for balancing and slicing; ``obj.n_blocks`` counts them;
 - ``halo(obj, t0, t1)``: the sorted original columns (rows of B) that tiles ``[t0, t1)`` read;
 - ``take(obj, w0, w1, t0, t1, n_rows)``: the in-memory shard, equal to the store's window-range read;
 - a column remap ``remap(obj, cols, local, n_local)``: column ``cols[i]`` renamed ``local[i]``, width
-  ``n_local``. ``any_order`` says whether ``local`` may be any injective map (ME-TCF: one column id per slot, so
-  a resident shard reads the exchange's extended B directly) or must be the positions ``0..len(cols)-1`` in the
-  sorted ``cols`` (BCSR: a block's columns are implied by its block column, so the resident shard gathers its halo
-  rows into that order before each kernel, one device gather of its halo rows);
+  ``n_local``. ``any_order`` says whether ``local`` may be any injective map (ME-TCF, Tiled-CSR, CVSE: one column
+  id per slot or vector, so a resident shard reads the exchange's extended B directly) or must be the positions
+  ``0..len(cols)-1`` in the sorted ``cols`` (BCSR: a block's columns are implied by its block column, so the
+  resident shard gathers its halo rows into that order before each kernel, one device gather of its halo rows);
 - ``split(obj, keep_col, prec)``: the part of the shard over the columns ``keep_col`` (the overlap's own/halo
-  split): ME-TCF re-condenses its slots; BCSR goes through CSR and back (exact, once per resident setup).
+  split): ME-TCF and Tiled-CSR re-condense their slots, CVSE drops vectors; BCSR goes through CSR and back
+  (exact, once per resident setup).
 
-Each format's `Format` record carries its `ShardOps` (``Format.shard``); ME-TCF's and BCSR's are defined here.
-A format without one (Tiled-CSR and CVSE so far: no column remap written yet) is refused with one line by
-``tasks.distribute.formats.shard_ops``. Plain NumPy; no Dask.
+Each format's `Format` record carries its `ShardOps` (``Format.shard``); ME-TCF's and BCSR's are defined here,
+Tiled-CSR's in ``kernels.formats.tiledcsr_plugin`` (through ME-TCF's arrays, which its tiles share) and CVSE's in
+``kernels.formats.cvse_plugin``, from the generic helpers below (`distinct_columns`, `slot_halo`,
+`window_bytes`, `rebase`, `relabel`, `keeps_order`, `split_columns`). A format without one is refused with one
+line by ``tasks.distribute.formats.shard_ops``. Plain NumPy; no Dask.
 """
 from __future__ import annotations
 
@@ -43,29 +47,61 @@ class ShardOps:
     split: Callable[..., Any] | None
 
 
-def _columns_mask(n_cols: int, cols: np.ndarray) -> np.ndarray:
+def distinct_columns(n_cols: int, cols: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``cols`` (column ids in 0..n_cols-1, no padding) as int64: a halo."""
     mask = np.zeros(int(n_cols), dtype=bool)
     mask[cols] = True
     return np.flatnonzero(mask).astype(np.int64)
 
 
+def slot_halo(n_cols: int, slots: np.ndarray) -> np.ndarray:
+    """The halo of tiles whose slots name a column each, -1 for padding (ME-TCF, Tiled-CSR)."""
+    cols = np.asarray(slots).reshape(-1)
+    return distinct_columns(n_cols, cols[cols >= 0])
+
+
+def window_bytes(partptr, tile_ptr, item_ptr, *, offset_bytes: int, tile_bytes: int, item_bytes: int = 0):
+    """Bytes of each shard's arrays [P]: its window offsets (one more than its windows), tiles and items."""
+    return ((np.diff(partptr) + 1) * offset_bytes + np.diff(tile_ptr) * tile_bytes
+            + np.diff(item_ptr) * item_bytes)
+
+
+def rebase(ptr: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Offsets ``ptr[lo:hi + 1]`` restarted at 0, in ``index_dtype`` of their new end (a shard's slice)."""
+    p0 = int(ptr[lo])
+    return (ptr[lo:hi + 1].astype(np.int64) - p0).astype(index_dtype(int(ptr[hi]) - p0))
+
+
+def relabel(ids: np.ndarray, n_cols: int, cols: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """int64 ``ids`` (same shape) with column ``cols[i]`` renamed ``local[i]``; padding (-1) stays -1."""
+    lut = np.full(int(n_cols), -1, dtype=np.int64)
+    lut[cols] = local
+    flat = np.asarray(ids).astype(np.int64)
+    return np.where(flat >= 0, lut[np.maximum(flat, 0)], -1)
+
+
+def keeps_order(cols: np.ndarray, local: np.ndarray) -> bool:
+    """Whether renaming column ``cols[i]`` to ``local[i]`` keeps the columns' order (then a canonical shard stays
+    canonical when only its column ids are rewritten)."""
+    order = np.argsort(np.asarray(cols, dtype=np.int64), kind="stable")
+    return bool(np.all(np.diff(np.asarray(local, dtype=np.int64)[order]) > 0))
+
+
 def remap_columns(S: METCF, cols: np.ndarray, local: np.ndarray, n_cols_local: int) -> METCF:
     """S with every column ``cols[i]`` renamed ``local[i]`` (a map over S's referenced columns) and width
     ``n_cols_local``. When ``local`` is increasing in ``cols`` the canonical order is kept."""
-    sab = S.sparse_a_to_b
-    lut = np.full(int(S.shape[1]), -1, dtype=np.int64)
-    lut[cols] = local
-    flat = sab.reshape(-1).astype(np.int64)
-    out = np.where(flat >= 0, lut[np.maximum(flat, 0)], -1).reshape(sab.shape)
+    out = relabel(S.sparse_a_to_b, int(S.shape[1]), cols, local)
     return METCF((int(S.shape[0]), int(n_cols_local)), S.row_window_offset, S.tc_offset, S.tc_local_id,
                  out.astype(index_dtype(n_cols_local)), S.data)
 
 
-def split_columns(S: METCF, keep_col: np.ndarray) -> METCF:
+def split_columns(S: METCF, keep_col: np.ndarray, *, sort: bool = False) -> METCF:
     """The part of S whose columns have ``keep_col[col]`` True, same shape, re-condensed into TC blocks.
 
-    Kept slots keep their relative order within each window (so a canonical S gives a canonical part); the
-    parts for a mask and its complement sum to S: ``S @ B == part(mask) @ B + part(~mask) @ B``.
+    Kept slots keep their relative order within each window (so a canonical S gives a canonical part), or with
+    ``sort`` are sorted by column within each window (a canonical part of any S, e.g. one whose columns were
+    renamed out of order); the parts for a mask and its complement sum to S:
+    ``S @ B == part(mask) @ B + part(~mask) @ B``.
     """
     nb, W = S.n_blocks, int(S.sparse_a_to_b.shape[1])  # 8 (TF32) or 16 (FP16/BF16) slots per block
     flat = S.sparse_a_to_b.reshape(-1).astype(np.int64)
@@ -73,6 +109,9 @@ def split_columns(S: METCF, keep_col: np.ndarray) -> METCF:
     keep_slot[keep_slot] = keep_col[flat[keep_slot]]
     kept = np.flatnonzero(keep_slot)
     slot_window = np.repeat(S.block_window().astype(np.int64), W)[kept]
+    if sort:  # window-major still (kept is), columns ascending within a window
+        by = np.lexsort((flat[kept], slot_window))
+        kept, slot_window = kept[by], slot_window[by]
     per_window = np.bincount(slot_window, minlength=S.n_windows)
     rank = np.arange(kept.shape[0], dtype=np.int64) - (np.cumsum(per_window) - per_window)[slot_window]
     bpw = -(-per_window // W)
@@ -101,23 +140,19 @@ def split_columns(S: METCF, keep_col: np.ndarray) -> METCF:
 
 # ---- ME-TCF -----------------------------------------------------------------------------------------------------
 def _metcf_nbytes(M, partptr, tile_ptr, item_ptr):
-    per_tile = M.tc_offset.dtype.itemsize + M.sparse_a_to_b.shape[1] * M.sparse_a_to_b.dtype.itemsize
-    per_item = M.tc_local_id.dtype.itemsize + M.data.dtype.itemsize
-    return ((np.diff(partptr) + 1) * M.row_window_offset.dtype.itemsize + np.diff(tile_ptr) * per_tile
-            + np.diff(item_ptr) * per_item)
+    return window_bytes(partptr, tile_ptr, item_ptr, offset_bytes=M.row_window_offset.dtype.itemsize,
+                        tile_bytes=M.tc_offset.dtype.itemsize + M.width * M.sparse_a_to_b.dtype.itemsize,
+                        item_bytes=M.tc_local_id.dtype.itemsize + M.data.dtype.itemsize)
 
 
 def _metcf_halo(M, t0: int, t1: int) -> np.ndarray:
-    cols = M.sparse_a_to_b[t0:t1].reshape(-1)
-    return _columns_mask(M.shape[1], cols[cols >= 0])
+    return slot_halo(M.shape[1], M.sparse_a_to_b[t0:t1])
 
 
 def _metcf_take(M, w0, w1, t0, t1, n_rows):
     p0, p1 = int(M.tc_offset[t0]), int(M.tc_offset[t1])
-    rwo = (M.row_window_offset[w0:w1 + 1].astype(np.int64) - t0).astype(index_dtype(t1 - t0))
-    tco = (M.tc_offset[t0:t1 + 1].astype(np.int64) - p0).astype(index_dtype(p1 - p0))
-    return METCF((int(n_rows), int(M.shape[1])), rwo, tco, M.tc_local_id[p0:p1], M.sparse_a_to_b[t0:t1],
-                 M.data[p0:p1])
+    return METCF((int(n_rows), int(M.shape[1])), rebase(M.row_window_offset, w0, w1), rebase(M.tc_offset, t0, t1),
+                 M.tc_local_id[p0:p1], M.sparse_a_to_b[t0:t1], M.data[p0:p1])
 
 
 def _metcf_remap(S, cols, local, n_local):
@@ -140,8 +175,8 @@ def _bcsr_hw(X) -> int:
 
 
 def _bcsr_nbytes(X, partptr, tile_ptr, item_ptr):
-    per_tile = X.indices.dtype.itemsize + _bcsr_hw(X) * X.data.dtype.itemsize
-    return (np.diff(partptr) + 1) * X.indptr.dtype.itemsize + np.diff(tile_ptr) * per_tile
+    return window_bytes(partptr, tile_ptr, item_ptr, offset_bytes=X.indptr.dtype.itemsize,
+                        tile_bytes=X.indices.dtype.itemsize + _bcsr_hw(X) * X.data.dtype.itemsize)
 
 
 def _bcsr_halo(X, t0: int, t1: int) -> np.ndarray:
@@ -155,8 +190,7 @@ def _bcsr_halo(X, t0: int, t1: int) -> np.ndarray:
 
 def _bcsr_take(X, w0, w1, t0, t1, n_rows):
     from kernels.formats.bcsr import BCSR
-    indptr = (X.indptr[w0:w1 + 1].astype(np.int64) - t0).astype(index_dtype(t1 - t0))
-    return BCSR((int(n_rows), int(X.shape[1])), indptr, X.indices[t0:t1], X.data[t0:t1])
+    return BCSR((int(n_rows), int(X.shape[1])), rebase(X.indptr, w0, w1), X.indices[t0:t1], X.data[t0:t1])
 
 
 def _bcsr_remap(X, cols, local, n_local):

@@ -3,21 +3,22 @@ compressed group is cut into tiles of w columns (w = the mma's k: 8 for TF32 m16
 each tile stores its nonzeros CSR-like, with tile-local row pointers and column indices in narrow integer types.
 
 Public API: `TiledCSR`, `csr_to_tiledcsr`, `tiledcsr_concat`, `tiledcsr_from_arrays`, `tiledcsr_to_csr`,
-`tiledcsr_spmm` (the NumPy twin), `tiledcsr_stats`, `effective_rate` (the paper's measure for any h x w, without
-building the format). The column compaction is ME-TCF's (`kernels.formats.metcf.csr_to_metcf`: the same deleted
-columns and the same tiles; DTC-SpMM and this paper arrived at the same grouping), so the two formats share one
-tested converter and differ in how a tile stores its nonzeros. Vectorised NumPy, chunked like ME-TCF's conversion.
+`tiledcsr_from_metcf` / `tiledcsr_to_metcf` (the same tiles as ME-TCF arrays), `tiledcsr_spmm` (the NumPy twin),
+`tiledcsr_stats`, `effective_rate` (the paper's measure for any h x w, without building the format). The column
+compaction is ME-TCF's (`kernels.formats.metcf.csr_to_metcf`: the same deleted columns and the same tiles;
+DTC-SpMM and this paper arrived at the same grouping), so the two formats share one tested converter and differ
+in how a tile stores its nonzeros. Vectorised NumPy, chunked like ME-TCF's conversion.
 The paper used h = 8 (wmma m8n32k16); our mma.sync instructions are m16, so h = 16 here, and `effective_rate` takes
 h = 8 to compare with the paper's numbers. Registration and the device operator: ``kernels.formats.tiledcsr_plugin``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.metcf import DEFAULT_CHUNK_NNZ, csr_to_metcf
+from kernels.formats.metcf import DEFAULT_CHUNK_NNZ, METCF, csr_to_metcf
 from kernels.formats.blocks import check_pieces, stack_offsets
 from kernels.indexing import index_dtype
 
@@ -84,6 +85,11 @@ class TiledCSR:
     @property
     def n_tiles(self) -> int:
         return int(self.tile_ptr.shape[0]) - 1
+
+    @property
+    def n_blocks(self) -> int:
+        """Tiles, under the name the shard code counts a format's tiles by (`kernels.formats.shard`)."""
+        return self.n_tiles
 
     @property
     def nnz(self) -> int:
@@ -186,14 +192,29 @@ def csr_to_tiledcsr(A, *, width: int = 16, to_storage=None, chunk_nnz: int = DEF
         raise TypeError(f"csr_to_tiledcsr needs a scipy.sparse matrix, got {type(A).__name__}")
     M = csr_to_metcf(A, chunk_nnz=chunk_nnz, width=width)  # groups, deleted columns, tiles, (r, c) order
     to_storage = to_storage or (lambda x: np.asarray(x, dtype=np.float32))
-    nt = M.n_blocks
+    return tiledcsr_from_metcf(replace(M, data=to_storage(M.data)))
+
+
+def tiledcsr_from_metcf(M: METCF) -> TiledCSR:
+    """The Tiled-CSR with ME-TCF ``M``'s tiles (its TC blocks, same columns, same nonzero order): ``tc_local_id``
+    ``r * w + c`` becomes row r's local pointers and the compressed column c; values as they are."""
+    nt, width = M.n_blocks, M.width
     lid = M.tc_local_id.astype(np.int64)
     tile = np.repeat(np.arange(nt, dtype=np.int64), np.diff(M.tc_offset.astype(np.int64)))
     counts = np.bincount(tile * HEIGHT + lid // width, minlength=nt * HEIGHT).reshape(nt, HEIGHT)
     tile_indptr = np.zeros((nt, HEIGHT + 1), dtype=indptr_dtype(width))
     np.cumsum(counts, axis=1, out=tile_indptr[:, 1:])
     return TiledCSR(M.shape, M.row_window_offset, M.tc_offset, M.sparse_a_to_b.reshape(nt, width), tile_indptr,
-                    (lid % width).astype(np.uint8), to_storage(M.data))
+                    (lid % width).astype(np.uint8), M.data)
+
+
+def tiledcsr_to_metcf(X: TiledCSR) -> METCF:
+    """The inverse of `tiledcsr_from_metcf`: X's tiles as ME-TCF TC blocks (``tc_local_id = r * w + c``), values as
+    they are; what the shard operations re-condense columns with (``kernels.formats.shard.split_columns``)."""
+    per_row = np.diff(X.tile_indptr.astype(np.int64), axis=1).reshape(-1)
+    r = np.repeat(np.tile(np.arange(HEIGHT, dtype=np.int64), X.n_tiles), per_row)
+    lid = (r * X.width + X.tile_indices).astype(np.uint8)  # <= 15 * 16 + 15 = 255
+    return METCF(X.shape, X.group_ptr, X.tile_ptr, lid, X.tile_cols, X.data)
 
 
 def tiledcsr_concat(pieces: list[TiledCSR]) -> TiledCSR:

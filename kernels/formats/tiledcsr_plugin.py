@@ -3,15 +3,27 @@
 The arrays and CPU conversion live in ``kernels.formats.tiledcsr``; the kernels in ``kernels/cuda/tiledcsr_spmm.cu``
 with launchers in ``kernels.launch_tiledcsr``. Stored as one Parquet row per tile: ``tile_cols`` (w columns) and
 ``tile_indptr`` (h + 1 local row pointers) as fixed-size lists, ``tile_indices`` and ``data`` as lists over
-``tile_ptr``.
+``tile_ptr``, grouped by 16-row group (a window: the store reads a shard's window range).
+
+Sharded (`TILEDCSR_SHARD`, ``kernels.formats.shard``): tiles per window are ``group_ptr``; a shard is a slice of
+the arrays; its halo the distinct ``tile_cols``. The kernel reads one column id per slot, so columns may be renamed
+by any injective map (``any_order``): renamed in increasing order (the one-shot halo) ``tile_cols`` are relabelled
+in place; otherwise (the resident exchange's order under a reordering) each group's columns are re-sorted and
+re-cut into tiles, keeping the canonical form (`validate(full=True)`), once per resident setup. The own/halo
+split re-condenses the tiles through ME-TCF's `split_columns` (the two formats share their tiles).
 """
 from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from kernels.formats.registry import Format
+from kernels.formats.shard import ShardOps, keeps_order, rebase, relabel, slot_halo, split_columns, window_bytes
 from kernels.formats.tiledcsr import (HEIGHT, WIDTHS, TiledCSR, csr_to_tiledcsr, tiledcsr_concat,
-                                      tiledcsr_from_arrays, tiledcsr_spmm, tiledcsr_stats, tiledcsr_to_csr)
+                                      tiledcsr_from_arrays, tiledcsr_from_metcf, tiledcsr_spmm, tiledcsr_stats,
+                                      tiledcsr_to_csr, tiledcsr_to_metcf)
+from kernels.indexing import index_dtype
 from kernels.precision import Precision
 
 
@@ -84,6 +96,42 @@ class TiledcsrDevice:
                        l2_bytes=self.l2_bytes)
 
 
+def _nbytes(X, partptr, tile_ptr, item_ptr):
+    return window_bytes(partptr, tile_ptr, item_ptr, offset_bytes=X.group_ptr.dtype.itemsize,
+                        tile_bytes=(X.tile_ptr.dtype.itemsize + X.width * X.tile_cols.dtype.itemsize
+                                    + (HEIGHT + 1) * X.tile_indptr.dtype.itemsize),
+                        item_bytes=X.tile_indices.dtype.itemsize + X.data.dtype.itemsize)
+
+
+def _halo(X, t0: int, t1: int) -> np.ndarray:
+    return slot_halo(X.shape[1], X.tile_cols[t0:t1])
+
+
+def _take(X, w0, w1, t0, t1, n_rows):
+    p0, p1 = int(X.tile_ptr[t0]), int(X.tile_ptr[t1])
+    return TiledCSR((int(n_rows), int(X.shape[1])), rebase(X.group_ptr, w0, w1), rebase(X.tile_ptr, t0, t1),
+                    X.tile_cols[t0:t1], X.tile_indptr[t0:t1], X.tile_indices[p0:p1], X.data[p0:p1])
+
+
+def _remap(X, cols, local, n_local):
+    """Columns ``cols[i]`` renamed ``local[i]``, width ``n_local``; canonical for any injective ``local``."""
+    n_local = int(n_local)
+    out = relabel(X.tile_cols, int(X.shape[1]), cols, local).astype(index_dtype(n_local))
+    Y = TiledCSR((int(X.shape[0]), n_local), X.group_ptr, X.tile_ptr, out, X.tile_indptr, X.tile_indices, X.data)
+    if keeps_order(cols, local):  # the order within groups holds
+        return Y
+    return tiledcsr_from_metcf(split_columns(tiledcsr_to_metcf(Y), np.ones(n_local, dtype=bool), sort=True))
+
+
+def _split(X, keep_col, prec=None):
+    return tiledcsr_from_metcf(split_columns(tiledcsr_to_metcf(X), keep_col))
+
+
+TILEDCSR_SHARD = ShardOps(
+    "tiledcsr", tiles=lambda X: X.group_ptr, items=lambda X, tp: X.tile_ptr[tp].astype(np.int64), nbytes=_nbytes,
+    halo=_halo, take=_take, remap=_remap, any_order=True, split=_split)
+
+
 def _layout():
     from storage.formats import BlockLayout
 
@@ -97,7 +145,7 @@ FORMAT = Format(
     block_width=dict(WIDTHS), convert=convert, concat=tiledcsr_concat, layout=_layout(),
     from_arrays=tiledcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
-    device="kernels.formats.tiledcsr_plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr,
+    device="kernels.formats.tiledcsr_plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr, shard=TILEDCSR_SHARD,
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite
     # (block-decoded A fragments, vec + edge kernels) is compile-checked and simulated (test_tiledcsr_warp.py) and
     # awaits its GPU run: set False if that module fails there

@@ -5,7 +5,7 @@
 - `run_oneshot(plan, B, client, ...) -> (C, timings)` (oneshot.py): one pinned task per shard, C in original order;
 - `run_oneshot_stored(plan, client, store, b=..., run_id=...)` (direct.py): the same without the driver in the data
   path (workers read shards and B rows from the store and write C blocks; `read_c` reads C back);
-- formats.py: what a format needs to run sharded (`shard_ops`; ME-TCF and BCSR), halo_order.py: the row order
+- formats.py: what a format needs to run sharded (`shard_ops`; every registered format), halo_order.py: the row order
   for P > 1 shards by TC blocks and halo bytes (`choose_order`);
 - `DistributedSpmm(plan, client, ...)` (resident.py): one actor per shard, halo exchange by NCCL or Dask;
   ``iterate(n)`` batches n iterations into one actor call per shard;

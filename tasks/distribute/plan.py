@@ -27,8 +27,9 @@ PLAN_VERSION = 1
 
 @dataclass(frozen=True)
 class PartitionPlan:
-    """Shards of a tiled format (ME-TCF, BCSR: `tasks.distribute.formats`) over row windows; "blocks" are its
-    tiles and "nonzeros" its per-tile items (BCSR: the h x w stored values of its blocks).
+    """Shards of a tiled format (any with ShardOps: `tasks.distribute.formats`) over row windows; "blocks" are its
+    tiles and "nonzeros" its per-tile items (BCSR: the h x w stored values of its blocks; CVSE: its V x 1 vectors
+    are the tiles, their V values the items).
 
     - ``partptr`` [P + 1] int64: shard k owns windows ``partptr[k]:partptr[k+1]``; ``partptr[0] = 0``,
       ``partptr[P] = n_windows``, non-decreasing (a shard may be empty when P > n_windows).

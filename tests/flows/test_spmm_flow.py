@@ -74,6 +74,22 @@ def test_sharded_run_on_a_cpu_cluster_matches_one_device(prefect_harness, data_r
     assert shown.startswith("spmm") and "devices=" in shown and ("2 x " in shown or devices[0] in shown)
 
 
+@pytest.mark.parametrize("fmt, mode, dtype, tol", [("tiledcsr", "resident", "float16", 1e-2),
+                                                    ("tiledcsr", "oneshot", "float32", 1e-5),
+                                                    ("cvse", "oneshot", "bfloat16", 3e-2),
+                                                    ("cvse", "resident", "float32", 1e-5),
+                                                    ("auto", "oneshot", "float16", 1e-2)])
+def test_every_format_runs_sharded_through_the_flow(prefect_harness, data_root, fmt, mode, dtype, tol):
+    """``--format tiledcsr|cvse|auto --devices 2`` on the CPU cluster: the stored format's window-range shards, C
+    within the precision's contract. ``auto`` shards the first registered candidate (ME-TCF); each worker's
+    SpmmPlan then picks that format's kernel for its shard."""
+    out = spmm_flow(matrix=GEN, n_cols_b=8, reorder="degree", fmt=fmt, dtype=dtype, devices="2", mode=mode,
+                    data_root=str(data_root), repeats=1)
+    assert out["spmm"]["rel_err"] < tol
+    assert out["spmm"]["sharded"]["format"] == ("metcf" if fmt == "auto" else fmt)
+    assert out["spmm"]["sharded"]["dtype"] == dtype and len(out["spmm"]["per_device"]) == 2
+
+
 def test_nonfinite_values_refused_or_counted(prefect_harness, data_root, tmp_path):
     """Issue 17 item 3: NaN/Inf refused at parse (nothing stored); with allow_nonfinite the check compares the
     finite entries of C and the report says how many were not."""

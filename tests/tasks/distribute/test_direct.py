@@ -25,7 +25,7 @@ from tasks.distribute.formats import shard_ops
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the failing shard_fn below runs on the workers
 
-FORMATS = ["metcf", "bcsr"]
+FORMATS = ["metcf", "bcsr", "tiledcsr", "cvse"]
 DTYPES = ["float32", "float16", "bfloat16"]
 # float32 on CPU workers is the FP32 CSR product (~1e-7 of the norm); the half precisions keep their contract
 # (kernels.precision: 1e-2 float16, 3e-2 bfloat16 relative Frobenius error against the un-rounded float64 product).
@@ -137,14 +137,25 @@ def test_read_rows_decodes_only_the_row_groups_it_needs(tmp_path):
     np.testing.assert_array_equal(read_rows(mstore, "inputs/b", None)[0], B)
 
 
-def test_format_without_shard_ops_is_refused_in_one_line(case):
-    A, perm, _, _ = case
-    T = get("tiledcsr").convert(sp.csr_array(A), precision("float32"))
+def test_format_without_shard_ops_is_refused_in_one_line(case, monkeypatch):
+    """Every registered format shards now; a record without ShardOps (a toy copy of Tiled-CSR's, registered for
+    this test only) cannot make a plan: one line naming it."""
+    import dataclasses
+
+    from kernels.formats import REGISTRY
+    from tasks.distribute.formats import sharded_formats
+    assert sharded_formats() == sorted(REGISTRY)
+    A, _, _, _ = case
+    monkeypatch.setitem(REGISTRY, "toy", dataclasses.replace(get("tiledcsr"), name="toy", shard=None))
+    X = get("tiledcsr").convert(sp.csr_array(A), precision("float32"))
+    toy = dataclasses.replace(X)
+    object.__setattr__(toy, "format_name", "toy")  # the converted object of the toy format
     with pytest.raises(InputError) as err:
-        make_plan(T, 2)
-    assert "tiledcsr" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(InputError):
-        shard_ops("tiledcsr")
+        make_plan(toy, 2)
+    assert "'toy' cannot run sharded" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(InputError, match="'toy' cannot run sharded"):
+        shard_ops("toy")
+    assert "toy" not in sharded_formats()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -179,10 +190,29 @@ def test_resident_half_iterations_and_halo_bytes(client, case, tmp_path, fmt, dt
         assert rel(C2, ref2) < TOL[dtype]
 
 
-def test_bcsr_resident_float32_overlap_matches(client, case, tmp_path):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_resident_float32_overlap_matches(client, case, tmp_path, fmt):
     A, perm, B, ref = case
-    M, plan, mstore = stored(tmp_path, A, perm, "bcsr", "float32")
-    with DistributedSpmm(plan, client, store=mstore, perm_key="k-float32", fmt="bcsr", overlap=True) as ds:
+    M, plan, mstore = stored(tmp_path, A, perm, fmt, "float32")
+    with DistributedSpmm(plan, client, store=mstore, perm_key="k-float32", fmt=fmt, overlap=True) as ds:
         ds.scatter(B)
         assert rel(ds.run().gather(), ref) < TOL["float32"]
-        assert all(i["gathers_halo"] for i in ds.info)
+        assert all(i["gathers_halo"] == (not shard_ops(fmt).any_order) for i in ds.info)
+        assert all(i["format"] == fmt for i in ds.info)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_in_memory_oneshot_and_resident_every_format_and_precision(client, case, fmt, dtype):
+    """Shards scattered from the driver's object (no store): one-shot (halo rows or all of B per shard) and the
+    resident actors, three shards on two workers, C in the original row order."""
+    from tasks.distribute import run_oneshot
+    A, perm, B, ref = case
+    M = get(fmt).convert(sp.csr_array(A[perm]), precision(dtype))
+    plan = make_plan(M, 3, perm=perm)
+    C, timings = run_oneshot(plan, B, client, M=M, repeats=1, dtype=dtype)
+    assert rel(C, ref) < TOL[dtype]
+    assert [t["n_blocks"] for t in timings] == plan.n_blocks.tolist()
+    with DistributedSpmm(plan, client, M=M, dtype=dtype) as ds:
+        ds.scatter(B)
+        assert rel(ds.run().gather(), ref) < TOL[dtype]
