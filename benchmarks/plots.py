@@ -96,26 +96,32 @@ def reorder_chart(rows, path: Path) -> Path | None:
 
 
 def scaling_chart(rows, path: Path) -> Path | None:
-    """Resident per-iteration efficiency (time on 1 GPU / (P x time on P)) against GPUs, per row order; batched
-    iterations (n per call) dashed where measured."""
-    rows = [r for r in rows if r.get("P") and r.get("iter_eff") is not None]
+    """Resident per-iteration efficiency (time on 1 GPU / (P x time on P)) against GPUs, per matrix and row order:
+    the steady state of batched iterations (inside one actor call per GPU) where measured, else one iteration per
+    driver call; the devices in the title."""
+    rows = [r for r in rows if r.get("P") and (r.get("resident_batched_loop_eff") is not None
+                                                or r.get("iter_eff") is not None)]
     if not rows:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    for order in sorted({r.get("order", "?") for r in rows}):
-        sel = sorted((r for r in rows if r.get("order", "?") == order), key=lambda r: r["P"])
-        line, = ax.plot([r["P"] for r in sel], [r["iter_eff"] for r in sel], marker="o", label=f"{order}: one iteration per call")
-        batched = [r for r in sel if r.get("resident_batched_iter_eff") is not None]
-        if batched:
-            ax.plot([r["P"] for r in batched], [r["resident_batched_iter_eff"] for r in batched], marker="s",
-                    linestyle="--", color=line.get_color(), label=f"{order}: batched iterations")
+    fig, ax = plt.subplots(figsize=(5.8, 4.2))
+    series = sorted({(r.get("kind", "?"), r.get("order", "?"), r.get("nnz", 0)) for r in rows})
+    for kind, order, nnz in series:
+        sel = sorted((r for r in rows if (r.get("kind", "?"), r.get("order", "?"), r.get("nnz", 0)) ==
+                      (kind, order, nnz)), key=lambda r: r["P"])
+        loop = [r for r in sel if r.get("resident_batched_loop_eff") is not None]
+        pts, how = (loop, "resident_batched_loop_eff") if loop else (sel, "iter_eff")
+        ax.plot([r["P"] for r in pts], [r[how] for r in pts], marker="o" if loop else "s",
+                linestyle="-" if loop else "--",
+                label=f"{kind} {order} {nnz / 1e6:.0f}M: " + ("batched loop" if loop else "one call per iteration"))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(sorted({r["P"] for r in rows}))
     ax.set_xlabel("GPUs")
-    ax.set_ylabel("parallel efficiency")
+    ax.set_ylabel("parallel efficiency per iteration")
     ax.set_ylim(0, 1.1)
-    ax.set_title("Multi-GPU scaling per iteration")
+    devices = sorted({g for r in rows for g in (r.get("_gpus") or r.get("gpus") or [])})
+    ax.set_title("Resident SpMM scaling (N = 256)" + (f"\non {', '.join(devices)}" if devices else ""),
+                 fontsize=9)
     ax.legend(fontsize=7)
     return _save(fig, path)
 
