@@ -41,13 +41,33 @@ def dask_client(address: str | None) -> Iterator[object | None]:
         yield client
 
 
+# A run on one device starts no Dask cluster below this many nonzeros: its stages then run in the process (TCA on
+# threads, the conversion whole), with the same results; starting and stopping 2 worker processes costs 3-6 s on
+# 2 cores, more than those stages take there. The convert stage shards from here too (tasks.convert).
+CLUSTER_MIN_NNZ = 8_000_000
+
+
+def needs_cluster(devices: str | int, nnz: int | None) -> bool:
+    """Whether a run on ``devices`` of a matrix with ``nnz`` nonzeros (None: not known yet) gains from a local
+    Dask cluster: several devices always, one device only from ``TCSPMM_CLUSTER_MIN_NNZ`` (default
+    `CLUSTER_MIN_NNZ`) nonzeros."""
+    if str(devices) not in ("auto", "cpu", "1"):
+        return True
+    threshold = int(os.environ.get("TCSPMM_CLUSTER_MIN_NNZ") or CLUSTER_MIN_NNZ)
+    return nnz is None or nnz >= threshold
+
+
 @contextlib.contextmanager
-def flow_cluster(scheduler: str | None, devices: str | int = "auto") -> Iterator[str]:
-    """The flow's Dask cluster, as a scheduler address: ``scheduler`` when given (left running), else a local
-    cluster started here and stopped on exit: one worker per GPU (dask-cuda) for ``--devices all`` or a count
-    when GPUs are present, else CPU worker processes (for sharded reordering and the CPU reference)."""
+def flow_cluster(scheduler: str | None, devices: str | int = "auto", nnz: int | None = None) -> Iterator[str | None]:
+    """The flow's Dask cluster, as a scheduler address: ``scheduler`` when given (left running); None (no cluster:
+    the stages run in the process) when `needs_cluster` says a local one would not pay; else a local cluster
+    started here and stopped on exit: one worker per GPU (dask-cuda) for ``--devices all`` or a count when GPUs
+    are present, else CPU worker processes (for sharded reordering and conversion)."""
     if scheduler:
         yield scheduler
+        return
+    if not needs_cluster(devices, nnz):
+        yield None
         return
     from tasks.distribute.cluster import make_cluster
 
@@ -59,7 +79,7 @@ def flow_cluster(scheduler: str | None, devices: str | int = "auto") -> Iterator
     import distributed  # noqa: F401  (configures its loggers on import)
 
     for name in ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]:
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(max(logging.getLogger(name).level, logging.WARNING))  # a quieter one stays
     with make_cluster(n_workers, gpu=False if single else None, silence_logs=logging.WARNING) as cluster:
         yield cluster.scheduler_address
 
