@@ -110,6 +110,7 @@ class TemporaryServer:
         self.folder = home / "runs" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.folder.mkdir(parents=True)
         self.log = self.folder / "server.log"
+        self.failed = False
         template = home / f"template-prefect-{version('prefect')}.db"
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))  # the kernel picks a free port; the server inherits the bound socket
@@ -128,21 +129,20 @@ class TemporaryServer:
                     env=env, cwd=_REPO, start_new_session=True)
 
     def wait(self, allowance_s: float) -> None:
-        """Return once the server answers; ServerError when it exits first or does not answer in time."""
+        """Return once the server answers; ServerError when it exits first or does not answer in time (its folder
+        and log are then kept for the error message's reader)."""
         deadline = time.monotonic() + allowance_s
-        while not answers(self.url, timeout=min(5.0, allowance_s)):
+        while not answers(self.url, timeout=min(5.0, max(allowance_s, 0.1))):
             code = self.process.poll()
-            if code is not None:
-                raise ServerError(f"prefect: the temporary Prefect API server exited with status {code} before it "
-                                  f"answered (its log: {self.log}); {_ADVICE}")
-            if time.monotonic() > deadline:
-                raise ServerError(f"prefect: the temporary Prefect API server did not answer within "
-                                  f"{allowance_s:.0f} s (its log: {self.log}); {_ADVICE}")
+            if code is not None or time.monotonic() > deadline:
+                self.failed = True
+                what = (f"exited with status {code} before it answered" if code is not None else
+                        f"did not answer within {allowance_s:.0f} s")
+                raise ServerError(f"prefect: the temporary Prefect API server {what} (its log: {self.log}); {_ADVICE}")
             time.sleep(0.05)
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop the server and remove its folder (kept, with the log, when the server had failed)."""
-        failed = self.process.poll() not in (None, 0)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -150,7 +150,7 @@ class TemporaryServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if not failed:
+        if not self.failed:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -161,6 +161,7 @@ class Api:
     url: str | None
     kind: str
     server: TemporaryServer | None = None
+    saved_env: dict = dataclasses.field(default_factory=dict)  # what `open_api` changed, restored by `close`
 
     def wait(self) -> None:
         if self.server is not None:
@@ -169,6 +170,11 @@ class Api:
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
+        for name, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def open_api(data_root: str | os.PathLike) -> Api:
@@ -180,24 +186,31 @@ def open_api(data_root: str | os.PathLike) -> Api:
         return Api(url, "configured")
     home = prefect_home(data_root)
     home.mkdir(parents=True, exist_ok=True)
+    saved = {name: os.environ.get(name) for name in ("PREFECT_HOME", "PREFECT_API_URL")}
     os.environ.setdefault("PREFECT_HOME", str(home))
     url = serve_url(home)
-    api = Api(url, "serve") if url else None
-    if api is None:
-        server = TemporaryServer(home)
-        api = Api(server.url, "temporary", server)
+    server = None if url else TemporaryServer(home)
+    api = Api(url, "serve", saved_env=saved) if url else Api(server.url, "temporary", server, saved)
     os.environ["PREFECT_API_URL"] = api.url
     return api
 
 
 @contextlib.contextmanager
 def api_settings(api: Api):
-    """Prefect's settings pointing at ``api`` for the calls inside (Prefect reads the environment once, at import,
-    so a process that imported it before `open_api` needs this too)."""
+    """Prefect's settings pointing at ``api`` for the calls inside, in every thread: Prefect reads the environment
+    once, at import, so a process that imported it before `open_api` (``flows/catalog.py``, a test) needs this.
+    Threads (the catalog's subflows, Prefect's log workers) do not inherit the context, so the process-global
+    settings context is replaced too, as Prefect's own ``prefect_test_harness`` does (a private helper of
+    ``prefect.context``; without it such a thread would start Prefect's own temporary server)."""
     if api.kind == "configured":
         yield
         return
+    import prefect.context
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings({PREFECT_API_URL: api.url}):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(temporary_settings({PREFECT_API_URL: api.url}))
+        global_context = getattr(prefect.context, "_temporary_global_settings_context", None)
+        if global_context is not None:
+            stack.enter_context(global_context(prefect.context.get_settings_context()))
         yield
