@@ -10,11 +10,13 @@ result on stdout, and a temporary Prefect API whose life is the run's.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -227,6 +229,21 @@ def stop_temporary_servers(keep: list | tuple = ()) -> None:
         server.stop()
 
 
+_MARKS: list[tuple[str, float]] = []
+
+
+def mark(phase: str) -> None:
+    """Note the time (epoch seconds) a phase of the run ended; ``TCSPMM_PHASES_FILE`` (benchmarks/startup.py)
+    gets them as JSON when the run ends."""
+    _MARKS.append((phase, time.time()))
+
+
+def _write_marks() -> None:
+    path = os.environ.get("TCSPMM_PHASES_FILE")
+    if path:
+        Path(path).write_text(json.dumps(_MARKS))
+
+
 def run_cli(run: Callable[[], object], *, verbose: bool = True, emit: Callable[[object], None] | None = None,
             prepare: Callable[[], object] | None = None, data_root: str | None = None) -> int:
     """Run ``run()`` against the run's Prefect API (``tasks.prefect_api``: a configured server, ``make serve``'s,
@@ -235,20 +252,26 @@ def run_cli(run: Callable[[], object], *, verbose: bool = True, emit: Callable[[
     <message>`` as the last line on stderr and returns 1; Ctrl-C returns 130, SIGTERM 143, SIGHUP 129."""
     from tasks import prefect_api
 
+    mark("parsed")
     quiet_environment(verbose)
     before = temporary_servers()
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in _SIGNALS}
     code, message, api = 0, None, None
     try:
         api = prefect_api.open_api(data_root or resolve_data_root(None))
+        mark("api chosen")
         if prepare is not None:
             prepare()
         configure_logging(verbose)
+        mark("imported")
         api.wait()
+        mark("api ready")
         with prefect_api.api_settings(api):
             result = run()
+        mark("flow")
         if emit is not None:
             emit(result)
+        mark("emitted")
     except InputError as err:
         code, message = 1, str(err)
     except KeyboardInterrupt as err:
@@ -263,6 +286,8 @@ def run_cli(run: Callable[[], object], *, verbose: bool = True, emit: Callable[[
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            mark("stopped")
+            _write_marks()
     if message is not None:
         sys.stdout.flush()
         print(f"error: {message}", file=sys.stderr, flush=True)
@@ -281,8 +306,6 @@ TABLE_LEGEND = (
 def spmm_result_text(result: dict, as_json: bool = False) -> str:
     """What the spmm CLI prints on stdout: the run's table with its legend, or the whole result as JSON."""
     if as_json:
-        import json
-
         return json.dumps(result, default=str)
     ingest = result.get("ingest", {})
     shape = "x".join(str(s) for s in ingest.get("shape", ()))
