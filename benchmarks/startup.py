@@ -132,15 +132,17 @@ def main() -> None:
                                             for _ in range(args.repeats)])
         res = {"benchmark": "startup", "matrix": MATRIX, "repeats": args.repeats, "cases": cases,
                "quick_s": quick_answers(max(args.repeats, 5)),
-               "device": {"cpu": cpu_model(), "cpus": len(os.sched_getaffinity(0)), "gpu": None},
+               "device": "CPU only (no GPU)", "cpu_model": cpu_model(), "cpu_count": len(os.sched_getaffinity(0)),
+               "loadavg_at_start": os.getloadavg()[0],
                "versions": {"python": platform.python_version(), "prefect": version("prefect"),
                             "distributed": version("distributed"), "numpy": version("numpy")},
                "command": " ".join([Path(sys.executable).name, *sys.argv]),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         if args.other is not None:
             res["other"] = other_checkout(args.other.resolve(), Path(tmp) / "other-data", args.repeats)
+    res["loadavg_at_end"] = os.getloadavg()[0]  # other work on the cores shows in every phase
     out = args.out or REPO / "benchmarks" / "results" / \
-        f"startup-{res['device']['cpus']}cpu-{datetime.date.today().isoformat()}.json"
+        f"startup-{res['cpu_count']}cpu-{datetime.date.today().isoformat()}.json"
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {out}\n")
     print(table(res))
