@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_cases import REPO, SPMM_CLI, cli_env, run_cli
+from flow_cases import REPO, SPMM_CLI, cli_env, kill_leftovers, run_cli
 from flows.spmm import build_parser
 from tasks.reorder import METHODS
 
@@ -143,12 +143,7 @@ def test_signal_stops_the_temporary_server(mirror, data_root, signum, when):
         _, alive = psutil.wait_procs(children, timeout=10)
         assert not alive, alive
     finally:
-        for child in children:  # only what this run started, by pid
-            if child.is_running():
-                child.kill()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        kill_leftovers(proc, children)
         mirror.reset()
 
 

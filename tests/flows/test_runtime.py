@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from flow_cases import REPO, SPMM_CLI, cli_env, run_cli
+from flow_cases import REPO, SPMM_CLI, cli_env, kill_leftovers, run_cli
 
 GEN = "gen:banded?n=3000&bandwidth=3&seed=2"
 psutil = pytest.importorskip("psutil")
@@ -59,11 +59,7 @@ def test_kill_9_leaves_no_server_or_worker(mirror, data_root, tmp_path):
         _, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, [" ".join(p.cmdline()) for p in alive]
     finally:
-        for child in children:  # only what this run started, by pid
-            if child.is_running():
-                child.kill()
-        if proc.poll() is None:
-            proc.kill()
+        kill_leftovers(proc, children)
         mirror.reset()
 
 
