@@ -111,7 +111,8 @@ def table(res: dict) -> str:
     lines.append(f"{'total wall':<40}" + "".join(f"{res['cases'][c]['wall_s']:>14.2f}" for c in cases))
     lines.append(f"{'stderr characters':<40}" + "".join(f"{res['cases'][c]['stderr_chars']:>14d}" for c in cases))
     if "other" in res:
-        lines.append(f"{'other checkout, warm total wall':<40}{res['other']['wall_s']:>14.2f}   ({res['other']['path']})")
+        other = res["other"]
+        lines.append(f"{'other checkout, warm total wall':<40}{other['wall_s']:>14.2f}   ({other['path']})")
     lines += [f"{name + ' (s)':<40}{s:>14.2f}" for name, s in res["quick_s"].items()]
     return "\n".join(lines)
 

@@ -34,9 +34,9 @@ def startup_section(runs, v0, older, *, h) -> list[str]:
     out += h.table(("phase", *cases), rows)
     quick = m.get("quick_s", {})
     if "other" in m:
+        runs = ", ".join(h.f(x, 2) for x in m["other"]["runs_wall_s"])
         out += [f"The same warm run through `{m['other']['path']}` (another checkout, the code before issue 30): "
-                f"{h.f(m['other']['wall_s'], 2)} s (median; runs {', '.join(h.f(x, 2) for x in m['other']['runs_wall_s'])}).",
-                ""]
+                f"{h.f(m['other']['wall_s'], 2)} s (median; runs {runs}).", ""]
     out += h.table(("command", "seconds (median)"), [(f"`{k}`", h.f(v, 2)) for k, v in quick.items()])
     warm = m["cases"]["warm"]["wall_s"]
     slowest = max(quick.values()) if quick else None

@@ -60,7 +60,8 @@ def build_parser() -> cli.Parser:
     p.add_argument("--catalog", default=None, help="catalog YAML (default: configs/catalog.yaml)")
     p.add_argument("-N", "--n-cols", dest="n_cols_b", type=cli.positive_int, default=128,
                    help="columns of the dense B (default 128)")
-    p.add_argument("--reorder", default="auto", choices=[*cli.REORDER_METHODS, "auto"], help="row reordering (default auto)")
+    p.add_argument("--reorder", default="auto", choices=[*cli.REORDER_METHODS, "auto"],
+                   help="row reordering (default auto)")
     p.add_argument("--devices", default="auto", help="auto, cpu, all, or a count")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: local)")
     p.add_argument("--concurrency", type=cli.positive_int, default=2, help="matrices run at once (default 2)")
