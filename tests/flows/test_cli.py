@@ -125,7 +125,10 @@ def test_signal_stops_the_temporary_server(mirror, data_root, signum, when):
     env = cli_env({**mirror.env(), "TCSPMM_HTTP_TIMEOUT_S": "120"})
     proc = subprocess.Popen([sys.executable, str(SPMM_CLI), "--matrix", "HB/bcsstk13",
                              "--data-root", str(data_root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=REPO)
+                            text=True, env=env, cwd=REPO,
+                            # Python turns SIGINT into KeyboardInterrupt only if it was not ignored at start, and a
+                            # background job of a non-interactive shell (`make test &`) starts with it ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     children = []
     try:
         deadline = time.monotonic() + 180
