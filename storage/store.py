@@ -13,7 +13,8 @@ Contract of every ``write_*``: the artifact's entry is dropped from the manifest
 files are removed, each new file is written atomically, and the entry (with sizes and checksums) is added last.
 A writer killed at any moment leaves the artifact "not complete" (``has_*`` False, ``read_*`` raises StorageError,
 ``read_perm`` returns None); writing it again repairs it. One writer per artifact at a time (``building(artifact)``,
-a lock across processes); writers of different artifacts of one matrix may run concurrently. Disk full -> StorageError, no partial file.
+a lock across processes); writers of different artifacts of one matrix may run concurrently. Disk full ->
+StorageError, no partial file.
 """
 from __future__ import annotations
 
