@@ -15,3 +15,7 @@ class FetchError(InputError):
 
 class StorageError(InputError):
     """The block store cannot be read or written: incomplete, corrupt, disk full."""
+
+
+class ServerError(InputError):
+    """A service the run needs (its Prefect API, its Dask cluster) could not start; the message says what to do."""

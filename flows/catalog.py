@@ -60,15 +60,14 @@ def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str =
 
 
 def build_parser() -> cli.Parser:
-    from tasks.reorder import METHODS
-
     p = cli.Parser(prog="flows/catalog.py", description=__doc__.split("\n")[0],
                    epilog="The summary (or --json) goes to stdout, logs to stderr.")
     p.add_argument("--catalog", default=None, help="catalog YAML (default: configs/catalog.yaml)")
     p.add_argument("-N", "--n-cols", dest="n_cols_b", type=cli.positive_int, default=128,
                    help="columns of the dense B (default 128)")
-    p.add_argument("--reorder", default="auto", choices=[*METHODS, "auto"], help="row reordering (default auto)")
-    p.add_argument("--devices", default="auto", type=cli.devices, help="auto, cpu, all, or a count")
+    p.add_argument("--reorder", default="auto", choices=[*cli.REORDER_METHODS, "auto"],
+                   help="row reordering (default auto)")
+    p.add_argument("--devices", default="auto", help="auto, cpu, all, or a count")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: "
                    "TCSPMM_SCHEDULER, else a local cluster)")
     p.add_argument("--concurrency", type=cli.positive_int, default=2, help="matrices run at once (default 2)")
@@ -79,6 +78,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--data-root", default=None, help="data root (default: $TCSPMM_DATA or ./data)")
     p.add_argument("--json", action="store_true", help="print the outcome as one JSON object on stdout")
     p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's INFO logs on stderr")
+    p.late_check("--devices", "devices", cli.devices)
     return p
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     as_json, verbose = args.pop("json"), args.pop("verbose")
     emit = (lambda out: print(json.dumps(out, default=str))) if as_json else \
         (lambda out: print(cli.catalog_summary(out)))
-    return cli.run_cli(lambda: catalog_flow(**args), verbose=verbose, emit=emit)
+    return cli.run_cli(lambda: catalog_flow(**args), verbose=verbose, emit=emit, data_root=args["data_root"])
 
 
 if __name__ == "__main__":

@@ -3,60 +3,35 @@
     python flows/spmm.py --matrix HB/bcsstk17 -N 128 --reorder auto
     python flows/spmm.py --matrix 'gen:rmat?scale=16&edge_factor=16&seed=1' --devices all --mode resident
 
-Runs as a Prefect flow with no server (a temporary local API) unless PREFECT_API_URL names one. Wiring only: the
-stages live in ``tasks/``.
+Runs as a Prefect flow (``flows/spmm_flow.py``) against a configured server (``PREFECT_API_URL``), ``make
+serve``'s, or a temporary one of its own (``tasks/prefect_api.py``). This module is the command line: it parses
+the options before Prefect or the pipeline are imported, so ``--help`` and a bad option answer at once.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import uuid
 from pathlib import Path
 
-from prefect import flow
-
-from tasks import cli, steps
-from tasks.cli import data_root as resolve_data_root
-from tasks.stages import flow_cluster
+from tasks import cli
 
 
-@flow(name="tcspmm-spmm", log_prints=True)
-def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder: str = "auto",
-              fmt: str = "metcf", devices: str = "auto", mode: str = "oneshot", scheduler: str | None = None,
-              seed: int = 0, data_root: str | None = None, save_c: bool = False, drop_zeros: bool = False,
-              complex_mode: str | None = None, allow_overflow: bool = False, allow_nonfinite: bool = False,
-              repeats: int = 20, nondeterministic: bool = False) -> dict:
-    """C = A @ B for one matrix spec; returns each stage's result and the report table. ``dtype`` float32 (TF32),
-    float16 or bfloat16; float16 refuses values it cannot hold unless ``allow_overflow``. ``nondeterministic``
-    lets the SpMM fall back to cuSPARSE (faster on some matrices, not bitwise repeatable)."""
-    root = resolve_data_root(data_root)
-    run_id = uuid.uuid4().hex[:12]
-    ingested = steps.ingest(matrix, root, drop_zeros, complex_mode, allow_nonfinite)
-    matrix_id = ingested["matrix_id"]
-    checked = steps.check_precision(matrix_id, root, dtype, allow_overflow)  # before anything is reordered
-    with flow_cluster(scheduler, devices) as address:
-        ordered = steps.reorder(matrix_id, reorder, root, seed, address, dtype, devices, n_cols_b)
-        converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype, address)
-        multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,
-                                devices, mode, seed, address, save_c, fmt, repeats, not nondeterministic)
-    multiplied["precision_check"] = checked
-    results = {"ingest": ingested, "reorder": ordered, "convert": converted, "spmm": multiplied}
-    table = steps.write_report(root, run_id, matrix_id, results)
-    print(f"\ntcspmm run {run_id}: {matrix_id} {ingested['shape']} nnz={ingested['nnz']} N={n_cols_b}\n{table}")
-    return {"run_id": run_id, "matrix_id": matrix_id, "table": table, **results}
+def __getattr__(name: str):
+    """``flows.spmm.spmm_flow``, imported on first use (it brings Prefect and the pipeline)."""
+    if name == "spmm_flow":
+        from flows.spmm_flow import spmm_flow
+
+        return spmm_flow
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> cli.Parser:
     """Every option is checked here, before Prefect or the pipeline start (types and choices from ``tasks.cli``)."""
-    from kernels.formats import REGISTRY
-    from tasks.reorder import METHODS
-
     p = cli.Parser(prog="tcspmm", description=__doc__.split("\n")[0],
                    epilog="The result table (or --json) goes to stdout, logs to stderr. Bad input ends with one "
                           "line 'error: <source>: <problem>' and exit status 1 (2 for a bad option).")
     src = p.add_argument_group("input")
-    src.add_argument("--matrix", required=True, type=cli.matrix_spec, help="Group/Name (SuiteSparse), "
+    src.add_argument("--matrix", required=True, help="Group/Name (SuiteSparse), "
                      "igb:tiny|small|medium, a .mtx/.mtx.gz/.tar.gz path, or gen:<kind>?k=v")
     src.add_argument("-N", "--n-cols", dest="n_cols_b", type=cli.positive_int, default=128,
                      help="columns of the dense B (default 128)")
@@ -71,11 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--extract-cap", type=cli.size_bytes, default=None,
                      help="most any archive may unpack to, e.g. 100G (default 256G; configs/limits.yaml)")
     order = p.add_argument_group("reordering")
-    order.add_argument("--reorder", default="auto", choices=[*METHODS, "auto"],
+    order.add_argument("--reorder", default="auto", choices=[*cli.REORDER_METHODS, "auto"],
                        help="row reordering (default auto: the cheap method with the fewest TC blocks)")
     order.add_argument("--seed", type=cli.nonnegative_int, default=0, help="seed of B and of randomized reorderings")
     fmt = p.add_argument_group("format and precision")
-    fmt.add_argument("--format", dest="fmt", default="metcf", choices=[*REGISTRY, "auto"],
+    fmt.add_argument("--format", dest="fmt", default="metcf", choices=[*cli.FORMATS, "auto"],
                      help="converted format (default metcf; auto: every format, the selector picks)")
     fmt.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                      help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 "
@@ -83,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--allow-overflow", action="store_true",
                      help="run float16 even when values exceed its range or would round to zero (default: refuse)")
     dev = p.add_argument_group("devices")
-    dev.add_argument("--devices", default="auto", type=cli.devices,
+    dev.add_argument("--devices", default="auto",
                      help="auto (one GPU if present, else CPU), cpu, all, or a count")
     dev.add_argument("--mode", default="oneshot", choices=["oneshot", "resident"], help="multi-device execution")
     dev.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (default: local)")
@@ -98,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--plot", type=Path, default=None, metavar="PNG",
                      help="also draw this run's chart (each stage's wall ms, the kernel and its GFLOP/s) to PNG")
     out.add_argument("-v", "--verbose", action="store_true", help="show Prefect's INFO logs on stderr")
+    p.late_check("--matrix", "matrix", cli.matrix_spec)  # these import part of the pipeline
+    p.late_check("--devices", "devices", cli.devices)
     return p
 
 
@@ -117,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         value = args.pop(option)
         if value is not None:  # read by configs.limits wherever a size is checked
             os.environ[var] = value
+
     def emit(result):
         print(cli.spmm_result_text(result, as_json))
         if plot is not None:
@@ -124,7 +102,13 @@ def main(argv: list[str] | None = None) -> int:
 
             run_chart({**cli.run_outcome(result), "matrix": result.get("matrix_id")}, plot)
 
-    return cli.run_cli(lambda: spmm_flow(**args), verbose=verbose, emit=emit)
+    def run():
+        from flows.spmm_flow import spmm_flow
+
+        return spmm_flow(**args)
+
+    return cli.run_cli(run, verbose=verbose, emit=emit, prepare=lambda: __import__("flows.spmm_flow"),
+                       data_root=args["data_root"])
 
 
 if __name__ == "__main__":

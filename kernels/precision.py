@@ -111,10 +111,17 @@ def precision(name) -> Precision:
     return PRECISIONS[key]
 
 
-def check_range(values, prec: Precision, source: str, *, allow_overflow: bool = False) -> dict:
+# How a caller's user picks another type or allows the overflow: the CLI's options, or SpmmPlan's arguments.
+CLI_FIX = ("--dtype bfloat16", "--allow-overflow")
+API_FIX = ("dtype='bfloat16'", "allow_overflow=True")
+
+
+def check_range(values, prec: Precision, source: str, *, allow_overflow: bool = False,
+                fix: tuple[str, str] = CLI_FIX) -> dict:
     """Refuse values a float16 run cannot hold: any |x| > 65504 (would become inf) or more than 1% of the nonzero
     values below float16's smallest subnormal (would become 0). Returns counts for the report; raises InputError
-    with one line naming the largest value and suggesting bfloat16 unless ``allow_overflow``."""
+    with one line naming the largest value and suggesting bfloat16 unless ``allow_overflow``. ``fix``: how the
+    caller's user asks for bfloat16 or allows the overflow (`CLI_FIX` or `API_FIX`)."""
     v = np.asarray(values)
     report = {"overflow": 0, "underflow": 0, "max_abs": 0.0}
     if prec.name != "float16" or v.size == 0:
@@ -129,10 +136,10 @@ def check_range(values, prec: Precision, source: str, *, allow_overflow: bool = 
         return report
     if report["overflow"]:
         raise InputError(f"{source}: {report['overflow']} values exceed the float16 range (largest |x| = "
-                         f"{report['max_abs']:.6g} > {FP16_MAX:g}); use --dtype bfloat16 (or float32), or pass "
-                         "--allow-overflow to run float16 anyway")
+                         f"{report['max_abs']:.6g} > {FP16_MAX:g}); use {fix[0]} (or float32), or pass "
+                         f"{fix[1]} to run float16 anyway")
     if nonzero.size and report["underflow"] > UNDERFLOW_FRACTION * nonzero.size:
         raise InputError(f"{source}: {report['underflow']} of {nonzero.size} nonzero values are below float16's "
                          f"smallest subnormal {FP16_TINY:.3g} and would round to zero (smallest |x| = "
-                         f"{float(nonzero.min()):.3g}); use --dtype bfloat16 (or float32), or pass --allow-overflow")
+                         f"{float(nonzero.min()):.3g}); use {fix[0]} (or float32), or pass {fix[1]}")
     return report

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from kernels.config import CONFIG, KernelConfig
 from kernels.formats import METCF
 from kernels.formats.registry import candidates as format_candidates
+from kernels.precision import API_FIX, check_range
 from kernels.precision import precision as as_precision
 
 def gpu_available() -> bool:
@@ -35,14 +36,17 @@ def gpu_available() -> bool:
 class SpmmPlan:
     def __init__(self, A, *, device="auto", dtype=np.float32, format="metcf", balance="auto", autotune="auto",
                  config: KernelConfig = CONFIG, calibration=None, out_dtype=None, deterministic: bool = True,
-                 graphs: bool = True):
+                 graphs: bool = True, allow_overflow: bool = False):
         """``A``: a SciPy sparse matrix (any format) or an already converted format object (a METCF whose block
         width matches the precision). ``out_dtype``: C's dtype, default the precision's (float32 for TF32);
         half plans may ask for float32 C. ``format``: a registered name or "auto". ``deterministic`` (default):
         two runs on the same B give bitwise-equal C, so only our kernels (no atomics, fixed reduction orders) are
         chosen; False also lets the choice fall to cuSPARSE, whose CSR SpMM is not bitwise repeatable.
         ``graphs`` (default): from the AUTO_GRAPH_AFTER-th ``run`` on the same cupy B and out, replay a CUDA graph
-        of the call instead of launching it (``plan.graphs = False`` opts out; the lean launch stays)."""
+        of the call instead of launching it (``plan.graphs = False`` opts out; the lean launch stays).
+        ``allow_overflow``: float16 refuses a SciPy A with values beyond its range (|a| > 65504, or more than 1% of
+        them below its smallest subnormal) with InputError, as the CLI does, unless this is True; ``range`` holds
+        the counts (``kernels.precision.check_range``)."""
         self.precision = as_precision(dtype)
         if balance not in ("auto", True, False):
             raise ValueError(f"balance is {balance!r}, expected 'auto', True or False")
@@ -52,6 +56,8 @@ class SpmmPlan:
         if given is None and not sp.issparse(A):
             raise TypeError(f"A must be a METCF or a SciPy sparse matrix (or another registered format's converted "
                             f"object, e.g. a BCSR), got {type(A).__name__}")
+        self.range = {} if given else check_range(sp.csr_array(A).data, self.precision, f"A ({self.precision.name})",
+                                                  allow_overflow=allow_overflow, fix=API_FIX)
         self.out_dtype = np.dtype(out_dtype) if out_dtype is not None else self.precision.storage_dtype
         if self.out_dtype not in (self.precision.storage_dtype, np.dtype(np.float32)):
             raise ValueError(f"out_dtype {self.out_dtype} is not supported for {self.precision.name}: "

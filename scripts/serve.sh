@@ -30,6 +30,7 @@ stop() {
     [ "$stopping" = 1 ] && return
     stopping=1
     trap '' INT TERM HUP
+    [ -n "${serve_url:-}" ] && rm -f "$serve_url"
     local pids alive deadline
     pids=$(descendants)
     if [ -n "$pids" ]; then
@@ -67,6 +68,9 @@ for _ in $(seq 150); do
     sleep 1
 done
 curl -fs "$PREFECT_API_URL/health" >/dev/null || { echo "error: serve.sh: prefect server did not answer on port $port within 150 s" >&2; exit 1; }
+# Runs of this project (same data root) use this server instead of starting their own (tasks/prefect_api.py).
+serve_url=${TCSPMM_DATA:-data}/prefect/serve.url
+mkdir -p "$(dirname "$serve_url")" && echo "$PREFECT_API_URL" > "$serve_url"
 step prefect work-pool inspect tcspmm-process >/dev/null 2>&1 || step prefect work-pool create tcspmm-process --type process
 step prefect --no-prompt deploy --all
 prefect worker start --pool tcspmm-process &

@@ -31,6 +31,7 @@ from typing import Iterator
 from configs.errors import StorageError
 from storage.atomic import atomic_write_bytes
 from storage.naming import dumps
+from storage.parquet_io import REBUILD
 
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = "manifest.lock"
@@ -141,7 +142,7 @@ class Manifest:
         for rec in entry["files"]:
             reason = check_record(self.folder, rec)
             if reason:
-                raise StorageError(f"artifact '{name}' is not complete: {reason}; rewrite it")
+                raise StorageError(f"artifact '{name}' is not complete: {reason}; {REBUILD}")
         return entry
 
     def verify(self, name: str) -> list[str]:

@@ -30,6 +30,11 @@ def write_table(target: Path, table: pa.Table, *, row_group_size: int = DEFAULT_
         pq.write_table(table, tmp, **kwargs)
 
 
+# The fix for a damaged block: the pipeline's stages check what they reuse (sha256, ``MatrixStore.intact``) and
+# rebuild a damaged artifact from its source.
+REBUILD = "a run of flows/spmm.py on the matrix rebuilds it from its source"
+
+
 def open_file(path: str | os.PathLike) -> pq.ParquetFile:
     """Open a Parquet file with page CRC verification; any decode problem -> StorageError naming the file.
 
@@ -38,7 +43,7 @@ def open_file(path: str | os.PathLike) -> pq.ParquetFile:
     try:
         pf = pq.ParquetFile(path, page_checksum_verification=True)
     except (OSError, pa.ArrowException) as err:
-        raise StorageError(f"{path}: cannot open as Parquet ({err}); rewrite the artifact") from err
+        raise StorageError(f"{path}: cannot open as Parquet ({err}); {REBUILD}") from err
     pf._tcspmm_path = path
     return pf
 
@@ -50,7 +55,7 @@ def read(pf: pq.ParquetFile, columns: list[str] | None = None, row_groups: list[
             return pf.read(columns=columns)
         return pf.read_row_groups(row_groups, columns=columns)
     except (OSError, pa.ArrowException) as err:
-        raise StorageError(f"{_name(pf)}: corrupt data ({err}); rewrite the artifact") from err
+        raise StorageError(f"{_name(pf)}: corrupt data ({err}); {REBUILD}") from err
 
 
 def _name(pf: pq.ParquetFile) -> str:

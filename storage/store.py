@@ -12,15 +12,19 @@ Layout under the data root (env ``TCSPMM_DATA``, default ``./data``)::
 Contract of every ``write_*``: the artifact's entry is dropped from the manifest, its old files and stray temp
 files are removed, each new file is written atomically, and the entry (with sizes and checksums) is added last.
 A writer killed at any moment leaves the artifact "not complete" (``has_*`` False, ``read_*`` raises StorageError,
-``read_perm`` returns None); writing it again repairs it. One writer per artifact at a time; writers of different
-artifacts of one matrix may run concurrently. Disk full -> StorageError, no partial file.
+``read_perm`` returns None); writing it again repairs it. One writer per artifact at a time (``building(artifact)``,
+a lock across processes); writers of different artifacts of one matrix may run concurrently. Disk full ->
+StorageError, no partial file.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import fnmatch
+import logging
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +42,7 @@ from storage.naming import default_data_root, validate_id
 from storage.schemas import PERM_DIRECTION, file_meta, perm_schema, with_meta
 
 _PER_FILE_KEYS = ("range", "block_nnz")
+_log = logging.getLogger(__name__)
 
 
 class _MatrixManifest(Manifest):
@@ -114,6 +119,30 @@ class MatrixStore:
             self._clear(home_dir, pattern, keep={Path(r["path"]).name for r in records})
             m["artifacts"][name] = entry
         return entry
+
+    @contextlib.contextmanager
+    def building(self, artifact: str) -> Iterator[None]:
+        """Hold the exclusive right to build ``artifact`` (an ``fcntl.flock`` on ``locks/<artifact>.lock``, released
+        when the holder exits, however it exits). Builders check for the artifact again once inside: a second run
+        of the same matrix waits for the first's permutation or conversion and reuses it instead of computing it."""
+        lock_path = self.folder / "locks" / (artifact.replace("/", "--") + ".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def intact(self, artifact: str) -> bool:
+        """Complete and every file's sha256 as written: what a stage may reuse. A damaged artifact (a block whose
+        bytes changed after it was written) is reported as a warning and counts as missing, so it is rebuilt."""
+        if self.manifest.complete(artifact) is None:
+            return False
+        problems = self.verify(artifact)
+        if problems:
+            _log.warning("%s: %s; rebuilding it from its source", artifact, problems[0])
+        return not problems
 
     def verify(self, artifact: str) -> list[str]:
         """Full check of one artifact (sha256 of each file): the list of problems, empty when intact."""

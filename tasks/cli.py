@@ -10,11 +10,14 @@ result on stdout, and a temporary Prefect API whose life is the run's.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
 import signal
 import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -31,9 +34,34 @@ def data_root(path: str | None = None) -> str:
     return str(resolve_data_root(path).resolve())
 
 
+# The names the parser offers, known without importing the pipeline (seconds on a busy machine: `--help` and a bad
+# option answer at once); tests/flows/test_cli.py checks them against tasks.reorder.METHODS and the format registry.
+REORDER_METHODS = ("tca", "rowshuffle", "jaccard", "smat", "rcm", "degree", "community", "none")
+FORMATS = ("metcf", "bcsr", "tiledcsr", "cvse")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``error: -N/--n-cols: must be a positive integer, got 0`` and exit status 2
-    (a bad option), without the usage block; ``--help`` shows the usage."""
+    (a bad option), without the usage block; ``--help`` shows the usage. ``late_check(option, dest, check)``: a
+    check that imports part of the pipeline runs after every other option passed, so a bad option answers at once."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._late: list[tuple[str, str, Callable[[str], object]]] = []
+
+    def late_check(self, option: str, dest: str, check: Callable[[str], object]) -> None:
+        self._late.append((option, dest, check))
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        for option, dest, check in self._late:
+            value = getattr(namespace, dest, None)
+            if value is not None:
+                try:
+                    check(value)
+                except argparse.ArgumentTypeError as err:
+                    self.error(f"{option}: {err}")
+        return namespace, extras
 
     def error(self, message: str):
         self.exit(2, f"error: {message.removeprefix('argument ')} (see --help)\n")
@@ -148,12 +176,22 @@ class _OneLineInputErrors(logging.Filter):
         return True
 
 
-def configure_logging(verbose: bool) -> None:
-    """Prefect's logs at WARNING (INFO with ``verbose``) on stderr; the temporary API server's at WARNING and
+def quiet_environment(verbose: bool) -> None:
+    """What must be in the environment before Prefect is imported (it reads its settings once, then): its loggers
+    at WARNING unless ``verbose``, the API server's at WARNING (its access log is no news, even verbose) and
     without telemetry (which fails without a network and says so at ERROR)."""
-    level = logging.INFO if verbose else logging.WARNING
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")  # its access log is no news, even verbose
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def configure_logging(verbose: bool) -> None:
+    """Prefect's logs at WARNING (INFO with ``verbose``) on stderr, bad input's records without tracebacks; Dask's
+    below WARNING dropped, and at default verbosity its notices about its own housekeeping (a port taken, a
+    worker killed at close) too. Call after Prefect is imported (its import configures its loggers)."""
+    quiet_environment(verbose)
+    level = logging.INFO if verbose else logging.WARNING
     for name in _PREFECT_LOGGERS:
         logging.getLogger(name).setLevel(level)
     one_line = _OneLineInputErrors(quiet=not verbose)
@@ -161,42 +199,79 @@ def configure_logging(verbose: bool) -> None:
         handler.addFilter(one_line)
     for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(one_line)
+    if not verbose:
+        logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
 
 
 def temporary_servers() -> list:
-    """The temporary Prefect API servers running in this process. ``_instances`` is Prefect's own registry of them
-    (prefect/server/api/server.py)."""
+    """Prefect's own temporary API servers running in this process (a test harness's, or one Prefect started for a
+    caller outside `run_cli`). ``_instances`` is Prefect's own registry of them (prefect/server/api/server.py)."""
     server_module = sys.modules.get("prefect.server.api.server")
     return list(server_module.SubprocessASGIServer._instances.values()) if server_module else []
 
 
-def stop_temporary_servers(keep: list | tuple = ()) -> None:
-    """Stop the temporary Prefect API servers started since ``keep`` was taken (Prefect stops them only at
-    interpreter exit, which a signal skips); one a caller started before (a test harness) keeps running."""
-    servers = [server for server in temporary_servers() if not any(server is kept for kept in keep)]
-    if not servers:
-        return
-    # Send what the run logged and emitted while the server is still up (else: "Error logging to API" on stderr
-    # after our last line). Prefect drains these workers at exit too; then there is nothing left.
+def drain_prefect_workers() -> None:
+    """Send what the run logged and emitted while its API is still up (else: "Error logging to API" on stderr
+    after our last line). Prefect drains these workers at exit too; then there is nothing left."""
     for module, worker in (("prefect.logging.handlers", "APILogWorker"), ("prefect.events.worker", "EventsWorker")):
         if module in sys.modules:
             getattr(sys.modules[module], worker).drain_all(timeout=5)
+
+
+def stop_temporary_servers(keep: list | tuple = ()) -> None:
+    """Stop Prefect's temporary API servers started since ``keep`` was taken (Prefect stops them only at
+    interpreter exit, which a signal skips); one a caller started before (a test harness) keeps running."""
+    servers = [server for server in temporary_servers() if not any(server is kept for kept in keep)]
+    if servers:
+        drain_prefect_workers()
     for server in servers:
         server.stop()
 
 
-def run_cli(run: Callable[[], object], *, verbose: bool = True,
-            emit: Callable[[object], None] | None = None) -> int:
-    """Run ``run()``; ``emit(result)`` writes the result (stdout). Bad input prints ``error: <message>`` as the
-    last line on stderr and returns 1; Ctrl-C returns 130, SIGTERM 143, SIGHUP 129."""
-    configure_logging(verbose)
+_MARKS: list[tuple[str, float]] = []
+
+
+def mark(phase: str) -> None:
+    """Note the time (epoch seconds) a phase of the run ended; ``TCSPMM_PHASES_FILE`` (benchmarks/startup.py)
+    gets them as JSON when the run ends."""
+    _MARKS.append((phase, time.time()))
+
+
+def _write_marks() -> None:
+    path = os.environ.get("TCSPMM_PHASES_FILE")
+    if path:
+        Path(path).write_text(json.dumps(_MARKS))
+
+
+def run_cli(run: Callable[[], object], *, verbose: bool = True, emit: Callable[[object], None] | None = None,
+            prepare: Callable[[], object] | None = None, data_root: str | None = None) -> int:
+    """Run ``run()`` against the run's Prefect API (``tasks.prefect_api``: a configured server, ``make serve``'s,
+    or a temporary one started first and waited for after ``prepare()``, which imports the pipeline meanwhile);
+    ``emit(result)`` writes the result (stdout). Bad input, or an API that cannot start, prints ``error:
+    <message>`` as the last line on stderr and returns 1; Ctrl-C returns 130, SIGTERM 143, SIGHUP 129."""
+    from tasks import prefect_api
+
+    mark("parsed")
+    quiet_environment(verbose)
     before = temporary_servers()
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in _SIGNALS}
-    code, message = 0, None
+    code, message, api = 0, None, None
     try:
-        result = run()
+        api = prefect_api.open_api(data_root or resolve_data_root(None))
+        mark("api chosen")
+        if prepare is not None:
+            prepare()
+        configure_logging(verbose)
+        mark("imported")
+        api.wait()
+        mark("api ready")
+        with prefect_api.api_settings(api):
+            result = run()
+        mark("flow")
         if emit is not None:
             emit(result)
+        mark("emitted")
     except InputError as err:
         code, message = 1, str(err)
     except KeyboardInterrupt as err:
@@ -205,9 +280,14 @@ def run_cli(run: Callable[[], object], *, verbose: bool = True,
     finally:
         try:
             stop_temporary_servers(keep=before)
+            if api is not None:
+                drain_prefect_workers()
+                api.close()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            mark("stopped")
+            _write_marks()
     if message is not None:
         sys.stdout.flush()
         print(f"error: {message}", file=sys.stderr, flush=True)
@@ -226,8 +306,6 @@ TABLE_LEGEND = (
 def spmm_result_text(result: dict, as_json: bool = False) -> str:
     """What the spmm CLI prints on stdout: the run's table with its legend, or the whole result as JSON."""
     if as_json:
-        import json
-
         return json.dumps(result, default=str)
     ingest = result.get("ingest", {})
     shape = "x".join(str(s) for s in ingest.get("shape", ()))

@@ -41,13 +41,33 @@ def dask_client(address: str | None) -> Iterator[object | None]:
         yield client
 
 
+# A run on one device starts no Dask cluster below this many nonzeros: its stages then run in the process (TCA on
+# threads, the conversion whole), with the same results; starting and stopping 2 worker processes costs 3-6 s on
+# 2 cores, more than those stages take there. The convert stage shards from here too (tasks.convert).
+CLUSTER_MIN_NNZ = 8_000_000
+
+
+def needs_cluster(devices: str | int, nnz: int | None) -> bool:
+    """Whether a run on ``devices`` of a matrix with ``nnz`` nonzeros (None: not known yet) gains from a local
+    Dask cluster: several devices always, one device only from ``TCSPMM_CLUSTER_MIN_NNZ`` (default
+    `CLUSTER_MIN_NNZ`) nonzeros."""
+    if str(devices) not in ("auto", "cpu", "1"):
+        return True
+    threshold = int(os.environ.get("TCSPMM_CLUSTER_MIN_NNZ") or CLUSTER_MIN_NNZ)
+    return nnz is None or nnz >= threshold
+
+
 @contextlib.contextmanager
-def flow_cluster(scheduler: str | None, devices: str | int = "auto") -> Iterator[str]:
-    """The flow's Dask cluster, as a scheduler address: ``scheduler`` when given (left running), else a local
-    cluster started here and stopped on exit: one worker per GPU (dask-cuda) for ``--devices all`` or a count
-    when GPUs are present, else CPU worker processes (for sharded reordering and the CPU reference)."""
+def flow_cluster(scheduler: str | None, devices: str | int = "auto", nnz: int | None = None) -> Iterator[str | None]:
+    """The flow's Dask cluster, as a scheduler address: ``scheduler`` when given (left running); None (no cluster:
+    the stages run in the process) when `needs_cluster` says a local one would not pay; else a local cluster
+    started here and stopped on exit: one worker per GPU (dask-cuda) for ``--devices all`` or a count when GPUs
+    are present, else CPU worker processes (for sharded reordering and conversion)."""
     if scheduler:
         yield scheduler
+        return
+    if not needs_cluster(devices, nnz):
+        yield None
         return
     from tasks.distribute.cluster import make_cluster
 
@@ -59,9 +79,21 @@ def flow_cluster(scheduler: str | None, devices: str | int = "auto") -> Iterator
     import distributed  # noqa: F401  (configures its loggers on import)
 
     for name in ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]:
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(max(logging.getLogger(name).level, logging.WARNING))  # a quieter one stays
     with make_cluster(n_workers, gpu=False if single else None, silence_logs=logging.WARNING) as cluster:
         yield cluster.scheduler_address
+
+
+@contextlib.contextmanager
+def build_once(mstore, artifact: str) -> Iterator[bool]:
+    """Yield True when ``artifact`` is intact in the store (reuse it); else hold the right to build it
+    (``MatrixStore.building``) and yield whether a concurrent run stored it meanwhile. Of two runs of one matrix
+    the first builds, the second waits and reuses; a damaged artifact is rebuilt from its source."""
+    if mstore.intact(artifact):
+        yield True
+        return
+    with mstore.building(artifact):
+        yield mstore.manifest.complete(artifact) is not None and not mstore.verify(artifact)
 
 
 def _elapsed_ms(t0: float) -> float:
@@ -87,14 +119,14 @@ def ingest(spec: str, data_root: str, *, drop_zeros: bool = False, complex_mode:
     fetch_ms = _elapsed_ms(t0)
     matrix_id = variant_id(raw.matrix_id, drop_zeros=drop_zeros, complex_mode=complex_mode)
     mstore = BlockStore(data_root).matrix(matrix_id)
-    reused = mstore.has_csr()
     t1 = time.perf_counter()
-    if not reused:
-        with progress.task(f"parse {spec}"):  # extraction and downloads draw their own bars
-            parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode, data_root=data_root,
-                                 allow_nonfinite=allow_nonfinite)
-        mstore.write_csr(parsed.csr, {**parsed.meta, "matrix_id": matrix_id, "drop_zeros": drop_zeros,
-                                      "complex_mode": complex_mode})
+    with build_once(mstore, "csr") as reused:
+        if not reused:
+            with progress.task(f"parse {spec}"):  # extraction and downloads draw their own bars
+                parsed = load_matrix(raw, drop_zeros=drop_zeros, complex_mode=complex_mode, data_root=data_root,
+                                     allow_nonfinite=allow_nonfinite)
+            mstore.write_csr(parsed.csr, {**parsed.meta, "matrix_id": matrix_id, "drop_zeros": drop_zeros,
+                                          "complex_mode": complex_mode})
     meta = mstore.csr_meta()
     nonfinite = int(meta.get("source", {}).get("nonfinite_entries") or 0)
     if nonfinite and not allow_nonfinite:
@@ -143,33 +175,35 @@ def reorder(matrix_id: str, method: str, data_root: str, *, seed: int = 0, sched
         params["n_parts"] = n_parts  # the halo depends on the shard count; the choice does not depend on N
     key = make_perm_key(method, params)
     t0 = time.perf_counter()
-    if mstore.has_perm(key):
-        meta = mstore.perm_meta(key)
-        return {"perm_key": key, "method": method, "reused": True, "ms": _elapsed_ms(t0), **meta.get("report", {})}
-    A = mstore.read_csr()
-    with dask_client(scheduler) as client, progress.task(f"reorder {matrix_id} ({method})"):
-        if method == "auto" and "n_parts" in params:
-            from kernels.spmm import gpu_available
-            from tasks.distribute.halo_order import auto_for_devices
+    with build_once(mstore, f"perm/{key}") as reused:
+        if reused:
+            meta = mstore.perm_meta(key)
+            return {"perm_key": key, "method": method, "reused": True, "ms": _elapsed_ms(t0),
+                    **meta.get("report", {})}
+        A = mstore.read_csr()
+        with dask_client(scheduler) as client, progress.task(f"reorder {matrix_id} ({method})"):
+            if method == "auto" and "n_parts" in params:
+                from kernels.spmm import gpu_available
+                from tasks.distribute.halo_order import auto_for_devices
 
-            applied, perm, report = auto_for_devices(
-                A, n_parts, n_cols_b, int(np.dtype(prec.storage_dtype).itemsize), seed=seed, client=client,
-                params={"tca": {"sm_count": sm_count}, "community": {"device": "gpu" if gpu_available() else "cpu"}},
-                width=width)
-            report["why"] = report.pop("reason")
-            report["before"], report["after"] = report["methods"]["none"], report["methods"].get(applied)
-        elif method == "auto":
-            applied, perm, report = auto_reorder(A, seed=seed, client=client, params={"tca": {"sm_count": sm_count}},
-                                                 width=width)
-            report["why"] = report.pop("reason")
-            report["before"], report["after"] = report["methods"]["none"], report["methods"][applied]
-        else:
-            perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, width=width, **extra)
-            applied = method if ok else "none"
-            report = {"before": before, "after": after,
-                      "why": "applied" if ok else f"{method} did not reduce TC blocks; kept the input order"}
-    report = {"applied": applied, **report}
-    mstore.write_perm(key, perm, {"method": method, "params": params, "report": _jsonable(report)})
+                applied, perm, report = auto_for_devices(
+                    A, n_parts, n_cols_b, int(np.dtype(prec.storage_dtype).itemsize), seed=seed, client=client,
+                    params={"tca": {"sm_count": sm_count},
+                            "community": {"device": "gpu" if gpu_available() else "cpu"}}, width=width)
+                report["why"] = report.pop("reason")
+                report["before"], report["after"] = report["methods"]["none"], report["methods"].get(applied)
+            elif method == "auto":
+                applied, perm, report = auto_reorder(A, seed=seed, client=client, width=width,
+                                                     params={"tca": {"sm_count": sm_count}})
+                report["why"] = report.pop("reason")
+                report["before"], report["after"] = report["methods"]["none"], report["methods"][applied]
+            else:
+                perm, before, after, ok = reorder_checked(A, method, seed=seed, client=client, width=width, **extra)
+                applied = method if ok else "none"
+                report = {"before": before, "after": after,
+                          "why": "applied" if ok else f"{method} did not reduce TC blocks; kept the input order"}
+        report = {"applied": applied, **report}
+        mstore.write_perm(key, perm, {"method": method, "params": params, "report": _jsonable(report)})
     return {"perm_key": key, "method": method, "reused": False, "ms": _elapsed_ms(t0), **_jsonable(report)}
 
 
@@ -212,22 +246,23 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, 
     t0 = time.perf_counter()
     results, A = {}, None
     for f in formats:
-        if mstore.has_format(f.name, fkey):
-            meta = mstore.format_meta(f.name, fkey)
-            results[f.name] = {"reused": True, **(meta.get("source") or meta).get("stats", {})}
-            continue
-        if A is None:
-            A = mstore.read_csr()
-            A = A[mstore.read_perm(perm_key)]
-            A = A.astype(np.float32) if A.dtype != np.float32 else A
-        with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client, \
-                progress.task(f"convert {matrix_id} to {f.name} {dtype}"):
-            obj = f.convert(A, prec) if client is None else convert_on_cluster(A, client, f, prec)
-        stats = _jsonable({**f.stats(obj, A.indptr.nbytes + A.indices.nbytes + A.data.nbytes),
-                           "block_shape": [16, f.block_width[prec.name]]})
-        mstore.write_format(f.name, fkey, obj, {"perm_key": perm_key, "dtype": dtype, "stats": stats,
-                                                "value_types": {f.layout.value_column: prec.name}})
-        results[f.name] = {"reused": False, **stats}
+        with build_once(mstore, f"formats/{f.name}/{fkey}") as reused:
+            if reused:
+                meta = mstore.format_meta(f.name, fkey)
+                results[f.name] = {"reused": True, **(meta.get("source") or meta).get("stats", {})}
+                continue
+            if A is None:
+                A = mstore.read_csr()
+                A = A[mstore.read_perm(perm_key)]
+                A = A.astype(np.float32) if A.dtype != np.float32 else A
+            with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client, \
+                    progress.task(f"convert {matrix_id} to {f.name} {dtype}"):
+                obj = f.convert(A, prec) if client is None else convert_on_cluster(A, client, f, prec)
+            stats = _jsonable({**f.stats(obj, A.indptr.nbytes + A.indices.nbytes + A.data.nbytes),
+                               "block_shape": [16, f.block_width[prec.name]]})
+            mstore.write_format(f.name, fkey, obj, {"perm_key": perm_key, "dtype": dtype, "stats": stats,
+                                                    "value_types": {f.layout.value_column: prec.name}})
+            results[f.name] = {"reused": False, **stats}
     first = formats[0].name
     return {"format": first, "format_key": fkey, "dtype": dtype, "formats": {n: fkey for n in results},
             "ms": _elapsed_ms(t0), **results[first]}

@@ -11,11 +11,7 @@ import os
 from pathlib import Path
 
 from configs import IgbConfig, SourcesConfig, load_igb, load_sources
-from tasks.fetch.generators import fetch_gen
-from tasks.fetch.igb import fetch_igb
-from tasks.fetch.local import fetch_local
 from tasks.fetch.spec import RawMatrix, parse_spec
-from tasks.fetch.suitesparse import fetch_suitesparse
 
 __all__ = ["RawMatrix", "fetch"]
 
@@ -27,6 +23,13 @@ def fetch(spec: str, data_root: str | os.PathLike, *, sources: SourcesConfig | N
     ``sources``/``igb`` default to ``configs.load_sources()``/``configs.load_igb()`` (YAML plus environment).
     Generators only validate their parameters here; ``tasks.parse.load_matrix`` builds them.
     """
+    # The fetchers are imported here, not above: the command line checks a spec with tasks.fetch.spec alone, and
+    # importing the package must not bring NumPy, SciPy and the HTTP stack for that.
+    from tasks.fetch.generators import fetch_gen
+    from tasks.fetch.igb import fetch_igb
+    from tasks.fetch.local import fetch_local
+    from tasks.fetch.suitesparse import fetch_suitesparse
+
     parsed = parse_spec(spec)
     root = Path(data_root)
     if parsed.kind == "gen":

@@ -1,8 +1,9 @@
 """Extraction of downloaded archives into ``data_root/extracted/<sha256>/``, atomically.
 
 Members go to a temp folder beside the target (``.tmp-`` prefix) and the folder is renamed into place, so the
-target exists only when complete. Tar members pass ``tarfile`` ``filter='data'``: absolute paths, ``..``, links
-out of the tree and device files are refused. A corrupt or truncated archive raises ``FetchError`` naming it; no
+target exists only when complete. A member with an absolute path or a ``..`` component is refused by name before
+anything is written (`scan_members`); the rest pass ``tarfile`` ``filter='data'``: links out of the tree and
+device files are refused. A corrupt or truncated archive raises ``FetchError`` naming it; no
 temp folder survives any failure.
 
 Budget: an archive may unpack to at most ``extract_budget`` bytes: a generous multiple of what its source announces
@@ -22,7 +23,7 @@ import tarfile
 import tempfile
 import zlib
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from configs.errors import FetchError
 from configs.limits import Limits, format_size, load_limits
@@ -62,11 +63,24 @@ def over_budget(label: str, wrote: str, budget: Budget) -> FetchError:
                       f"nothing was kept")
 
 
+def unsafe_path(name: str) -> str | None:
+    """Why a member's path must not be unpacked (absolute, or climbing with ``..``), or None. ``tarfile``'s
+    ``data`` filter would quietly strip a leading ``/`` and let ``a/../b`` through; we refuse both by name."""
+    if name.startswith(("/", "\\")) or PureWindowsPath(name).drive:
+        return "its path is absolute"
+    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+        return "its path climbs out of its folder with '..'"
+    return None
+
+
 def scan_members(tar: tarfile.TarFile, label: str, budget: Budget | None) -> list[tarfile.TarInfo]:
-    """Every member's header, stopping (FetchError) as soon as the declared sizes pass ``budget``: the data of a
-    member over the budget is never decompressed, let alone written."""
+    """Every member's header, stopping (FetchError) at the first member with an unsafe path (`unsafe_path`) and as
+    soon as the declared sizes pass ``budget``: nothing of such an archive is written."""
     members, total = [], 0
     while (info := tar.next()) is not None:
+        why = unsafe_path(info.name)
+        if why:
+            raise FetchError(f"archive {label}: refusing member {info.name}: {why}; nothing was kept")
         members.append(info)
         total += max(int(info.size), 0) if info.isfile() else 0
         if budget is not None and total > budget.n_bytes:

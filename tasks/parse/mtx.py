@@ -13,6 +13,7 @@ Accepts ``coordinate`` and ``array``; ``real``, ``integer``, ``pattern`` and (wi
   a malformed number raises ``InputError`` with one line ``<label> line <n>: <problem>``.
 - Data is float64 (real, integer, complex converted) or float32 (pattern); index dtype per ``index_dtype``.
 - The header's size is checked against the memory limit (``tasks.parse.sizes``) before anything is read.
+- A ``pattern`` file whose entries carry values is refused (they would be dropped).
 - NaN and Inf values are refused with their count and the first one's line, row and column, unless
   ``allow_nonfinite``; ``nonfinite_entries`` counts them either way.
 
@@ -65,6 +66,8 @@ def read_mtx(path: Path, label: str, *, complex_mode: ComplexMode = None, parall
     if field == "complex" and complex_mode is None:
         raise InputError(f"{label} is complex; pass complex_mode='real'|'abs' to convert")
     _check_header_size(header, label, limits)
+    if fmt == "coordinate" and field == "pattern":
+        _check_pattern_entries(path, label)
     try:
         if fmt == "array":
             dense = fmm.read_array(str(path), parallelism=parallelism)
@@ -92,6 +95,26 @@ def read_mtx(path: Path, label: str, *, complex_mode: ComplexMode = None, parall
     if field == "complex":
         A.data = np.abs(A.data) if complex_mode == "abs" else A.data.real.copy()
     return MtxMatrix(A, fmt, field, symmetry, nonzero, nonfinite)
+
+
+PATTERN_LINES_CHECKED = 1000
+
+
+def _check_pattern_entries(path: Path, label: str) -> None:
+    """A ``pattern`` file lists row and column only; one whose entries carry a third token (a value) is mislabeled,
+    and the reader would drop the values without a word: refuse it, naming the first such line. The first
+    `PATTERN_LINES_CHECKED` entries are read (a mislabeled file carries values on every line)."""
+    with open(path, "rb") as f:
+        lines = enumerate(f, start=1)
+        for number, line in lines:  # the banner, comments, then the size line
+            if not line.startswith(b"%") and line.strip():
+                break
+        for number, line in itertools.islice(lines, PATTERN_LINES_CHECKED):
+            tokens = line.split()
+            if len(tokens) > 2 and not line.startswith(b"%"):
+                raise InputError(f"{label} line {number}: the header says 'pattern' (row and column only) but the "
+                                 f"entry carries a value ({b' '.join(tokens).decode(errors='replace')!r}); declare "
+                                 f"its field 'real' or 'integer' to keep the values, or remove them")
 
 
 def _check_header_size(header, label: str, limits: Limits | None) -> None:

@@ -139,8 +139,8 @@ def test_empty_results_say_not_run(results, tmp_path):
     md = out.read_text()
     sections = md.split("\n## ")[1:]
     # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, calibration, reorder, multi_gpu, host-overhead, bindings,
-    # convert, parse, cpu_spmm (formats adds none without results)
-    assert len(sections) == 15
+    # convert, parse, cpu_spmm, startup (formats adds none without results)
+    assert len(sections) == 16
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():

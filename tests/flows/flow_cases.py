@@ -28,6 +28,16 @@ def run_cli(args, env_extra=None, timeout: float = 300) -> subprocess.CompletedP
                           env=cli_env(env_extra), timeout=timeout, cwd=REPO)
 
 
+def kill_leftovers(proc: subprocess.Popen, children: list) -> None:
+    """After a test that signals a run: kill, by pid, what is left of the run and of the processes it started."""
+    for child in children:
+        if child.is_running():
+            child.kill()
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 def assert_stored_format(store, fmt: str, key: str, A, dtype: str):
     """The ``fmt`` arrays stored under ``key`` decode to A (pattern exact; values exact in float32, rounded once
     in 16-bit); returns the decoded format object."""

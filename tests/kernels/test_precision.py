@@ -46,6 +46,21 @@ def test_float16_refuses_overflow_naming_the_largest_value_and_bf16():
     assert check_range(np.array([FP16_MAX, -1.0]), precision("float16"), "ok")["overflow"] == 0
 
 
+def test_spmm_plan_applies_the_range_check_of_the_cli():
+    """Issue 30: SpmmPlan(A, dtype=float16) on a stiffness-like matrix (|a| up to 2.1e9) returned NaN and inf."""
+    from kernels.spmm import SpmmPlan
+
+    A = sp.random(40, 40, density=0.2, format="csr", random_state=1) * 2.1e9
+    with pytest.raises(InputError, match=r"A \(float16\): \d+ values exceed the float16 range \(largest \|x\| = "
+                                         r"2\.\d+e\+09 > 65504\); use dtype='bfloat16' \(or float32\), or pass "
+                                         r"allow_overflow=True to run float16 anyway"):
+        SpmmPlan(A, device="cpu", dtype=np.float16)
+    plan = SpmmPlan(A, device="cpu", dtype=np.float16, allow_overflow=True)
+    assert plan.range["overflow"] == A.nnz
+    assert SpmmPlan(A, device="cpu", dtype="bfloat16").range["overflow"] == 0
+    assert SpmmPlan(A / 1e6, device="cpu", dtype=np.float16).range["max_abs"] < 65504
+
+
 def test_float16_refuses_mass_underflow_but_not_a_few_tiny_values():
     tiny = np.full(100, 1e-9)
     with pytest.raises(InputError, match=r"100 of 100 nonzero values are below float16's smallest subnormal"):

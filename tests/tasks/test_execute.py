@@ -11,7 +11,7 @@ class FakeGpuPlan:
     """Stands in for SpmmPlan on a GPU: the product of the reordered matrix, timed at ``KERNEL_MS``."""
     KERNEL_MS = 2.0
 
-    def __init__(self, M, device, dtype="float32", format="metcf", deterministic=True):
+    def __init__(self, M, device, dtype="float32", format="metcf", deterministic=True, allow_overflow=False):
         self.M, self.device = M, "gpu"
         self.choice = {"kernel": "metcf-window", "reason": "model", "device": "fake"}
 

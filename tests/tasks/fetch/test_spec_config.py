@@ -92,14 +92,21 @@ def test_local_corrupt_tar_gz(tmp_path, data_root, mirror):
     assert not (data_root / "extracted").exists() or not any((data_root / "extracted").iterdir())
 
 
-def test_unsafe_tar_member_is_refused(tmp_path, data_root):
+@pytest.mark.parametrize("member,why", [
+    ("../evil.mtx", "its path climbs out of its folder with '..'"),
+    ("evil/../../evil.mtx", "its path climbs out of its folder with '..'"),
+    ("evil/../evil.mtx", "its path climbs out of its folder with '..'"),  # inside, yet refused: README says so
+    ("/tmp/evil.mtx", "its path is absolute"),  # tarfile's data filter would strip the / without a word
+])
+def test_unsafe_tar_member_is_refused(tmp_path, data_root, member, why):
     payload = b"%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 1.0\n"
     bad = tmp_path / "evil.tar.gz"
     with tarfile.open(bad, "w:gz") as tar:
-        info = tarfile.TarInfo("../evil.mtx")
+        info = tarfile.TarInfo(member)
         info.size = len(payload)
         tar.addfile(info, io.BytesIO(payload))
-    with pytest.raises(FetchError, match="refusing unsafe member '../evil.mtx'"):
+    with pytest.raises(FetchError) as err:
         load_matrix(fetch(str(bad), data_root))
+    assert one_line(err.value) == f"archive {bad}: refusing member {member}: {why}; nothing was kept"
     assert not (tmp_path / "evil.mtx").exists() and not Path(data_root.parent / "evil.mtx").exists()
     assert_clean(data_root)

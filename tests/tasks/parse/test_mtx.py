@@ -65,6 +65,15 @@ def test_complex_refused_without_mode(tmp_path, data_root):
     assert msg == "z.mtx is complex; pass complex_mode='real'|'abs' to convert"
 
 
+def test_pattern_entries_with_values_are_refused_naming_the_line(tmp_path, data_root):
+    head = "%%MatrixMarket matrix coordinate pattern symmetric\n% c\n3 3 3\n1 1\n2 1\n"
+    msg = _fails(tmp_path, data_root, head + "3 2 -4.5\n", "p.mtx")  # the values would be dropped silently
+    assert msg == ("p.mtx line 6: the header says 'pattern' (row and column only) but the entry carries a value "
+                   "('3 2 -4.5'); declare its field 'real' or 'integer' to keep the values, or remove them")
+    ok = _load(tmp_path, data_root, head + "3 2\n", "q.mtx")
+    assert ok.csr.nnz == 5 and ok.csr.dtype == np.float32
+
+
 def test_bad_banner(tmp_path, data_root):
     msg = _fails(tmp_path, data_root, "%%MatrixMarkt matrix coordinate real general\n1 1 1\n1 1 1\n")
     assert msg.startswith("bad.mtx line 1: bad MatrixMarket banner '%%MatrixMarkt matrix coordinate real general'")
