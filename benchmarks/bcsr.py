@@ -29,9 +29,10 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernels import launch, launch_bcsr  # noqa: E402
+from kernels import launch
+from kernels.formats.bcsr import launch as launch_bcsr  # noqa: E402
 from kernels.formats import get  # noqa: E402
-from kernels.formats.bcsr_gpu import csr_to_bcsr_gpu_from_scipy  # noqa: E402
+from kernels.formats.bcsr.gpu import csr_to_bcsr_gpu_from_scipy  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from tasks.reorder.smat import bcsr_score, smat_order  # noqa: E402
 

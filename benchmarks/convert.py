@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from machine import cpu_model  # noqa: E402  (benchmarks/ is the script folder)
 import scipy  # noqa: E402
 
-from kernels.formats.metcf import csr_to_metcf, metcf_stats, metcf_to_csr  # noqa: E402
+from kernels.formats.metcf.container import csr_to_metcf, metcf_stats, metcf_to_csr  # noqa: E402
 
 # R-MAT parameters giving about 1M / 10M distinct nonzeros after duplicate removal.
 SIZES = {"1m": {"scale": 16, "edge_factor": 17, "seed": 1}, "10m": {"scale": 19, "edge_factor": 22, "seed": 1},
@@ -64,7 +64,7 @@ def time_cpu(A, repeats: int) -> dict:
 def time_gpu(A, M, runs: int = 20, warmup: int = 3) -> dict:
     import cupy
 
-    from kernels.formats.metcf_gpu import csr_to_metcf_gpu
+    from kernels.formats.metcf.gpu import csr_to_metcf_gpu
 
     indptr, indices, data = (cupy.asarray(x) for x in (A.indptr, A.indices, A.data))
     for _ in range(warmup):

@@ -8,7 +8,7 @@ SDDMM in FP16 and TF32 against cuSPARSE SDDMM (float32, CSR) on the same S, A, B
 
 Matrices: the DNN-style set of tasks/fetch/generators.py's ``gen:dlmc`` (weights magnitude-pruned at V x 1, the
 DLMC collection's style; DLMC itself is not reachable here), M = K in --sizes, sparsity 0.5 .. 0.98, V = 4 and 8.
-This script calls kernels.launch_cvse directly (and SpmmPlan for the as-issued column) and checks every result,
+This script calls kernels.formats.cvse.launch directly (and SpmmPlan for the as-issued column) and checks every result,
 dense included, against float64 on sampled rows in the same run (a result over its precision's tolerance fails the
 run, exit 1). SpMM "cvse" is the fastest of the per-vector kernel and the tiled kernel's two best a priori launch
 shapes (each timed and checked, under its own key too): what SpmmPlan(format="cvse") runs, as its autotune picks
@@ -42,8 +42,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: dense
 
 from dense import Dense  # noqa: E402
-from kernels import launch, launch_cvse  # noqa: E402
-from kernels.formats.cvse import csr_to_cvse  # noqa: E402
+from kernels import launch
+from kernels.formats.cvse import launch as launch_cvse  # noqa: E402
+from kernels.formats.cvse.container import csr_to_cvse  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from tasks.fetch.generators import generate  # noqa: E402
 

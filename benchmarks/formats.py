@@ -117,7 +117,7 @@ def build(source):
 
 def prepare(case: dict):
     """Worker: the matrix and its orders. {"A", "note", "perms": {order: perm or None}, "orders": {order: info}}."""
-    from kernels.formats.tiledcsr import effective_rate
+    from kernels.formats.tiledcsr.container import effective_rate
     from tasks.reorder import reorder, reorder_checked
     from tasks.reorder.smat import bcsr_score
 
@@ -178,8 +178,8 @@ def run_order(case, prep, order, ctx) -> None:
     from kernels import launch
     from kernels.cusparse import CusparseSpmm
     from kernels.cusparse_bell import CusparseBlockedEll
-    from kernels.formats.cvse import VECTORS
-    from kernels.formats.cvse_svc import compress
+    from kernels.formats.cvse.container import VECTORS
+    from kernels.formats.cvse.svc import compress
     from kernels.spmm import SpmmPlan
 
     args, p, label, A = ctx["args"], ctx["precision"], case["label"], prep["A"]
@@ -387,7 +387,7 @@ def _run(args, todo, pending) -> int:
     import scipy
 
     from kernels.precision import precision
-    from kernels.selector import slug
+    from kernels.formats.metcf.selector import slug
 
     t_start = time.time()
     props = cupy.cuda.runtime.getDeviceProperties(0)

@@ -34,7 +34,8 @@ sys.path.insert(0, str(REPO))
 from machine import gpu_clocks  # noqa: E402  (benchmarks/ is the script folder)
 from spmm import FIXTURES, fixture, generated, geomean, log  # noqa: E402
 
-from kernels import launch, selector  # noqa: E402
+from kernels import launch
+from kernels.formats.metcf import selector  # noqa: E402
 from kernels.cusparse import CusparseSpmm  # noqa: E402
 from kernels.precision import check_range, precision  # noqa: E402
 from kernels.spmm import SpmmPlan  # noqa: E402

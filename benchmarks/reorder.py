@@ -110,7 +110,7 @@ def halo_pct(A, perm, P: int) -> float | None:
     mode)."""
     if A.shape[0] != A.shape[1] or A.shape[0] == 0:
         return None
-    from kernels.formats.metcf import csr_to_metcf
+    from kernels.formats.metcf.container import csr_to_metcf
     from tasks.distribute import make_plan
     plan = make_plan(csr_to_metcf(sp.csr_matrix(A[perm])), P, perm=perm)
     return 100.0 * sum(int(plan.remote_mask(k).sum()) for k in range(P)) / A.shape[0]

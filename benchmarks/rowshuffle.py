@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels.formats.metrics import tc_stats  # noqa: E402
-from kernels.formats.tiledcsr import effective_rate  # noqa: E402
+from kernels.formats.tiledcsr.container import effective_rate  # noqa: E402
 from tasks.reorder import reorder  # noqa: E402
 
 SHAPES = ((8, 16), (16, 16), (16, 8))

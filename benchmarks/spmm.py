@@ -16,7 +16,7 @@ deterministic TF32, automatic graph replay of repeated calls) with ``plan.run(B,
 CUDA events (kernels.launch.issued_ms), against cuSPARSE's best algorithm through a bound cusparseSpMM timed the
 same way (the cheapest call from CuPy's process), with speedups as issued on the original and on the same matrix.
 Correctness is checked in the same run on fresh random B (a 2048-row sample against float64 SciPy), the plan's C
-included. --calibrate first fits kernels.selector's constants on
+included. --calibrate first fits kernels.formats.metcf.selector's constants on
 uniform matrices and writes calibration-<device>.json next to the results. JSON and a table, the table last.
 """
 from __future__ import annotations
@@ -38,11 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from machine import gpu_clocks  # noqa: E402  (benchmarks/ is the script folder)
-from kernels import launch, selector  # noqa: E402
-from kernels.config import CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
+from kernels import launch  # noqa: E402
+from kernels.formats.metcf import launch as metcf_launch  # noqa: E402
+from kernels.formats.metcf import selector  # noqa: E402
+from kernels.formats.metcf.config import CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.cusparse import CusparseSpmm  # noqa: E402
-from kernels.formats.metcf_gpu import csr_to_metcf_gpu  # noqa: E402
-from kernels.formats.metcf_plugin import wants_autotune  # noqa: E402
+from kernels.formats.metcf.gpu import csr_to_metcf_gpu  # noqa: E402
+from kernels.formats.metcf.plugin import wants_autotune  # noqa: E402
 
 SUITES = {  # (label, generator kind, params without shuffle/seed); sizes chosen to fit one ~6-minute device call
     "quick": [("rmat-s17", "rmat", "scale=17&edge_factor=16"),
@@ -111,9 +113,9 @@ class Case:
 
         def conv():  # CSR on the device -> the arrays the kernels read (ME-TCF + fragments or bitmaps)
             a = csr_to_metcf_gpu(d[0], d[1], d[2], self.shape)
-            dm = launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
+            dm = metcf_launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
                                            a["sparse_a_to_b"], a["data"])
-            launch.a_arrays(dm, CONFIG)  # what the default kernels read besides ME-TCF (bitmaps or fragments)
+            metcf_launch.a_arrays(dm, CONFIG)  # what the default kernels read besides ME-TCF (bitmaps or fragments)
             return a, dm
 
         self.convert_ms = launch.median_ms(conv, repeats=3, warmup=1)
@@ -129,20 +131,20 @@ class Case:
 
     def run(self, kernel, B, out):
         if kernel == "metcf-window":
-            return launch.spmm_window(self.dm, B, out)
+            return metcf_launch.spmm_window(self.dm, B, out)
         if kernel == "metcf-window-v0":  # the shared-memory version, for the same-run comparison
-            return launch.spmm_window(self.dm, B, out, V0)
+            return metcf_launch.spmm_window(self.dm, B, out, V0)
         if kernel.startswith("sweep:"):
-            return launch.spmm_window(self.dm, B, out, SWEEP[kernel[6:]])
+            return metcf_launch.spmm_window(self.dm, B, out, SWEEP[kernel[6:]])
         if kernel.startswith("metcf-split-k"):  # metcf-split-k<ksplit>
-            return launch.spmm_split(self.dm, B, out, ksplit=int(kernel[len("metcf-split-k"):]))
+            return metcf_launch.spmm_split(self.dm, B, out, ksplit=int(kernel[len("metcf-split-k"):]))
         if kernel == "metcf-balanced":
-            need = launch.workspace_elems(self.dm, B.shape[1])
+            need = metcf_launch.workspace_elems(self.dm, B.shape[1])
             if self.ws is None or self.ws.size < need:
                 import cupy
 
                 self.ws = cupy.empty(max(need, 1), dtype=cupy.float32)
-            return launch.spmm_balanced(self.dm, B, out, self.ws)
+            return metcf_launch.spmm_balanced(self.dm, B, out, self.ws)
         return self.cus.run(B, out)
 
     def measure(self, N, repeats, plan=None):
@@ -156,7 +158,7 @@ class Case:
         out = cupy.empty((self.shape[0], N), dtype=cupy.float32)
         pred = selector.predict(self.dm.row_window_offset_host, self.nnz, self.shape, N, self.device_model,
                                 self.cal)
-        ks = launch.ksplits(N) if pred["split_ksplit"] else []
+        ks = metcf_launch.ksplits(N) if pred["split_ksplit"] else []
         kernels = ["metcf-window", "metcf-balanced", *(f"metcf-split-k{k}" for k in ks)]
         self.run("metcf-balanced", B, out)  # its workspace: allocated outside the capture
         times = {k: launch.graph_ms(lambda k=k: self.run(k, B, out), repeats=repeats, warmup=5) for k in kernels}
@@ -247,7 +249,7 @@ class Case:
         rows = np.sort(rng.choice(self.shape[0], min(2048, self.shape[0]), replace=False))
         ref = self.A[rows].astype(np.float64) @ B.astype(np.float64)
         Bd, errs = cupy.asarray(B), {}
-        kmax = launch.max_ksplit(N)
+        kmax = metcf_launch.max_ksplit(N)
         for k in ("metcf-window", "metcf-balanced", *(f"metcf-split-k{kmax}",) * (kmax > 1), "cusparse"):
             out = cupy.full((self.shape[0], N), np.nan, dtype=cupy.float32)
             C = cupy.asnumpy(self.run(k, Bd, out)[cupy.asarray(rows)])

@@ -1,4 +1,4 @@
-"""The slack of Sparse Vector Compression's V rule (kernels/formats/cvse_svc.py, WORK_SLACK) on the current CVSE
+"""The slack of Sparse Vector Compression's V rule (kernels/formats/cvse/svc.py, WORK_SLACK) on the current CVSE
 SpMM kernel: how much more mma work V = 16 may do than V = 8 and still be as fast.
 
     PYTHONPATH=. python3 benchmarks/svc_slack.py [--ns 256 1024] [--repeats 20] [--out-dir DIR]
@@ -26,9 +26,10 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernels import launch, launch_cvse  # noqa: E402
-from kernels.formats.cvse import csr_to_cvse  # noqa: E402
-from kernels.formats.cvse_svc import WORK_SLACK, mma_work, vector_counts  # noqa: E402
+from kernels import launch
+from kernels.formats.cvse import launch as launch_cvse  # noqa: E402
+from kernels.formats.cvse.container import csr_to_cvse  # noqa: E402
+from kernels.formats.cvse.svc import WORK_SLACK, mma_work, vector_counts  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from tasks.fetch.generators import generate  # noqa: E402
 

@@ -1,5 +1,7 @@
-"""Offline compile check: nvcc-compiles every kernels/cuda/*.cu for sm_80 and sm_90 with the -D options of
-kernels/config.py and prints ptxas's resource report (registers, shared memory, spills).
+"""Offline compile check: nvcc-compiles every .cu (kernels/cuda and each format's folder, kernels/formats/<name>/)
+for sm_80 and sm_90 with the -D options of ME-TCF's three configurations (the other formats' sources default
+their own constants to their launchers' values) and prints ptxas's resource report (registers, shared memory,
+spills). Includes resolve as kernels.launch.cuda_source resolves them: the file's folder, then kernels/cuda.
 
 ``python -m kernels.compile_check [--arch sm_80 --arch sm_90]``: exit 0 when all compile (or when nvcc is
 absent: it prints why it skipped), 1 when any fails or spills to local memory.
@@ -14,10 +16,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernels.config import BITMAP_CONFIG, CONFIG, V0_CONFIG
+from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, V0_CONFIG
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+FORMATS_DIR = Path(__file__).resolve().parent / "formats"
 ARCHS = ("sm_80", "sm_90")
+
+
+def sources() -> list[Path]:
+    """Every .cu: the shared ones in kernels/cuda, then each format folder's."""
+    return sorted(CUDA_DIR.glob("*.cu")) + sorted(FORMATS_DIR.glob("*/*.cu"))
 
 
 def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list[dict]:
@@ -27,7 +35,7 @@ def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list
         return []
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for cu in sorted(CUDA_DIR.glob("*.cu")):
+        for cu in sources():
             configs = (("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))
             for arch, (cfg_name, cfg) in ((a, c) for a in archs for c in configs):
                 cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
@@ -60,7 +68,7 @@ def main(argv=None) -> int:
         return 0
     results = check(tuple(args.arch or ARCHS), nvcc=nvcc)
     if not results:
-        print(f"compile_check: no .cu files in {CUDA_DIR}")
+        print(f"compile_check: no .cu files in {CUDA_DIR} or {FORMATS_DIR}/*")
         return 1
     bad = [r for r in results if not r["ok"] or r["spill_bytes"]]
     print(f"compile_check: {len(results) - len(bad)}/{len(results)} compiled without spills with {nvcc}")

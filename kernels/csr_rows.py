@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.indexing import INT32_MAX, cut_ranges
+from storage.indexing import INT32_MAX, cut_ranges
+from kernels.launch import CUDA_DIR
 from kernels.operands import check_b_out
 
-SOURCE = "csr_spmm.cu"
+SOURCE = CUDA_DIR / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 COLS = 128  # columns per warp (4 per lane)
 

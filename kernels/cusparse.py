@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from kernels.indexing import index_dtype
+from storage.indexing import index_dtype
 
 # cusparseSpMMAlg_t values (cusparse.h): ALG1 any layout; ALG2 and ALG3 row-major, ALG3 with preprocessing.
 ALGORITHMS = {"CSR_ALG1": 4, "CSR_ALG2": 6, "CSR_ALG3": 12}

@@ -2,7 +2,7 @@
 in BSR (b x b dense blocks on a fixed grid: the same blocks as our `bcsr` format at b = 16), B and C dense
 row-major, FP32 compute, values float32, float16 or bfloat16 (uint16 bits).
 
-The blocks are built by kernels.formats.bcsr (16 x 16; for float32 also 16 x 16, since cuSPARSE's BSR SpMM takes
+The blocks are built by kernels.formats.bcsr.container (16 x 16; for float32 also 16 x 16, since cuSPARSE's BSR SpMM takes
 square blocks, so TF32 comparisons are at 16 x 16, ours at 16 x 8). Rows and columns are padded to multiples of
 b; `run` takes B and C already padded (``padded_b`` / ``padded_c``), so a timed call moves only what cuSPARSE moves.
 cuSPARSE is reached through nvmath-python's bindings, as in kernels.cusparse.
@@ -25,11 +25,11 @@ class CusparseBsr(PaddedBlockSpmm):
     def __init__(self, A, *, block: int = 16, dtype: str = "float16"):
         import cupy
 
-        from kernels.formats.bcsr import csr_to_bcsr
+        from kernels.formats.bcsr.container import csr_to_bcsr
         from kernels.precision import precision
 
         if block != 16:
-            raise ValueError(f"block is {block}; this baseline builds 16 x 16 blocks (kernels.formats.bcsr)")
+            raise ValueError(f"block is {block}; this baseline builds 16 x 16 blocks (kernels.formats.bcsr.container)")
         p = precision(dtype)
         X = csr_to_bcsr(A, width=16, to_storage=p.to_storage)
         self._setup(dtype)

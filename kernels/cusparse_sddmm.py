@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.cusparse import CUDA_R_32F, bindings, checked
-from kernels.indexing import index_dtype
+from storage.indexing import index_dtype
 
 SDDMM_ALG_DEFAULT = 0  # cusparseSDDMMAlg_t (cusparse.h)
 OP_N, OP_T = 0, 1  # cusparseOperation_t: NON_TRANSPOSE, TRANSPOSE

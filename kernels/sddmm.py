@@ -7,7 +7,7 @@ Precision contract (README "Precision"): A, B and S's values are rounded to the 
 float16, bfloat16), products are exact in fp32 and summed in fp32; out is float32. Formats: ``"csr"`` and
 ``"cvse"`` (S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression, or ``vector=V``).
 
-Kernels: on a GPU, format ``"cvse"`` runs the CVSE SDDMM kernel (kernels/cuda/cvse_sddmm.cu; ``kernel="cvse"``
+Kernels: on a GPU, format ``"cvse"`` runs the CVSE SDDMM kernel (kernels/formats/cvse/cvse_sddmm.cu; ``kernel="cvse"``
 asks for it and is refused if the cvse format is not ``gpu_ready``); format ``"csr"`` (or ``kernel="cusparse"``)
 runs ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded inputs, then x S).
 Without CuPy or a GPU (or ``device="cpu"``) the plan runs the format's float64 NumPy twin on the rounded inputs
@@ -66,7 +66,7 @@ class SddmmPlan:
         self._S = sp.csr_array((p.rounded(S.data).astype(np.float32), S.indices, S.indptr), shape=S.shape)
         self._cvse, self.svc = None, None
         if format == "cvse":
-            from kernels.formats.cvse_svc import compress
+            from kernels.formats.cvse.svc import compress
 
             self._cvse, self.svc = compress(self._S, p, vector=vector)
             self._gather = _gather_positions(self._cvse, self._S)
@@ -90,7 +90,7 @@ class SddmmPlan:
         import cupy
 
         if self.kernel == "cvse":
-            from kernels import launch_cvse
+            from kernels.formats.cvse import launch as launch_cvse
 
             self._dm = launch_cvse.upload(self._cvse, p.name)
             self._gather_dev = cupy.asarray(self._gather)
@@ -120,7 +120,7 @@ class SddmmPlan:
             Ar, Br = p.rounded(np.asarray(A, dtype=np.float32)), p.rounded(np.asarray(B, dtype=np.float32))
             if self._cvse is None:
                 return csr_sddmm(self._S, Ar, Br).astype(np.float32)
-            from kernels.formats.cvse import cvse_sddmm
+            from kernels.formats.cvse.container import cvse_sddmm
 
             return cvse_sddmm(self._cvse, Ar, Br).reshape(-1)[self._gather].astype(np.float32)
         import cupy
@@ -128,7 +128,7 @@ class SddmmPlan:
         host = not isinstance(A, cupy.ndarray)
         Ad, Bd = cupy.asarray(A, dtype=cupy.float32), cupy.asarray(B, dtype=cupy.float32)
         if self.kernel == "cvse":
-            from kernels import launch_cvse
+            from kernels.formats.cvse import launch as launch_cvse
 
             cast = (lambda x: cupy.ascontiguousarray(p.to_storage(x))) if p.half else cupy.ascontiguousarray
             out = launch_cvse.sddmm(self._dm, cast(Ad), cast(Bd)).reshape(-1)[self._gather_dev]

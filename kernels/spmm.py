@@ -18,8 +18,6 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.config import CONFIG, KernelConfig
-from kernels.formats import METCF
 from kernels.formats.registry import candidates as format_candidates
 from kernels.precision import API_FIX, check_range
 from kernels.precision import precision as as_precision
@@ -35,7 +33,7 @@ def gpu_available() -> bool:
 
 class SpmmPlan:
     def __init__(self, A, *, device="auto", dtype=np.float32, format="metcf", balance="auto", autotune="auto",
-                 config: KernelConfig = CONFIG, calibration=None, out_dtype=None, deterministic: bool = True,
+                 config=None, calibration=None, out_dtype=None, deterministic: bool = True,
                  graphs: bool = True, allow_overflow: bool = False):
         """``A``: a SciPy sparse matrix (any format) or an already converted format object (a METCF whose block
         width matches the precision). ``out_dtype``: C's dtype, default the precision's (float32 for TF32);
@@ -52,10 +50,10 @@ class SpmmPlan:
             raise ValueError(f"balance is {balance!r}, expected 'auto', True or False")
         if device not in ("auto", "gpu", "cpu"):
             raise ValueError(f"device is {device!r}, expected 'auto', 'gpu' or 'cpu'")
-        given = "metcf" if isinstance(A, METCF) else getattr(A, "format_name", None)  # a converted format's object
+        given = getattr(A, "format_name", None)  # a converted object of a registered format
         if given is None and not sp.issparse(A):
-            raise TypeError(f"A must be a METCF or a SciPy sparse matrix (or another registered format's converted "
-                            f"object, e.g. a BCSR), got {type(A).__name__}")
+            raise TypeError(f"A must be a SciPy sparse matrix or a registered format's converted object (one with a "
+                            f"format_name), got {type(A).__name__}")
         self.range = {} if given else check_range(sp.csr_array(A).data, self.precision, f"A ({self.precision.name})",
                                                   allow_overflow=allow_overflow, fix=API_FIX)
         self.out_dtype = np.dtype(out_dtype) if out_dtype is not None else self.precision.storage_dtype
@@ -109,7 +107,7 @@ class SpmmPlan:
         self.choice = self._decide(128, None)  # a-priori choice for N = 128; re-decided per N in run()
 
     @property
-    def config(self) -> KernelConfig:
+    def config(self):
         """The kernel configuration of the (first) format's device operator (it may fall back, e.g. to bitmap A)."""
         return next(iter(self._ops.values())).config
 
@@ -317,8 +315,7 @@ class SpmmPlan:
             return _into_host(self._cpu.run(Bh), out, accumulate)
         # half: the float64 reference on what the kernels read, B rounded to the precision (exact when stored so)
         B64 = prec.to_float32(Bh).astype(np.float64) if Bh.dtype == prec.storage_dtype else prec.rounded(Bh)
-        C = self._reference(self._host, B64, prec) if self.formats[0].name == "metcf" else \
-            self._reference(self._host, B64)
+        C = self._reference(self._host, B64, prec)
         C = C.astype(np.float32)
         if self.out_dtype != np.dtype(np.float32):
             C = prec.to_storage(C)
@@ -393,10 +390,10 @@ class SpmmPlan:
 
 
 def _format_to_csr(obj):
-    """CSR of a converted object of a registered format (its ``Format.to_csr``; ME-TCF objects carry no name)."""
+    """CSR of a converted object of a registered format (its ``Format.to_csr``)."""
     from kernels.formats.registry import get
 
-    return get(getattr(obj, "format_name", "metcf")).to_csr(obj)
+    return get(obj.format_name).to_csr(obj)
 
 
 AUTO_GRAPH_AFTER = 3  # run replays a captured graph from the 3rd call on the same buffers: one capture (~20-50 us)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from configs.errors import StorageError
-from kernels.indexing import index_dtype
+from storage.indexing import index_dtype
 from storage import parquet_io as pio
 from storage.schemas import csr_schema, with_meta
 

@@ -55,13 +55,12 @@ def register_layout(fmt: str, layout: BlockLayout) -> None:
 
 
 def layout_of(fmt: str) -> BlockLayout:
-    if fmt not in LAYOUTS:
-        import kernels.formats  # noqa: F401  (the plugins register their layouts on import)
     try:
         return LAYOUTS[fmt]
     except KeyError:
         raise InputError(f"format {fmt!r} has no storage layout; known: {sorted(LAYOUTS)} "
-                         f"(register one with storage.formats.register_layout)") from None
+                         f"(importing kernels.formats registers every format's layout; register another with "
+                         "storage.formats.register_layout)") from None
 
 
 def _width(a: np.ndarray) -> int:

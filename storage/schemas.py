@@ -26,7 +26,7 @@ def arrow_type(dtype) -> pa.DataType:
 def csr_schema(index_dtype, value_dtype) -> pa.Schema:
     """CSR block: one Parquet row per nonzero, sorted by ``row``; ``row`` is the GLOBAL row index.
 
-    Columns: ``row`` and ``col`` in the index dtype (``kernels.indexing.index_dtype(max(shape), nnz)``), ``value``
+    Columns: ``row`` and ``col`` in the index dtype (``storage.indexing.index_dtype(max(shape), nnz)``), ``value``
     in the matrix's value dtype. Within a row, nonzeros keep the order of the written CSR.
     """
     it = arrow_type(index_dtype)

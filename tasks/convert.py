@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.metcf import WINDOW, window_chunks
+from kernels.formats.metcf.container import WINDOW, window_chunks
 
 # Below this many nonzeros the scatter/gather costs more than converting in-process (~1 s per 10M nnz, 1 core).
 SHARD_MIN_NNZ = 8_000_000

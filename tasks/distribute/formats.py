@@ -7,8 +7,8 @@ from kernels.formats.shard import ShardOps
 
 
 def format_name(obj) -> str:
-    """The registered name of a converted object (ME-TCF objects carry none)."""
-    return getattr(obj, "format_name", "metcf")
+    """The registered name of a converted object (every format's container carries it)."""
+    return obj.format_name
 
 
 def sharded_formats() -> list[str]:

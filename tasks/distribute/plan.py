@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.formats.metcf import METCF, WIDTH, WINDOW, metcf_from_arrays  # noqa: F401 (re-exported)
-from kernels.formats.shard import remap_columns, split_columns  # noqa: F401 (re-exported)
-from kernels.indexing import index_dtype
+from kernels.formats.metcf.container import METCF, WIDTH, WINDOW, metcf_from_arrays  # noqa: F401 (re-exported)
+from kernels.formats.metcf.shard import remap_columns, split_columns  # noqa: F401 (re-exported)
+from storage.indexing import index_dtype
 
 PLAN_VERSION = 1
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.metcf import METCF, WIDTH, WINDOW
-from kernels.indexing import index_dtype
+from kernels.formats.metcf.container import METCF, WIDTH, WINDOW
+from storage.indexing import index_dtype
 from tasks.distribute.device import to_host
 
 
@@ -122,7 +122,7 @@ def _convert(xp, keys, n_cols: int, w0: int, n_windows: int):
     """One window range: (blocks per window, nnz per block, slot columns [n_blocks, 8], tc_local_id in ME-TCF
     order). The same steps as ``kernels.formats.metcf._convert_chunk`` on keys instead of (row, col).
 
-    Not ``kernels.formats.metcf_gpu.csr_to_metcf_gpu``, although it computes the same arrays with CuPy: that one is
+    Not ``kernels.formats.metcf.gpu.csr_to_metcf_gpu``, although it computes the same arrays with CuPy: that one is
     CuPy only (this runs on NumPy too: tests/tasks/distribute/test_synth.py and ``multi_gpu.py --cpu``), takes a
     CSR with values (here: sorted keys, the values drawn afterwards; it would need an indptr, a dummy value array
     and its permutation per chunk) and returns device arrays; `metcf_from_keys` calls this per window range to bound

@@ -27,7 +27,7 @@ dlmc       ``rows`` (M), ``cols`` (K; rows), ``sparsity`` (0.5 .. 0.98), ``vecto
 
 Shuffling relabels rows and columns with one permutation when the matrix is square (a graph stays the same graph)
 and with two independent ones when it is rectangular. Output: canonical CSR (sorted, no duplicates, no explicit
-zeros), float32 data, int32 or int64 indices per ``kernels.indexing.index_dtype``. ``matrix_id`` is
+zeros), float32 data, int32 or int64 indices per ``storage.indexing.index_dtype``. ``matrix_id`` is
 ``gen.<kind>.<sha12>`` of the canonical (defaults filled in) parameters. Parameters whose matrix would not fit in
 memory (``configs.limits``) are refused when the spec is fetched, before anything is drawn.
 """
@@ -44,7 +44,7 @@ import scipy.sparse as sp
 
 from configs.errors import InputError
 from configs.limits import Limits
-from kernels.indexing import index_dtype
+from storage.indexing import index_dtype
 from tasks.fetch.spec import RawMatrix, Spec
 
 _CHUNK = 1 << 24  # draws per vectorized step in rmat: bounds temporary memory at ~100 MB

@@ -1,11 +1,11 @@
 """Canonical CSR (docs/CONTRACTS.md): sorted indices, duplicates summed, explicit zeros kept, index dtype from
-``kernels.indexing.index_dtype(max(shape), nnz)`` for both ``indptr`` and ``indices``."""
+``storage.indexing.index_dtype(max(shape), nnz)`` for both ``indptr`` and ``indices``."""
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.indexing import index_dtype
+from storage.indexing import index_dtype
 
 
 def coo_to_csr(rows: np.ndarray, cols: np.ndarray, data: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from configs.limits import Limits, check_memory
 
-INDEX_BYTES = 8  # int64, the widest index dtype ``kernels.indexing.index_dtype`` picks
+INDEX_BYTES = 8  # int64, the widest index dtype ``storage.indexing.index_dtype`` picks
 
 
 def csr_parse_bytes(n_rows: int, entries: int, value_bytes: int = 8) -> int:

@@ -1,4 +1,4 @@
-"""Offline compile check of kernels/cuda/*.cu for sm_80 and sm_90 (skipped without nvcc)."""
+"""Offline compile check of every .cu (kernels/cuda, kernels/formats/<name>/) for sm_80 and sm_90 (skipped without\nnvcc)."""
 from __future__ import annotations
 
 import shutil
@@ -14,13 +14,15 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 def test_every_cu_compiles_for_sm80_and_sm90_without_spills():
     results = compile_check.check(("sm_80", "sm_90"), verbose=False)
     assert {r["arch"] for r in results} == {"sm_80", "sm_90"}
+    assert {r["file"] for r in results} >= {"metcf_spmm.cu", "bcsr_spmm.cu", "tiledcsr_spmm.cu", "cvse_spmm.cu",
+                                            "cvse_sddmm.cu", "csr_spmm.cu"}
     for r in results:
         assert r["ok"], f"{r['file']} {r['arch']} failed:\n{r['report']}"
         assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, f"{r['file']} {r['arch']} uses local memory"
 
 
 def test_static_asserts_guard_the_config(tmp_path):
-    cu = compile_check.CUDA_DIR / "metcf_spmm.cu"
+    cu = compile_check.FORMATS_DIR / "metcf" / "metcf_spmm.cu"
     bad = [d.replace("CFG_WINDOW_ROWS=16", "CFG_WINDOW_ROWS=32") for d in compile_check.CONFIG.defines()]
     cmd = [shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", f"-I{compile_check.CUDA_DIR}", *bad, str(cu),
            "-o", str(tmp_path / "x.o")]
@@ -32,7 +34,7 @@ def test_static_asserts_guard_the_config(tmp_path):
 
 def test_static_asserts_guard_the_half_config(tmp_path):
     # metcf_half.cuh re-checks KernelConfig.half_warp_cols (the 16-byte register remapping needs 64)
-    cu = compile_check.CUDA_DIR / "metcf_spmm.cu"
+    cu = compile_check.FORMATS_DIR / "metcf" / "metcf_spmm.cu"
     bad = [d.replace("CFG_HALF_WARP_COLS=64", "CFG_HALF_WARP_COLS=32") for d in compile_check.CONFIG.defines()]
     assert bad != list(compile_check.CONFIG.defines())
     cmd = [shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", f"-I{compile_check.CUDA_DIR}", *bad, str(cu),

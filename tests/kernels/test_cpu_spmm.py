@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 import kernels.cpu_spmm
 from kernels.cpu_spmm import CpuCsr, cpu_spmm, default_threads, row_blocks
-from kernels.formats.metcf import csr_to_metcf
+from kernels.formats.metcf.container import csr_to_metcf
 from kernels.spmm import SpmmPlan
 
 # float32 products with FP32 accumulation: rows of up to ~600 nonzeros, so a few ulps of float32 relative to the

@@ -11,10 +11,14 @@ cupy = pytest.importorskip("cupy")
 if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from kernels import launch, launch_bcsr, launch_cvse, launch_half  # noqa: E402
+from kernels import launch  # noqa: E402
+from kernels.formats.metcf import launch as metcf_launch  # noqa: E402
+from kernels.formats.bcsr import launch as launch_bcsr
+from kernels.formats.cvse import launch as launch_cvse
+from kernels.formats.metcf import launch_half  # noqa: E402
 from kernels.formats import get  # noqa: E402
-from kernels.formats.cvse import csr_to_cvse  # noqa: E402
-from kernels.formats.metcf import csr_to_metcf  # noqa: E402
+from kernels.formats.cvse.container import csr_to_cvse  # noqa: E402
+from kernels.formats.metcf.container import csr_to_metcf  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from kernel_cases import random_csr  # noqa: E402
 
@@ -25,13 +29,13 @@ def _launchers():
     """{name: (storage dtype, spmm(B, out=None, **kw))} over one random A."""
     A = random_csr(SHAPE, 400, seed=3)
     A.data = (np.where(A.data > 0, 1, -1) * np.random.default_rng(4).integers(1, 4, A.nnz)).astype(np.float32)
-    dm32 = launch.upload(csr_to_metcf(A))
+    dm32 = metcf_launch.upload(csr_to_metcf(A))
     dh = launch_half.upload_half(csr_to_metcf(A, width=16), "bfloat16")
     f16 = precision("float16")
     db = launch_bcsr.upload(get("bcsr").convert(A, f16), "float16")
     dc = launch_cvse.upload(csr_to_cvse(A, vector=4, to_storage=f16.to_storage), "float16")
     return {
-        "metcf-tf32": (np.float32, lambda B, out=None, **kw: launch.spmm_window(dm32, B, out, **kw)),
+        "metcf-tf32": (np.float32, lambda B, out=None, **kw: metcf_launch.spmm_window(dm32, B, out, **kw)),
         "metcf-bf16": (np.uint16, lambda B, out=None, **kw: launch_half.spmm_window_half(dh, B, out, **kw)),
         "bcsr-f16": (np.float16, lambda B, out=None, **kw: launch_bcsr.spmm(db, B, out, **kw)),
         "cvse-f16": (np.float16, lambda B, out=None, **kw: launch_cvse.spmm(dc, B, out, **kw)),

@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.launch import _arg_bits
-from kernels.selector import Calibration, choose, issued_ms
+from kernels.formats.metcf.selector import Calibration, choose, issued_ms
 from kernels.spmm import SpmmPlan
 
 

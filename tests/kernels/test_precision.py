@@ -7,7 +7,7 @@ import scipy.sparse as sp
 
 from configs.errors import InputError
 from kernels.formats import REGISTRY, candidates, get
-from kernels.formats.metcf import csr_to_metcf
+from kernels.formats.metcf.container import csr_to_metcf
 from kernels.precision import FP16_MAX, bf16_bits, check_range, precision
 
 

@@ -45,7 +45,7 @@ def converted(A, fmt, dtype, perm=None):
 
 
 def product(S, B):
-    fmt = get(getattr(S, "format_name", "metcf"))
+    fmt = get(S.format_name)
     return fmt.reference_spmm(S, B)
 
 

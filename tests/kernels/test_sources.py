@@ -1,5 +1,7 @@
 """The kernel sources as CuPy compiles them (kernels.launch.cuda_source: local headers inlined into one string):
-every header once, however many files include it, and nothing left to include (NVRTC gets no include path)."""
+every header once, however many files include it, and nothing left to include (NVRTC gets no include path).
+Sources live in their format's folder (kernels/formats/<name>/) or, shared, in kernels/cuda; an include resolves
+against the including file's folder first, then kernels/cuda."""
 from __future__ import annotations
 
 import re
@@ -8,43 +10,58 @@ import subprocess
 
 import pytest
 
-from kernels.launch import CUDA_DIR, cuda_source
+from kernels.compile_check import sources
+from kernels.launch import cuda_source, include_path
 
-SOURCES = sorted(p.name for p in CUDA_DIR.glob("*.cu"))
+PATHS = {p.name: p for p in sources()}
+SOURCES = sorted(PATHS)
 
 
-def includes(name: str) -> set[str]:
-    """The headers name includes, transitively."""
+def includes(path) -> set:
+    """The headers (resolved paths) the file at ``path`` includes, transitively."""
     found = set()
-    for h in re.findall(r'#include "([\w.]+)"', (CUDA_DIR / name).read_text()):
-        found |= {h} | includes(h)
+    for h in re.findall(r'#include "([\w./]+)"', path.read_text()):
+        header = include_path(h, path.parent)
+        found |= {header} | includes(header)
     return found
+
+
+def names(path) -> set[str]:
+    return {h.name for h in includes(path)}
 
 
 @pytest.mark.parametrize("name", SOURCES)
 def test_each_header_is_inlined_once(name):
-    text = cuda_source(name)
+    text = cuda_source(PATHS[name])
     assert "#include \"" not in text
-    headers = includes(name)
+    headers = includes(PATHS[name])
     for h in headers:  # a header's first line marks its copy
-        first = (CUDA_DIR / h).read_text().splitlines()[0]
+        first = h.read_text().splitlines()[0]
         assert text.count(first + "\n") == 1, (name, h)
-    if "tc_ops.cuh" in headers:
+    if "tc_ops.cuh" in {h.name for h in headers}:
         assert text.count("enum Kind") == 1
 
 
 def test_tc_ops_is_shared():  # the case the inlining must handle: one header reached by two paths
-    assert sum("tc_ops.cuh" in includes(n) for n in SOURCES) >= 4
-    assert {"metcf_half.cuh", "metcf_tile.cuh"} <= includes("metcf_spmm.cu")
+    assert sum("tc_ops.cuh" in names(p) for p in PATHS.values()) >= 4
+    assert {"metcf_half.cuh", "metcf_tile.cuh"} <= names(PATHS["metcf_spmm.cu"])
+    # one format's header reached from another format's folder (Tiled-CSR reuses ME-TCF's 16-bit fragments)
+    assert "metcf_half.cuh" in names(PATHS["tiledcsr_spmm.cu"])
+
+
+def test_a_missing_header_names_both_places(tmp_path):
+    (tmp_path / "x.cu").write_text('#include "nowhere.cuh"\n')
+    with pytest.raises(FileNotFoundError, match="nowhere.cuh"):
+        cuda_source(tmp_path / "x.cu")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit) on PATH")
 @pytest.mark.parametrize("name", ["metcf_spmm.cu", "tiledcsr_spmm.cu", "cvse_spmm.cu"])
 def test_the_inlined_source_compiles_without_an_include_path(name, tmp_path):
-    from kernels.config import CONFIG
+    from kernels.formats.metcf.config import CONFIG
 
     cu = tmp_path / name
-    cu.write_text(cuda_source(name))
+    cu.write_text(cuda_source(PATHS[name]))
     proc = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", *CONFIG.defines(), str(cu),
                            "-o", str(tmp_path / "x.o")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernels.formats.metcf import csr_to_metcf
+from kernels.formats.metcf.container import csr_to_metcf
 from kernels.reference import csr_spmm
 from kernels.spmm import SpmmPlan, gpu_available, spmm
 
@@ -52,7 +52,7 @@ def test_spmm_function_and_errors():
         SpmmPlan(A, dtype=np.float64)
     with pytest.raises(ValueError, match="balance"):
         SpmmPlan(A, balance="sometimes")
-    with pytest.raises(TypeError, match="METCF or a SciPy"):
+    with pytest.raises(TypeError, match="SciPy sparse matrix or a registered format"):
         SpmmPlan(np.ones((3, 3)))
 
 
@@ -66,7 +66,7 @@ def test_import_does_not_import_cupy():
     import subprocess
     import sys
 
-    code = "import sys, kernels, kernels.spmm, kernels.selector, kernels.launch, kernels.cusparse; " \
+    code = "import sys, kernels, kernels.spmm, kernels.formats.metcf.selector, kernels.launch, kernels.cusparse; " \
            "print('cupy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

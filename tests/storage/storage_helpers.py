@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.indexing import index_dtype
+from storage.indexing import index_dtype
 
 
 def canonical(A) -> sp.csr_array:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernels.formats.metcf import csr_to_metcf, metcf_concat
+from kernels.formats.metcf.container import csr_to_metcf, metcf_concat
 from tasks.convert import convert_on_cluster
 
 

@@ -62,7 +62,7 @@ def test_deterministic_run_times_cusparse_but_never_falls_back_to_it(monkeypatch
 
 
 def test_cpu_path_reports_no_baseline(problem):
-    from kernels.formats.metcf import csr_to_metcf
+    from kernels.formats.metcf.container import csr_to_metcf
 
     A, perm, B = problem
     C, result = execute._run_one_device(A, perm, csr_to_metcf(A[perm]), B, "cpu", repeats=2)
@@ -87,7 +87,7 @@ def test_one_device_on_the_gpu_with_and_without_the_original_order_fallback(monk
     # The real SpmmPlan, cuSPARSE baseline and cuSPARSE product; which branch runs is forced by making one side's
     # measured time lose (on a small matrix either may win on its own), so both branches return C in the original
     # row order within TF32 tolerance.
-    from kernels.formats.metcf import csr_to_metcf
+    from kernels.formats.metcf.container import csr_to_metcf
 
     A, perm, B = problem
     if force_fallback:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernels.formats.metcf import csr_to_metcf
+from kernels.formats.metcf.container import csr_to_metcf
 from storage import BlockStore
 from tasks.distribute import (DistributedSpmm, ShardFailedError, cluster_client, make_plan, persist_plan,
                               run_oneshot, run_shard)

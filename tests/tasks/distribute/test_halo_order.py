@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.metcf import csr_to_metcf
+from kernels.formats.metcf.container import csr_to_metcf
 from tasks.distribute import make_plan
 from tasks.distribute.halo_order import choose_order, halo_estimate
 from tasks.reorder import reorder

@@ -170,7 +170,7 @@ def test_every_format_and_precision_two_gpus(client, case, fmt, dtype):
     import scipy.sparse as sp
 
     from kernels.formats import get
-    from kernels.formats.metcf import metcf_to_csr
+    from kernels.formats.metcf.container import metcf_to_csr
     from kernels.precision import precision
     from kernels.spmm import SpmmPlan
     from tasks.distribute import DistributedSpmm, make_plan, run_oneshot

@@ -82,7 +82,7 @@ def test_workers_allocate_from_an_rmm_pool(address):
 UCX_SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
-from kernels.formats.metcf import metcf_to_csr
+from kernels.formats.metcf.container import metcf_to_csr
 from tasks.distribute import DistributedSpmm, cluster_client, make_plan
 from tasks.distribute.synth import metcf_from_keys, sbm_keys
 def _rel(C, ref):

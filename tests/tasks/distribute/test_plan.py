@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernels.formats.metcf import WINDOW, csr_to_metcf
-from kernels.reference import metcf_spmm
+from kernels.formats.metcf.container import WINDOW, csr_to_metcf
+from kernels.formats.metcf.reference import metcf_spmm
 from storage import BlockStore
 from tasks.distribute.plan import (exchange_lists, make_plan, metcf_from_arrays, persist_plan, remap_columns,
                                    shard_metcf, split_windows)

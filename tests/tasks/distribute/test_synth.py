@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernels.formats.metcf import csr_to_metcf
+from kernels.formats.metcf.container import csr_to_metcf
 from tasks.distribute.synth import metcf_from_keys, relabel, rmat_keys, sbm_keys
 
 

@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import chi
 
 from configs.errors import InputError
-from kernels.formats.cvse import csr_to_cvse, cvse_stats
+from kernels.formats.cvse.container import csr_to_cvse, cvse_stats
 from tasks.fetch.generators import KINDS, canonical_params, generate
 
 

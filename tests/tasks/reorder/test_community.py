@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernels.formats.metcf import csr_to_metcf
+from kernels.formats.metcf.container import csr_to_metcf
 from tasks.distribute import make_plan
 from tasks.distribute.synth import relabel, sbm_keys
 from tasks.reorder import reorder

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernels.formats.tiledcsr import effective_rate
+from kernels.formats.tiledcsr.container import effective_rate
 from tasks.reorder import reorder
 from tasks.reorder.greedy import rowshuffle_order
 

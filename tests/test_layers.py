@@ -1,0 +1,98 @@
+"""The import layers, read from the `import` statements (no module is imported): storage/ imports nothing from
+kernels/ (the store is below the formats: they register their layouts with it), and the project's module-level
+imports form no cycle (a package's ``__init__`` importing its own submodules excepted, as Python runs it first)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("configs", "storage", "kernels", "tasks", "flows", "gnn", "tcspmm")
+
+
+def modules(root: Path = REPO) -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for p in (root / pkg).rglob("*.py"):
+            parts = p.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return found
+
+
+def imports(path: Path, known: dict, module_level: bool) -> set[str]:
+    """The project modules ``path`` imports (at module level only, or anywhere)."""
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out = set()
+
+    def visit(node, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if module_level and nested:
+                continue
+            if isinstance(child, ast.Import):
+                out.update(filter(None, (resolve(a.name) for a in child.names)))
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                out.update(filter(None, (resolve(f"{child.module}.{a.name}") or resolve(child.module)
+                                         for a in child.names)))
+            else:
+                visit(child, nested)
+
+    visit(ast.parse(path.read_text()), False)
+    return out
+
+
+def storage_to_kernels(known: dict) -> dict[str, list[str]]:
+    bad = {m: sorted(t for t in imports(p, known, False) if t.split(".")[0] == "kernels")
+           for m, p in known.items() if m.split(".")[0] == "storage"}
+    return {m: t for m, t in bad.items() if t}
+
+
+def find_cycle(known: dict) -> list[str] | None:
+    """One cycle of module-level imports, as a path m -> ... -> m, or None."""
+    graph = {m: {t for t in imports(p, known, True) if t != m and not m.startswith(t + ".")}
+             for m, p in known.items()}
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def walk(m, path):
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [m, t] if t in path else [m, t]
+            if t not in state:
+                found = walk(t, path + [m])
+                if found:
+                    return found
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = walk(m, [])
+            if found:
+                return found
+    return None
+
+
+def test_storage_imports_nothing_from_kernels():
+    assert storage_to_kernels(modules()) == {}
+
+
+def test_no_module_level_import_cycle():
+    cycle = find_cycle(modules())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_checks_see_a_cycle_and_a_storage_import(tmp_path):
+    (tmp_path / "storage").mkdir()
+    (tmp_path / "storage" / "a.py").write_text("import kernels.b\n")
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "b.py").write_text("def f():\n    pass\n\n\nfrom storage import a\n")
+    known = modules(tmp_path)
+    assert storage_to_kernels(known) == {"storage.a": ["kernels.b"]}
+    assert find_cycle(known) in (["kernels.b", "storage.a", "kernels.b"], ["storage.a", "kernels.b", "storage.a"])
+    (tmp_path / "kernels" / "b.py").write_text("def f():\n    from storage import a\n")  # lazy: no cycle
+    assert find_cycle(modules(tmp_path)) is None
