@@ -55,7 +55,8 @@ from tasks.distribute.cluster import count_gpus  # noqa: E402
 from tasks.distribute.direct import b_artifact, read_c, run_oneshot_stored, store_b  # noqa: E402
 from tasks.distribute.device import cupy_allocator_name, to_host  # noqa: E402
 from kernels.formats.metcf.container import WINDOW, expand  # noqa: E402
-from tasks.distribute.synth import mesh_keys, metcf_from_keys, relabel, rmat_keys, sbm_keys  # noqa: E402
+from kernels.formats.metcf.synth import metcf_from_keys  # noqa: E402
+from tasks.distribute.synth import mesh_keys, relabel, rmat_keys, sbm_keys  # noqa: E402
 
 TF32_RTOL = 2e-3  # the TF32 accuracy contract: relative Frobenius error against float64 (README "Precision")
 ERRS = ("oneshot_rel_err", "stored_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",

@@ -50,8 +50,8 @@ def build_parser() -> cli.Parser:
                        help="row reordering (default auto: the cheap method with the fewest TC blocks)")
     order.add_argument("--seed", type=cli.nonnegative_int, default=0, help="seed of B and of randomized reorderings")
     fmt = p.add_argument_group("format and precision")
-    fmt.add_argument("--format", dest="fmt", default="metcf", choices=[*cli.FORMATS, "auto"],
-                     help="converted format (default metcf; auto: every format, the selector picks)")
+    fmt.add_argument("--format", dest="fmt", default=cli.DEFAULT_FORMAT, choices=[*cli.FORMATS, "auto"],
+                     help=f"converted format (default {cli.DEFAULT_FORMAT}; auto: every format, the selector picks)")
     fmt.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                      help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 "
                           "(FP32 accumulation)")

@@ -9,6 +9,8 @@ import uuid
 
 from prefect import flow
 
+from configs.names import DEFAULT_FORMAT
+
 from tasks import steps
 from tasks.cli import data_root as resolve_data_root
 from tasks.stages import flow_cluster
@@ -16,7 +18,7 @@ from tasks.stages import flow_cluster
 
 @flow(name="tcspmm-spmm", log_prints=True)
 def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder: str = "auto",
-              fmt: str = "metcf", devices: str = "auto", mode: str = "oneshot", scheduler: str | None = None,
+              fmt: str = DEFAULT_FORMAT, devices: str = "auto", mode: str = "oneshot", scheduler: str | None = None,
               seed: int = 0, data_root: str | None = None, save_c: bool = False, drop_zeros: bool = False,
               complex_mode: str | None = None, allow_overflow: bool = False, allow_nonfinite: bool = False,
               repeats: int = 20, nondeterministic: bool = False) -> dict:

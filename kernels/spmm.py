@@ -18,6 +18,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from configs.names import DEFAULT_FORMAT
 from kernels.formats.registry import candidates as format_candidates
 from kernels.precision import API_FIX, check_range
 from kernels.precision import precision as as_precision
@@ -32,7 +33,7 @@ def gpu_available() -> bool:
 
 
 class SpmmPlan:
-    def __init__(self, A, *, device="auto", dtype=np.float32, format="metcf", balance="auto", autotune="auto",
+    def __init__(self, A, *, device="auto", dtype=np.float32, format=DEFAULT_FORMAT, balance="auto", autotune="auto",
                  config=None, calibration=None, out_dtype=None, deterministic: bool = True,
                  graphs: bool = True, allow_overflow: bool = False):
         """``A``: a SciPy sparse matrix (any format) or an already converted format object (a METCF whose block

@@ -23,6 +23,7 @@ from typing import Callable
 
 from configs import data_root as resolve_data_root
 from configs.errors import InputError
+from configs.names import DEFAULT_FORMAT, FORMATS, REORDER_METHODS  # noqa: F401 (the parser's choices)
 
 _PREFECT_LOGGERS = ("prefect", "prefect.extra", "prefect.client", "prefect.infrastructure", "prefect.server",
                     "uvicorn", "fastapi")
@@ -34,10 +35,6 @@ def data_root(path: str | None = None) -> str:
     return str(resolve_data_root(path).resolve())
 
 
-# The names the parser offers, known without importing the pipeline (seconds on a busy machine: `--help` and a bad
-# option answer at once); tests/flows/test_cli.py checks them against tasks.reorder.METHODS and the format registry.
-REORDER_METHODS = ("tca", "rowshuffle", "jaccard", "smat", "rcm", "degree", "community", "none")
-FORMATS = ("metcf", "bcsr", "tiledcsr", "cvse")
 
 
 class Parser(argparse.ArgumentParser):

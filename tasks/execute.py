@@ -12,9 +12,10 @@ import uuid
 import numpy as np
 
 from configs.errors import InputError
+from configs.names import DEFAULT_FORMAT
 from storage import BlockStore
 from kernels.precision import precision as as_precision
-from tasks.stages import METCF, _jsonable, dask_client
+from tasks.stages import _jsonable, dask_client
 
 # TF32 inputs (10-bit mantissa) accumulated in fp32: about 1e-3 of ||ref||; fp32 CPU paths land far below. The
 # half precisions' contract (kernels.precision): 1e-2 float16, 3e-2 bfloat16, on the CPU path too (rounded inputs).
@@ -42,7 +43,7 @@ def cusparse_baseline(A, B: np.ndarray, repeats: int, dtype: str = "float32") ->
 
 
 def _run_one_device(A, perm: np.ndarray, M, B: np.ndarray, device: str, repeats: int, dtype: str = "float32",
-                    fmt: str = METCF, deterministic: bool = True) -> tuple[np.ndarray, dict]:
+                    fmt: str = DEFAULT_FORMAT, deterministic: bool = True) -> tuple[np.ndarray, dict]:
     """The selector's path on the reordered matrix. With ``deterministic=False`` also cuSPARSE, and cuSPARSE on
     the ORIGINAL order where that is faster (a reordering that packs TC blocks can still cost cuSPARSE its cache
     locality), so the pipeline is never slower than what a user has without it; by default only our kernels run,
@@ -150,11 +151,6 @@ def load_format(mstore, fmt: str, format_key: str):
     return get(fmt).from_arrays(mstore.read_format(fmt, format_key))
 
 
-def load_metcf(mstore, format_key: str):
-    """The stored ME-TCF arrays of a matrix as a ``METCF``."""
-    return load_format(mstore, METCF, format_key)
-
-
 def parse_devices(devices: str | int) -> str | int:
     """``auto`` (one GPU when present, else CPU), ``cpu``, ``all`` (every GPU / worker) or a positive count."""
     if isinstance(devices, int) or str(devices).isdigit():
@@ -169,7 +165,7 @@ def parse_devices(devices: str | int) -> str | int:
 
 def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, n_cols_b: int = 128,
              dtype: str = "float32", devices: str | int = "auto", mode: str = "oneshot", seed: int = 0,
-             scheduler: str | None = None, repeats: int = 20, save_c: bool = False, fmt: str = METCF,
+             scheduler: str | None = None, repeats: int = 20, save_c: bool = False, fmt: str = DEFAULT_FORMAT,
              deterministic: bool = True) -> dict:
     """Run one SpMM and return timings, the kernel chosen, the baseline's time and the correctness check."""
     if n_cols_b < 1:

@@ -20,11 +20,11 @@ from typing import Iterator
 import numpy as np
 
 from configs.errors import InputError
+from configs.names import DEFAULT_FORMAT
 from storage import BlockStore, perm_key as make_perm_key
 from storage.naming import dumps
 from tasks import progress
 
-METCF = "metcf"  # the default format (``--format``); every registered one works (kernels.formats.REGISTRY)
 
 
 @contextlib.contextmanager
@@ -229,7 +229,7 @@ def check_precision(matrix_id: str, data_root: str, dtype: str = "float32", *, a
     return {"dtype": dtype, **check_range(A.data, prec, f"{matrix_id} ({dtype})", allow_overflow=allow_overflow)}
 
 
-def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = METCF, dtype: str = "float32",
+def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT_FORMAT, dtype: str = "float32",
             scheduler: str | None = None) -> dict:
     """Convert the reordered matrix to ``fmt`` (a registered format, or ``auto``: every format with kernels for
     ``dtype``) at ``dtype`` and store it in row-window-range blocks (reused when stored). Large matrices are

@@ -12,6 +12,8 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from configs.names import DEFAULT_FORMAT
+
 from tasks import execute, report, stages
 
 
@@ -41,7 +43,7 @@ def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str,
 
 @task(name="spmm", cache_policy=NO_CACHE)
 def spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, n_cols_b: int, dtype: str,
-         devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool, fmt: str = "metcf",
+         devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool, fmt: str = DEFAULT_FORMAT,
          repeats: int = 20, deterministic: bool = True) -> dict:
     return execute.run_spmm(matrix_id, perm_key, format_key, data_root, n_cols_b=n_cols_b, dtype=dtype,
                             devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c, fmt=fmt,

@@ -6,11 +6,15 @@
   alike by ``same(piece)`` (columns, block width, value dtype), all but the last a whole number of row groups.
 - `stack_offsets(ptrs)`: concatenated ``[n + 1]`` offset arrays of consecutive pieces, each shifted by the total
   of the pieces before it (their last entry), as int64.
+- `WINDOW`: rows per row window, the unit of Dask row blocks, store groups and shards for every format;
+  `window_chunks(wptr, chunk_nnz)`: window ranges of about ``chunk_nnz`` nonzeros each.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
+WINDOW = 16  # rows per row window (the m16 of mma.m16n8k8 and m16n8k16)
 
 
 def canonical_csr(A, who: str) -> sp.csr_array:
@@ -38,3 +42,16 @@ def check_pieces(pieces: list, name: str, rows_multiple: int, same, multiple_lab
 def stack_offsets(ptrs: list[np.ndarray]) -> np.ndarray:
     base = np.cumsum([0] + [int(p[-1]) for p in ptrs])
     return np.concatenate([np.zeros(1, np.int64)] + [p[1:].astype(np.int64) + b for p, b in zip(ptrs, base)])
+
+
+def window_chunks(wptr: np.ndarray, chunk_nnz: int, max_windows: int | None = None) -> np.ndarray:
+    """Boundaries [c0=0, c1, ..., n_windows] of window ranges holding about ``chunk_nnz`` nonzeros each.
+
+    A window heavier than ``chunk_nnz`` forms its own chunk; ``max_windows`` caps the windows per chunk.
+    """
+    n_windows = wptr.shape[0] - 1
+    nnz = int(wptr[-1])
+    cuts = np.searchsorted(wptr, np.arange(0, nnz, max(int(chunk_nnz), 1), dtype=np.int64), side="right") - 1
+    if max_windows:
+        cuts = np.concatenate([cuts, np.arange(0, n_windows, int(max_windows))])
+    return np.unique(np.concatenate([[0], cuts, [n_windows]])).astype(np.int64)

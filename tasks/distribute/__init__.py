@@ -18,10 +18,10 @@ Imports stay light: Dask is imported by the functions that need it, never by wor
 """
 from tasks.distribute.cluster import cluster_client, make_cluster
 from tasks.distribute.oneshot import ShardFailedError, ShardRef, run_oneshot, run_shard
-from tasks.distribute.plan import PartitionPlan, make_plan, persist_plan, shard_metcf
+from tasks.distribute.plan import PartitionPlan, make_plan, persist_plan, shard_of
 from tasks.distribute.report import markdown_table, resident_rows, runs_rows
 from tasks.distribute.resident import CParts, DistributedSpmm
 
-__all__ = ["PartitionPlan", "make_plan", "persist_plan", "shard_metcf", "run_oneshot", "run_shard", "ShardRef",
+__all__ = ["PartitionPlan", "make_plan", "persist_plan", "shard_of", "run_oneshot", "run_shard", "ShardRef",
            "ShardFailedError", "DistributedSpmm", "CParts", "cluster_client", "make_cluster", "runs_rows",
            "markdown_table", "resident_rows"]

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from configs.errors import InputError
+from configs.names import DEFAULT_FORMAT
 from storage import parquet_io as pio
 from storage import results as res_io
 from storage.manifest import file_record
@@ -182,7 +183,7 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
             "n_blocks": int(S.n_blocks), "nnz": int(S.nnz), "repeats": int(repeats), "record": record}
 
 
-def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = "metcf",
+def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = DEFAULT_FORMAT,
                        run_id: str, repeats: int = 20, device: str = "auto", spmm_kw: dict | None = None,
                        dtype: str = "float32", source: dict | None = None, shard_fn=None) -> list[dict]:
     """C = A @ B with the driver out of the data path; C lands in ``store`` as ``results/<run_id>`` (read it with

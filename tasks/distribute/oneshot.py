@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.errors import InputError
+from configs.names import DEFAULT_FORMAT
 from tasks.distribute import device as dev
-from tasks.distribute.plan import PartitionPlan, shard_metcf
+from tasks.distribute.plan import PartitionPlan, shard_of
 
 
 class ShardFailedError(InputError, RuntimeError):
@@ -127,7 +128,7 @@ def retry_worker(err, f, k: int, w: str, attempts: list, owner: dict, futures: l
 
 
 def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=None,
-                perm_key: str = "none", fmt: str = "metcf", out: str | None = None, repeats: int = 20,
+                perm_key: str = "none", fmt: str = DEFAULT_FORMAT, out: str | None = None, repeats: int = 20,
                 device: str = "auto", shard_fn=None, meta: dict | None = None, spmm_kw: dict | None = None,
                 dtype: str = "float32") -> tuple[np.ndarray, list[dict]]:
     """C = A @ B over the cluster, C in the ORIGINAL row order (``C[plan.shard_rows(k)] = C_k``).
@@ -166,7 +167,7 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=Non
         if store is not None:
             shard = ShardRef(store, fmt, perm_key, int(plan.partptr[k]), int(plan.partptr[k + 1]))
         else:
-            shard = client.scatter(shard_metcf(M, plan, k), workers=[worker], hash=False)
+            shard = client.scatter(shard_of(M, plan, k), workers=[worker], hash=False)
         if send_all[k]:
             if retry or worker not in full_b:
                 full_b[worker] = client.scatter(B32, workers=[worker], hash=False)

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.formats.metcf.container import METCF, WIDTH, WINDOW, metcf_from_arrays  # noqa: F401 (re-exported)
-from kernels.formats.metcf.shard import remap_columns, split_columns  # noqa: F401 (re-exported)
+from kernels.formats.blocks import WINDOW
 from storage.indexing import index_dtype
 
 PLAN_VERSION = 1
@@ -34,8 +33,8 @@ class PartitionPlan:
     - ``partptr`` [P + 1] int64: shard k owns windows ``partptr[k]:partptr[k+1]``; ``partptr[0] = 0``,
       ``partptr[P] = n_windows``, non-decreasing (a shard may be empty when P > n_windows).
     - ``row_start``/``row_stop`` [P] int64: reordered rows of each shard (half-open), ``min(16 * partptr, M)``.
-    - ``block_ptr``/``nnz_ptr`` [P + 1] int64: TC blocks / nonzeros of each shard (slices of the METCF arrays).
-    - ``n_blocks``, ``nnz``, ``nbytes`` [P] int64: per-shard TC blocks, nonzeros, bytes of its METCF arrays.
+    - ``block_ptr``/``nnz_ptr`` [P + 1] int64: TC blocks / nonzeros of each shard (slices of the format's arrays).
+    - ``n_blocks``, ``nnz``, ``nbytes`` [P] int64: per-shard TC blocks, nonzeros, bytes of its format arrays.
     - ``halo_cols``: list of P sorted int64 arrays, the distinct original columns of B the shard references
       (``sparse_a_to_b`` of its blocks without -1).
     - ``halo_owner``: list of P int64 arrays aligned with ``halo_cols``: the shard owning that row of B in
@@ -160,7 +159,7 @@ def split_windows(weights: np.ndarray, n_parts: int) -> np.ndarray:
 def make_plan(M, n_parts: int, *, perm: np.ndarray | None = None, balance_by: str = "blocks") -> PartitionPlan:
     """Split M's row windows into ``n_parts`` contiguous shards balanced by tiles (TC blocks) or ``"bytes"``.
 
-    M: a METCF or another format that can run sharded (`tasks.distribute.formats.shard_ops`; InputError in one
+    M: a converted object of a format that can run sharded (`tasks.distribute.formats.shard_ops`; InputError in one
     line for the others). ``block_ptr``/``nnz_ptr`` are then the format's tile and item offsets. ``perm``
     (``perm[new] = old``, the reordering M was built from) only affects where C lands and who owns which B row in
     resident mode; the shards themselves depend on M alone. Does not mutate M.
@@ -206,15 +205,14 @@ def make_plan(M, n_parts: int, *, perm: np.ndarray | None = None, balance_by: st
                          balance_by)
 
 
-def shard_metcf(M, plan: PartitionPlan, k: int):
-    """Shard k of M (a METCF or another shardable format) as a standalone object of shape (rows of shard k, K);
+def shard_of(M, plan: PartitionPlan, k: int):
+    """Shard k of M (a converted object of any shardable format) as a standalone object of shape (rows of shard k, K);
     columns stay global. Views where possible; equal to the store's window-range read of the shard."""
     from tasks.distribute.formats import shard_ops
     return shard_ops(M).take(M, int(plan.partptr[k]), int(plan.partptr[k + 1]), int(plan.block_ptr[k]),
                              int(plan.block_ptr[k + 1]), int(plan.row_stop[k] - plan.row_start[k]))
 
 
-shard_of = shard_metcf  # the format-neutral name
 
 
 def exchange_lists(plan: PartitionPlan, k: int) -> dict:

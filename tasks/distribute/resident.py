@@ -28,10 +28,11 @@ import time
 
 import numpy as np
 
+from configs.names import DEFAULT_FORMAT
 from tasks.distribute import device as dev
 from tasks.distribute.oneshot import ShardRef, load_shard
 from tasks.distribute.formats import shard_ops
-from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_metcf
+from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_of
 
 NCCL_INIT_TIMEOUT_S = 120
 BATCH_ABORT_TIMEOUT_S = 30  # a failed host-transport batch: how long to tell the peers / wait for their calls
@@ -428,7 +429,7 @@ class DistributedSpmm:
     """
 
     def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
-                 fmt: str = "metcf", device: str = "auto", transport: str = "auto", repeats: int = 0,
+                 fmt: str = DEFAULT_FORMAT, device: str = "auto", transport: str = "auto", repeats: int = 0,
                  spmm_kw: dict | None = None, overlap: bool = False, dtype: str = "float32"):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
@@ -447,7 +448,7 @@ class DistributedSpmm:
             if store is not None:
                 shard = ShardRef(store, fmt, perm_key, int(plan.partptr[k]), int(plan.partptr[k + 1]))
             else:
-                shard = client.scatter(shard_metcf(M, plan, k), workers=[self.workers[k]], hash=False)
+                shard = client.scatter(shard_of(M, plan, k), workers=[self.workers[k]], hash=False)
             layout = client.scatter((plan.halo_cols[k], layouts[k], sends[k]), workers=[self.workers[k]],
                                     hash=False)
             futures.append(client.submit(ShardActor, k, shard, layout, device, spmm_kw, dtype, actor=True,

@@ -59,9 +59,9 @@ def test_bad_option_fails_before_anything_starts(tmp_path):
 
 def test_the_parsers_names_are_the_pipelines():
     from kernels.formats import REGISTRY
-    from tasks.cli import FORMATS, REORDER_METHODS
+    from tasks.cli import DEFAULT_FORMAT, FORMATS, REORDER_METHODS
 
-    assert REORDER_METHODS == METHODS and FORMATS == tuple(REGISTRY)
+    assert REORDER_METHODS == METHODS and FORMATS == tuple(REGISTRY) and DEFAULT_FORMAT in REGISTRY
 
 
 def test_help_lists_the_options_grouped():

@@ -11,7 +11,6 @@ cupy = pytest.importorskip("cupy")
 if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from kernels import launch  # noqa: E402
 from kernels.formats.metcf import launch as metcf_launch  # noqa: E402
 from kernels.formats.bcsr import launch as launch_bcsr
 from kernels.formats.cvse import launch as launch_cvse

@@ -57,7 +57,7 @@ def test_convert_stage_shards_large_matrices_over_the_flows_cluster(monkeypatch,
     import tasks.convert
     from storage import BlockStore
     from tasks import stages
-    from tasks.execute import load_metcf
+    from tasks.execute import load_format
 
     monkeypatch.setattr(tasks.convert, "SHARD_MIN_NNZ", 1)
     monkeypatch.setattr(tasks.convert, "CHUNK_NNZ", 5000)
@@ -74,4 +74,4 @@ def test_convert_stage_shards_large_matrices_over_the_flows_cluster(monkeypatch,
     mstore = BlockStore(data_root).matrix(out["matrix_id"])
     A = mstore.read_csr()
     perm = mstore.read_perm(order["perm_key"])
-    _assert_same(load_metcf(mstore, conv["format_key"]), csr_to_metcf(A[perm].astype(np.float32)))
+    _assert_same(load_format(mstore, "metcf", conv["format_key"]), csr_to_metcf(A[perm].astype(np.float32)))

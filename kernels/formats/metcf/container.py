@@ -12,10 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
+from kernels.formats.blocks import WINDOW, canonical_csr, check_pieces, stack_offsets, window_chunks
 from storage.indexing import index_dtype
 
-WINDOW = 16  # rows per row window (the m16 of mma.m16n8k8 and m16n8k16)
 WIDTH = 8  # condensed columns per TC block for TF32 (the k8 of mma.m16n8k8)
 WIDTHS = (8, 16)  # block widths: k8 (TF32, m16n8k8) and k16 (FP16/BF16, m16n8k16)
 BLOCK = WINDOW * WIDTH  # 128 slots of a TF32 block; tc_local_id = r * width + c < 256 fits uint8 for both widths
@@ -176,19 +175,6 @@ def _window_ptr(indptr: np.ndarray, n_rows: int) -> np.ndarray:
     """indptr at window boundaries, [n_windows + 1], int64."""
     n_windows = -(-n_rows // WINDOW)
     return indptr[np.minimum(np.arange(n_windows + 1, dtype=np.int64) * WINDOW, n_rows)].astype(np.int64)
-
-
-def window_chunks(wptr: np.ndarray, chunk_nnz: int, max_windows: int | None = None) -> np.ndarray:
-    """Boundaries [c0=0, c1, ..., n_windows] of window ranges holding about ``chunk_nnz`` nonzeros each.
-
-    A window heavier than ``chunk_nnz`` forms its own chunk; ``max_windows`` caps the windows per chunk.
-    """
-    n_windows = wptr.shape[0] - 1
-    nnz = int(wptr[-1])
-    cuts = np.searchsorted(wptr, np.arange(0, nnz, max(int(chunk_nnz), 1), dtype=np.int64), side="right") - 1
-    if max_windows:
-        cuts = np.concatenate([cuts, np.arange(0, n_windows, int(max_windows))])
-    return np.unique(np.concatenate([[0], cuts, [n_windows]])).astype(np.int64)
 
 
 def _convert_chunk(local_rows: np.ndarray, cols: np.ndarray, n_cols: int, n_windows: int, width: int = WIDTH):

@@ -25,7 +25,8 @@ def client():
 
 @pytest.fixture(scope="module")
 def case():
-    from tasks.distribute.synth import metcf_from_keys, relabel, sbm_keys
+    from kernels.formats.metcf.synth import metcf_from_keys
+    from tasks.distribute.synth import relabel, sbm_keys
     keys, shape = sbm_keys(np, 50_000, 20, 15.0, 1.0, seed=4)
     perm = np.random.default_rng(5).permutation(shape[0])
     A_keys = relabel(np, keys, shape, perm)  # node v -> label perm[v]; perm reorders rows back to communities

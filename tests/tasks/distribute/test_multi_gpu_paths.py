@@ -84,7 +84,8 @@ import sys
 sys.path.insert(0, {repo!r})
 from kernels.formats.metcf.container import metcf_to_csr
 from tasks.distribute import DistributedSpmm, cluster_client, make_plan
-from tasks.distribute.synth import metcf_from_keys, sbm_keys
+from kernels.formats.metcf.synth import metcf_from_keys
+from tasks.distribute.synth import sbm_keys
 def _rel(C, ref):
     return float(np.linalg.norm(C - ref) / np.linalg.norm(ref))
 def main():

@@ -10,8 +10,9 @@ import scipy.sparse as sp
 from kernels.formats.metcf.container import WINDOW, csr_to_metcf
 from kernels.formats.metcf.reference import metcf_spmm
 from storage import BlockStore
-from tasks.distribute.plan import (exchange_lists, make_plan, metcf_from_arrays, persist_plan, remap_columns,
-                                   shard_metcf, split_windows)
+from kernels.formats.metcf.container import metcf_from_arrays
+from kernels.formats.metcf.shard import remap_columns, split_columns
+from tasks.distribute.plan import exchange_lists, make_plan, persist_plan, shard_of, split_windows
 
 
 def power_law(n_rows, n_cols, nnz, seed):
@@ -120,7 +121,7 @@ def test_exchange_layout_reproduces_product(use_perm):
         for p, idx, start in lay["recv"]:
             assert p != k
             ext[start:start + len(idx)] = parts[p][idx]
-        S = remap_columns(shard_metcf(M, plan, k), plan.halo_cols[k], lay["ext_index"], lay["n_ext"])
+        S = remap_columns(shard_of(M, plan, k), plan.halo_cols[k], lay["ext_index"], lay["n_ext"])
         if not use_perm:
             S.validate(full=True)  # natural order keeps the renamed shard canonical
         np.testing.assert_allclose(metcf_spmm(S, ext), A[plan.shard_rows(k)] @ B, rtol=1e-10, atol=1e-10)
@@ -139,7 +140,7 @@ def test_persist_plan_writes_one_file_per_shard(tmp_path):
     for k in range(3):
         S = metcf_from_arrays(store.read_format("metcf", "none-000000000000", plan.partptr[k], plan.partptr[k + 1]))
         S.validate(full=True)
-        ref = shard_metcf(M, plan, k)
+        ref = shard_of(M, plan, k)
         assert S.shape == ref.shape == (plan.n_rows[k], 300)
         np.testing.assert_array_equal(S.sparse_a_to_b, ref.sparse_a_to_b)
         np.testing.assert_array_equal(S.data, ref.data)
@@ -149,7 +150,6 @@ def test_persist_plan_writes_one_file_per_shard(tmp_path):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_split_columns_parts_sum_to_the_shard(seed):
     """own/remote split used to overlap the halo exchange with the local kernel: parts add up, stay canonical."""
-    from tasks.distribute.plan import split_columns
     rng = np.random.default_rng(seed)
     A = power_law(333, 250, 6000, seed=seed)
     M = csr_to_metcf(A)

@@ -6,7 +6,8 @@ import pytest
 import scipy.sparse as sp
 
 from kernels.formats.metcf.container import csr_to_metcf
-from tasks.distribute.synth import metcf_from_keys, relabel, rmat_keys, sbm_keys
+from kernels.formats.metcf.synth import metcf_from_keys
+from tasks.distribute.synth import relabel, rmat_keys, sbm_keys
 
 
 def keys_csr(keys, shape):
