@@ -64,7 +64,7 @@ def run_case(name: str, kind: str, params: str, n_cols: list[int], repeats: int)
                 f()
                 times[k].append(time.perf_counter() - start)
         row = {"case": name, "spec": f"gen:{kind}?{params}", "shape": list(A.shape), "nnz": int(A.nnz), "N": N,
-               "threads": plan._cpu.threads}
+               "threads": plan._cpu.csr.threads}
         for k in impls:
             med = float(np.median(times[k]))
             row[k] = {"median_ms": med * 1e3, "best_ms": min(times[k]) * 1e3, "gflops": 2 * A.nnz * N / med / 1e9,

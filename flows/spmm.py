@@ -50,8 +50,9 @@ def build_parser() -> cli.Parser:
                        help="row reordering (default auto: the cheap method with the fewest TC blocks)")
     order.add_argument("--seed", type=cli.nonnegative_int, default=0, help="seed of B and of randomized reorderings")
     fmt = p.add_argument_group("format and precision")
-    fmt.add_argument("--format", dest="fmt", default=cli.DEFAULT_FORMAT, choices=[*cli.FORMATS, "auto"],
-                     help=f"converted format (default {cli.DEFAULT_FORMAT}; auto: every format, the selector picks)")
+    fmt.add_argument("--format", dest="fmt", default=cli.DEFAULT_FORMAT, metavar="FORMAT",
+                     help=f"converted format: a registered one (kernels/formats/<name>/; default {cli.DEFAULT_FORMAT}) or auto "
+                          "(every format, the selector picks)")
     fmt.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                      help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 "
                           "(FP32 accumulation)")
@@ -75,6 +76,7 @@ def build_parser() -> cli.Parser:
     out.add_argument("-v", "--verbose", action="store_true", help="show Prefect's INFO logs on stderr")
     p.late_check("--matrix", "matrix", cli.matrix_spec)  # these import part of the pipeline
     p.late_check("--devices", "devices", cli.devices)
+    p.late_check("--format", "fmt", cli.format_name)
     return p
 
 

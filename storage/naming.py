@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ def default_data_root(data_root: str | os.PathLike | None = None) -> Path:
 
 
 def jsonable(obj: Any) -> Any:
-    """``json.dumps`` default hook: NumPy scalars and arrays, tuples, paths."""
+    """``json.dumps`` default hook: NumPy scalars and arrays, tuples, paths, read-only mappings (a plan's
+    choice record)."""
     if isinstance(obj, np.integer):
         return int(obj)
     if isinstance(obj, np.floating):
@@ -45,6 +47,8 @@ def jsonable(obj: Any) -> Any:
         return obj.tolist()
     if isinstance(obj, np.dtype) or (isinstance(obj, type) and issubclass(obj, np.generic)):
         return np.dtype(obj).name
+    if isinstance(obj, Mapping):
+        return dict(obj)
     if isinstance(obj, (Path, tuple, set)):
         return str(obj) if isinstance(obj, Path) else list(obj)
     raise TypeError(f"metadata value {obj!r} of type {type(obj).__name__} is not JSON-serialisable")

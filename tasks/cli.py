@@ -23,7 +23,7 @@ from typing import Callable
 
 from configs import data_root as resolve_data_root
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT, FORMATS, REORDER_METHODS  # noqa: F401 (the parser's choices)
+from configs.names import DEFAULT_FORMAT, REORDER_METHODS  # noqa: F401 (the parser's choices)
 
 _PREFECT_LOGGERS = ("prefect", "prefect.extra", "prefect.client", "prefect.infrastructure", "prefect.server",
                     "uvicorn", "fastapi")
@@ -105,6 +105,16 @@ def devices(text: str) -> str:
         parse_devices(text)
     except InputError as err:
         raise argparse.ArgumentTypeError(str(err).split(": ", 1)[-1]) from None
+    return text
+
+
+def format_name(text: str) -> str:
+    """``auto`` or a registered format (kernels.formats.REGISTRY, imported here: after the other options)."""
+    from kernels.formats import REGISTRY
+
+    if text != "auto" and text not in REGISTRY:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a registered format; choose auto or one of "
+                                         f"{', '.join(REGISTRY)}")
     return text
 
 

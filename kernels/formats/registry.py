@@ -10,12 +10,13 @@ A format provides, for each precision it supports (`kernels.precision`):
 - ``stats(obj, csr_nbytes)``: the numbers the convert stage reports (MeanNnzTC, bytes) and the cost model reads;
 - ``to_csr(obj)``: the inverse conversion (SciPy CSR), for the cuSPARSE candidate and the CPU path;
 - ``shard``: its `kernels.formats.shard.ShardOps` (window slice, halo, column remap, split) when it runs sharded;
-- ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): ``Class(A, precision, config)``
-  converts/uploads once and exposes ``decide(N, B, ...)`` (its best kernel for N, from its cost model and/or
-  timings) and ``launch(kernel, B, out, accumulate=..., **params)``.
+- ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): the contract in
+  ``kernels.formats.contract`` (``DeviceOperator``: converts/uploads once; ``decide(N, B, time_fn) -> Choice``,
+  ``launch`` and ``bind`` per call);
+- ``fallbacks``: baseline kernels (kernels.baselines) the plan times against this format's timed choice.
 
 `SpmmPlan`, the convert stage, the store and the multi-GPU shards iterate `REGISTRY`; adding a format means its
-module(s), one `.cu`, one `register(...)` line in ``kernels/formats/__init__.py`` and its tests.
+folder ``kernels/formats/<name>/``, one `register(...)` line in ``kernels/formats/__init__.py`` and its tests.
 """
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ class Format:
     gpu_ready: bool = True
     gpu_not_ready_why: str = ""
     shard: Any = None  # kernels.formats.shard.ShardOps: how it runs per row-window shard (None: one device only)
+    # kernels of kernels.baselines timed against this format's timed choice and taken where faster (ME-TCF: the
+    # CUDA-core CSR kernel, as DTC-SpMM's selector falls back from Tensor Cores)
+    fallbacks: tuple = ()
     value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
 
     @property

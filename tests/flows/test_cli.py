@@ -59,9 +59,21 @@ def test_bad_option_fails_before_anything_starts(tmp_path):
 
 def test_the_parsers_names_are_the_pipelines():
     from kernels.formats import REGISTRY
-    from tasks.cli import DEFAULT_FORMAT, FORMATS, REORDER_METHODS
+    from tasks.cli import DEFAULT_FORMAT, REORDER_METHODS
 
-    assert REORDER_METHODS == METHODS and FORMATS == tuple(REGISTRY) and DEFAULT_FORMAT in REGISTRY
+    assert REORDER_METHODS == METHODS and DEFAULT_FORMAT in REGISTRY
+    for name in (*REGISTRY, "auto"):  # every registered format is accepted, by the registry itself
+        assert build_parser().parse_args(["--matrix", "gen:rmat?scale=5", "--format", name]).fmt == name
+
+
+def test_an_unregistered_format_is_refused_naming_the_registered_ones(capsys):
+    from kernels.formats import REGISTRY
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["--matrix", "gen:rmat?scale=5", "--format", "nope"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: --format: 'nope' is not a registered format; choose "
+                                                    f"auto or one of {', '.join(REGISTRY)} (see --help)"]
 
 
 def test_help_lists_the_options_grouped():

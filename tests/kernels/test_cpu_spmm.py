@@ -102,8 +102,8 @@ def test_spmm_plan_float32_cpu_uses_it(as_metcf):
     plan = SpmmPlan(csr_to_metcf(A) if as_metcf else A, device="cpu")
     B = np.random.default_rng(1).standard_normal((45, 9)).astype(np.float32)
     C = plan.run(B)
-    assert isinstance(plan._cpu, CpuCsr)  # the float32 product path, not the float64 reference
-    np.testing.assert_array_equal(C, plan._cpu.run(B))
+    assert isinstance(plan._cpu.csr, CpuCsr)  # the float32 product path, not the float64 reference
+    np.testing.assert_array_equal(C, plan._cpu.csr.run(B))
     assert _rel(C, A.toarray().astype(np.float64) @ B) < RTOL
     out = np.ones((70, 9), dtype=np.float32)
     np.testing.assert_allclose(plan.run(B, out, accumulate=True), 1 + C, rtol=1e-6)
@@ -113,4 +113,4 @@ def test_half_plans_keep_the_reference():
     A = _random(40, 30, 200, seed=8).astype(np.float32)
     plan = SpmmPlan(A, device="cpu", dtype="float16")
     plan.run(np.ones((30, 4), dtype=np.float16))
-    assert getattr(plan, "_cpu", None) is None
+    assert plan._cpu.csr is None and plan.choice["kernel"] == "cpu-reference"  # the float64 twin, no CpuCsr

@@ -13,6 +13,7 @@ import numpy as np
 
 from kernels.formats.bcsr.container import (BCSR, BLOCK_ROWS, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
                                  csr_to_bcsr)
+from kernels.formats.contract import Choice, PerCall
 from kernels.formats.registry import Format
 from kernels.formats.bcsr.shard import BCSR_SHARD
 from kernels.precision import Precision
@@ -37,6 +38,8 @@ class BcsrDevice:
     """BCSR of one matrix on the current device at one precision: a SciPy matrix converted on the device
     (``timings["conversion"]`` "GPU BCSR"), a converted `BCSR` uploaded ("host BCSR upload"), once; `decide`
     picks bcsr-window or bcsr-split (and its ksplit) per N, `launch` runs it."""
+
+    format_name, kernels, out_dtype = "bcsr", ("bcsr-window", "bcsr-split"), None  # the device-operator contract
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
@@ -72,7 +75,7 @@ class BcsrDevice:
         self.row_window_offset_host = self._dm.indptr_host  # what SpmmPlan's callers read (blocks per 16 rows)
         self.sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
 
-    def decide(self, N: int, B, time_fn) -> dict:
+    def decide(self, N: int, B, time_fn) -> Choice:
         from kernels.formats.bcsr import launch as launch_bcsr
 
         ks = launch_bcsr.ksplits(N)
@@ -81,8 +84,8 @@ class BcsrDevice:
         bpr = self.blocks_per_row
         skewed = bpr["mean"] > 0 and bpr["max"] > SPLIT_SKEW * bpr["mean"]
         small = grid < SPLIT_FILL_SMS * self.sm_count
-        choice = {"kernel": "bcsr-window", "N": N, "prediction": None, "predicted_ms": None,
-                  "conversion": self.timings.get("conversion"), "blocks_per_row": bpr}
+        choice = Choice(kernel="bcsr-window", N=N,
+                        extra={"conversion": self.timings.get("conversion"), "blocks_per_row": bpr})
         if ks and self.balance is not False and (small or skewed or self.balance is True):
             choice.update(kernel="bcsr-split", ksplit=ks[-1] if small else ks[0],
                           reason=f"{'skewed blocks per row (max ' + str(bpr['max']) + ' vs mean ' if skewed else ''}"
@@ -107,6 +110,10 @@ class BcsrDevice:
                        "reason": f"autotune: fastest measured of {measured}; a priori {choice['kernel']} "
                                  f"({choice['reason']})"})
         return choice
+
+    def bind(self, kernel: str, B, out, **kw):
+        """The launch per call (kernels.formats.contract.PerCall): this operator has no packed form."""
+        return PerCall(self, kernel, B, out, **kw)
 
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         from kernels.formats.bcsr import launch as launch_bcsr

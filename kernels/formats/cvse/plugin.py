@@ -25,6 +25,7 @@ import numpy as np
 
 from kernels.formats.cvse.container import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
+from kernels.formats.contract import Choice, PerCall
 from kernels.formats.registry import Format
 from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, window_bytes
 from storage.indexing import index_dtype
@@ -55,6 +56,8 @@ class CvseDevice:
     (each C element has one writer, fixed summation order): the per-vector kernel ("cvse-vector", every precision)
     and, 16-bit, the tiled kernel ("cvse-tiled": B's K chunk staged in shared memory once per block of vector rows,
     kernels/formats/cvse/tiles.py), which `decide` picks by vectors per chunk or, with B, by timing."""
+
+    format_name, kernels, out_dtype = "cvse", ("cvse-vector", "cvse-tiled"), None  # the device-operator contract
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
@@ -94,15 +97,14 @@ class CvseDevice:
             return []
         return lc.tiled_configs(self._tiles, int(self._dm.shape[1]), N, self.sm_count, self._smem_max)
 
-    def decide(self, N: int, B, time_fn) -> dict:
+    def decide(self, N: int, B, time_fn) -> Choice:
         """A priori: the tiled kernel when its layout exists and has >= TILED_DENSITY vectors per vector row and 128
         columns of K (its fixed cost per chunk pays off with many vectors per chunk), else the per-vector
         kernel. With B (autotune): the fastest measured of the per-vector kernel and the tiled kernel's two best a
         priori launch shapes (and cuSPARSE when allowed)."""
         V = self._dm.vector
-        choice = {"kernel": "cvse-vector", "N": N, "vector": V, "prediction": None, "predicted_ms": None,
-                  "conversion": self.timings.get("conversion"),
-                  "reason": f"SSpMM transpose mapping, V = {V} on the mma's n8, 64 columns per warp"}
+        choice = Choice(kernel="cvse-vector", N=N, reason=f"SSpMM transpose mapping, V = {V} on the mma's n8, 64 "
+                        "columns per warp", extra={"vector": V, "conversion": self.timings.get("conversion")})
         tiled = self._tiled(N)
         if tiled:
             T = self._tiles.group_ptr_host.shape[0] - 1
@@ -127,6 +129,10 @@ class CvseDevice:
         choice.update(kernel=best.split("/")[0], measured_ms=measured, reason=f"autotune: fastest measured of "
                       f"{measured}", **candidates[best])
         return choice
+
+    def bind(self, kernel: str, B, out, **kw):
+        """The launch per call (kernels.formats.contract.PerCall): this operator has no packed form."""
+        return PerCall(self, kernel, B, out, **kw)
 
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         """``ksplit`` is SpmmPlan's common launch argument; CVSE has no split-K variant and ignores it. The tiled

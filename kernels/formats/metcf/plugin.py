@@ -12,6 +12,7 @@ import time
 
 from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, KernelConfig
 from kernels.formats.metcf.container import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats, metcf_to_csr
+from kernels.formats.contract import Choice
 from kernels.formats.registry import Format
 from kernels.formats.metcf.shard import METCF_SHARD
 from kernels.precision import Precision
@@ -58,6 +59,8 @@ def wants_autotune(autotune, nnz: int, pred: dict, balance_threshold: float | No
 class MetcfDevice:
     """ME-TCF of one matrix on the current device at one precision: conversion, upload, per-matrix kernel arrays
     (dense A fragments, column pairs) built once; `decide` and `launch` per call."""
+
+    format_name, kernels, out_dtype = "metcf", ("metcf-window", "metcf-balanced", "metcf-split"), None  # the device-operator contract
 
     def __init__(self, A, precision: Precision, config: KernelConfig | None = None, calibration=None, *,
                  balance="auto", autotune="auto", allow_cusparse: bool = False):
@@ -118,9 +121,9 @@ class MetcfDevice:
         return dm, how
 
     # ----- choice -----
-    def decide(self, N: int, B, time_fn) -> dict:
-        """This format's choice for N columns (a kernel of its own or "cusparse"), as a dict with kernel, reason,
-        prediction and (when timed) measured ms. ``time_fn(kernel, **params)`` times one candidate (device ms);
+    def decide(self, N: int, B, time_fn) -> Choice:
+        """This format's choice for N columns (a kernel of its own or "cusparse"): kernel, reason, prediction and
+        (when timed) measured ms. ``time_fn(kernel, **params)`` times one candidate (device ms);
         ``B`` None means no timing (the a-priori choice)."""
         if self.precision.half:
             return self._decide_half(N, B, time_fn)
@@ -128,7 +131,7 @@ class MetcfDevice:
 
         pred = selector.predict(self.row_window_offset_host, self.nnz, self.shape, N, self._device_model,
                                 self._cal, self.config)
-        choice = selector.choose(pred, self._cal, balance=self.balance, allow_cusparse=self.allow_cusparse)
+        choice = Choice.of(selector.choose(pred, self._cal, balance=self.balance, allow_cusparse=self.allow_cusparse))
         choice.update({"N": N, "prediction": pred, "calibration": self._cal.source,
                        "device": self._device_model.name, "conversion": self.timings.get("conversion"),
                        "a_layout": "dense fragments" if self.config.a_dense else "bitmap",
@@ -149,13 +152,12 @@ class MetcfDevice:
             self._time_splits(choice, measured, ksplits(N, self.config), time_fn)
         return _autotuned(choice, measured)
 
-    def _decide_half(self, N: int, B, time_fn) -> dict:
+    def _decide_half(self, N: int, B, time_fn) -> Choice:
         from kernels.formats.metcf import launch_half
 
-        choice = {"kernel": "metcf-window", "N": N, "prediction": None, "device": self._device_model.name,
-                  "conversion": self.timings.get("conversion"), "predicted_ms": None,
-                  "reason": f"{self.precision.name}: no calibrated cost model for the m16n8k16 kernels yet; "
-                            "the window kernel unless the candidates are timed"}
+        choice = Choice(kernel="metcf-window", N=N, reason=f"{self.precision.name}: no calibrated cost model for "
+                        "the m16n8k16 kernels yet; the window kernel unless the candidates are timed",
+                        extra={"device": self._device_model.name, "conversion": self.timings.get("conversion")})
         if B is None or self.autotune is False:
             return choice
         measured = {k: time_fn(k) for k in ("metcf-window", "cusparse")[:2 if self.allow_cusparse else 1]}
@@ -163,7 +165,7 @@ class MetcfDevice:
         return _autotuned(choice, measured)
 
     @staticmethod
-    def _time_splits(choice: dict, measured: dict, ks, time_fn) -> None:
+    def _time_splits(choice: Choice, measured: dict, ks, time_fn) -> None:
         if not ks:
             return
         by_k = {k: time_fn("metcf-split", ksplit=k) for k in ks}
@@ -220,7 +222,7 @@ class MetcfDevice:
         raise ValueError(f"unknown {self.precision.name} ME-TCF kernel {kernel!r} (metcf-window, metcf-split)")
 
 
-def _autotuned(choice: dict, measured: dict) -> dict:
+def _autotuned(choice: Choice, measured: dict) -> Choice:
     best = min(measured, key=measured.get)
     choice.update({"kernel": best, "measured_ms": measured, "predicted_kernel": choice["kernel"],
                    "reason": f"autotune: fastest measured of {measured}; model said {choice['kernel']} "
@@ -240,4 +242,4 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=metcf_concat,
     layout=_layout(), from_arrays=metcf_from_arrays, reference_spmm=reference_spmm,
     stats=lambda M, csr_nbytes=None: metcf_stats(M, A_csr_nbytes=csr_nbytes),
-    device="kernels.formats.metcf.plugin:MetcfDevice", to_csr=metcf_to_csr, shard=METCF_SHARD)
+    device="kernels.formats.metcf.plugin:MetcfDevice", to_csr=metcf_to_csr, shard=METCF_SHARD, fallbacks=("csr-rows",))

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from kernels.formats.contract import Choice, PerCall
 from kernels.formats.registry import Format
 from kernels.formats.metcf.shard import split_columns
 from kernels.formats.shard import ShardOps, keeps_order, rebase, relabel, slot_halo, window_bytes
@@ -44,6 +45,8 @@ class TiledcsrDevice:
     both when autotuning; `launch` runs it. Deterministic: each C element has one writer (the main kernel, or
     for a row group split into pieces at upload, the fixup kernel summing the pieces' partials in order)."""
 
+    format_name, kernels, out_dtype = "tiledcsr", ("tiledcsr-tile",), None  # the device-operator contract
+
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
         import cupy
@@ -66,15 +69,14 @@ class TiledcsrDevice:
         self.sm_count = dev.attributes["MultiProcessorCount"]
         self.l2_bytes = dev.attributes.get("L2CacheSize", 50 << 20)
 
-    def decide(self, N: int, B, time_fn) -> dict:
+    def decide(self, N: int, B, time_fn) -> Choice:
         from kernels.formats.tiledcsr import launch as lt
 
         bands = lt.grid_bands(self._dm.n_pieces, int(self._dm.shape[1]), N, self.precision.itemsize,
                               self.sm_count, self.l2_bytes)
-        choice = {"kernel": "tiledcsr-tile", "N": N, "bands": bands, "prediction": None, "predicted_ms": None,
-                  "conversion": self.timings.get("conversion"),
-                  "reason": (f"3D grid, {bands} column bands: B's band stays in L2 across row groups" if bands > 1
-                             else "2D grid: few thread blocks or B fits L2")}
+        choice = Choice(kernel="tiledcsr-tile", N=N, extra={"bands": bands, "conversion": self.timings.get("conversion")},
+                        reason=(f"3D grid, {bands} column bands: B's band stays in L2 across row groups" if bands > 1
+                                else "2D grid: few thread blocks or B fits L2"))
         if B is None or self.autotune is False or bands == 1:
             return choice
         measured = {f"bands={b}": time_fn("tiledcsr-tile", choice={**choice, "bands": b}) for b in (1, bands)}
@@ -82,6 +84,10 @@ class TiledcsrDevice:
         choice.update(bands=int(best.split("=")[1]), measured_ms=measured,
                       reason=f"autotune: fastest measured grid of {measured}; a priori {bands} bands")
         return choice
+
+    def bind(self, kernel: str, B, out, **kw):
+        """The launch per call (kernels.formats.contract.PerCall): this operator has no packed form."""
+        return PerCall(self, kernel, B, out, **kw)
 
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         """The seam's launch; the grid's column bands come from ``choice`` (`decide`), None: `grid_bands`.

@@ -1,0 +1,100 @@
+"""The plan's call cache and graph capture: `Call`, one bound call of ``SpmmPlan.run`` on fixed buffers (the lean launch through
+the operator's ``bind``, then a CUDA graph of it replayed on the caller's current stream). ``SpmmPlan.run`` keys
+its cache on the buffers' pointers, shapes, strides and dtypes, and a hit costs one dict lookup and this call:
+keep it that lean (benchmarks/host_overhead.py measures it: a few microseconds per call). `capture(plan, B, out)`
+is ``SpmmPlan.capture``: one explicit graph for an iterative caller.
+"""
+from __future__ import annotations
+
+
+AUTO_GRAPH_AFTER = 3  # run replays a captured graph from the 3rd call on the same buffers: one capture (~20-50 us)
+# pays back after a few calls (a replay costs ~2 us of host time against ~4 us for the bare launch on the H200),
+# while a one-off call on fresh buffers never captures
+MAX_BOUND_CALLS = 8  # bound (B, out) pairs a plan keeps (each holds its B and out alive): a GNN layer's forward and
+# backward buffers, a solver's few vectors
+
+
+class Call:
+    """One bound call of ``run`` on fixed buffers: the lean launch, then (``graphs``) a CUDA graph of it replayed
+    on the caller's current stream. Inside a caller's own stream capture it launches (a graph launch is not
+    permitted there: cudaErrorStreamCaptureUnsupported, seen on the H200), so the caller's graph records the
+    kernels themselves."""
+
+    __slots__ = ("bound", "ret", "choice", "graphs", "calls", "graph")
+
+    def __init__(self, bound, ret, choice, graphs: bool):
+        self.bound, self.ret, self.choice, self.graphs, self.calls, self.graph = bound, ret, choice, graphs, 0, None
+
+    def __call__(self):
+        stream = _current_stream()
+        if self.graph is not None:
+            if stream.is_capturing():
+                self.bound(stream.ptr)
+            else:
+                self.graph.launch(stream)
+            return self.ret
+        self.calls += 1
+        if self.graphs and self.calls >= AUTO_GRAPH_AFTER and not stream.is_capturing():
+            self.graph = self._capture()
+            if self.graph is not None:
+                self.graph.launch(stream)
+                return self.ret
+        self.bound(stream.ptr)
+        return self.ret
+
+    def _capture(self):
+        """The bound launch captured on a private stream; None (and no more tries) if it cannot be captured."""
+        import cupy
+
+        side = cupy.cuda.Stream(non_blocking=True)
+        try:
+            with side:  # current too: an operator without a packed bind launches on the current stream (PerCall)
+                side.begin_capture()
+                try:
+                    self.bound(side.ptr)
+                finally:
+                    graph = side.end_capture()
+            return graph
+        except Exception:  # a launch that allocates or synchronizes: keep launching it directly
+            self.graphs = False
+            return None
+
+
+def _current_stream():
+    import cupy
+
+    global _current_stream
+    _current_stream = cupy.cuda.get_current_stream  # bound once
+    return _current_stream()
+
+
+def capture(plan, B, out):
+    """``plan.capture(B, out)``: a replayable CUDA graph of out = A @ B with the kernel chosen for B's N."""
+    import cupy
+
+    if plan.device == "cpu":
+        raise RuntimeError("capture needs the GPU path (this plan runs the CPU reference)")
+    if not isinstance(B, cupy.ndarray) or not isinstance(out, cupy.ndarray):
+        raise TypeError("capture takes cupy arrays B and out (the graph holds their addresses)")
+    if B.dtype != plan.precision.storage_dtype or out.dtype != plan.out_dtype:
+        raise TypeError(f"capture takes B in {plan.precision.storage_dtype} and out in {plan.out_dtype} "
+                        f"(got {B.dtype}, {out.dtype}): a conversion inside the graph would read a copy")
+    plan.run(B, out)  # decides for this N, builds workspaces and cuSPARSE buffers outside the capture
+    kernel = plan.choices[int(B.shape[1])]["kernel"]
+    op_dtype = plan._op(kernel).out_dtype
+    if op_dtype is not None and out.dtype != op_dtype:
+        raise TypeError(f"capture of the {kernel} path needs out in the precision's dtype")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            plan._launch(kernel, B, out)
+        finally:
+            graph = stream.end_capture()
+
+    def replay(on=None):
+        graph.launch(on if on is not None else cupy.cuda.get_current_stream())
+        return out
+
+    replay.kernel = kernel
+    return replay
