@@ -1,9 +1,8 @@
-"""The two operators every plan may hold besides its formats' own, under the device-operator contract
+"""The operator every plan may hold besides its formats' own, under the device-operator contract
 (``kernels.formats.contract``): cuSPARSE's CSR SpMM (`CusparseOperator`, kernel "cusparse": a candidate of a plan
-that need not be deterministic) and the deterministic CUDA-core CSR kernel (`CsrRowsOperator`, kernel "csr-rows":
-the fallback where Tensor Core blocks stay nearly empty, timed against a format's timed choice when the format's
-record lists it in ``Format.fallbacks``). Both run on A as CSR and build their device state on first use, so a plan
-that never times them pays nothing. `BASELINES` is what `SpmmPlan` builds them from.
+that need not be deterministic). It runs on A as CSR and builds its device state on first use, so a plan that never
+times it pays nothing. `BASELINES` is what `SpmmPlan` builds. (The deterministic CUDA-core CSR kernel is a format,
+kernels/formats/csr/.)
 """
 from __future__ import annotations
 
@@ -49,31 +48,4 @@ class CusparseOperator:
         return self._get().bind(B, out, accumulate=accumulate)
 
 
-class CsrRowsOperator:
-    """The deterministic CUDA-core CSR kernel (kernels.csr_rows.CsrRows) on A as given, built on first use."""
-
-    format_name, kernels, config, out_dtype = "csr", ("csr-rows",), None, None
-    summary = "CUDA cores, deterministic"
-
-    def __init__(self, csr_of, precision):
-        self._csr_of, self.precision, self._op = csr_of, precision, None
-        self.timings: dict = {}
-
-    def _get(self):
-        if self._op is None:
-            from kernels.csr_rows import CsrRows
-
-            self._op = CsrRows(self._csr_of(), self.precision)
-        return self._op
-
-    def decide(self, N: int, B, time_fn) -> Choice:
-        return Choice(kernel="csr-rows", N=N, format=self.format_name, reason=self.summary)
-
-    def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit=None, choice=None):
-        return self._get().run(B, out, accumulate=accumulate)
-
-    def bind(self, kernel: str, B, out, *, accumulate: bool = False, ksplit=None, choice=None):
-        return self._get().bind(B, out, accumulate=accumulate)
-
-
-BASELINES = (CusparseOperator, CsrRowsOperator)
+BASELINES = (CusparseOperator,)

@@ -6,11 +6,12 @@ package imports no GPU module (each format's launcher imports CuPy inside its fu
 """
 from kernels.formats.registry import REGISTRY, Format, candidates, get, register
 
-from kernels.formats import bcsr, cvse, metcf, tiledcsr  # noqa: E402  (each folder's __init__ defines FORMAT)
+from kernels.formats import bcsr, csr, cvse, metcf, tiledcsr  # noqa: E402  (each folder's __init__ defines FORMAT)
 
 register(metcf.FORMAT)
 register(bcsr.FORMAT)
 register(tiledcsr.FORMAT)
 register(cvse.FORMAT)
+register(csr.FORMAT)
 
 __all__ = ["REGISTRY", "Format", "candidates", "get", "register"]

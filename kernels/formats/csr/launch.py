@@ -1,4 +1,4 @@
-"""The deterministic CUDA-core CSR SpMM (kernels/cuda/csr_spmm.cu): SpmmPlan's fallback where Tensor Core blocks
+"""The deterministic CUDA-core CSR SpMM (csr_spmm.cu beside this file): SpmmPlan's fallback where Tensor Core blocks
 stay nearly empty (power-law graphs, tiny matrices), in place of cuSPARSE, whose CSR SpMM gives bitwise-different C
 from call to call (so a deterministic plan never picks it). Works on the matrix as given, in every precision
 (float32 values multiplied in fp32, not TF32; 16-bit values widened to fp32), C float32 or B's 16-bit type.
@@ -11,14 +11,14 @@ order by a second kernel. `CsrRows` uploads A and the segments once; ``bind(B, o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from storage.indexing import INT32_MAX, cut_ranges
-from kernels.launch import CUDA_DIR
 from kernels.operands import check_b_out
 
-SOURCE = CUDA_DIR / "csr_spmm.cu"
+SOURCE = Path(__file__).resolve().parent / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 COLS = 128  # columns per warp (4 per lane)
 

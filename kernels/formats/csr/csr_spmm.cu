@@ -2,12 +2,12 @@
 // the deterministic fallback where Tensor Core blocks stay nearly empty (power-law graphs in any order, tiny
 // matrices), standing in for cuSPARSE's CSR SpMM, whose results differ bitwise from call to call (issue 17).
 //   C[r][n] = sum over p in [indptr[r], indptr[r+1]) of data[p] * B[indices[p]][n]   (in increasing p)
-// A row is cut into segments of at most seg_len nonzeros (kernels/formats/csr_plugin.py, `segments`): a short row
+// A row is cut into segments of at most seg_len nonzeros (kernels/formats/csr/launch.py, `segments`): a short row
 // is one segment, written straight to C; a long row's segments write partial rows to a workspace W, and csr_fixup
 // adds them in segment order into C. Each element of C and W has one writer, and the order of every sum depends
 // only on A: bitwise repeatable, no atomics.
 //
-// Launch mapping (kernels/formats/csr_plugin.py): csr_rows: blockDim.x = 32 x CSR_WARPS; warp w of the grid takes
+// Launch mapping (kernels/formats/csr/launch.py): csr_rows: blockDim.x = 32 x CSR_WARPS; warp w of the grid takes
 //   segment blockIdx.x x CSR_WARPS + w and the 128 columns n0 = blockIdx.y x 128 .. +127, lane l columns
 //   n0 + 4l .. n0 + 4l + 3 (one 16-byte float4 / 8-byte 4 x 16-bit load of B per nonzero). The warp reads 32
 //   (column, value) pairs at once, coalesced, and broadcasts them by shuffle; U nonzeros' B loads are in flight

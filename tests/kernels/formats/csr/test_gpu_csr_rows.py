@@ -1,4 +1,4 @@
-"""GPU deterministic CUDA-core CSR SpMM (kernels/csr_rows.py, kernels/cuda/csr_spmm.cu) for float32 / float16 /
+"""GPU deterministic CUDA-core CSR SpMM (kernels/formats/csr/launch.py, csr_spmm.cu) for float32 / float16 /
 bfloat16 against float64: NaN-poisoned out (every element written), rectangular shapes, empty rows, a hub row cut
 into pieces (the fixup kernel), N off the 16-byte path, float32 and 16-bit C, accumulate, two runs bit-identical,
 the bound launch equal to the plain one; SpmmPlan's "csr-rows" kernel on request and in its timed choice."""
@@ -13,7 +13,7 @@ cupy = pytest.importorskip("cupy")
 if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from kernels.csr_rows import CsrConfig, CsrRows  # noqa: E402
+from kernels.formats.csr.launch import CsrConfig, CsrRows  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from kernel_cases import BASE_CASES, random_csr  # noqa: E402
 

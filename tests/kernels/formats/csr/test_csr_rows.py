@@ -1,4 +1,4 @@
-"""The row cut of the deterministic CUDA-core CSR kernel (kernels.csr_rows.segments) and its NumPy twin, on the CPU:
+"""The row cut of the deterministic CUDA-core CSR kernel (kernels.formats.csr.launch.segments) and its NumPy twin, on the CPU:
 pieces partition the nonzeros in row order, no piece longer than seg_len, every row (empty ones too) has one, a long
 row's workspace rows are contiguous and in piece order; the twin equals A @ B; sizes past int32 are refused."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from kernel_cases import BASE_CASES
-from kernels.csr_rows import CsrConfig, reference, segments
+from kernels.formats.csr.launch import CsrConfig, reference, segments
 
 
 @pytest.mark.parametrize("seg_len", [1, 3, 256])

@@ -1,0 +1,7 @@
+"""CSR on CUDA cores, the deterministic fallback where Tensor Core blocks stay nearly empty: `container` (arrays,
+conversion, NumPy twin), `shard` (ShardOps), `launch` (the row cut and launchers), `plugin` (device operator and
+`FORMAT`), the kernels `csr_spmm.cu`.
+"""
+from kernels.formats.csr.plugin import FORMAT
+
+__all__ = ["FORMAT"]

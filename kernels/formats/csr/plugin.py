@@ -1,0 +1,89 @@
+"""The CUDA-core CSR path on the format seam: its `Format` record and its device operator.
+
+The arrays live in ``container``, the row cut and launchers in ``launch``, the kernels in ``csr_spmm.cu`` beside
+this module. `CsrDevice` runs A as CSR on CUDA cores, deterministically (each C element written by one warp, long
+rows cut into pieces added in a fixed order), in every precision: the fallback where Tensor Core blocks stay nearly
+empty (power-law graphs, tiny matrices), in place of cuSPARSE, whose CSR SpMM gives bitwise-different C from call
+to call. A plan times it against a format's timed choice when that format lists "csr-rows" in its
+``Format.fallbacks`` (ME-TCF does, as DTC-SpMM's selector does); ``--format csr`` or ``auto`` run it as a format.
+"""
+from __future__ import annotations
+
+import time
+
+import scipy.sparse as sp
+
+from kernels.formats.contract import Choice
+from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
+from kernels.formats.csr.shard import CSR_SHARD
+from kernels.formats.registry import Format
+from kernels.precision import Precision
+from storage.formats import BlockLayout
+
+
+def convert(A, precision: Precision) -> CSR:
+    """Canonical CSR (one row block) -> CSR with values in the precision's storage dtype."""
+    return csr_from_scipy(A, to_storage=precision.to_storage)
+
+
+class CsrDevice:
+    """A as CSR on the current device at one precision, uploaded on first use (a plan that never times or runs it
+    pays nothing): one kernel, "csr-rows"; cuSPARSE among the candidates when the plan need not be deterministic."""
+
+    format_name, kernels, out_dtype = "csr", ("csr-rows",), None  # the device-operator contract
+    summary = "CUDA cores, deterministic"
+
+    def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
+                 autotune="auto", allow_cusparse: bool = False):
+        from kernels.formats.csr.launch import CSR_CONFIG, CsrConfig
+
+        self.precision, self._A, self._rows = precision, A, None
+        self.config = config if isinstance(config, CsrConfig) else CSR_CONFIG
+        self.autotune = autotune if autotune == "auto" else bool(autotune)
+        self.allow_cusparse = allow_cusparse
+        self.timings: dict = {}
+
+    def _get(self):
+        if self._rows is None:
+            from kernels.formats.csr.launch import CsrRows
+
+            t0 = time.perf_counter()
+            A = self._A if sp.issparse(self._A) else to_scipy(self._A)
+            self._rows = CsrRows(A, self.precision, self.config)
+            self.timings.update(convert_upload_s=time.perf_counter() - t0, conversion="host CSR upload")
+        return self._rows
+
+    def decide(self, N: int, B, time_fn) -> Choice:
+        choice = Choice(kernel="csr-rows", N=N, reason="one warp per row piece on CUDA cores, fixed summation order")
+        if B is None or self.autotune is False or not self.allow_cusparse:
+            return choice
+        measured = {k: time_fn(k) for k in ("csr-rows", "cusparse")}
+        best = min(measured, key=measured.get)
+        choice.update(kernel=best, measured_ms=measured, predicted_kernel="csr-rows",
+                      reason=f"autotune: fastest measured of {measured}")
+        return choice
+
+    def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
+        self._check(kernel, ksplit)
+        return self._get().run(B, out, accumulate=accumulate)
+
+    def bind(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
+        self._check(kernel, ksplit)
+        return self._get().bind(B, out, accumulate=accumulate)
+
+    @staticmethod
+    def _check(kernel: str, ksplit) -> None:
+        if kernel != "csr-rows":
+            raise ValueError(f"unknown CSR kernel {kernel!r} (csr-rows)")
+        if ksplit not in (None, 1):
+            raise ValueError(f"the CSR kernel has no split-K, got ksplit={ksplit}")
+
+
+# the store's layout: a stored row per Parquet row, grouped by 16-row window, its column ids and values as lists
+LAYOUT = BlockLayout(rows_per_group=16, group_offset="window_ptr", item_offset="indptr", fixed={"row_in_window": 0},
+                     ragged=("indices", "data"))
+FORMAT = Format(
+    name="csr", summary="CSR on CUDA cores: the matrix as given, one warp per row piece, deterministic",
+    block_width={"float32": 1, "float16": 1, "bfloat16": 1}, convert=convert, concat=csr_concat,
+    layout=LAYOUT, from_arrays=csr_from_arrays, reference_spmm=csr_spmm, stats=csr_stats,
+    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD)
