@@ -15,7 +15,8 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from prefect import flow
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 
 from configs import load_catalog
 from flows.spmm import spmm_flow
@@ -24,13 +25,22 @@ from tasks.cli import data_root as resolve_data_root
 from tasks.stages import flow_cluster
 
 
+@task(name="train gnn", cache_policy=NO_CACHE)
+def train_gnn_task(matrix_id: str, data_root: str, epochs: int = 50) -> dict:
+    """The downstream GNN job on a stored matrix (gnn.catalog.train_stored: 2-layer GCN and GAT); skipped, with the
+    reason, when torch is missing or the matrix has no node features and labels (IGB archives carry them)."""
+    from gnn.catalog import train_stored
+
+    return train_stored(matrix_id, data_root, epochs=epochs)
+
+
 @flow(name="tcspmm-catalog", log_prints=True)
 def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str = "auto", devices: str = "auto",
                  scheduler: str | None = None, concurrency: int = 2, data_root: str | None = None,
                  repeats: int = 20, train_gnn: bool = False, gnn_epochs: int = 50) -> dict:
     """Run every catalog entry; returns ``{spec: outcome}``, an outcome being ``cli.run_outcome`` (run id, each
     stage's wall ms, kernel, median kernel ms, GFLOP/s) or ``{"error": message}``. ``train_gnn``: then the
-    downstream GNN job (2-layer GCN and GAT, ``gnn.train``) on every matrix that stored node features, its
+    downstream GNN job (2-layer GCN and GAT, ``gnn.catalog.train_stored``) on every matrix that stored node features, its
     result under the outcome's ``"gnn"``. ``scheduler`` (default: ``TCSPMM_SCHEDULER``, else a local cluster
     started here): the Dask cluster every matrix runs on, e.g. separately started ``dask scheduler`` and
     ``dask cuda worker`` processes, one per GPU."""
@@ -47,11 +57,9 @@ def catalog_flow(catalog: str | None = None, n_cols_b: int = 128, reorder: str =
             except Exception as err:  # one matrix's failure must not hide the others' results
                 outcome[spec] = {"error": str(err)}
     if train_gnn:
-        from tasks import steps
-
         for spec, out in outcome.items():
             if "error" not in out:
-                out["gnn"] = steps.train_gnn(out["matrix_id"], root, gnn_epochs)
+                out["gnn"] = train_gnn_task(out["matrix_id"], root, gnn_epochs)
     print(cli.catalog_summary(outcome))
     failed = [s for s, o in outcome.items() if "error" in o]
     if failed:

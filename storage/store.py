@@ -246,7 +246,7 @@ class MatrixStore:
     def write_format(self, fmt: str, perm_key: str, arrays, meta: dict | None = None, window_ranges=None, *,
                      max_block_nnz: int = csr_io.DEFAULT_MAX_BLOCK_NNZ,
                      max_block_rows: int = csr_io.DEFAULT_MAX_BLOCK_ROWS) -> dict:
-        """Store a tiled format (dict of CONTRACTS.md arrays, or an object with those attributes) as window shards.
+        """Store a tiled format (dict of its layout's arrays, or an object with those attributes) as window shards.
 
         ``window_ranges``: a partptr over windows ``[0, w1, ..., n_windows]`` or ``[(w0, w1), ...]``: one file per
         non-empty shard. None: shards bounded by ``max_block_nnz`` nonzeros and ``max_block_rows`` rows.

@@ -272,24 +272,3 @@ def _jsonable(obj):
     """Plain JSON types for reports (NumPy scalars and arrays become Python numbers and lists), through the
     store's own JSON encoding so both agree."""
     return json.loads(dumps(obj))
-
-
-def train_gnn(matrix_id: str, data_root: str, *, epochs: int = 50) -> dict:
-    """Train the 2-layer GCN and GAT of ``gnn.train`` on a stored matrix with node features and labels; returns
-    {"rows": [...]} (epoch ms, accuracies; no loss curves) or {"skipped": why}."""
-    from storage.features import has_node_array
-
-    from tasks.features import IGB_NODE_FILES
-
-    mstore = BlockStore(data_root).matrix(matrix_id)
-    labels = [n for n in ("label", *IGB_NODE_FILES) if n.startswith("label") and has_node_array(mstore, n)]
-    if not (has_node_array(mstore, "feat") and labels):  # gnn.load picks label_19, else label, else the first
-        return {"skipped": f"{matrix_id} has no stored node features and labels (IGB archives carry them)"}
-    try:
-        import torch
-    except ImportError:
-        return {"skipped": "torch is not installed (pip install -e '.[gnn]')"}
-    from gnn.train import train
-
-    rows = train(matrix_id, data_root, device="cuda" if torch.cuda.is_available() else "cpu", epochs=epochs)
-    return {"rows": [{k: v for k, v in r.items() if k != "losses"} for r in rows]}

@@ -50,13 +50,6 @@ def spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, n_cols_
                             repeats=repeats, deterministic=deterministic)
 
 
-@task(name="train gnn", cache_policy=NO_CACHE)
-def train_gnn(matrix_id: str, data_root: str, epochs: int = 50) -> dict:
-    """The downstream GNN job on a stored matrix (gnn.train: 2-layer GCN and GAT); skipped, with the reason, when
-    torch is missing or the matrix has no node features and labels (IGB archives carry them)."""
-    return stages.train_gnn(matrix_id, data_root, epochs=epochs)
-
-
 @task(name="report", cache_policy=NO_CACHE)
 def write_report(data_root: str, run_id: str, matrix_id: str, results: dict) -> str:
     rows = report.stage_rows(run_id, matrix_id, results)

@@ -2,7 +2,7 @@
 
 Plain NumPy (no Dask): the driver makes the plan once; workers only read their shard.
 
-Conventions (docs/CONTRACTS.md): ``perm[new] = old``; the ME-TCF ``M`` is of the (possibly reordered) matrix
+Conventions (docs/architecture.md): ``perm[new] = old``; the ME-TCF ``M`` is of the (possibly reordered) matrix
 ``A[perm]``, so window w holds reordered rows ``16w .. 16w+15`` while its columns (``sparse_a_to_b``) are original
 column ids, i.e. original rows of B. Shard k owns windows ``partptr[k]:partptr[k+1]`` (a window is never split)
 and reordered rows ``row_start[k]:row_stop[k]``.

@@ -1,4 +1,4 @@
-"""Parse: turn a ``RawMatrix`` into canonical CSR (docs/CONTRACTS.md) plus metadata.
+"""Parse: turn a ``RawMatrix`` into canonical CSR (docs/architecture.md) plus metadata.
 
 ``load_matrix(raw, *, drop_zeros=False, complex_mode=None, allow_nonfinite=False)`` reads MatrixMarket files
 (SuiteSparse tarballs, local ``.mtx``/``.mtx.gz``/``.tar.gz``), IGB edge lists, or runs a generator, then checks

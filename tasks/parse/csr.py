@@ -1,4 +1,4 @@
-"""Canonical CSR (docs/CONTRACTS.md): sorted indices, duplicates summed, explicit zeros kept, index dtype from
+"""Canonical CSR (docs/architecture.md): sorted indices, duplicates summed, explicit zeros kept, index dtype from
 ``storage.indexing.index_dtype(max(shape), nnz)`` for both ``indptr`` and ``indices``."""
 from __future__ import annotations
 

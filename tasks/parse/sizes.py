@@ -1,6 +1,6 @@
 """Memory estimates for matrices whose size comes from outside, checked before anything is allocated from them.
 
-The canonical CSR (docs/CONTRACTS.md) has one offset per row, so a header that declares 3e9 rows needs 24 GB for
+The canonical CSR (docs/architecture.md) has one offset per row, so a header that declares 3e9 rows needs 24 GB for
 ``indptr`` alone, whatever its entry count: such a matrix is refused with one line naming the size and the memory
 (``configs.limits.check_memory``), never allocated and killed by the OOM killer. Per-column arrays are never built
 from a declared size (a 7 x 3e9 matrix with 20 entries is fine).

@@ -34,7 +34,7 @@ def assert_same_csr(B, A) -> None:
 
 
 def csr_to_metcf(A, window=16, width=8) -> dict:
-    """Reference ME-TCF builder (CONTRACTS.md canonical form), loops are fine at test sizes."""
+    """Reference ME-TCF builder (docs/architecture.md canonical form), loops are fine at test sizes."""
     A = sp.csr_array(A)
     n_rows = A.shape[0]
     n_windows = -(-n_rows // window)

@@ -1,7 +1,7 @@
 """ME-TCF (DTC-SpMM, ASPLOS'24, section 4.2): CSR condensed into 16x8 Tensor-Core blocks per 16-row window.
 
 Public API: `METCF`, `csr_to_metcf`, `metcf_concat`, `metcf_to_csr`, `balanced_items`, `balance`, `metcf_stats`.
-The array contract is docs/CONTRACTS.md ("ME-TCF, our arrays"); CUDA kernels are written against it.
+The array contract is docs/architecture.md ("ME-TCF (DTC-SpMM section 4.2), our arrays"); CUDA kernels are written against it.
 Everything here is vectorized NumPy: no Python loop over rows, windows or blocks (only over window-range chunks,
 which bound the temporaries at about 100 bytes per nonzero of one chunk).
 """
