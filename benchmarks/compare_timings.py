@@ -1,0 +1,79 @@
+"""Before/after timings of one benchmark on one machine: every case's ratio and their geometric mean.
+
+    python benchmarks/compare_timings.py BEFORE.json AFTER.json [--case 0.03] [--geomean 0.01] [--only REGEX]
+
+Both files come from the same script of benchmarks/ (spmm.py, formats.py, host_overhead.py: ``{"rows": [...]}``)
+run on the same machine. A row is matched by its identity fields (matrix, N, order, plan, class, kind, label);
+a timing is every number under a key ending in ``ms`` or ``us`` (nested dicts give one timing per entry, e.g.
+``ms.metcf-window``). A ratio is after / before. Exit 0 when every ratio is within ``1 + case`` (slower; faster is
+fine) and the geometric mean within ``1 + geomean``; 1 otherwise; the worst cases are printed first. ``--only``
+keeps the timings whose name matches (e.g. ``'^(issued_us|issued_nograph_us|graph_us)$'`` for host_overhead.py,
+leaving out the CuPy and cuSPARSE baselines it also times).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+IDENTITY = ("matrix", "label", "N", "order", "plan", "class", "kind", "dtype", "vector")
+
+
+def timings(row: dict, prefix: str = "") -> dict[str, float]:
+    """Every timing of a row: numbers under keys ending in ms or us, nested dicts flattened with dots."""
+    out = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and (key.endswith(("ms", "us")) or prefix):
+            out.update(timings(value, name + "."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                prefix or key.endswith(("_ms", "_us")) or key in ("ms", "us")):
+            if math.isfinite(value) and value > 0:
+                out[name] = float(value)
+    return out
+
+
+def cases(path: Path) -> dict[tuple, dict[str, float]]:
+    rows = json.loads(path.read_text()).get("rows", [])
+    return {tuple((k, json.dumps(r.get(k))) for k in IDENTITY if k in r): timings(r) for r in rows}
+
+
+def compare(before: Path, after: Path, only: str | None = None) -> list[tuple[str, float]]:
+    """(case name, after / before) for every timing present in both files (whose name matches ``only``)."""
+    b, a = cases(before), cases(after)
+    out = []
+    for ident in sorted(set(b) & set(a)):
+        for name in sorted(set(b[ident]) & set(a[ident])):
+            if only and not re.search(only, name):
+                continue
+            label = " ".join(f"{k}={json.loads(v)}" for k, v in ident) + f" {name}"
+            out.append((label, a[ident][name] / b[ident][name]))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    ap.add_argument("--case", type=float, default=0.03, help="largest slowdown of one timing (default 0.03)")
+    ap.add_argument("--geomean", type=float, default=0.01, help="largest slowdown of the geomean (default 0.01)")
+    ap.add_argument("--only", help="compare only the timings whose name matches this regular expression")
+    args = ap.parse_args(argv)
+    ratios = compare(args.before, args.after, args.only)
+    if not ratios:
+        print("no timing is in both files (same script? same cases?)")
+        return 1
+    geo = math.exp(sum(math.log(r) for _, r in ratios) / len(ratios))
+    bad = [(n, r) for n, r in ratios if r > 1 + args.case]
+    for name, r in sorted(ratios, key=lambda x: -x[1])[:20]:
+        print(f"{r:7.4f}  {name}")
+    print(f"{len(ratios)} timings; geomean after/before {geo:.4f} (limit {1 + args.geomean:.2f}); "
+          f"{len(bad)} above {1 + args.case:.2f}")
+    return 0 if not bad and geo <= 1 + args.geomean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

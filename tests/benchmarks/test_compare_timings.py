@@ -1,0 +1,37 @@
+"""benchmarks/compare_timings.py: rows matched by identity, every timing's ratio, the 3% / 1% criteria."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("compare_timings", Path(__file__).resolve().parents[2] / "benchmarks" /
+                                              "compare_timings.py")
+ct = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ct)
+
+
+def write(path, rows):
+    path.write_text(json.dumps({"meta": {}, "rows": rows}))
+    return path
+
+
+def test_ratios_of_matched_rows_and_the_criteria(tmp_path, capsys):
+    before = write(tmp_path / "b.json", [
+        {"matrix": "a", "N": 128, "ms": {"metcf-window": 1.0, "cusparse": 2.0}, "issued_us": 10.0, "nnz": 5},
+        {"matrix": "b", "N": 128, "ms": {"metcf-window": 1.0}}])
+    same = write(tmp_path / "s.json", [
+        {"matrix": "b", "N": 128, "ms": {"metcf-window": 1.005}},
+        {"matrix": "a", "N": 128, "ms": {"metcf-window": 0.99, "cusparse": 2.0}, "issued_us": 10.1, "nnz": 5}])
+    ratios = dict(ct.compare(before, same))
+    assert set(ratios) == {"matrix=a N=128 ms.metcf-window", "matrix=a N=128 ms.cusparse", "matrix=a N=128 issued_us",
+                           "matrix=b N=128 ms.metcf-window"}  # nnz is not a timing
+    assert abs(ratios["matrix=a N=128 issued_us"] - 1.01) < 1e-12
+    assert ct.main([str(before), str(same)]) == 0
+    slow = write(tmp_path / "x.json", [{"matrix": "a", "N": 128, "ms": {"metcf-window": 1.04}}])
+    assert ct.main([str(before), str(slow)]) == 1  # one case 4% slower
+    drift = write(tmp_path / "d.json", [{"matrix": "a", "N": 128, "ms": {"metcf-window": 1.02, "cusparse": 2.04}}])
+    assert ct.main([str(before), str(drift)]) == 1  # each within 3%, the geomean 2% slower
+    assert "geomean after/before" in capsys.readouterr().out
+    assert [n for n, _ in ct.compare(before, same, only=r"^issued_us$")] == ["matrix=a N=128 issued_us"]
+    assert ct.main([str(before), str(slow), "--only", "cusparse"]) == 1  # no timing left: nothing to judge
