@@ -8,8 +8,11 @@
 - formats.py: what a format needs to run sharded (`shard_ops`; every registered format), halo_order.py: the row order
   for P > 1 shards by TC blocks and halo bytes (`choose_order`);
 - `DistributedSpmm(plan, client, ...)` (resident.py): one actor per shard, halo exchange by NCCL or Dask;
-  ``iterate(n)`` batches n iterations into one actor call per shard;
-- `cluster_client(address=None, n_workers=None)` (cluster.py): dask-cuda when GPUs are present, else CPU workers;
+  ``iterate(n)`` batches n iterations into one actor call per shard, on GPUs enqueued without a host sync between
+  them (nccl_loop.py: fixed buffers, events read once per batch into kernel / exchange / exposed / gap ms);
+- `cluster_client(address=None, n_workers=None)` (cluster.py): dask-cuda when GPUs are present (an RMM pool that
+  CuPy allocates from, the tcp or ucx protocol: `gpu_cluster_options`), else CPU workers; halo_order.py's
+  `auto_for_devices` is ``--reorder auto`` over several devices;
 - `runs_rows`, `markdown_table`, `resident_rows` (report.py): timing tables for the runs table and artifacts;
 - device.py (what a worker does on its GPU: timers, SpmmPlan, transfers) and synth.py (R-MAT/SBM graphs straight
   to ME-TCF with CuPy, for the scaling benchmark).

@@ -31,7 +31,7 @@ def nccl_type(dtype):
 
 
 class IterationEvents:
-    """The six CUDA events of one enqueued iteration (see the module docstring)."""
+    """The seven CUDA events of one enqueued iteration (see the module docstring)."""
 
     __slots__ = ("start", "adv", "x_start", "x", "own", "wait", "end")
 

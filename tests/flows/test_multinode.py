@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,12 +21,6 @@ GEN = "gen:sbm?n=1200&blocks=12&p_in=0.05&p_out=0.002&seed=5"
 START_TIMEOUT_S = 90
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _dask(args: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "DASK_LOGGING__DISTRIBUTED": "warning"}
     with open(log, "w") as out:  # the child keeps its own descriptor
@@ -40,18 +33,24 @@ def remote_cluster(request, tmp_path):
     protocol = request.param
     if protocol == "ucx":
         pytest.importorskip("distributed_ucxx", reason="UCX needs distributed-ucxx (ucxx), not installed here")
-    port = _free_port()
-    address = f"{protocol}://127.0.0.1:{port}"
-    procs = [_dask(["scheduler", "--host", "127.0.0.1", "--port", str(port), "--protocol", protocol,
-                    "--no-dashboard"], tmp_path / "scheduler.log")]
+    # Port 0: the scheduler takes a port of its own and writes its address to the scheduler file (no port is
+    # guessed free here and then taken by someone else before the scheduler binds it).
+    sched_file = tmp_path / "scheduler.json"
+    procs = [_dask(["scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", protocol, "--no-dashboard",
+                    "--scheduler-file", str(sched_file)], tmp_path / "scheduler.log")]
     try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not sched_file.exists():
+            if time.monotonic() > deadline or procs[0].poll() is not None:
+                pytest.fail(f"dask scheduler did not start:\n{(tmp_path / 'scheduler.log').read_text()[-1500:]}")
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
         for i in range(2):  # like `dask worker` on two nodes: one process, one thread each
             procs.append(_dask(["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
                                 "--memory-limit", "0", "--no-dashboard", "--name", f"node-{i}"],
                                tmp_path / f"worker-{i}.log"))
         from distributed import Client
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:  # the scheduler may not listen yet
+        while True:  # the workers may not have registered yet
             try:
                 with Client(address, timeout="10s") as c:
                     c.wait_for_workers(2, timeout=max(1.0, deadline - time.monotonic()))

@@ -31,6 +31,18 @@ def test_options_are_parsed_before_prefect_or_the_pipeline_is_imported():
     assert proc.stdout.split() == ["['numpy']"]  # the generator's parameters are checked; nothing else loads
 
 
+def test_catalog_options_are_parsed_before_prefect_is_imported():
+    """The catalog's command line answers --help and bad options without Prefect; its flow (the deployment's
+    entrypoint ``flows/catalog.py:catalog_flow``) is still reached through the module."""
+    code = ("import sys; from flows.catalog import build_parser; build_parser().parse_args(['--concurrency', '3', "
+            "'--devices', '2']); print(sorted(m for m in ('prefect', 'distributed') if m in sys.modules)); "
+            "import flows.catalog as c; print(c.catalog_flow.name, 'prefect' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["[]", "tcspmm-catalog True"]
+
+
 def _descendants(pid: int) -> list:
     return psutil.Process(pid).children(recursive=True)
 
