@@ -1,9 +1,12 @@
 """Before/after timings of one benchmark on one machine: every case's ratio and their geometric mean.
 
     python benchmarks/compare_timings.py BEFORE.json AFTER.json [--case 0.03] [--geomean 0.01] [--only REGEX]
+    python benchmarks/compare_timings.py B1.json,B2.json A1.json,A2.json    (rounds: each timing's minimum)
 
 Both files come from the same script of benchmarks/ (spmm.py, formats.py, host_overhead.py: ``{"rows": [...]}``)
-run on the same machine. A row is matched by its identity fields (matrix, N, order, plan, class, kind, label);
+run on the same machine; a comma-separated list on a side gives that side's rounds (run alternately with the other
+side's), of which each timing's minimum counts (host timings in microseconds vary from round to round). A row is
+matched by its identity fields (matrix, N, order, plan, class, kind, label);
 a timing is every number under a key ending in ``ms`` or ``us`` (nested dicts give one timing per entry, e.g.
 ``ms.metcf-window``). A ratio is after / before. Exit 0 when every ratio is within ``1 + case`` (slower; faster is
 fine) and the geometric mean within ``1 + geomean``; 1 otherwise; the worst cases are printed first. ``--only``
@@ -41,9 +44,20 @@ def cases(path: Path) -> dict[tuple, dict[str, float]]:
     return {tuple((k, json.dumps(r.get(k))) for k in IDENTITY if k in r): timings(r) for r in rows}
 
 
-def compare(before: Path, after: Path, only: str | None = None) -> list[tuple[str, float]]:
-    """(case name, after / before) for every timing present in both files (whose name matches ``only``)."""
-    b, a = cases(before), cases(after)
+def rounds(paths: str) -> dict[tuple, dict[str, float]]:
+    """The cases of one or more files (comma-separated), each timing the minimum over the files that have it."""
+    out: dict[tuple, dict[str, float]] = {}
+    for path in filter(None, str(paths).split(",")):
+        for ident, ts in cases(Path(path)).items():
+            mine = out.setdefault(ident, {})
+            for name, value in ts.items():
+                mine[name] = min(value, mine.get(name, value))
+    return out
+
+
+def compare(before: str | Path, after: str | Path, only: str | None = None) -> list[tuple[str, float]]:
+    """(case name, after / before) for every timing present on both sides (whose name matches ``only``)."""
+    b, a = rounds(before), rounds(after)
     out = []
     for ident in sorted(set(b) & set(a)):
         for name in sorted(set(b[ident]) & set(a[ident])):
@@ -56,8 +70,8 @@ def compare(before: Path, after: Path, only: str | None = None) -> list[tuple[st
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("before", type=Path)
-    ap.add_argument("after", type=Path)
+    ap.add_argument("before", help="results file, or comma-separated files of several rounds")
+    ap.add_argument("after", help="results file, or comma-separated files of several rounds")
     ap.add_argument("--case", type=float, default=0.03, help="largest slowdown of one timing (default 0.03)")
     ap.add_argument("--geomean", type=float, default=0.01, help="largest slowdown of the geomean (default 0.01)")
     ap.add_argument("--only", help="compare only the timings whose name matches this regular expression")

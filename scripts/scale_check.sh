@@ -3,7 +3,8 @@
 # (scripts/gpu_site.sh; carry .mg), then run the named steps in order, each bounded in time, logs and JSON to $OUT.
 #
 #   bash scripts/scale_check.sh STEP[=ARGS] ...
-#   tests:P           the multi_gpu tests (test_multi_gpu.py, test_multi_gpu_paths.py) on P GPUs
+#   tests:P           the multi_gpu tests (test_multi_gpu.py, test_multi_gpu_paths.py) on P GPUs; a test that
+#                     hangs fails at TEST_TIMEOUT_S (stacks dumped at HANG_S) and the others still run
 #   bench:NAME=ARGS   benchmarks/multi_gpu.py ARGS --out $OUT/multi_gpu-NAME.json (ARGS: words joined by ',,')
 #
 # e.g. bash scripts/scale_check.sh tests:2 'bench:quick=--quick,,--gpus,,1,2,4'
@@ -11,7 +12,7 @@ set -uo pipefail
 out=${OUT:-/tmp/scale-out}
 logs=$out  # written where they come back even when the call is cut off
 mkdir -p "$out" "$logs" /tmp/site
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PREFECT_SERVER_ANALYTICS_ENABLED=false TCSPMM_DATA=/tmp/tcspmm-data
 [ -f .mg/site.tar.xz ] && [ ! -d /tmp/site/distributed ] && tar xJf .mg/site.tar.xz -C /tmp/site
 export PYTHONPATH=/tmp/site:.
@@ -37,8 +38,9 @@ for step in "$@"; do
     case $name in
         tests:*)
             p=${name#tests:}
-            TCSPMM_TEST_GPUS=$p timeout "${TESTS_TIMEOUT_S:-300}" python3 -m pytest -v -m multi_gpu -rs \
-                -p no:cacheprovider --durations=0 -o faulthandler_timeout="${HANG_S:-100}" \
+            TCSPMM_TEST_GPUS=$p TCSPMM_FAILURE_LOG="$logs/failures-$p.log" timeout "${TESTS_TIMEOUT_S:-300}" python3 -m pytest -v -m multi_gpu -rs \
+                -p no:cacheprovider --durations=0 -o faulthandler_timeout="${HANG_S:-100}" --tb=short \
+                --timeout="${TEST_TIMEOUT_S:-150}" \
                 tests/tasks/distribute/test_multi_gpu.py \
                 tests/tasks/distribute/test_multi_gpu_paths.py ${PYTEST_K:+-k "$PYTEST_K"} \
                 > "$logs/tests-$p.log" 2>&1 || status=1

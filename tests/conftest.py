@@ -195,3 +195,14 @@ def data_root(tmp_path, monkeypatch, mirror):
     monkeypatch.setenv("TCSPMM_HTTP_TIMEOUT_S", "10")
     yield root
     mirror.reset()
+
+
+def pytest_runtest_logreport(report):
+    """With ``TCSPMM_FAILURE_LOG`` set, each failure's report is appended to that file as it happens (device runs:
+    a later hang killed by a deadline must not take the earlier failures' reasons with it)."""
+    path = os.environ.get("TCSPMM_FAILURE_LOG")
+    if path and report.failed:
+        sections = "".join(f"---- {name}\n{text[-4000:]}\n" for name, text in report.sections)  # logs, stderr
+        with open(path, "a") as log:  # (Dask workers write to the test's stderr; their nanny logs their deaths)
+            log.write(f"==== {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n"
+                      f"{sections}\n")

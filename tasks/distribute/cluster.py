@@ -106,6 +106,7 @@ def make_cluster(n_workers: int | None = None, *, gpu: bool | None = None, proto
         opts = {**gpu_cluster_options(protocol, rmm_pool), **opts}
         return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(devices), n_workers=n, threads_per_worker=1, **opts)
     from distributed import LocalCluster
+    opts.setdefault("protocol", gpu_cluster_options(protocol, rmm_pool="off")["protocol"])
     return LocalCluster(n_workers=int(n_workers or os.cpu_count() or 1), processes=True, threads_per_worker=1,
                         **opts)
 

@@ -35,3 +35,15 @@ def test_ratios_of_matched_rows_and_the_criteria(tmp_path, capsys):
     assert "geomean after/before" in capsys.readouterr().out
     assert [n for n, _ in ct.compare(before, same, only=r"^issued_us$")] == ["matrix=a N=128 issued_us"]
     assert ct.main([str(before), str(slow), "--only", "cusparse"]) == 1  # no timing left: nothing to judge
+
+
+def test_rounds_count_each_timings_minimum(tmp_path):
+    """Comma-separated files on a side are rounds of it: each timing's minimum over them is compared."""
+    b1 = write(tmp_path / "b1.json", [{"matrix": "a", "N": 128, "issued_us": 10.0, "graph_us": 5.0}])
+    b2 = write(tmp_path / "b2.json", [{"matrix": "a", "N": 128, "issued_us": 12.0, "graph_us": 4.0}])
+    a1 = write(tmp_path / "a1.json", [{"matrix": "a", "N": 128, "issued_us": 14.0, "graph_us": 4.0}])
+    a2 = write(tmp_path / "a2.json", [{"matrix": "a", "N": 128, "issued_us": 10.1, "graph_us": 6.0}])
+    ratios = dict(ct.compare(f"{b1},{b2}", f"{a1},{a2}"))
+    assert abs(ratios["matrix=a N=128 issued_us"] - 1.01) < 1e-12 and ratios["matrix=a N=128 graph_us"] == 1.0
+    assert ct.main([f"{b1},{b2}", f"{a1},{a2}"]) == 0
+    assert ct.main([str(b1), str(a1)]) == 1  # one round each: 40% slower

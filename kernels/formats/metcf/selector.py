@@ -217,9 +217,8 @@ def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
     """The current CuPy device's SM count, the two SpMM kernels' occupancy and its copy bandwidth."""
     import cupy
 
-    from kernels.launch import copy_bandwidth_gbs, module
-
-    from kernels.formats.metcf.launch import ksplits, split_shape
+    from kernels.formats.metcf.launch import ksplits, module, split_shape
+    from kernels.launch import copy_bandwidth_gbs
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     mod = module(config)

@@ -80,7 +80,10 @@ def test_workers_allocate_from_an_rmm_pool(address):
 
 
 UCX_SCRIPT = """
+import faulthandler
 import sys
+import numpy as np
+faulthandler.dump_traceback_later({dump_s}, exit=True)  # where it hangs, before the test's deadline
 sys.path.insert(0, {repo!r})
 from kernels.formats.metcf.container import metcf_to_csr
 from tasks.distribute import DistributedSpmm, cluster_client, make_plan
@@ -94,8 +97,10 @@ def main():
     B = np.random.default_rng(10).standard_normal((shape[1], 32)).astype(np.float32)
     ref = metcf_to_csr(M).astype(np.float64) @ B.astype(np.float64)
     plan = make_plan(M, {P})
+    print("starting the UCX cluster", flush=True)
     with cluster_client(n_workers={P}, protocol="ucx") as client:
         assert client.scheduler.address.startswith("ucx"), client.scheduler.address
+        print("cluster up at", client.scheduler.address, flush=True)
         with DistributedSpmm(plan, client, M=M, transport={transport!r}, overlap=True) as ds:
             assert ds.transport == {transport!r} and ds.device_rows
             ds.scatter(B)
@@ -103,7 +108,7 @@ def main():
 if __name__ == "__main__":
     main()
 """
-UCX_TIMEOUT_S = 240
+UCX_TIMEOUT_S = int(os.environ.get("TCSPMM_UCX_TIMEOUT_S", "240"))
 
 
 @pytest.mark.parametrize("transport", ["dask", "nccl"])
@@ -113,14 +118,16 @@ def test_ucx_cluster_resident(tmp_path, transport):
     process then crashed, which must fail this test, not stall the suite."""
     pytest.importorskip("distributed_ucxx", reason="UCX needs distributed-ucxx (ucxx), not installed here")
     script = tmp_path / "ucx_case.py"
-    script.write_text(UCX_SCRIPT.format(repo=str(REPO), P=N_GPUS, transport=transport))
+    script.write_text(UCX_SCRIPT.format(repo=str(REPO), P=N_GPUS, transport=transport,
+                                        dump_s=max(UCX_TIMEOUT_S - 15, 10)))
     env = {**os.environ, **SAFE_GPU_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     try:
         run = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True,
                              timeout=UCX_TIMEOUT_S)
     except subprocess.TimeoutExpired as err:
-        pytest.fail(f"the UCX cluster run did not finish in {UCX_TIMEOUT_S} s: {str(err.stderr or '')[-2000:]}")
-    assert run.returncode == 0, run.stderr[-3000:]
+        pytest.fail(f"the UCX cluster run did not finish in {UCX_TIMEOUT_S} s: {str(err.stdout or '')[-500:]} "
+                    f"{str(err.stderr or '')[-4000:]}")
+    assert run.returncode == 0, run.stdout[-500:] + run.stderr[-4000:]
     errs = [float(x) for x in run.stdout.split("rel_err", 1)[1].split()[:2]]
     assert max(errs) < 2e-3, run.stdout
 

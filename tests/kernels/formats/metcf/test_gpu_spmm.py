@@ -55,11 +55,11 @@ def split_ks(N, config=None):
 
 
 def run_kernel(kernel, dm, Bd, out, config=None, **kw):
-    """kernel: "window", "balanced" or "split-k<ksplit>" (kernels.launch.spmm_*)."""
+    """kernel: "window", "balanced" or "split-k<ksplit>" (kernels.formats.metcf.launch.spmm_*)."""
     cfg = {"config": config} if config else {}
     if kernel.startswith("split-k"):
         return metcf_launch.spmm_split(dm, Bd, out, ksplit=int(kernel[7:]), **cfg, **kw)
-    return getattr(launch, f"spmm_{kernel}")(dm, Bd, out, **cfg, **kw)
+    return getattr(metcf_launch, f"spmm_{kernel}")(dm, Bd, out, **cfg, **kw)
 
 
 def check(A, N, rng, *, kernels=("window", "balanced", "split"), config=None):
