@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import io
 import json
+import os
 import sys
 import tarfile
 import time
@@ -88,8 +89,12 @@ def log(*a):
 
 
 def fixture(name: str):
-    path = REPO / ".fixtures" / "suitesparse" / "MM" / f"{name}.tar.gz"
-    if not path.exists():
+    """A SuiteSparse fixture as float32 CSR, from TCSPMM_FIXTURES, .fixtures or ../shared/fixtures (the tests'
+    order); None when none holds it."""
+    roots = [Path(p) for p in [os.environ.get("TCSPMM_FIXTURES")] if p] + [REPO / ".fixtures",
+                                                                          REPO.parent / "shared" / "fixtures"]
+    path = next((p for p in (r / "suitesparse" / "MM" / f"{name}.tar.gz" for r in roots) if p.exists()), None)
+    if path is None:
         return None
     with tarfile.open(path) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(".mtx"))

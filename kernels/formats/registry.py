@@ -13,7 +13,10 @@ A format provides, for each precision it supports (`kernels.precision`):
 - ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): the contract in
   ``kernels.formats.contract`` (``DeviceOperator``: converts/uploads once; ``decide(N, B, time_fn) -> Choice``,
   ``launch`` and ``bind`` per call);
-- ``fallbacks``: baseline kernels (kernels.baselines) the plan times against this format's timed choice.
+- ``fallbacks``: baseline kernels (kernels.baselines) the plan times against this format's timed choice;
+- ``estimate``: its cost estimate, ``estimate(stats, precision_name, N)`` -> predicted microseconds from A's
+  structure statistics (``kernels.formats.ranking.CostModel`` on ``kernels.formats.structure.Structure``): a plan
+  of ``format="auto"`` builds only the formats it ranks first (None: ranked after those with an estimate).
 
 `SpmmPlan`, the convert stage, the store and the multi-GPU shards iterate `REGISTRY`; adding a format means its
 folder ``kernels/formats/<name>/``, one `register(...)` line in ``kernels/formats/__init__.py`` and its tests.
@@ -49,6 +52,8 @@ class Format:
     # CUDA-core CSR kernel, as DTC-SpMM's selector falls back from Tensor Cores)
     fallbacks: tuple = ()
     value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
+    # (stats, precision name, N) -> predicted us (kernels.formats.ranking.CostModel): "auto" builds the top-ranked
+    estimate: Callable[..., float] | None = None
 
     @property
     def precisions(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import numpy as np
 from kernels.formats.bcsr.container import (BCSR, BLOCK_ROWS, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
                                  csr_to_bcsr)
 from kernels.formats.contract import Choice, PerCall
+from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.formats.bcsr.shard import BCSR_SHARD
 from kernels.precision import Precision
@@ -127,6 +128,15 @@ class BcsrDevice:
         raise ValueError(f"unknown BCSR kernel {kernel!r} (bcsr-window, bcsr-split)")
 
 
+def cost_terms(stats, prec: Precision, N: int) -> dict:
+    """What BCSR's kernels move (kernels.formats.ranking): per aligned 16 x w block its dense values and block
+    column, w contiguous B rows; the heaviest block row's blocks are one warp's critical path."""
+    w = prec.block_width
+    blocks = stats.bcsr_blocks[w]
+    return work_terms(stats, prec, N, a_bytes=blocks * (BLOCK_ROWS * w * prec.itemsize + 4), b_rows=blocks * w,
+                      hub_rows=stats.bcsr_blocks_max[w] * w)
+
+
 def _layout():
     from storage.formats import BlockLayout
 
@@ -139,4 +149,6 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=bcsr_concat,
     layout=_layout(), from_arrays=bcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: bcsr_stats(X, csr_nbytes), device="kernels.formats.bcsr.plugin:BcsrDevice",
-    to_csr=bcsr_to_csr, shard=BCSR_SHARD)
+    to_csr=bcsr_to_csr, shard=BCSR_SHARD,
+    estimate=CostModel(cost_terms, {"launch": 4.478, "b_mb": 0.1191, "c_mb": 1.06, "hub_mb": 7.202,
+                                    "hub_all_mb": 2.992}, source=FIT_SOURCE))

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from kernels.formats.contract import Choice
 from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
 from kernels.formats.csr.shard import CSR_SHARD
+from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.precision import Precision
 from storage.formats import BlockLayout
@@ -79,6 +80,14 @@ class CsrDevice:
             raise ValueError(f"the CSR kernel has no split-K, got ksplit={ksplit}")
 
 
+def cost_terms(stats, prec: Precision, N: int) -> dict:
+    """What the CSR kernel moves (kernels.formats.ranking): per nonzero its value and column, one gathered B row
+    (FMAs on CUDA cores); long rows are cut into pieces, so the longest row is the critical path only when it is
+    longer than a piece."""
+    return work_terms(stats, prec, N, a_bytes=stats.nnz * (prec.itemsize + 4) + 8 * (stats.shape[0] + 1),
+                      b_rows=stats.nnz, hub_rows=stats.row_nnz_max)
+
+
 # the store's layout: a stored row per Parquet row, grouped by 16-row window, its column ids and values as lists
 LAYOUT = BlockLayout(rows_per_group=16, group_offset="window_ptr", item_offset="indptr", fixed={"row_in_window": 0},
                      ragged=("indices", "data"))
@@ -86,4 +95,5 @@ FORMAT = Format(
     name="csr", summary="CSR on CUDA cores: the matrix as given, one warp per row piece, deterministic",
     block_width={"float32": 1, "float16": 1, "bfloat16": 1}, convert=convert, concat=csr_concat,
     layout=LAYOUT, from_arrays=csr_from_arrays, reference_spmm=csr_spmm, stats=csr_stats,
-    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD)
+    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD,
+    estimate=CostModel(cost_terms, {"launch": 3.788, "a_mb": 2.703, "b_mb": 0.3173, "c_mb": 0.172}, source=FIT_SOURCE))

@@ -26,6 +26,7 @@ import numpy as np
 from kernels.formats.cvse.container import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
 from kernels.formats.contract import Choice, PerCall
+from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, window_bytes
 from storage.indexing import index_dtype
@@ -153,6 +154,19 @@ class CvseDevice:
         return lc.spmm(self._dm, B, out, accumulate=accumulate)
 
 
+def cost_terms(stats, prec: Precision, N: int) -> dict:
+    """What CVSE's kernels move (kernels.formats.ranking) at the V Sparse Vector Compression would choose from the
+    statistics' vector counts: per vector V values and a column id; its B row meets ceil(V / 8) n8 mma tiles (the
+    transpose mapping puts V on the n8 side), counted as that many rows of work; the heaviest vector row is one
+    warp's critical path."""
+    from kernels.formats.cvse.svc import PAPER_CANDIDATES, choose
+
+    V, _ = choose(stats.nnz, stats.shape, {v: int(round(stats.vectors[v])) for v in PAPER_CANDIDATES})
+    vectors = stats.vectors[V]
+    return work_terms(stats, prec, N, a_bytes=vectors * (V * prec.itemsize + 4), b_rows=vectors * -(-V // 8),
+                      hub_rows=stats.vectors_max[V])
+
+
 def _nbytes(X, partptr, tile_ptr, item_ptr):
     """vec_ptr holds 16 / V entries per window (a bound for the last, partial one)."""
     return window_bytes(partptr * (WINDOW_ROWS // X.vector), tile_ptr, item_ptr,
@@ -209,5 +223,7 @@ FORMAT = Format(
     layout=_layout(), from_arrays=cvse_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: cvse_stats(X, csr_nbytes), device="kernels.formats.cvse.plugin:CvseDevice",
     to_csr=cvse_to_csr, shard=CVSE_SHARD,
+    estimate=CostModel(cost_terms, {"launch": 1.31, "b_mb": 0.09168, "c_mb": 1.628, "hub_mb": 97.71,
+                                    "hub_all_mb": 5.719}, source=FIT_SOURCE),
     # tests/kernels/test_gpu_cvse.py passed on an H200 (session 6): every V, precision and edge case
     gpu_ready=True)

@@ -13,6 +13,7 @@ import time
 from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, KernelConfig
 from kernels.formats.metcf.container import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats, metcf_to_csr
 from kernels.formats.contract import Choice
+from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.formats.metcf.shard import METCF_SHARD
 from kernels.precision import Precision
@@ -230,6 +231,15 @@ def _autotuned(choice: Choice, measured: dict) -> Choice:
     return choice
 
 
+def cost_terms(stats, prec: Precision, N: int) -> dict:
+    """What ME-TCF's kernels move (kernels.formats.ranking): per condensed 16 x w TC block its dense A fragment and
+    w column ids, w gathered B rows; the heaviest window's blocks are one thread block's critical path."""
+    w = prec.block_width
+    blocks = stats.tc_blocks[w]
+    return work_terms(stats, prec, N, a_bytes=blocks * (16 * w * prec.itemsize + 4 * w), b_rows=blocks * w,
+                      hub_rows=stats.tc_blocks_max[w] * w)
+
+
 def _layout():
     from storage.formats import BlockLayout
 
@@ -242,4 +252,6 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=metcf_concat,
     layout=_layout(), from_arrays=metcf_from_arrays, reference_spmm=reference_spmm,
     stats=lambda M, csr_nbytes=None: metcf_stats(M, A_csr_nbytes=csr_nbytes),
-    device="kernels.formats.metcf.plugin:MetcfDevice", to_csr=metcf_to_csr, shard=METCF_SHARD, fallbacks=("csr-rows",))
+    device="kernels.formats.metcf.plugin:MetcfDevice", to_csr=metcf_to_csr, shard=METCF_SHARD, fallbacks=("csr-rows",),
+    estimate=CostModel(cost_terms, {"launch": 1.657, "b_mb": 0.1041, "c_mb": 1.371, "hub_mb": 30.33,
+                                    "hub_all_mb": 7.328}, source=FIT_SOURCE))

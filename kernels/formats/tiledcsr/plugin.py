@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from kernels.formats.contract import Choice, PerCall
+from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.formats.metcf.shard import split_columns
 from kernels.formats.shard import ShardOps, keeps_order, rebase, relabel, slot_halo, window_bytes
@@ -103,6 +104,15 @@ class TiledcsrDevice:
                        l2_bytes=self.l2_bytes)
 
 
+def cost_terms(stats, prec: Precision, N: int) -> dict:
+    """What Tiled-CSR's kernels move (kernels.formats.ranking): ME-TCF's tiles, each holding its nonzeros CSR-like
+    (value and a one-byte column) with w column ids and h + 1 local row pointers; w gathered B rows per tile."""
+    w = prec.block_width
+    tiles = stats.tc_blocks[w]
+    a_bytes = stats.nnz * (prec.itemsize + 1) + tiles * (4 * w + (HEIGHT + 1) * (1 if w == 8 else 2) + 4)
+    return work_terms(stats, prec, N, a_bytes=a_bytes, b_rows=tiles * w, hub_rows=stats.tc_blocks_max[w] * w)
+
+
 def _nbytes(X, partptr, tile_ptr, item_ptr):
     return window_bytes(partptr, tile_ptr, item_ptr, offset_bytes=X.group_ptr.dtype.itemsize,
                         tile_bytes=(X.tile_ptr.dtype.itemsize + X.width * X.tile_cols.dtype.itemsize
@@ -153,6 +163,8 @@ FORMAT = Format(
     from_arrays=tiledcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
     device="kernels.formats.tiledcsr.plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr, shard=TILEDCSR_SHARD,
+    estimate=CostModel(cost_terms, {"launch": 5.212, "a_mb": 2.042, "b_mb": 0.1258, "c_mb": 0.9176, "hub_mb": 37.63,
+                                    "hub_all_mb": 1.51}, source=FIT_SOURCE),
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite
     # (block-decoded A fragments, vec + edge kernels) is compile-checked and simulated (test_tiledcsr_warp.py) and
     # awaits its GPU run: set False if that module fails there

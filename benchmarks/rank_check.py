@@ -1,0 +1,269 @@
+"""The format ranking's cost estimates against measured per-format times (issue 32). No GPU needed.
+
+    PYTHONPATH=. python3 benchmarks/rank_check.py [--results FILE ...] [--fit] [--out-dir DIR]
+
+For every row of the recorded runs of benchmarks/formats.py (default: benchmarks/results/formats-*.json; FP16 on
+one GPU; per row a matrix label, an order, N and "ms" per format), the matrix is regenerated as formats.py made it
+(seeded generators, fixtures, the recorded reorderings, checked against the counts the run recorded), its
+statistics computed once (`kernels.formats.structure`, as a plan computes them: sampled above 1M nnz) and every
+measured format's estimate (``Format.estimate``) ranks them at the row's N. Per row: the measured best, the
+predicted order, whether the measured best is predicted first (top 1) or among the first two (top 2), and how much
+slower the predicted first ran than the measured best. "plan top 2": what ``SpmmPlan(format="auto")`` builds and
+times, ranked at N = 128 (`kernels.formats.ranking.select`: the first two, a format timed as another's fallback
+taking no slot), holds the best measured at the row's N.
+
+Measured times: a format's "ms" is its plan's choice. A choice that ran another format's kernel (ME-TCF's fallback
+to the CUDA-core CSR kernel) is that format's time, and the recording format's own is the fastest of its own
+kernels' autotuned times. A fallback that was timed and not chosen ran slower than the choice it was timed
+against: its time is known only as a lower bound (">"), which settles that it was not the best.
+
+--fit: per format, non-negative least squares of the measured microseconds on its cost terms (each row weighted
+by 1 / measured: relative error) over the given files' rows; prints the ``us`` constants of its CostModel and the
+fit's spread.
+
+JSON: benchmarks/results/rank-check-<device of the recorded data>-<date>.json (command, date, recorded files and
+device, per-row results, summary); the table and the summary print last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: formats (its matrices and reorderings)
+
+PRECISION = "float16"  # benchmarks/formats.py times every format in FP16
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
+
+
+def load(paths) -> list[dict]:
+    docs = []
+    for p in paths:
+        doc = json.loads(Path(p).read_text())
+        if not {"meta", "rows"} <= set(doc):
+            raise SystemExit(f"{p}: not a benchmarks/formats.py result (no meta and rows)")
+        docs.append({"path": str(p), "meta": doc["meta"], "rows": doc["rows"]})
+    return docs
+
+
+def matrices(docs) -> dict:
+    """{(label, order): CSR} for every recorded (matrix, applied order), regenerated and checked against the counts
+    the run recorded for its reorderings."""
+    import formats
+
+    wanted: dict = {}
+    for doc in docs:
+        for label, m in doc["meta"]["matrices"].items():
+            seen = wanted.setdefault(label, {"source": m["source"], "orders": {}})
+            if seen["source"] != m["source"]:
+                raise SystemExit(f"{label}: recorded with sources {seen['source']} and {m['source']}")
+            seen["orders"].update({o: i for o, i in m["orders"].items() if i.get("applied")})
+    out = {}
+    for label, m in wanted.items():
+        t0 = time.perf_counter()
+        built = formats.build(tuple(m["source"]))
+        if built is None:
+            raise SystemExit(f"{label}: fixture {m['source'][1]} not found (set TCSPMM_FIXTURES)")
+        A = built[0]
+        perms, info = formats.reorders(A, list(m["orders"]))
+        for order, recorded in m["orders"].items():
+            mine = info[order]
+            if not mine["applied"] or any(mine.get(k) != v for k, v in recorded.items() if k.endswith("_after")):
+                raise SystemExit(f"{label} {order}: the regenerated order differs from the recorded one ({mine} vs "
+                                 f"{recorded})")
+            out[(label, order)] = A if perms[order] is None else A[perms[order]]
+        log(f"{label}: {A.shape} nnz {A.nnz:,}, orders {', '.join(m['orders'])} ({time.perf_counter() - t0:.1f} s)")
+    return out
+
+
+def measured(row: dict, owner: dict) -> tuple[dict, dict]:
+    """({format: ms} known, {format: ms} lower bounds) of one recorded row (module docstring)."""
+    from kernels.formats import REGISTRY
+
+    known, lower = {}, {}
+    for name, ms in row["ms"].items():
+        if name not in REGISTRY:  # baselines (cuSPARSE, dense) and extra columns
+            continue
+        choice = row["choice"].get(name, {})
+        ran = owner.get(choice.get("kernel"), name)
+        known[ran] = min(known.get(ran, math.inf), ms)
+        if ran != name:
+            own = [v for k, v in (choice.get("measured_ms") or {}).items() if owner.get(k) == name]
+            if own:
+                known[name] = min(known.get(name, math.inf), min(own))
+    for name in list(known):
+        for kernel in REGISTRY[name].fallbacks:
+            if owner[kernel] not in known:
+                lower[owner[kernel]] = max(lower.get(owner[kernel], 0.0), row["ms"][name])
+    return known, lower
+
+
+def check_row(row: dict, stats, owner: dict) -> dict | None:
+    from kernels.formats import REGISTRY
+    from kernels.formats.ranking import AUTO_CANDIDATES, RANK_N, pick, rank
+
+    known, lower = measured(row, owner)
+    if not known:
+        return None
+    fmts = [REGISTRY[n] for n in REGISTRY if n in known or n in lower]
+    order = [f.name for f, _ in rank(fmts, stats, PRECISION, row["N"])]
+    plan = [f.name for group in pick([f for f, _ in rank(fmts, stats, PRECISION, RANK_N)], AUTO_CANDIDATES)
+            for f in group]  # built, and timed as their fallbacks
+    best = min(known, key=known.get)
+    first = order[0]
+    loss = (known[first] if first in known else lower[first]) / known[best]
+    return {"matrix": row["matrix"], "order": row["order"], "N": row["N"], "best": best,
+            "best_ms": known[best], "predicted": order, "top1": first == best, "top2": best in order[:2],
+            "loss": loss, "loss_is_lower_bound": first not in known, "plan_top2": best in plan,
+            "estimate_us": {f.name: round(f.estimate(stats, PRECISION, row["N"]), 3) for f in fmts if f.estimate},
+            "measured_ms": known, "lower_bound_ms": lower}
+
+
+def fit(docs, stats_of, owner: dict) -> dict:
+    """{format: {"us": constants, "rows", "bounded_rows", "ratio": spread of predicted / measured}} (module
+    docstring). A row where the format's time is only a lower bound joins the fit, at that bound, while the fit
+    predicts less (censored rows; five rounds at most): otherwise a format measured only where it won (the CSR
+    fallback) would be fitted on its best cases alone."""
+    from scipy.optimize import nnls
+
+    from kernels.formats import REGISTRY
+    from kernels.formats.ranking import TERMS
+    from kernels.precision import precision
+
+    prec = precision(PRECISION)
+    out = {}
+    for name, fmt in REGISTRY.items():
+        if fmt.estimate is None:
+            continue
+        rows = {"known": ([], []), "lower": ([], [])}
+        for doc in docs:
+            for row in doc["rows"]:
+                for kind, times in zip(("known", "lower"), measured(row, owner)):
+                    if name in times:
+                        terms = fmt.estimate.terms(stats_of(row), prec, row["N"])
+                        rows[kind][0].append([terms.get(t, 0.0) for t in TERMS])
+                        rows[kind][1].append(times[name] * 1e3)
+        X, y = (np.array(v, dtype=float).reshape(-1, len(TERMS)) if i == 0 else np.array(v, dtype=float)
+                for i, v in enumerate(rows["known"]))
+        if not y.size:
+            continue
+        Xl, yl = (np.array(v, dtype=float).reshape(-1, len(TERMS)) if i == 0 else np.array(v, dtype=float)
+                  for i, v in enumerate(rows["lower"]))
+        bound = np.zeros(yl.size, dtype=bool)
+        for _ in range(5):
+            Xf, yf = np.vstack([X, Xl[bound]]), np.concatenate([y, yl[bound]])
+            scale = np.where(Xf.max(axis=0) > 0, Xf.max(axis=0), 1.0)
+            coef = nnls(Xf / scale / yf[:, None], np.ones(yf.size))[0] / scale
+            below = bound | (Xl @ coef < yl)
+            if (below == bound).all():
+                break
+            bound = below
+        ratio = X @ coef / y
+        out[name] = {"us": {t: float(f"{c:.4g}") for t, c in zip(TERMS, coef) if c > 0}, "rows": int(y.size),
+                     "bounded_rows": int(bound.sum()),
+                     "ratio": {q: round(float(np.percentile(ratio, p)), 3)
+                               for q, p in (("p10", 10), ("median", 50), ("p90", 90))}}
+    return out
+
+
+def summarize(results: list[dict]) -> dict:
+    if not results:
+        return {"rows": 0}
+    loss = np.array([r["loss"] for r in results])
+
+    def share(key):
+        return round(float(np.mean([r[key] for r in results])), 3)
+
+    return {"rows": len(results), "top1": share("top1"), "top2": share("top2"), "plan_top2": share("plan_top2"),
+            "loss_median": round(float(np.median(loss)), 3),
+            "loss_geomean": round(float(np.exp(np.log(loss).mean())), 3), "loss_max": round(float(loss.max()), 3),
+            "loss_lower_bounds": int(sum(r["loss_is_lower_bound"] for r in results))}
+
+
+def table(per_file: dict, summary: dict) -> list[str]:
+    lines = [f"{'file':>12} {'matrix':26} {'order':10} {'N':>5} {'best':>8} {'ms':>8}  {'predicted order':38} "
+             f"{'top1':>4} {'top2':>4} {'loss':>6}"]
+    for tag, results in per_file.items():
+        for r in results:
+            loss = ('>' if r['loss_is_lower_bound'] else '') + format(r['loss'], '.2f')
+            lines.append(f"{tag:>12} {r['matrix'][:26]:26} {r['order']:10} {r['N']:>5} {r['best']:>8} "
+                         f"{r['best_ms']:8.4f}  {' > '.join(r['predicted'])[:38]:38} "
+                         f"{'yes' if r['top1'] else '-':>4} {'yes' if r['top2'] else '-':>4} {loss:>6}")
+    lines.append("")
+    lines.append(f"{'file':>12} {'rows':>5} {'top1':>6} {'top2':>6} {'plan top2':>9} {'loss median':>11} "
+                 f"{'geomean':>8} {'max':>6}")
+    for tag, s in summary.items():
+        if s["rows"]:
+            lines.append(f"{tag:>12} {s['rows']:5d} {s['top1']:6.1%} {s['top2']:6.1%} {s['plan_top2']:9.1%} "
+                         f"{s['loss_median']:11.3f} {s['loss_geomean']:8.3f} {s['loss_max']:6.2f}")
+    return lines
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", nargs="+", type=Path, help="benchmarks/formats.py JSON files (default: "
+                                                            "benchmarks/results/formats-*.json)")
+    ap.add_argument("--fit", action="store_true", help="also fit each format's cost constants on these rows")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    args.results = args.results or sorted((REPO / "benchmarks" / "results").glob("formats-*.json"))
+    missing = [str(p) for p in args.results if not Path(p).exists()]
+    if missing or not args.results:
+        ap.error(f"--results: no such file {missing[0]}" if missing else "no benchmarks/results/formats-*.json")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from kernels.formats import REGISTRY
+    from kernels.formats.metcf.selector import slug
+    from kernels.formats.structure import structure
+
+    docs = load(args.results)
+    owner = {k: f.name for f in REGISTRY.values() for k in f.device_class().kernels}
+    mats = matrices(docs)
+    stats = {key: structure(A) for key, A in mats.items()}
+
+    def stats_of(row):
+        return stats[(row["matrix"], row["order"])]
+
+    per_file = {}
+    for doc in docs:
+        tag = Path(doc["path"]).stem.replace("formats-", "").replace(slug(doc["meta"].get("device", "")) + "-", "")
+        results = [r for r in (check_row(row, stats_of(row), owner) for row in doc["rows"]) if r is not None]
+        per_file[tag] = results
+    summary = {tag: summarize(res) for tag, res in per_file.items()}
+    summary["all"] = summarize([r for res in per_file.values() for r in res])
+    devices = sorted({doc["meta"].get("device", "unknown") for doc in docs})
+    out = {"meta": {"command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(
+               timespec="seconds"), "recorded": [{"file": Path(d["path"]).name, "device": d["meta"].get("device"),
+                                                  "date": d["meta"].get("date")} for d in docs],
+               "device_of_recorded_data": devices, "precision": PRECISION,
+               "statistics_s": {f"{k[0]} {k[1]}": round(s.seconds, 4) for k, s in stats.items()}},
+           "summary": summary, "rows": per_file}
+    if args.fit:
+        out["fit"] = fit(docs, stats_of, owner)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"rank-check-{slug('-'.join(devices))}-{dt.date.today().isoformat()}.json"
+    path.write_text(json.dumps(out, indent=1))
+    lines = table(per_file, summary)
+    if args.fit:
+        lines += ["", "fitted constants (us per unit of each term; ratio = predicted / measured):"]
+        lines += [f"  {name}: {f['us']}  rows {f['rows']}, ratio {f['ratio']}" for name, f in out["fit"].items()]
+    print("\n".join(lines + ["", f"wrote {path}"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""benchmarks/rank_check.py: measured times read from recorded rows (a fallback's time, a lower bound when it lost),
+a row's verdict, and the constant fit recovering the constants its rows were made with."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+import scipy.sparse as sp
+
+from kernels.formats import REGISTRY
+from kernels.formats.structure import structure
+
+spec = importlib.util.spec_from_file_location("rank_check", Path(__file__).resolve().parents[2] / "benchmarks" /
+                                              "rank_check.py")
+rc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rc)
+
+OWNER = {k: f.name for f in REGISTRY.values() for k in f.device_class().kernels}
+
+
+def row(ms: dict, metcf_kernel="metcf-window", N=128, matrix="m"):
+    return {"matrix": matrix, "order": "given", "N": N, "ms": {**ms, "cusparse": 0.001},
+            "choice": {"metcf": {"kernel": metcf_kernel, "measured_ms": {"metcf-window": 0.5, "metcf-split": 0.4}},
+                       "bcsr": {"kernel": "bcsr-window"}}}
+
+
+def test_a_won_fallback_is_its_formats_time_and_a_lost_one_a_lower_bound():
+    known, lower = rc.measured(row({"metcf": 0.3, "bcsr": 0.6}, metcf_kernel="csr-rows"), OWNER)
+    assert known == {"csr": 0.3, "metcf": 0.4, "bcsr": 0.6} and lower == {}  # ME-TCF's own: its fastest kernel
+    known, lower = rc.measured(row({"metcf": 0.3, "bcsr": 0.6}), OWNER)
+    assert known == {"metcf": 0.3, "bcsr": 0.6} and lower == {"csr": 0.3}  # cuSPARSE is no format
+
+
+def test_a_rows_verdict():
+    stats = structure(sp.random(400, 400, density=0.02, format="csr", random_state=0))
+    out = rc.check_row(row({"metcf": 0.3, "bcsr": 0.6}), stats, OWNER)
+    assert out["best"] == "metcf" and set(out["predicted"]) == {"metcf", "bcsr", "csr"}
+    assert out["top2"] == ("metcf" in out["predicted"][:2]) and out["top1"] == (out["predicted"][0] == "metcf")
+    first = out["predicted"][0]
+    assert out["loss"] == pytest.approx({"metcf": 1.0, "bcsr": 2.0, "csr": 1.0}[first])
+    assert out["loss_is_lower_bound"] == (first == "csr")
+
+
+def test_the_fit_recovers_the_constants_its_rows_were_made_with(monkeypatch):
+    true = {"launch": 3.0, "b_mb": 0.2, "c_mb": 1.0}
+    model = dataclasses.replace(REGISTRY["bcsr"].estimate, us=true)
+    monkeypatch.setitem(REGISTRY, "bcsr", dataclasses.replace(REGISTRY["bcsr"], estimate=model))
+    stats = {f"m{i}": structure(sp.random(200 * (i + 1), 300, density=0.01 * (i + 1), format="csr", random_state=i))
+             for i in range(4)}
+    rows = [{"matrix": m, "order": "given", "N": N, "ms": {"bcsr": model(s, "float16", N) / 1e3},
+             "choice": {"bcsr": {"kernel": "bcsr-window"}}} for m, s in stats.items() for N in (64, 256, 1024)]
+    fitted = rc.fit([{"rows": rows}], lambda r: stats[r["matrix"]], OWNER)
+    assert set(fitted) == {"bcsr"} and fitted["bcsr"]["rows"] == 12
+    for term, value in true.items():
+        assert fitted["bcsr"]["us"].get(term, 0.0) == pytest.approx(value, rel=1e-3), term
+    assert fitted["bcsr"]["ratio"]["median"] == pytest.approx(1.0, abs=1e-3)

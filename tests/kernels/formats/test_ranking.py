@@ -1,0 +1,100 @@
+"""kernels.formats.ranking: each registered format's cost estimate (Format.estimate) and the ranking built on them.
+
+The structural cases assert what the calibration data supports (benchmarks/results/formats-nvidia-h200-2026-11-25-c
+.json, FP16, H200; benchmarks/rank_check.py): BCSR measured fastest where every 16 x 16 block holds entries
+(dlmc-4096 at 50 %, N = 128-512), CVSE where a DNN layer is pruned in V = 8 vectors to 98 % (N = 256), the CUDA-core
+CSR kernel on row-reordered power-law graphs at N = 128 and far behind on dense layers."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from kernels.formats import REGISTRY
+from kernels.formats.ranking import TERMS, CostModel, check_candidates, pick, rank, select, work_terms
+from kernels.formats.structure import structure
+from kernels.precision import precision as as_precision
+from tasks.fetch.generators import generate
+
+
+def order(A, N, precision="float16") -> list[str]:
+    return [f.name for f, _ in rank(list(REGISTRY.values()), structure(A), precision, N)]
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16", "bfloat16"])
+def test_every_format_estimates_a_positive_time_growing_with_n(precision):
+    stats = structure(sp.random(300, 200, density=0.05, format="csr", random_state=0))
+    for fmt in REGISTRY.values():
+        assert fmt.estimate is not None, fmt.name
+        times = [fmt.estimate(stats, precision, N) for N in (32, 128, 512)]
+        assert all(math.isfinite(t) and t > 0 for t in times) and times == sorted(times), (fmt.name, times)
+        assert set(fmt.estimate.terms(stats, as_precision(precision), 128)) <= set(TERMS)
+
+
+def test_cost_model_sums_its_terms_and_refuses_unknown_ones():
+    stats = structure(sp.eye(64, format="csr"))
+    model = CostModel(lambda s, p, N: work_terms(s, p, N, a_bytes=1e6, b_rows=10.0, hub_rows=1.0),
+                      {"launch": 2.0, "a_mb": 3.0})
+    assert model(stats, "float32", 128) == pytest.approx(2.0 + 3.0)  # b_mb etc. weigh nothing here
+    with pytest.raises(ValueError, match=r"cost terms \['bogus_mb'\] are not among launch, a_mb"):
+        CostModel(model.terms, {"bogus_mb": 1.0})
+
+
+def test_formats_without_an_estimate_rank_last_in_their_order():
+    import dataclasses
+
+    stats = structure(sp.random(64, 64, density=0.1, format="csr", random_state=1))
+    plain = [dataclasses.replace(REGISTRY[n], estimate=None) for n in ("bcsr", "tiledcsr")]
+    ranked = rank([plain[0], REGISTRY["cvse"], plain[1], REGISTRY["metcf"]], stats, "float16", 128)
+    assert [f.name for f, _ in ranked][2:] == ["bcsr", "tiledcsr"] and [us for _, us in ranked][2:] == [None, None]
+    assert ranked[0][1] <= ranked[1][1]
+
+
+def test_a_format_another_times_as_its_fallback_takes_no_slot():
+    csr, metcf, tiled, cvse = (REGISTRY[n] for n in ("csr", "metcf", "tiledcsr", "cvse"))
+    assert "csr-rows" in metcf.fallbacks
+    assert pick([csr, metcf, tiled, cvse], 2) == ([metcf, tiled], [csr])  # ME-TCF times the CSR kernel anyway
+    assert pick([metcf, csr, cvse], 2) == ([metcf, cvse], [csr])
+    assert pick([csr, cvse, metcf], 2) == ([csr, cvse], [])  # built in order until two are not covered
+    assert pick([cvse, tiled], 5) == ([cvse, tiled], [])
+
+
+def test_select_computes_statistics_once_or_not_at_all():
+    A = sp.random(500, 400, density=0.02, format="csr", random_state=2)
+    formats = list(REGISTRY.values())
+    kept, record = select(A, formats, "float16", 2)
+    assert record["ranked"] and record["built"] == [f.name for f in kept] and len(kept) == 2
+    assert list(record["estimate_us"]) == order(A, 128)  # cheapest first, every candidate's estimate
+    assert record["statistics_s"] > 0 and record["structure"]["nnz"] == A.nnz
+    kept, record = select(A, formats, "float16", len(formats))
+    assert kept == formats and not record["ranked"] and "statistics_s" not in record
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="auto_candidates is .*, expected a positive number of formats"):
+            check_candidates(bad)
+
+
+def test_bcsr_first_where_every_block_holds_entries():
+    A = sp.csr_array(generate("dlmc", "rows=1024&cols=1024&sparsity=0.5&vector=1&seed=1"))
+    for N in (128, 256, 512):
+        assert order(A, N)[0] == "bcsr"
+    assert order(sp.csr_array(np.ones((1024, 2048), dtype=np.float32)), 128)[0] == "bcsr"  # dense
+
+
+def test_cvse_first_on_a_layer_pruned_in_v8_vectors():
+    A = sp.csr_array(generate("dlmc", "rows=2048&cols=2048&sparsity=0.98&vector=8&seed=1"))
+    assert order(A, 256)[:2] == ["cvse", "metcf"]  # measured 0.0068 vs 0.0074 ms (4096 x 4096)
+    assert order(A, 256, "bfloat16")[0] == "cvse"
+
+
+def test_cuda_core_csr_on_power_law_graphs_and_last_on_dense_layers():
+    from tasks.reorder import reorder
+
+    A = sp.csr_array(generate("rmat", "scale=15&edge_factor=16&seed=1"))
+    assert order(A, 128)[:2] == ["metcf", "csr"]  # given order: ME-TCF, with CSR as its fallback
+    shuffled = A[reorder(A, "rowshuffle", slot_rows=16, k_cols=16)]  # hub rows gathered: TC blocks sparser
+    assert order(shuffled, 128)[0] == "csr"
+    assert "bcsr" == order(shuffled, 128)[-1]  # 16 x 16 blocks of a graph are nearly empty
+    dense_layer = sp.csr_array(generate("dlmc", "rows=1024&cols=1024&sparsity=0.7&vector=4&seed=1"))
+    assert order(dense_layer, 128)[-1] == "csr"
