@@ -2,9 +2,11 @@
 per call; `spmm(A, B)` wraps both. Without CuPy or a GPU the plan takes the CPU path (kernels.cpu_path).
 
 Formats come from the registry (``kernels.formats``): ``format=`` any registered name (default
-``configs.names.DEFAULT_FORMAT``) or ``"auto"`` (every format that supports the precision; the fastest measured
-wins). Precisions (``kernels.precision``): float32 (TF32 Tensor Cores, m16n8k8), float16 and bfloat16 (m16n8k16,
-FP32 accumulation; bfloat16 values travel as uint16 bit patterns: NumPy and CuPy have no bfloat16 dtype).
+``configs.names.DEFAULT_FORMAT``) or ``"auto"``: the formats that support the precision, ranked by their cost
+estimates from A's structure statistics (``kernels.formats.ranking``); the first ``auto_candidates`` (default 2)
+are built and timed, and the fastest measured wins. Precisions (``kernels.precision``): float32 (TF32 Tensor
+Cores, m16n8k8), float16 and bfloat16 (m16n8k16, FP32 accumulation; bfloat16 values travel as uint16 bit
+patterns: NumPy and CuPy have no bfloat16 dtype).
 
 The plan holds device operators under one contract (``kernels.formats.contract``): each candidate format's, plus
 the baselines of kernels.baselines (cuSPARSE, a candidate of a plan that need not be deterministic; the CUDA-core
@@ -24,6 +26,8 @@ from kernels.baselines import BASELINES
 from kernels.calls import AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture  # noqa: F401 (AUTO_GRAPH_AFTER: re-exported)
 from kernels.cpu_path import CpuPath, into_host
 from kernels.formats.contract import Choice
+from kernels.formats.ranking import AUTO_CANDIDATES, check_candidates
+from kernels.formats.ranking import select as select_formats
 from kernels.formats.registry import candidates as format_candidates
 from kernels.formats.registry import REGISTRY
 from kernels.formats.registry import get as get_format
@@ -41,9 +45,11 @@ def gpu_available() -> bool:
 
 
 class SpmmPlan:
+    ranking = None  # format="auto" on a GPU: the ranking's record (kernels.formats.ranking.select), else None
+
     def __init__(self, A, *, device="auto", dtype=np.float32, format=DEFAULT_FORMAT, balance="auto", autotune="auto",
                  config=None, calibration=None, out_dtype=None, deterministic: bool = True,
-                 graphs: bool = True, allow_overflow: bool = False):
+                 graphs: bool = True, allow_overflow: bool = False, auto_candidates: int = AUTO_CANDIDATES):
         """``A``: a SciPy sparse matrix (any format) or an already converted object of a registered format (its
         ``format_name`` names it; block width matching the precision). ``out_dtype``: C's dtype, default the
         precision's (float32 for TF32); half plans may ask for float32 C. ``format``: a registered name or "auto".
@@ -54,8 +60,12 @@ class SpmmPlan:
         instead of launching it (``plan.graphs = False`` opts out; the lean launch stays). ``allow_overflow``:
         float16 refuses a SciPy A with values beyond its range (|a| > 65504, or more than 1% of them below its
         smallest subnormal) with InputError, as the CLI does, unless this is True; ``range`` holds the counts
-        (``kernels.precision.check_range``)."""
+        (``kernels.precision.check_range``). ``auto_candidates``: with format="auto" on a GPU, how many formats
+        are built and timed, the first by cost estimate (``kernels.formats.ranking.select``; a format that another
+        one times as its fallback takes no place); all of them when it is at least their count. ``plan.ranking``
+        (also each choice's "format_ranking") holds the estimates, what was built and the statistics' time."""
         self.precision = as_precision(dtype)
+        check_candidates(auto_candidates)
         if balance not in ("auto", True, False):
             raise ValueError(f"balance is {balance!r}, expected 'auto', True or False")
         if device not in ("auto", "gpu", "cpu"):
@@ -86,6 +96,9 @@ class SpmmPlan:
             self.choice = self._cpu.choice
             return
         self.formats = gpu_ready(self.formats, given or format)
+        if not given and format == "auto":  # build only the formats the cost estimates rank first
+            self.formats, self.ranking = select_formats(self._csr, self.formats, self.precision.name, auto_candidates)
+            self.timings["format_ranking_s"] = self.ranking.get("ranking_s", 0.0)
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._op_kw = {"balance": balance, "autotune": autotune, "allow_cusparse": not self.deterministic}
         self._ops = {f.name: f.device_class()(A if given else self._csr, self.precision, config, calibration,
@@ -128,6 +141,8 @@ class SpmmPlan:
         fallback kernel the formats' records list (``Format.fallbacks``: ME-TCF's, after DTC-SpMM's selector, the
         deterministic CUDA-core CSR kernel) is timed too and taken where it is faster."""
         choice = self._decide_formats(N, B)
+        if self.ranking is not None:
+            choice["format_ranking"] = self.ranking
         timed = choice.measured_ms or choice.formats_measured_ms
         if B is None or not self._fallbacks or not timed:
             return choice

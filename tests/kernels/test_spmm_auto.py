@@ -1,0 +1,127 @@
+"""SpmmPlan(format="auto") builds device operators only for the formats the cost estimates rank first
+(kernels.formats.ranking.select), without a GPU: fake formats whose operators record their construction stand in
+for the registry, and stub timings for the device (as tests/kernels/test_contract.py does)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import kernels.spmm
+from kernels.formats import registry
+from kernels.formats.contract import Choice, PerCall
+from kernels.formats.ranking import CostModel
+from kernels.formats.registry import Format
+from kernels.spmm import SpmmPlan
+
+BUILT: list[str] = []
+
+
+class Op:
+    """A fake format's device operator: its construction is recorded; it decides its one kernel."""
+
+    config, out_dtype, summary = None, None, "fake"
+
+    def __init__(self, A, precision, config, calibration, **kw):
+        BUILT.append(self.format_name)
+        self.timings = {"convert_upload_s": 0.0}
+
+    def decide(self, N, B, time_fn):
+        return Choice(kernel=self.kernels[0], N=N, reason=f"{self.format_name}'s only kernel")
+
+    def launch(self, kernel, B, out, **kw):
+        return out
+
+    def bind(self, kernel, B, out, **kw):
+        return PerCall(self, kernel, B, out, **kw)
+
+
+@dataclass(frozen=True)
+class FakeFormat(Format):
+    op: type = None
+
+    def device_class(self):
+        return self.op
+
+
+def fake(name: str, us: float, *, kernels=None, fallbacks=(), gpu_ready=True) -> FakeFormat:
+    op = type(f"Op_{name}", (Op,), {"format_name": name, "kernels": tuple(kernels or (f"{name}-k",))})
+    return FakeFormat(name=name, summary="fake", block_width={"float32": 8}, convert=None, concat=None, layout=None,
+                      from_arrays=None, reference_spmm=None, stats=None, device="fake:none", op=op,
+                      fallbacks=fallbacks, gpu_ready=gpu_ready, gpu_not_ready_why="fake",
+                      estimate=CostModel(lambda stats, prec, N: {"launch": 1.0, "b_mb": stats.nnz * N * 1e-9},
+                                         {"launch": us, "b_mb": 1.0}))
+
+
+@pytest.fixture
+def formats(monkeypatch):
+    """Install fake formats as the whole registry on a pretend GPU; returns the installer."""
+    monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+
+    def install(*fmts):
+        table = {f.name: f for f in fmts}
+        monkeypatch.setattr(registry, "REGISTRY", table)
+        monkeypatch.setattr(kernels.spmm, "REGISTRY", table)
+        BUILT.clear()
+        return table
+
+    return install
+
+
+A = sp.random(300, 200, density=0.05, format="csr", random_state=np.random.default_rng(0), dtype=np.float32)
+
+
+def test_auto_builds_exactly_the_top_k_in_rank_order(formats):
+    formats(fake("a", 5.0), fake("b", 1.0), fake("c", 3.0), fake("d", 2.0))
+    plan = SpmmPlan(A, device="gpu", format="auto")  # auto_candidates = 2
+    assert BUILT == ["b", "d"] and list(plan._ops) == ["b", "d"] and [f.name for f in plan.formats] == ["b", "d"]
+    assert plan.ranking["built"] == ["b", "d"] and list(plan.ranking["estimate_us"]) == ["b", "d", "c", "a"]
+    assert plan.ranking["statistics_s"] > 0 and plan.timings["format_ranking_s"] >= plan.ranking["statistics_s"]
+    assert plan.choice["format_ranking"] is plan.ranking and plan.choice["format"] == "b"
+    plan = SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)
+    assert BUILT[2:] == ["b", "d", "c"]
+
+
+def test_all_are_built_unranked_when_k_covers_them(formats):
+    formats(fake("a", 5.0), fake("b", 1.0), fake("c", 3.0))
+    plan = SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)
+    assert BUILT == ["a", "b", "c"] and not plan.ranking["ranked"] and "format_ranking_s" in plan.timings
+
+
+def test_a_format_timed_as_a_fallback_takes_no_slot_and_still_competes(formats):
+    formats(fake("rows", 1.0, kernels=("rows-k",)), fake("tc", 2.0, fallbacks=("rows-k",)), fake("v", 3.0),
+            fake("slow", 9.0))
+    plan = SpmmPlan(A, device="gpu", format="auto")
+    assert BUILT == ["tc", "v"] and plan.ranking["timed_as_fallback"] == ["rows"] and plan._fallbacks == ["rows-k"]
+    times = {"tc-k": 0.5, "v-k": 0.4, "rows-k": 0.3}
+    plan._time = lambda kernel, B, **kw: times[kernel]
+    choice = plan._decide(64, np.zeros((200, 64), dtype=np.float32))
+    assert choice.formats_measured_ms == {"tc": 0.5, "v": 0.4} and choice["rows_k_ms"] == 0.3
+    assert (choice.kernel, choice.format) == ("rows-k", "rows") and BUILT == ["tc", "v", "rows"]  # built on use
+    assert choice["format_ranking"] is plan.ranking
+
+
+def test_formats_without_gpu_kernels_leave_before_ranking(formats):
+    formats(fake("cheap", 0.1, gpu_ready=False), fake("b", 1.0), fake("c", 3.0), fake("d", 2.0))
+    plan = SpmmPlan(A, device="gpu", format="auto")
+    assert BUILT == ["b", "d"] and "cheap" not in plan.ranking["estimate_us"]
+
+
+def test_a_named_format_or_the_cpu_path_is_not_ranked(formats):
+    formats(fake("a", 5.0), fake("b", 1.0), fake("c", 3.0))
+    plan = SpmmPlan(A, device="gpu", format="a")
+    assert BUILT == ["a"] and plan.ranking is None and "format_ranking" not in plan.choice
+
+
+def test_bad_auto_candidates_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="auto_candidates is 0, expected a positive number of formats"):
+        SpmmPlan(A, device="cpu", format="auto", auto_candidates=0)
+
+
+def test_the_cpu_path_keeps_working_under_auto():
+    B = np.random.default_rng(1).standard_normal((200, 8)).astype(np.float32)
+    plan = SpmmPlan(A, device="cpu", format="auto")
+    assert plan.ranking is None and plan.choice["kernel"] == "cpu-csr"
+    np.testing.assert_allclose(plan.run(B), A @ B, rtol=1e-5, atol=1e-5)
