@@ -37,8 +37,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: formats (its matrices and reorderings)
+sys.path.insert(0, str(REPO))  # (not benchmarks/: its gnn.py would shadow the gnn package for an importer)
 
 PRECISION = "float16"  # benchmarks/formats.py times every format in FP16
 
@@ -60,7 +59,7 @@ def load(paths) -> list[dict]:
 def matrices(docs) -> dict:
     """{(label, order): CSR} for every recorded (matrix, applied order), regenerated and checked against the counts
     the run recorded for its reorderings."""
-    import formats
+    import formats  # benchmarks/formats.py: its matrices and reorderings (the script's folder is on sys.path)
 
     wanted: dict = {}
     for doc in docs:
