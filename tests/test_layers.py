@@ -1,6 +1,8 @@
 """The import layers, read from the `import` statements (no module is imported): storage/ imports nothing from
-kernels/ (the store is below the formats: they register their layouts with it), and the project's module-level
-imports form no cycle (a package's ``__init__`` importing its own submodules excepted, as Python runs it first)."""
+kernels/ (the store is below the formats: they register their layouts with it), nothing below gnn/ (configs/,
+storage/, kernels/, tasks/: gnn consumes the store) imports gnn, both anywhere in a module, function-local imports
+included, and the project's module-level imports form no cycle (a package's ``__init__`` importing its own
+submodules excepted, as Python runs it first)."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("configs", "storage", "kernels", "tasks", "flows", "gnn", "tcspmm")
+BELOW_GNN = ("configs", "storage", "kernels", "tasks")
 
 
 def modules(root: Path = REPO) -> dict[str, Path]:
@@ -45,10 +48,16 @@ def imports(path: Path, known: dict, module_level: bool) -> set[str]:
     return out
 
 
-def storage_to_kernels(known: dict) -> dict[str, list[str]]:
-    bad = {m: sorted(t for t in imports(p, known, False) if t.split(".")[0] == "kernels")
-           for m, p in known.items() if m.split(".")[0] == "storage"}
+def imports_into(known: dict, importers: tuple, targets: tuple) -> dict[str, list[str]]:
+    """Modules of the packages ``importers`` that import a module of the packages ``targets`` anywhere, with what
+    they import."""
+    bad = {m: sorted(t for t in imports(p, known, False) if t.split(".")[0] in targets)
+           for m, p in known.items() if m.split(".")[0] in importers}
     return {m: t for m, t in bad.items() if t}
+
+
+def storage_to_kernels(known: dict) -> dict[str, list[str]]:
+    return imports_into(known, ("storage",), ("kernels",))
 
 
 def find_cycle(known: dict) -> list[str] | None:
@@ -81,6 +90,10 @@ def test_storage_imports_nothing_from_kernels():
     assert storage_to_kernels(modules()) == {}
 
 
+def test_nothing_below_gnn_imports_gnn():
+    assert imports_into(modules(), BELOW_GNN, ("gnn",)) == {}
+
+
 def test_no_module_level_import_cycle():
     cycle = find_cycle(modules())
     assert cycle is None, " -> ".join(cycle)
@@ -96,3 +109,14 @@ def test_the_checks_see_a_cycle_and_a_storage_import(tmp_path):
     assert find_cycle(known) in (["kernels.b", "storage.a", "kernels.b"], ["storage.a", "kernels.b", "storage.a"])
     (tmp_path / "kernels" / "b.py").write_text("def f():\n    from storage import a\n")  # lazy: no cycle
     assert find_cycle(modules(tmp_path)) is None
+
+
+def test_the_check_sees_a_function_local_gnn_import(tmp_path):
+    for pkg, text in (("gnn", "def gcn_norm(A):\n    return A\n"),
+                      ("tasks", "def f(A):\n    if A:\n        from gnn.norm import gcn_norm\n")):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+        (tmp_path / pkg / ("norm.py" if pkg == "gnn" else "features.py")).write_text(text)
+    assert imports_into(modules(tmp_path), BELOW_GNN, ("gnn",)) == {"tasks.features": ["gnn.norm"]}
+    (tmp_path / "tasks" / "features.py").write_text("import gnn\n")
+    assert imports_into(modules(tmp_path), BELOW_GNN, ("gnn",)) == {"tasks.features": ["gnn"]}
