@@ -10,7 +10,8 @@ the arrays; its halo the distinct ``tile_cols``. The kernel reads one column id 
 by any injective map (``any_order``): renamed in increasing order (the one-shot halo) ``tile_cols`` are relabelled
 in place; otherwise (the resident exchange's order under a reordering) each group's columns are re-sorted and
 re-cut into tiles, keeping the canonical form (`validate(full=True)`), once per resident setup. The own/halo
-split re-condenses the tiles through ME-TCF's `split_columns` (the two formats share their tiles).
+split re-condenses the tiles through ``kernels.formats.condense.split_slots`` (ME-TCF's split too: the two
+formats share their tiles).
 """
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ import numpy as np
 
 from kernels.formats.contract import Choice, PerCall
 from kernels.formats.registry import Format
-from kernels.formats.metcf.shard import split_columns
+from kernels.formats.condense import split_slots
 from kernels.formats.shard import ShardOps, keeps_order, rebase, relabel, slot_halo, window_bytes
 from kernels.formats.tiledcsr.container import (HEIGHT, WIDTHS, TiledCSR, csr_to_tiledcsr, tiledcsr_concat,
-                                      tiledcsr_from_arrays, tiledcsr_from_metcf, tiledcsr_spmm, tiledcsr_stats,
-                                      tiledcsr_to_csr, tiledcsr_to_metcf)
+                                      tiledcsr_from_arrays, tiledcsr_from_tiles, tiledcsr_spmm, tiledcsr_stats,
+                                      tiledcsr_tiles, tiledcsr_to_csr)
 from storage.indexing import index_dtype
 from kernels.precision import Precision
 
@@ -127,11 +128,11 @@ def _remap(X, cols, local, n_local):
     Y = TiledCSR((int(X.shape[0]), n_local), X.group_ptr, X.tile_ptr, out, X.tile_indptr, X.tile_indices, X.data)
     if keeps_order(cols, local):  # the order within groups holds
         return Y
-    return tiledcsr_from_metcf(split_columns(tiledcsr_to_metcf(Y), np.ones(n_local, dtype=bool), sort=True))
+    return tiledcsr_from_tiles(split_slots(tiledcsr_tiles(Y), np.ones(n_local, dtype=bool), sort=True))
 
 
 def _split(X, keep_col, prec=None):
-    return tiledcsr_from_metcf(split_columns(tiledcsr_to_metcf(X), keep_col))
+    return tiledcsr_from_tiles(split_slots(tiledcsr_tiles(X), keep_col))
 
 
 TILEDCSR_SHARD = ShardOps(
