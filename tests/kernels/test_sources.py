@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from kernels.compile_check import sources
-from kernels.launch import cuda_source, include_path
+from kernels.launch import CUDA_DIR, cuda_source, include_path
 
 PATHS = {p.name: p for p in sources()}
 SOURCES = sorted(PATHS)
@@ -45,8 +45,22 @@ def test_each_header_is_inlined_once(name):
 def test_tc_ops_is_shared():  # the case the inlining must handle: one header reached by two paths
     assert sum("tc_ops.cuh" in names(p) for p in PATHS.values()) >= 4
     assert {"metcf_half.cuh", "metcf_tile.cuh"} <= names(PATHS["metcf_spmm.cu"])
-    # one format's header reached from another format's folder (Tiled-CSR reuses ME-TCF's 16-bit fragments)
-    assert "metcf_half.cuh" in names(PATHS["tiledcsr_spmm.cu"])
+    # the 16-bit accumulator of ME-TCF and Tiled-CSR (the same tiles), in kernels/cuda: no format's folder includes
+    # another format's header
+    assert "half_acc.cuh" in names(PATHS["metcf_spmm.cu"]) & names(PATHS["tiledcsr_spmm.cu"])
+    for path in PATHS.values():
+        assert all(h.parent in (path.parent, CUDA_DIR) for h in includes(path)), path
+
+
+def test_a_relative_include_resolves_against_the_including_folder(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x.cu").write_text('#include "../b/y.cuh"\nint x;\n')
+    (tmp_path / "b" / "y.cuh").write_text('#pragma once\n#include "z.cuh"\nint y;\n')
+    (tmp_path / "b" / "z.cuh").write_text("#pragma once\nint z;\n")
+    assert include_path("../b/y.cuh", tmp_path / "a") == (tmp_path / "b" / "y.cuh").resolve()
+    assert cuda_source(tmp_path / "a" / "x.cu").split() == ["#pragma", "once", "#pragma", "once", "int", "z;", "int",
+                                                            "y;", "int", "x;"]
 
 
 def test_a_missing_header_names_both_places(tmp_path):

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.formats.metcf.config import CONFIG
 from storage.indexing import INT32_MAX, cut_ranges
 
 SOURCE = Path(__file__).resolve().parent / "tiledcsr_spmm.cu"
@@ -45,10 +44,10 @@ PIECE_MEAN_FACTOR, PIECE_ALIGN, PIECE_MIN_TILES = 2.0, 16, 32
 
 @dataclass(frozen=True)
 class TiledConfig:
-    """Compile-time constants of tiledcsr_spmm.cu (it static_asserts them); kernels/formats/metcf/config.py's defines ride along
-    because the .cu includes metcf_half.cuh, which checks them. A priori values, to be measured on the GPU."""
+    """Compile-time constants of tiledcsr_spmm.cu (it static_asserts them). A priori values, to be measured on the
+    GPU."""
 
-    warp_cols: int = 64  # columns per warp: 8 n8 tiles (the register remapping of metcf_half.cuh)
+    warp_cols: int = 64  # columns per warp: 8 n8 tiles (the register remapping of kernels/cuda/half_acc.cuh)
     max_warps: int = 8  # warps per thread block (64-column slices sharing each decoded A tile)
     chunk_tiles: int = 16  # tiles per chunk: one barrier and one block-wide scatter per chunk (3 x 512 B x chunk
     # of shared memory: 24 KB at 16). 16 rather than 8, measured on an H200 (FP16, graph replay, Tiled-CSR ms /
@@ -72,7 +71,7 @@ class TiledConfig:
                              "expected 1..64 warps per SM")
 
     def defines(self) -> tuple[str, ...]:
-        return (*CONFIG.defines(), f"-DTCSR_MAX_WARPS={self.max_warps}", f"-DTCSR_CHUNK={self.chunk_tiles}",
+        return (f"-DTCSR_MAX_WARPS={self.max_warps}", f"-DTCSR_CHUNK={self.chunk_tiles}",
                 f"-DTCSR_UNROLL={self.unroll}", f"-DTCSR_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
 
 
