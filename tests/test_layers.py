@@ -1,7 +1,8 @@
 """The import layers, read from the `import` statements (no module is imported): storage/ imports nothing from
 kernels/ (the store is below the formats: they register their layouts with it), nothing below gnn/ (configs/,
 storage/, kernels/, tasks/: gnn consumes the store) imports gnn, both anywhere in a module, function-local imports
-included, and the project's module-level imports form no cycle (a package's ``__init__`` importing its own
+included, no format's folder (kernels/formats/<name>/) imports another's (what formats share lives in
+kernels/formats/*.py), and the project's module-level imports form no cycle (a package's ``__init__`` importing its own
 submodules excepted, as Python runs it first)."""
 from __future__ import annotations
 
@@ -60,6 +61,23 @@ def storage_to_kernels(known: dict) -> dict[str, list[str]]:
     return imports_into(known, ("storage",), ("kernels",))
 
 
+def format_folder(module: str, known: dict) -> str | None:
+    """The format folder ``kernels/formats/<name>/`` that ``module`` belongs to, or None."""
+    parts = module.split(".")
+    top = ".".join(parts[:3])
+    if parts[:2] != ["kernels", "formats"] or len(parts) < 3 or known[top].name != "__init__.py":
+        return None
+    return parts[2]
+
+
+def format_to_format(known: dict) -> dict[str, list[str]]:
+    """Modules of a format's folder that import (anywhere) a module of another format's folder."""
+    bad = {m: sorted(t for t in imports(p, known, False)
+                     if format_folder(t, known) not in (None, format_folder(m, known)))
+           for m, p in known.items() if format_folder(m, known)}
+    return {m: t for m, t in bad.items() if t}
+
+
 def find_cycle(known: dict) -> list[str] | None:
     """One cycle of module-level imports, as a path m -> ... -> m, or None."""
     graph = {m: {t for t in imports(p, known, True) if t != m and not m.startswith(t + ".")}
@@ -94,6 +112,10 @@ def test_nothing_below_gnn_imports_gnn():
     assert imports_into(modules(), BELOW_GNN, ("gnn",)) == {}
 
 
+def test_no_format_imports_another_format():
+    assert format_to_format(modules()) == {}
+
+
 def test_no_module_level_import_cycle():
     cycle = find_cycle(modules())
     assert cycle is None, " -> ".join(cycle)
@@ -120,3 +142,17 @@ def test_the_check_sees_a_function_local_gnn_import(tmp_path):
     assert imports_into(modules(tmp_path), BELOW_GNN, ("gnn",)) == {"tasks.features": ["gnn.norm"]}
     (tmp_path / "tasks" / "features.py").write_text("import gnn\n")
     assert imports_into(modules(tmp_path), BELOW_GNN, ("gnn",)) == {"tasks.features": ["gnn"]}
+
+
+def test_the_check_sees_a_format_importing_another(tmp_path):
+    for folder in ("kernels", "kernels/formats", "kernels/formats/a", "kernels/formats/b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "kernels" / "formats" / "shared.py").write_text("")
+    (tmp_path / "kernels" / "formats" / "b" / "x.py").write_text("")
+    (tmp_path / "kernels" / "formats" / "a" / "y.py").write_text("from kernels.formats import shared\n"
+                                                                 "from kernels.formats.a import z\n")
+    (tmp_path / "kernels" / "formats" / "a" / "z.py").write_text("")
+    assert format_to_format(modules(tmp_path)) == {}
+    (tmp_path / "kernels" / "formats" / "a" / "z.py").write_text("def f():\n    from kernels.formats.b.x import g\n")
+    assert format_to_format(modules(tmp_path)) == {"kernels.formats.a.z": ["kernels.formats.b.x"]}
