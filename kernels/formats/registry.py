@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from configs.errors import InputError
+from storage.formats import register_layout
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,6 @@ REGISTRY: dict[str, Format] = {}
 
 def register(fmt: Format) -> Format:
     """Add a format (and its storage layout) once; a second registration of the same name is a bug."""
-    from storage.formats import register_layout
-
     if fmt.name in REGISTRY and REGISTRY[fmt.name] is not fmt:
         raise ValueError(f"format {fmt.name!r} is registered twice")
     REGISTRY[fmt.name] = fmt

@@ -11,12 +11,15 @@ import time
 
 import numpy as np
 
+from kernels.formats.bcsr import launch as launch_bcsr
 from kernels.formats.bcsr.container import (BCSR, BLOCK_ROWS, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
                                  csr_to_bcsr)
+from kernels.formats.bcsr.gpu import csr_to_bcsr_gpu_from_scipy
 from kernels.formats.contract import Choice, PerCall
 from kernels.formats.registry import Format
 from kernels.formats.bcsr.shard import BCSR_SHARD
 from kernels.precision import Precision
+from storage.formats import BlockLayout
 
 # A-priori choice (no timing): split a block row's blocks over ksplit warps when the grid would leave SMs idle
 # (fewer thread blocks than SPLIT_FILL_SMS x the SM count) or when the longest block row is SPLIT_SKEW x the mean.
@@ -45,8 +48,6 @@ class BcsrDevice:
                  autotune="auto", allow_cusparse: bool = False):
         import cupy
 
-        from kernels.formats.bcsr import launch as launch_bcsr
-
         self.precision, self.balance = precision, balance
         self.config = launch_bcsr.BCSR_CONFIG
         self.autotune = autotune if autotune == "auto" else bool(autotune)
@@ -59,8 +60,6 @@ class BcsrDevice:
                                  f"{precision.block_width}-wide blocks")
             self._dm, how = launch_bcsr.upload(A, precision.name), "host BCSR upload"
         else:  # a SciPy matrix: upload its CSR and convert on the device (kernels.formats.bcsr.gpu)
-            from kernels.formats.bcsr.gpu import csr_to_bcsr_gpu_from_scipy
-
             X = csr_to_bcsr_gpu_from_scipy(A, precision)
             self._dm = launch_bcsr.upload_arrays(X.shape, precision.name, X.indptr, X.indices, X.data)
             how = "GPU BCSR"
@@ -76,8 +75,6 @@ class BcsrDevice:
         self.sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
 
     def decide(self, N: int, B, time_fn) -> Choice:
-        from kernels.formats.bcsr import launch as launch_bcsr
-
         ks = launch_bcsr.ksplits(N)
         slices, chunks = launch_bcsr.grid_shape(N, 1)
         grid = self._dm.n_block_rows * chunks
@@ -116,8 +113,6 @@ class BcsrDevice:
         return PerCall(self, kernel, B, out, **kw)
 
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
-        from kernels.formats.bcsr import launch as launch_bcsr
-
         if kernel == "bcsr-window":
             return launch_bcsr.spmm(self._dm, B, out, accumulate=accumulate)
         if kernel == "bcsr-split":
@@ -128,8 +123,6 @@ class BcsrDevice:
 
 
 def _layout():
-    from storage.formats import BlockLayout
-
     return BlockLayout(rows_per_group=BLOCK_ROWS, group_offset="indptr", item_offset="value_offset",
                        fixed={"indices": 0}, ragged=("values",))
 

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from kernels.formats.contract import Choice
 from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
+from kernels.formats.csr.launch import CSR_CONFIG, CsrConfig, CsrRows
 from kernels.formats.csr.shard import CSR_SHARD
 from kernels.formats.registry import Format
 from kernels.precision import Precision
@@ -35,8 +36,6 @@ class CsrDevice:
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
-        from kernels.formats.csr.launch import CSR_CONFIG, CsrConfig
-
         self.precision, self._A, self._rows = precision, A, None
         self.config = config if isinstance(config, CsrConfig) else CSR_CONFIG
         self.autotune = autotune if autotune == "auto" else bool(autotune)
@@ -45,8 +44,6 @@ class CsrDevice:
 
     def _get(self):
         if self._rows is None:
-            from kernels.formats.csr.launch import CsrRows
-
             t0 = time.perf_counter()
             A = self._A if sp.issparse(self._A) else to_scipy(self._A)
             self._rows = CsrRows(A, self.precision, self.config)

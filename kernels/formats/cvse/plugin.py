@@ -23,11 +23,15 @@ import time
 
 import numpy as np
 
+from kernels.formats.cvse import launch as lc
 from kernels.formats.cvse.container import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
 from kernels.formats.contract import Choice, PerCall
+from kernels.formats.cvse.svc import compress
 from kernels.formats.registry import Format
 from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, window_bytes
+from kernels.operands import vector_path
+from storage.formats import BlockLayout
 from storage.indexing import index_dtype
 from kernels.precision import Precision
 
@@ -63,9 +67,6 @@ class CvseDevice:
                  autotune="auto", allow_cusparse: bool = False):
         import cupy
 
-        from kernels.formats.cvse import launch as lc
-        from kernels.formats.cvse.svc import compress
-
         self.precision, self.config = precision, lc.CVSE_CONFIG
         self.allow_cusparse = allow_cusparse
         self.timings: dict = {}
@@ -91,8 +92,6 @@ class CvseDevice:
     def _tiled(self, N: int) -> list[dict]:
         """The tiled kernel's launch shapes for N, best a priori first ([] without its layout or off the 16-byte
         path)."""
-        from kernels.formats.cvse import launch as lc
-
         if self._tiles is None or N % 8:
             return []
         return lc.tiled_configs(self._tiles, int(self._dm.shape[1]), N, self.sm_count, self._smem_max)
@@ -139,9 +138,6 @@ class CvseDevice:
         kernel takes its launch shape from ``choice`` (`decide`); off its 16-byte path (N % 8, or a B / out not
         16-byte aligned) or with no launch shape that fits shared memory the call runs the per-vector kernel, which
         takes any B."""
-        from kernels.formats.cvse import launch as lc
-        from kernels.operands import vector_path
-
         if kernel not in ("cvse-vector", "cvse-tiled"):
             raise ValueError(f"unknown CVSE kernel {kernel!r} (cvse-vector, cvse-tiled)")
         shapes = []
@@ -196,8 +192,6 @@ CVSE_SHARD = ShardOps(
 
 
 def _layout():
-    from storage.formats import BlockLayout
-
     return BlockLayout(rows_per_group=WINDOW_ROWS, group_offset="window_ptr", item_offset="value_offset",
                        fixed={"indices": 0, "vec_row": 0}, ragged=("values",))
 

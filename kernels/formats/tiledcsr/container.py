@@ -21,6 +21,7 @@ import scipy.sparse as sp
 
 from kernels.formats.blocks import check_pieces, stack_offsets
 from kernels.formats.condense import DEFAULT_CHUNK_NNZ, WindowTiles, condense_windows
+from kernels.precision import from_bf16_bits
 from storage.indexing import index_dtype
 
 HEIGHT = 16  # h: the m16 of mma.m16n8k8 (TF32) and mma.m16n8k16 (FP16/BF16)
@@ -248,8 +249,6 @@ def tiledcsr_from_arrays(arrays: dict) -> TiledCSR:
 def values_float64(data: np.ndarray) -> np.ndarray:
     """Stored values widened exactly to float64 (uint16 is bfloat16 bits)."""
     if data.dtype == np.uint16:
-        from kernels.precision import from_bf16_bits
-
         return from_bf16_bits(data).astype(np.float64)
     return data.astype(np.float64)
 

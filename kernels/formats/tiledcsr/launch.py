@@ -23,6 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels import launch
+from kernels.formats.tiledcsr.container import indptr_dtype
+from kernels.operands import FLAG_VEC, check_b_out
+from kernels.precision import PRECISIONS, precision as as_precision
 from storage.indexing import INT32_MAX, cut_ranges
 
 SOURCE = Path(__file__).resolve().parent / "tiledcsr_spmm.cu"
@@ -79,8 +83,6 @@ TILED_CONFIG = TiledConfig()
 
 
 def module(config: TiledConfig = TILED_CONFIG):
-    from kernels import launch
-
     return launch.module(config, SOURCE)
 
 
@@ -166,9 +168,6 @@ def upload(X, precision: str, piece_tiles: int | None = None) -> TiledArrays:
     with its row pieces (``piece_tiles`` None: `auto_piece_tiles`)."""
     import cupy
 
-    from kernels.formats.tiledcsr.container import indptr_dtype
-    from kernels.precision import precision as as_precision
-
     p = as_precision(precision)
     n_rows, n_cols = (int(s) for s in X.shape)
     if X.width != p.block_width or X.data.dtype != p.storage_dtype or X.tile_indptr.dtype != indptr_dtype(X.width):
@@ -182,8 +181,6 @@ def upload(X, precision: str, piece_tiles: int | None = None) -> TiledArrays:
         raise ValueError("a tile's first column slot is padding (-1); the kernel substitutes it for padding slots")
     data = X.data
     if p.name == "float32":
-        from kernels.precision import PRECISIONS
-
         data = PRECISIONS["float32"].rounded(data).astype(np.float32)  # TF32 bits, as kernels.launch.tf32_round
     cols = np.asarray(X.tile_cols, dtype=np.int32) if nt else np.zeros((1, X.width), np.int32)
     gp = np.asarray(X.group_ptr, dtype=np.int64)
@@ -257,9 +254,6 @@ def spmm(dm: TiledArrays, B, out=None, config: TiledConfig = TILED_CONFIG, *, ba
     """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once). ``bands`` None: `grid_bands` for
     this device; ``row_slots``: see `launch_grid` (slots over pieces). Writes every element of C (zeros for rows
     without tiles). The first call at an N with split groups allocates that N's workspace; later calls nothing."""
-    from kernels import launch
-    from kernels.operands import FLAG_VEC, check_b_out
-
     out, N, flags = check_b_out(dm.shape, dm.precision, B, out, out_dtype, accumulate,
                                 vec_elems=4 if dm.precision == "float32" else 8)  # one 16-byte load or store
     if dm.n_groups == 0:

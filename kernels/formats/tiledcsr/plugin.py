@@ -23,9 +23,11 @@ from kernels.formats.contract import Choice, PerCall
 from kernels.formats.registry import Format
 from kernels.formats.condense import split_slots
 from kernels.formats.shard import ShardOps, keeps_order, rebase, relabel, slot_halo, window_bytes
+from kernels.formats.tiledcsr import launch as lt
 from kernels.formats.tiledcsr.container import (HEIGHT, WIDTHS, TiledCSR, csr_to_tiledcsr, tiledcsr_concat,
                                       tiledcsr_from_arrays, tiledcsr_from_tiles, tiledcsr_spmm, tiledcsr_stats,
                                       tiledcsr_tiles, tiledcsr_to_csr)
+from storage.formats import BlockLayout
 from storage.indexing import index_dtype
 from kernels.precision import Precision
 
@@ -52,8 +54,6 @@ class TiledcsrDevice:
                  autotune="auto", allow_cusparse: bool = False):
         import cupy
 
-        from kernels.formats.tiledcsr import launch as lt
-
         self.precision, self.config = precision, lt.TILED_CONFIG
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self.allow_cusparse = allow_cusparse
@@ -71,8 +71,6 @@ class TiledcsrDevice:
         self.l2_bytes = dev.attributes.get("L2CacheSize", 50 << 20)
 
     def decide(self, N: int, B, time_fn) -> Choice:
-        from kernels.formats.tiledcsr import launch as lt
-
         bands = lt.grid_bands(self._dm.n_pieces, int(self._dm.shape[1]), N, self.precision.itemsize,
                               self.sm_count, self.l2_bytes)
         choice = Choice(kernel="tiledcsr-tile", N=N, extra={"bands": bands, "conversion": self.timings.get("conversion")},
@@ -93,8 +91,6 @@ class TiledcsrDevice:
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         """The seam's launch; the grid's column bands come from ``choice`` (`decide`), None: `grid_bands`.
         Tiled-CSR has no split-K: ``ksplit`` must be None or 1."""
-        from kernels.formats.tiledcsr import launch as lt
-
         if kernel != "tiledcsr-tile":
             raise ValueError(f"unknown Tiled-CSR kernel {kernel!r} (tiledcsr-tile)")
         if ksplit not in (None, 1):
@@ -141,8 +137,6 @@ TILEDCSR_SHARD = ShardOps(
 
 
 def _layout():
-    from storage.formats import BlockLayout
-
     return BlockLayout(rows_per_group=HEIGHT, group_offset="group_ptr", item_offset="tile_ptr",
                        fixed={"tile_cols": 16, "tile_indptr": HEIGHT + 1}, ragged=("tile_indices", "data"))
 
