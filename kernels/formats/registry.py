@@ -13,7 +13,10 @@ A format provides, for each precision it supports (`kernels.precision`):
 - ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): the contract in
   ``kernels.formats.contract`` (``DeviceOperator``: converts/uploads once; ``decide(N, B, time_fn) -> Choice``,
   ``launch`` and ``bind`` per call);
-- ``fallbacks``: baseline kernels (kernels.baselines) the plan times against this format's timed choice.
+- ``fallbacks``: baseline kernels (kernels.baselines) the plan times against this format's timed choice;
+- ``cuda_sources`` / ``cuda_builds``: its ``.cu`` files and what each is compiled with, ``(label, nvcc -D
+  options)`` pairs (its launchers' configs; default one build without options), which ``kernels.compile_check``
+  compiles offline.
 
 `SpmmPlan`, the convert stage, the store and the multi-GPU shards iterate `REGISTRY`; adding a format means its
 folder ``kernels/formats/<name>/``, one `register(...)` line in ``kernels/formats/__init__.py`` and its tests.
@@ -26,6 +29,8 @@ from typing import Any, Callable
 
 from configs.errors import InputError
 from storage.formats import register_layout
+
+DEFAULT_BUILDS = (("default", ()),)  # a .cu compiled once, without -D options (its own #ifndef defaults)
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,9 @@ class Format:
     # CUDA-core CSR kernel, as DTC-SpMM's selector falls back from Tensor Cores)
     fallbacks: tuple = ()
     value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
+    cuda_sources: tuple = ()  # its kernels' .cu files (pathlib.Path)
+    # what each of them is compiled with: (label, nvcc -D options) pairs, one compile each (kernels.compile_check)
+    cuda_builds: tuple = DEFAULT_BUILDS
 
     @property
     def precisions(self) -> tuple[str, ...]:

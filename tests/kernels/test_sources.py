@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from kernels.compile_check import sources
+from kernels.compile_check import FORMATS_DIR, builds, sources
+from kernels.formats import REGISTRY
 from kernels.launch import CUDA_DIR, cuda_source, include_path
 
 PATHS = {p.name: p for p in sources()}
@@ -72,10 +73,23 @@ def test_a_missing_header_names_both_places(tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit) on PATH")
 @pytest.mark.parametrize("name", ["metcf_spmm.cu", "tiledcsr_spmm.cu", "cvse_spmm.cu"])
 def test_the_inlined_source_compiles_without_an_include_path(name, tmp_path):
-    from kernels.formats.metcf.config import CONFIG
-
+    defines = next(d for path, _, d in builds() if path == PATHS[name])  # its format's (first) build
     cu = tmp_path / name
     cu.write_text(cuda_source(PATHS[name]))
-    proc = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", *CONFIG.defines(), str(cu),
+    proc = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", *defines, str(cu),
                            "-o", str(tmp_path / "x.o")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_each_format_declares_its_sources_and_builds():
+    """compile_check compiles a format folder's .cu with what its format declares (ME-TCF: its three configs; the
+    others: their launcher's config), so every .cu of a format folder is declared by that folder's format."""
+    declared = {cu.resolve(): fmt.name for fmt in REGISTRY.values() for cu in fmt.cuda_sources}
+    assert {cu: declared.get(cu) for cu in sources() if cu.parent.parent == FORMATS_DIR} == \
+        {cu: cu.parent.name for cu in sources() if cu.parent.parent == FORMATS_DIR}
+    labels = {}
+    for cu, label, defines in builds():
+        labels.setdefault(cu.name, []).append(label)
+        assert all(d.startswith("-D") for d in defines), (cu, defines)
+    assert labels.pop("metcf_spmm.cu") == ["default", "bitmap", "v0"]
+    assert all(v == ["default"] for v in labels.values()) and len(labels) >= 5, labels

@@ -132,4 +132,5 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=bcsr_concat,
     layout=_layout(), from_arrays=bcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: bcsr_stats(X, csr_nbytes), device="kernels.formats.bcsr.plugin:BcsrDevice",
-    to_csr=bcsr_to_csr, shard=BCSR_SHARD)
+    to_csr=bcsr_to_csr, shard=BCSR_SHARD, cuda_sources=(launch_bcsr.SOURCE,),
+    cuda_builds=(("default", launch_bcsr.BCSR_CONFIG.defines()),))

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from kernels.formats.contract import Choice
 from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
-from kernels.formats.csr.launch import CSR_CONFIG, CsrConfig, CsrRows
+from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows
 from kernels.formats.csr.shard import CSR_SHARD
 from kernels.formats.registry import Format
 from kernels.precision import Precision
@@ -83,4 +83,5 @@ FORMAT = Format(
     name="csr", summary="CSR on CUDA cores: the matrix as given, one warp per row piece, deterministic",
     block_width={"float32": 1, "float16": 1, "bfloat16": 1}, convert=convert, concat=csr_concat,
     layout=LAYOUT, from_arrays=csr_from_arrays, reference_spmm=csr_spmm, stats=csr_stats,
-    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD)
+    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD, cuda_sources=(SOURCE,),
+    cuda_builds=(("default", CSR_CONFIG.defines()),))

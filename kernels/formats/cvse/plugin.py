@@ -202,6 +202,7 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=cvse_concat,
     layout=_layout(), from_arrays=cvse_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: cvse_stats(X, csr_nbytes), device="kernels.formats.cvse.plugin:CvseDevice",
-    to_csr=cvse_to_csr, shard=CVSE_SHARD,
+    to_csr=cvse_to_csr, shard=CVSE_SHARD, cuda_sources=(lc.SPMM_SOURCE, lc.SDDMM_SOURCE),
+    cuda_builds=(("default", lc.CVSE_CONFIG.defines()),),
     # tests/kernels/test_gpu_cvse.py passed on an H200 (session 6): every V, precision and edge case
     gpu_ready=True)

@@ -148,6 +148,7 @@ FORMAT = Format(
     from_arrays=tiledcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
     device="kernels.formats.tiledcsr.plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr, shard=TILEDCSR_SHARD,
+    cuda_sources=(lt.SOURCE,), cuda_builds=(("default", lt.TILED_CONFIG.defines()),),
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite
     # (block-decoded A fragments, vec + edge kernels) is compile-checked and simulated (test_tiledcsr_warp.py) and
     # awaits its GPU run: set False if that module fails there
