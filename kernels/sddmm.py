@@ -111,27 +111,48 @@ class SddmmPlan:
 
     def run(self, A, B):
         """The values of (A @ B^T) (.) S in S's CSR order, float32 [nnz]: NumPy on the CPU path; on the GPU,
-        CuPy for CuPy inputs and NumPy for NumPy inputs."""
+        CuPy for CuPy inputs and NumPy for NumPy inputs. A and B in any float dtype, or in the plan's storage
+        dtype (float16; bfloat16 as uint16 bits, as `SpmmPlan` takes B): then the CVSE kernel reads them as they
+        are, with no pass over them (it rounds float32 to TF32 itself, at its mma)."""
         p = self.precision
         self._check(A, B)
         if self.device == "cpu":
-            Ar, Br = p.rounded(np.asarray(A, dtype=np.float32)), p.rounded(np.asarray(B, dtype=np.float32))
+            Ar, Br = p.rounded(_float32(A, p)), p.rounded(_float32(B, p))
             if self._cvse is None:
                 return csr_sddmm(self._S, Ar, Br).astype(np.float32)
-
             return cvse_sddmm(self._cvse, Ar, Br).reshape(-1)[self._gather].astype(np.float32)
         import cupy
 
         host = not isinstance(A, cupy.ndarray)
-        Ad, Bd = cupy.asarray(A, dtype=cupy.float32), cupy.asarray(B, dtype=cupy.float32)
+        Ad, Bd = _device_operand(A, p), _device_operand(B, p)
         if self.kernel == "cvse":
-            cast = (lambda x: cupy.ascontiguousarray(p.to_storage(x))) if p.half else cupy.ascontiguousarray
-            out = launch_cvse.sddmm(self._dm, cast(Ad), cast(Bd)).reshape(-1)[self._gather_dev]
-        else:
-            rnd = ((lambda x: cupy.ascontiguousarray(tf32_round(x))) if p.name == "float32" else
-                   (lambda x: cupy.ascontiguousarray(p.to_float32(p.to_storage(x)))))
-            out = self._op.run(rnd(Ad), rnd(Bd)) * self._s_dev
-        return cupy.asnumpy(out) if host else out
+            return _out(launch_cvse.sddmm(self._dm, Ad, Bd).reshape(-1)[self._gather_dev], host)
+        # cuSPARSE SDDMM reads float32: the precision's values (TF32-rounded, or the 16-bit values widened)
+        rnd = tf32_round if p.name == "float32" else p.to_float32
+        out = self._op.run(cupy.ascontiguousarray(rnd(Ad)), cupy.ascontiguousarray(rnd(Bd)))
+        out *= self._s_dev
+        return _out(out, host)
+
+
+def _float32(X, p) -> np.ndarray:
+    """Host float32 values of an operand: storage-dtype input (bfloat16: uint16 bits) widened exactly."""
+    X = np.asarray(X)
+    return p.to_float32(X) if X.dtype == p.storage_dtype else X.astype(np.float32, copy=False)
+
+
+def _device_operand(X, p):
+    """A or B on the device, C-contiguous, in the precision's storage dtype: taken as it is when it already is
+    (no pass over it), else converted once."""
+    import cupy
+
+    X = cupy.asarray(X)
+    return cupy.ascontiguousarray(X if X.dtype == p.storage_dtype else p.to_storage(X))
+
+
+def _out(out, host: bool):
+    import cupy
+
+    return cupy.asnumpy(out) if host else out
 
 
 def _gather_positions(X, S: sp.csr_array) -> np.ndarray:
