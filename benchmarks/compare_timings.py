@@ -16,6 +16,7 @@ leaving out the CuPy and cuSPARSE baselines it also times).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import re
@@ -55,8 +56,9 @@ def rounds(paths: str) -> dict[tuple, dict[str, float]]:
     return out
 
 
-def compare(before: str | Path, after: str | Path, only: str | None = None) -> list[tuple[str, float]]:
-    """(case name, after / before) for every timing present on both sides (whose name matches ``only``)."""
+def compare_values(before: str | Path, after: str | Path, only: str | None = None
+                   ) -> list[tuple[str, float, float]]:
+    """(case name, before, after) for every timing present on both sides (whose name matches ``only``)."""
     b, a = rounds(before), rounds(after)
     out = []
     for ident in sorted(set(b) & set(a)):
@@ -64,8 +66,33 @@ def compare(before: str | Path, after: str | Path, only: str | None = None) -> l
             if only and not re.search(only, name):
                 continue
             label = " ".join(f"{k}={json.loads(v)}" for k, v in ident) + f" {name}"
-            out.append((label, a[ident][name] / b[ident][name]))
+            out.append((label, b[ident][name], a[ident][name]))
     return out
+
+
+def compare(before: str | Path, after: str | Path, only: str | None = None) -> list[tuple[str, float]]:
+    """(case name, after / before) for every timing present on both sides (whose name matches ``only``)."""
+    return [(label, x / y) for label, y, x in compare_values(before, after, only)]
+
+
+def report(before: str, after: str, values: list, args) -> dict:
+    """The comparison as a results file (benchmarks/results/ab-*.json, summarized in docs/benchmarks.md)."""
+    def metas(paths):
+        return [json.loads(Path(p).read_text()).get("meta", {}) for p in filter(None, str(paths).split(","))]
+    mb, ma = metas(before), metas(after)
+    ratios = [a / b for _, b, a in values]
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return {"meta": {"label": args.label, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                     "command": "benchmarks/compare_timings.py " + " ".join(sys.argv[1:]),
+                     "device": (mb[0] if mb else {}).get("device"),
+                     "before": [Path(p).name for p in str(before).split(",")],
+                     "after": [Path(p).name for p in str(after).split(",")],
+                     "before_commands": sorted({m.get("command", "?") for m in mb}),
+                     "after_commands": sorted({m.get("command", "?") for m in ma}),
+                     "case_limit": 1 + args.case, "geomean_limit": 1 + args.geomean, "only": args.only},
+            "summary": {"timings": len(values), "geomean": geo, "above": sum(r > 1 + args.case for r in ratios),
+                        "ok": bool(geo <= 1 + args.geomean and all(r <= 1 + args.case for r in ratios))},
+            "rows": [{"case": n, "before": b, "after": a, "ratio": a / b} for n, b, a in values]}
 
 
 def main(argv=None) -> int:
@@ -75,11 +102,17 @@ def main(argv=None) -> int:
     ap.add_argument("--case", type=float, default=0.03, help="largest slowdown of one timing (default 0.03)")
     ap.add_argument("--geomean", type=float, default=0.01, help="largest slowdown of the geomean (default 0.01)")
     ap.add_argument("--only", help="compare only the timings whose name matches this regular expression")
+    ap.add_argument("--out", type=Path, help="also write the comparison here as JSON (e.g. "
+                    "benchmarks/results/ab-<label>-<script>-<device>-<date>.json)")
+    ap.add_argument("--label", default="", help="what changed between before and after (recorded with --out)")
     args = ap.parse_args(argv)
-    ratios = compare(args.before, args.after, args.only)
+    values = compare_values(args.before, args.after, args.only)
+    ratios = [(n, a / b) for n, b, a in values]
     if not ratios:
         print("no timing is in both files (same script? same cases?)")
         return 1
+    if args.out:
+        args.out.write_text(json.dumps(report(args.before, args.after, values, args), indent=1))
     geo = math.exp(sum(math.log(r) for _, r in ratios) / len(ratios))
     bad = [(n, r) for n, r in ratios if r > 1 + args.case]
     for name, r in sorted(ratios, key=lambda x: -x[1])[:20]:

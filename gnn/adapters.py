@@ -67,8 +67,12 @@ def to_dgl(graph, device=None):
     """``dgl.graph`` of ``graph`` (edges src -> dst, CSR order) with its node arrays and edge weights."""
     try:
         import dgl
-    except ImportError as err:
-        raise ImportError("gnn.to_dgl needs DGL: pip install dgl (a build matching your torch)") from err
+    except Exception as err:  # DGL without a GraphBolt build for this torch raises FileNotFoundError on import
+        import torch
+
+        raise ImportError(f"gnn.to_dgl needs DGL built for torch {torch.__version__.split('+')[0]}: import dgl "
+                          f"failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); see the "
+                          "README, \"DGL\"") from err
     ei = _t(graph.edge_index)
     g = dgl.graph((ei[0], ei[1]), num_nodes=graph.num_nodes)
     g.edata["w"] = _t(graph.adj.data)

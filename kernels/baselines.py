@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from kernels.cusparse import CusparseSpmm
 from kernels.formats.contract import Choice
 
 
@@ -27,8 +28,6 @@ class CusparseOperator:
 
     def _get(self):
         if self._op is None:
-            from kernels.cusparse import CusparseSpmm
-
             csr = self._csr_of()
             if self.precision.name == "bfloat16" and csr.dtype == np.uint16:
                 csr = sp.csr_array((self.precision.to_float32(csr.data), csr.indices, csr.indptr), shape=csr.shape)

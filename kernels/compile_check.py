@@ -1,7 +1,8 @@
 """Offline compile check: nvcc-compiles every .cu (kernels/cuda and each format's folder, kernels/formats/<name>/)
-for sm_80 and sm_90 with the -D options of ME-TCF's three configurations (the other formats' sources default
-their own constants to their launchers' values) and prints ptxas's resource report (registers, shared memory,
-spills). Includes resolve as kernels.launch.cuda_source resolves them: the file's folder, then kernels/cuda.
+for sm_80 and sm_90, once per build its format declares (``Format.cuda_sources`` / ``Format.cuda_builds`` in
+kernels.formats.REGISTRY: a label and the -D options of a launcher's config, several where a format runs several;
+a .cu no format declares, once without options), and prints ptxas's resource report (registers, shared memory, spills). Includes
+resolve as kernels.launch.cuda_source resolves them: the file's folder, then kernels/cuda.
 
 ``python -m kernels.compile_check [--arch sm_80 --arch sm_90]``: exit 0 when all compile (or when nvcc is
 absent: it prints why it skipped), 1 when any fails or spills to local memory.
@@ -16,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, V0_CONFIG
+from kernels.formats import REGISTRY
+from kernels.formats.registry import DEFAULT_BUILDS
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 FORMATS_DIR = Path(__file__).resolve().parent / "formats"
@@ -28,18 +30,26 @@ def sources() -> list[Path]:
     return sorted(CUDA_DIR.glob("*.cu")) + sorted(FORMATS_DIR.glob("*/*.cu"))
 
 
+def builds() -> list[tuple[Path, str, tuple[str, ...]]]:
+    """(source, label, -D options) of each compile: every .cu once per build of the format declaring it, in
+    `sources()` order; a .cu no registered format declares (kernels/cuda) once per `DEFAULT_BUILDS`."""
+    declared = {Path(cu).resolve(): fmt.cuda_builds for fmt in REGISTRY.values() for cu in fmt.cuda_sources}
+    return [(cu, label, tuple(defines)) for cu in sorted(set(sources()) | set(declared))
+            for label, defines in declared.get(cu, DEFAULT_BUILDS)]
+
+
 def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list[dict]:
-    """Compile each .cu for each arch; returns one dict per (file, arch): ok, spills, report. [] without nvcc."""
+    """Compile each build (`builds`) for each arch; returns one dict per (file, build, arch): ok, spills, report.
+    [] without nvcc."""
     nvcc = nvcc or shutil.which("nvcc")
     if nvcc is None:
         return []
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for cu in sources():
-            configs = (("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))
-            for arch, (cfg_name, cfg) in ((a, c) for a in archs for c in configs):
+        for cu, cfg_name, defines in builds():
+            for arch in archs:
                 cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
-                       *cfg.defines(), str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}-{cfg_name}.o")]
+                       *defines, str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}-{cfg_name}.o")]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 report = proc.stdout + proc.stderr
                 spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", report)]

@@ -32,7 +32,7 @@ class CpuPath:
         Bh = np.asarray(B)
         if not prec.half:
             if self.csr is None:
-                from kernels.cpu_spmm import CpuCsr
+                from kernels.cpu_spmm import CpuCsr  # lazy: numba, ~0.25 s to import, only for a float32 CPU run
 
                 self.csr = CpuCsr(self._csr_given if self._csr_given is not None else self._fmt.to_csr(self._host))
             if out is not None and not accumulate and isinstance(out, np.ndarray) and \

@@ -32,6 +32,8 @@ import os
 
 import numpy as np
 
+from kernels import launch
+from kernels.precision import precision
 from storage.indexing import index_dtype
 
 # cusparseSpMMAlg_t values (cusparse.h): ALG1 any layout; ALG2 and ALG3 row-major, ALG3 with preprocessing.
@@ -121,8 +123,6 @@ class CusparseSpmm(DescriptorOwner):
     def __init__(self, A, *, algorithms=tuple(ALGORITHMS), dtype: str = "float32", deterministic: bool = False):
         import cupy
         import scipy.sparse as sp
-
-        from kernels.precision import precision
 
         if dtype not in VALUE_TYPES:
             raise ValueError(f"dtype {dtype!r} is not supported by the cuSPARSE baseline; one of {list(VALUE_TYPES)}")
@@ -241,9 +241,7 @@ class CusparseSpmm(DescriptorOwner):
         """Median ms of each algorithm on this B (default timer kernels.launch.graph_ms: the device time of one
         call, CUDA events around a captured graph); keeps the fastest in self.best[N] (with ``deterministic``,
         the fastest whose three outputs on this B are bitwise equal)."""
-        from kernels.launch import graph_ms
-
-        timer = timer or graph_ms
+        timer = timer or launch.graph_ms
         out, N = self._check_b(B, out)
         times, errors = {}, {}
         for alg in self.algorithms:

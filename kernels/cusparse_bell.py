@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from kernels.cusparse import checked
 from kernels.cusparse_blocks import PaddedBlockSpmm
+from kernels.precision import precision
 
 BLOCKED_ELL_ALG1 = 13  # cusparseSpMMAlg_t
 MAX_BYTES = 4 << 30  # refuse Blocked-ELL layouts above this many bytes of values
@@ -41,8 +42,6 @@ class CusparseBlockedEll(PaddedBlockSpmm):
 
     def __init__(self, A, *, block: int = 16, dtype: str = "float16", max_bytes: int = MAX_BYTES):
         import cupy
-
-        from kernels.precision import precision
 
         A = sp.csr_array(A)
         info = plan_blocked_ell(A, block)

@@ -13,6 +13,8 @@ import numpy as np
 
 from kernels.cusparse import checked
 from kernels.cusparse_blocks import PaddedBlockSpmm
+from kernels.formats.bcsr.container import csr_to_bcsr
+from kernels.precision import precision
 
 BSR_ALG1 = 14  # cusparseSpMMAlg_t CUSPARSE_SPMM_BSR_ALG1
 
@@ -24,9 +26,6 @@ class CusparseBsr(PaddedBlockSpmm):
 
     def __init__(self, A, *, block: int = 16, dtype: str = "float16"):
         import cupy
-
-        from kernels.formats.bcsr.container import csr_to_bcsr
-        from kernels.precision import precision
 
         if block != 16:
             raise ValueError(f"block is {block}; this baseline builds 16 x 16 blocks (kernels.formats.bcsr.container)")

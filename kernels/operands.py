@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.precision import precision as as_precision
+
 FLAG_VEC, FLAG_ADD, FLAG_OUT16 = 1, 2, 4  # the .cu files' FLAG_* (16-byte accesses, C += A @ B, 16-bit C)
 
 
@@ -13,8 +15,6 @@ def check_b_out(shape, precision: str, B, out, out_dtype, accumulate: bool, *, v
     """(out, N, flags) for C = A @ B with A of ``shape`` in ``precision`` (a name); FLAG_VEC when N is a multiple of
     ``vec_elems`` (the elements of one vector access) and B, out are 16-byte aligned."""
     import cupy
-
-    from kernels.precision import precision as as_precision
 
     want = as_precision(precision).storage_dtype
     if not isinstance(B, cupy.ndarray) or B.ndim != 2 or not B.flags.c_contiguous or not _storage(B.dtype, want):

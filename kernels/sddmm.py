@@ -19,6 +19,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from configs.errors import InputError
+from kernels import spmm
+from kernels.cusparse_sddmm import CusparseSddmm
+from kernels.formats import get
+from kernels.formats.cvse import launch as launch_cvse
+from kernels.formats.cvse.container import cvse_sddmm
+from kernels.formats.cvse.svc import compress
+from kernels.launch import tf32_round
 from kernels.precision import precision as as_precision
 
 FORMATS = ("csr", "cvse")
@@ -50,9 +57,6 @@ def csr_sddmm(S: sp.csr_array, A, B) -> np.ndarray:
 class SddmmPlan:
     def __init__(self, S, *, dtype="float32", format: str = "csr", vector: int | None = None, device: str = "auto",
                  kernel: str = "auto"):
-        from kernels.formats import get
-        from kernels.spmm import gpu_available
-
         self.precision = p = as_precision(dtype)
         if format not in FORMATS:
             raise InputError(f"SDDMM format {format!r} is not supported; choose one of {', '.join(FORMATS)}")
@@ -66,12 +70,10 @@ class SddmmPlan:
         self._S = sp.csr_array((p.rounded(S.data).astype(np.float32), S.indices, S.indptr), shape=S.shape)
         self._cvse, self.svc = None, None
         if format == "cvse":
-            from kernels.formats.cvse.svc import compress
-
             self._cvse, self.svc = compress(self._S, p, vector=vector)
             self._gather = _gather_positions(self._cvse, self._S)
-        use_gpu = device == "gpu" or (device == "auto" and gpu_available())
-        if device == "gpu" and not gpu_available():
+        use_gpu = device == "gpu" or (device == "auto" and spmm.gpu_available())
+        if device == "gpu" and not spmm.gpu_available():
             raise RuntimeError("device='gpu' but CuPy or a CUDA device is not available")
         self.device = "gpu" if use_gpu else "cpu"
         if not use_gpu:
@@ -90,13 +92,9 @@ class SddmmPlan:
         import cupy
 
         if self.kernel == "cvse":
-            from kernels.formats.cvse import launch as launch_cvse
-
             self._dm = launch_cvse.upload(self._cvse, p.name)
             self._gather_dev = cupy.asarray(self._gather)
         else:
-            from kernels.cusparse_sddmm import CusparseSddmm
-
             self._op = CusparseSddmm(self._S.indptr, self._S.indices, self.shape)
             self._s_dev = cupy.asarray(self._S.data)
         self.choice = {"kernel": self.kernel, "format": format if self.kernel == "cvse" else "csr",
@@ -113,32 +111,48 @@ class SddmmPlan:
 
     def run(self, A, B):
         """The values of (A @ B^T) (.) S in S's CSR order, float32 [nnz]: NumPy on the CPU path; on the GPU,
-        CuPy for CuPy inputs and NumPy for NumPy inputs."""
+        CuPy for CuPy inputs and NumPy for NumPy inputs. A and B in any float dtype, or in the plan's storage
+        dtype (float16; bfloat16 as uint16 bits, as `SpmmPlan` takes B): then the CVSE kernel reads them as they
+        are, with no pass over them (it rounds float32 to TF32 itself, at its mma)."""
         p = self.precision
         self._check(A, B)
         if self.device == "cpu":
-            Ar, Br = p.rounded(np.asarray(A, dtype=np.float32)), p.rounded(np.asarray(B, dtype=np.float32))
+            Ar, Br = p.rounded(_float32(A, p)), p.rounded(_float32(B, p))
             if self._cvse is None:
                 return csr_sddmm(self._S, Ar, Br).astype(np.float32)
-            from kernels.formats.cvse.container import cvse_sddmm
-
             return cvse_sddmm(self._cvse, Ar, Br).reshape(-1)[self._gather].astype(np.float32)
         import cupy
 
         host = not isinstance(A, cupy.ndarray)
-        Ad, Bd = cupy.asarray(A, dtype=cupy.float32), cupy.asarray(B, dtype=cupy.float32)
+        Ad, Bd = _device_operand(A, p), _device_operand(B, p)
         if self.kernel == "cvse":
-            from kernels.formats.cvse import launch as launch_cvse
+            return _out(launch_cvse.sddmm(self._dm, Ad, Bd).reshape(-1)[self._gather_dev], host)
+        # cuSPARSE SDDMM reads float32: the precision's values (TF32-rounded, or the 16-bit values widened)
+        rnd = tf32_round if p.name == "float32" else p.to_float32
+        out = self._op.run(cupy.ascontiguousarray(rnd(Ad)), cupy.ascontiguousarray(rnd(Bd)))
+        out *= self._s_dev
+        return _out(out, host)
 
-            cast = (lambda x: cupy.ascontiguousarray(p.to_storage(x))) if p.half else cupy.ascontiguousarray
-            out = launch_cvse.sddmm(self._dm, cast(Ad), cast(Bd)).reshape(-1)[self._gather_dev]
-        else:
-            from kernels.launch import tf32_round
 
-            rnd = ((lambda x: cupy.ascontiguousarray(tf32_round(x))) if p.name == "float32" else
-                   (lambda x: cupy.ascontiguousarray(p.to_float32(p.to_storage(x)))))
-            out = self._op.run(rnd(Ad), rnd(Bd)) * self._s_dev
-        return cupy.asnumpy(out) if host else out
+def _float32(X, p) -> np.ndarray:
+    """Host float32 values of an operand: storage-dtype input (bfloat16: uint16 bits) widened exactly."""
+    X = np.asarray(X)
+    return p.to_float32(X) if X.dtype == p.storage_dtype else X.astype(np.float32, copy=False)
+
+
+def _device_operand(X, p):
+    """A or B on the device, C-contiguous, in the precision's storage dtype: taken as it is when it already is
+    (no pass over it), else converted once."""
+    import cupy
+
+    X = cupy.asarray(X)
+    return cupy.ascontiguousarray(X if X.dtype == p.storage_dtype else p.to_storage(X))
+
+
+def _out(out, host: bool):
+    import cupy
+
+    return cupy.asnumpy(out) if host else out
 
 
 def _gather_positions(X, S: sp.csr_array) -> np.ndarray:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from configs.errors import InputError
 from configs.names import DEFAULT_FORMAT
+from kernels import launch
 from kernels.baselines import BASELINES
 from kernels.calls import AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture  # noqa: F401 (AUTO_GRAPH_AFTER: re-exported)
 from kernels.cpu_path import CpuPath, into_host
@@ -306,8 +308,6 @@ def gpu_ready(formats: list, asked: str) -> list:
     """Formats whose GPU kernels have not passed their GPU tests: out of "auto", refused by name."""
     unready = [f for f in formats if not f.gpu_ready]
     if unready and asked != "auto":
-        from configs.errors import InputError
-
         raise InputError(f"format {unready[0].name}: no GPU path yet, {unready[0].gpu_not_ready_why}; run it "
                          "with device='cpu' (--devices cpu) or choose another format")
     return [f for f in formats if f.gpu_ready]
@@ -323,12 +323,10 @@ def time_bound(bound, how: str, repeats: int, warmup: int) -> float:
     one (40 us) (H200, V = 8, 80 %, N = 256: docs/kernels-notes.md, "Session 12")."""
     import cupy
 
-    from kernels.launch import graph_ms, issued_ms
-
-    if how == "graph":
-        return graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup)
+    if how == "graph":  # launch.graph_ms / issued_ms read per call: tests/kernels/test_gpu_host_path.py counts them
+        return launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup)
     stream_ptr = cupy.cuda.get_current_stream().ptr
-    return issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup)
+    return launch.issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup)
 
 
 def spmm(A, B, **kw):

@@ -7,6 +7,8 @@
 #
 #   bash scripts/ab_timings.sh BEFORE_TREE [OUT]     e.g. BEFORE_TREE from `git archive OLD | tar x -C .ab/before`
 #   AB_SCRIPTS="host-overhead" AB_ROUNDS=2 bash scripts/ab_timings.sh ...      (a subset, two rounds each side)
+#   AB_LABEL=format-folders: names the change in the ab-<label>-<script>-<date>.json files written to OUT (copy
+#   them to benchmarks/results/; benchmarks/summarize.py lists them)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 after=$PWD
@@ -45,7 +47,8 @@ for script in $scripts; do
     fi
     only=()
     [ "$script" = host-overhead ] && only=(--only '^(issued_us|issued_nograph_us|graph_us)$')
-    python3 benchmarks/compare_timings.py "$b" "$a" "${only[@]}" > "$out/compare-$script.txt" 2>&1 || status=1
+    python3 benchmarks/compare_timings.py "$b" "$a" "${only[@]}" --label "${AB_LABEL:-}" \
+        --out "$out/ab-${AB_LABEL:-change}-$script-$(date +%Y-%m-%d).json" > "$out/compare-$script.txt" 2>&1 || status=1
     echo "== $script: $(tail -n 1 "$out/compare-$script.txt")"
 done
 exit $status

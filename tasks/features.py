@@ -17,6 +17,7 @@ import numpy as np
 from configs.errors import InputError
 from storage import BlockStore
 from storage.features import has_node_array, write_node_array
+from tasks.normalize import gcn_norm
 
 IGB_NODE_FILES = {"feat": "node_feat.npy", "label_19": "node_label_19.npy", "label_2K": "node_label_2K.npy"}
 GCN_SUFFIX = ".gcn"
@@ -62,8 +63,6 @@ def ingest_node_data(raw, data_root, matrix_id: str) -> dict:
 
 def gcn_variant(matrix_id: str, data_root, *, add_self_loops: bool = True) -> dict:
     """Store ``D^-1/2 (A + I) D^-1/2`` of the stored ``matrix_id`` as ``<matrix_id>.gcn`` (reused when stored)."""
-    from gnn.norm import gcn_norm
-
     store = BlockStore(data_root)
     variant = matrix_id + GCN_SUFFIX + ("" if add_self_loops else "-noloops")
     target = store.matrix(variant)

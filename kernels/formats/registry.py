@@ -14,6 +14,9 @@ A format provides, for each precision it supports (`kernels.precision`):
   ``kernels.formats.contract`` (``DeviceOperator``: converts/uploads once; ``decide(N, B, time_fn) -> Choice``,
   ``launch`` and ``bind`` per call);
 - ``fallbacks``: baseline kernels (kernels.baselines) the plan times against this format's timed choice;
+- ``cuda_sources`` / ``cuda_builds``: its ``.cu`` files and what each is compiled with, ``(label, nvcc -D
+  options)`` pairs (its launchers' configs; default one build without options), which ``kernels.compile_check``
+  compiles offline;
 - ``estimate``: its cost estimate, ``estimate(stats, precision_name, N)`` -> predicted microseconds from A's
   structure statistics (``kernels.formats.ranking.CostModel`` on ``kernels.formats.structure.Structure``): a plan
   of ``format="auto"`` builds only the formats it ranks first (None: ranked after those with an estimate).
@@ -28,6 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from configs.errors import InputError
+from storage.formats import register_layout
+
+DEFAULT_BUILDS = (("default", ()),)  # a .cu compiled once, without -D options (its own #ifndef defaults)
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,9 @@ class Format:
     # CUDA-core CSR kernel, as DTC-SpMM's selector falls back from Tensor Cores)
     fallbacks: tuple = ()
     value_types: dict = field(default_factory=dict)  # stored column -> value type, where it is not the dtype
+    cuda_sources: tuple = ()  # its kernels' .cu files (pathlib.Path)
+    # what each of them is compiled with: (label, nvcc -D options) pairs, one compile each (kernels.compile_check)
+    cuda_builds: tuple = DEFAULT_BUILDS
     # (stats, precision name, N) -> predicted us (kernels.formats.ranking.CostModel): "auto" builds the top-ranked
     estimate: Callable[..., float] | None = None
 
@@ -69,8 +78,6 @@ REGISTRY: dict[str, Format] = {}
 
 def register(fmt: Format) -> Format:
     """Add a format (and its storage layout) once; a second registration of the same name is a bug."""
-    from storage.formats import register_layout
-
     if fmt.name in REGISTRY and REGISTRY[fmt.name] is not fmt:
         raise ValueError(f"format {fmt.name!r} is registered twice")
     REGISTRY[fmt.name] = fmt

@@ -83,8 +83,9 @@ def make_cluster(n_workers: int | None = None, *, gpu: bool | None = None, proto
     """A new local cluster. ``gpu=None`` picks ``dask_cuda.LocalCUDACluster`` (one worker per GPU; dask-cuda sets
     each worker's ``CUDA_VISIBLE_DEVICES``) when GPUs are present and dask_cuda imports, else a CPU
     ``distributed.LocalCluster`` (processes, ``threads_per_worker=1``). ``n_workers``: GPUs to use (the first
-    n) or CPU worker processes (default: the CPU count). On GPUs, `gpu_cluster_options` adds the protocol and the
-    RMM pool (CuPy allocating from it). Extra ``kwargs`` go to the cluster class."""
+    n) or CPU worker processes (default: the CPU count). The comm protocol (``protocol`` or
+    ``TCSPMM_DASK_PROTOCOL``) applies to both; on GPUs `gpu_cluster_options` adds the RMM pool (CuPy allocating
+    from it). Extra ``kwargs`` go to the cluster class."""
     n_gpus = count_gpus() if gpu is not False else 0
     if gpu is None:
         gpu = n_gpus > 0 and has_dask_cuda()

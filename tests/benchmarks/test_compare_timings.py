@@ -47,3 +47,17 @@ def test_rounds_count_each_timings_minimum(tmp_path):
     assert abs(ratios["matrix=a N=128 issued_us"] - 1.01) < 1e-12 and ratios["matrix=a N=128 graph_us"] == 1.0
     assert ct.main([f"{b1},{b2}", f"{a1},{a2}"]) == 0
     assert ct.main([str(b1), str(a1)]) == 1  # one round each: 40% slower
+
+
+def test_out_writes_the_comparison(tmp_path):
+    """--out: the cases with before, after and ratio, the summary and where the numbers came from."""
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"meta": {"device": "GPU X", "command": "bench --x"},
+                             "rows": [{"matrix": "a", "N": 128, "issued_us": 10.0}]}))
+    a = write(tmp_path / "a.json", [{"matrix": "a", "N": 128, "issued_us": 10.5}])
+    out = tmp_path / "ab.json"
+    assert ct.main([str(b), str(a), "--out", str(out), "--label", "refactor"]) == 1  # 5% slower
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["device"] == "GPU X" and doc["meta"]["label"] == "refactor"
+    assert doc["meta"]["before_commands"] == ["bench --x"] and doc["summary"]["above"] == 1
+    assert doc["summary"]["ok"] is False and abs(doc["rows"][0]["ratio"] - 1.05) < 1e-12

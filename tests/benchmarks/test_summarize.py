@@ -139,8 +139,8 @@ def test_empty_results_say_not_run(results, tmp_path):
     md = out.read_text()
     sections = md.split("\n## ")[1:]
     # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, calibration, reorder, multi_gpu, host-overhead, bindings,
-    # convert, parse, cpu_spmm, startup (formats adds none without results)
-    assert len(sections) == 16
+    # convert, parse, cpu_spmm, startup, ab (formats adds none without results)
+    assert len(sections) == 17
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():
@@ -360,3 +360,21 @@ def test_multi_gpu_loop_efficiency_and_oneshot_ratio_targets(summarize, results,
     assert "in-call loop 0.690" in four[2] and four[3] == "**missed**"
     assert target(md, "Multi-GPU", "one-shot end to end")[2:] == ["sbm none 100.00M: 0.55", "**met**"]
     assert target(md, "Multi-GPU", "same, 4 GPUs")[2:] == ["sbm none 100.00M: 0.40", "**missed**"]
+
+
+def test_before_after_section_lists_each_comparison(tmp_path):
+    """benchmarks/compare_timings.py --out files (ab-*.json) become one row each, newest first, with the verdict."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for i, (date, ratio) in enumerate((("2026-11-26T10:00:00+00:00", 1.0), ("2026-11-27T10:00:00+00:00", 1.05))):
+        (results / f"ab-x-spmm-gpu-{i}.json").write_text(json.dumps({
+            "meta": {"label": f"change{i}", "date": date, "device": "GPU X", "before": ["b.json"],
+                     "after": ["a.json"], "after_commands": ["bench --x"]},
+            "summary": {"timings": 1, "geomean": ratio, "above": int(ratio > 1.03), "ok": ratio <= 1.01},
+            "rows": [{"case": "matrix=a ms", "before": 1.0, "after": ratio, "ratio": ratio}]}))
+    out = tmp_path / "bench.md"
+    subprocess.run([sys.executable, str(SCRIPT), "--results", str(results), "--out", str(out)], check=True,
+                   capture_output=True)
+    sec = out.read_text().split("## Before / after")[1]
+    assert sec.index("change1") < sec.index("change0") and "**missed**" in sec and "**met**" in sec
+    assert "`bench --x`" in sec

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from kernels import compile_check
+from kernels.formats.metcf.config import CONFIG
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit) on PATH")
 
@@ -23,7 +24,7 @@ def test_every_cu_compiles_for_sm80_and_sm90_without_spills():
 
 def test_static_asserts_guard_the_config(tmp_path):
     cu = compile_check.FORMATS_DIR / "metcf" / "metcf_spmm.cu"
-    bad = [d.replace("CFG_WINDOW_ROWS=16", "CFG_WINDOW_ROWS=32") for d in compile_check.CONFIG.defines()]
+    bad = [d.replace("CFG_WINDOW_ROWS=16", "CFG_WINDOW_ROWS=32") for d in CONFIG.defines()]
     cmd = [shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", f"-I{compile_check.CUDA_DIR}", *bad, str(cu),
            "-o", str(tmp_path / "x.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -35,8 +36,8 @@ def test_static_asserts_guard_the_config(tmp_path):
 def test_static_asserts_guard_the_half_config(tmp_path):
     # metcf_half.cuh re-checks KernelConfig.half_warp_cols (the 16-byte register remapping needs 64)
     cu = compile_check.FORMATS_DIR / "metcf" / "metcf_spmm.cu"
-    bad = [d.replace("CFG_HALF_WARP_COLS=64", "CFG_HALF_WARP_COLS=32") for d in compile_check.CONFIG.defines()]
-    assert bad != list(compile_check.CONFIG.defines())
+    bad = [d.replace("CFG_HALF_WARP_COLS=64", "CFG_HALF_WARP_COLS=32") for d in CONFIG.defines()]
+    assert bad != list(CONFIG.defines())
     cmd = [shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-c", f"-I{compile_check.CUDA_DIR}", *bad, str(cu),
            "-o", str(tmp_path / "x.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -98,3 +98,16 @@ def test_gpu_refuses_the_cvse_kernel_while_not_gpu_ready(monkeypatch):
     S, _, _ = case()
     with pytest.raises(InputError, match="kernel cvse: no GPU path yet, its kernels failed their tests"):
         SddmmPlan(S, format="cvse", kernel="cvse", device="gpu")
+
+
+@pytest.mark.parametrize("fmt", ["csr", "cvse"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_operands_in_the_storage_dtype_are_taken_as_they_are(dtype, fmt):
+    """A and B already in the plan's storage dtype (float16; bfloat16 as uint16 bits, as SpmmPlan takes B) give
+    the same values as the float32 operands they hold: bits are not read as integers."""
+    S, A, B = case(seed=3)
+    p = precision(dtype)
+    As, Bs = p.to_storage(A), p.to_storage(B)
+    plan = SddmmPlan(S, dtype=dtype, format=fmt, device="cpu")
+    np.testing.assert_array_equal(plan.run(As, Bs), plan.run(p.to_float32(As), p.to_float32(Bs)))
+    assert As.dtype == p.storage_dtype and np.abs(plan.run(As, Bs)).max() < 1e3  # uint16 bits as ints: ~1e9

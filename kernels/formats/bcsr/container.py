@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
+from kernels.precision import from_bf16_bits
 from storage.indexing import index_dtype
 
 BLOCK_ROWS = 16  # h: the m16 of mma.m16n8k8 (TF32) and mma.m16n8k16 (FP16/BF16)
@@ -227,8 +228,6 @@ def bcsr_from_arrays(arrays: dict) -> BCSR:
 def values_float64(data: np.ndarray) -> np.ndarray:
     """Block values widened exactly to float64 (uint16 is bfloat16 bits)."""
     if data.dtype == np.uint16:
-        from kernels.precision import from_bf16_bits
-
         return from_bf16_bits(data).astype(np.float64)
     return data.astype(np.float64)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.formats.bcsr.container import BCSR, BLOCK_ROWS
+from kernels.formats.blocks import canonical_csr
 from storage.indexing import index_dtype
-from kernels.precision import _xp
+from kernels.precision import _xp, precision as as_precision
 
 KEY_LIMIT = 2**62  # n_block_rows * n_block_cols above this would overflow the int64 sort key: rank columns first
 
@@ -123,9 +124,6 @@ def csr_to_bcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_storage
 def csr_to_bcsr_gpu_from_scipy(A, precision, xp=None) -> BCSR:
     """Upload a SciPy sparse matrix (made canonical on the host first, as the CPU converter does) and convert it
     at ``precision`` (a `Precision` or its name): block width and storage dtype. ``xp`` defaults to cupy."""
-    from kernels.formats.blocks import canonical_csr
-    from kernels.precision import precision as as_precision
-
     if xp is None:
         import cupy as xp
     p = as_precision(precision)

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels import launch
+from kernels.launch import tf32_round
+from kernels.precision import precision as as_precision
 from storage.indexing import INT32_MAX
 from kernels.operands import check_b_out
 
@@ -40,8 +43,6 @@ BCSR_CONFIG = BcsrConfig()
 
 
 def module(config: BcsrConfig = BCSR_CONFIG):
-    from kernels import launch
-
     return launch.module(config, SOURCE)
 
 
@@ -80,8 +81,6 @@ def upload_arrays(shape, precision: str, indptr, indices, data, *, indptr_host=N
     ``indptr_host``: indptr as host int64 when the caller has it; else copied from the device (one sync)."""
     import cupy
 
-    from kernels.precision import precision as as_precision
-
     p = as_precision(precision)
     n_rows, n_cols = (int(s) for s in shape)
     width = int(data.shape[2]) if data.ndim == 3 else -1
@@ -104,8 +103,6 @@ def upload_arrays(shape, precision: str, indptr, indices, data, *, indptr_host=N
     if n_blocks == 0:
         data, indices = cupy.zeros((1, 16, width), dtype=data.dtype), cupy.zeros(1, dtype=cupy.int32)
     if p.name == "float32":
-        from kernels.launch import tf32_round
-
         data = tf32_round(data)
     return BcsrArrays((n_rows, n_cols), p.name, width, indptr.astype(cupy.int64, copy=False),
                       cupy.ascontiguousarray(indices, dtype=cupy.int32), cupy.ascontiguousarray(data), indptr_host)
@@ -130,8 +127,6 @@ def spmm(dm: BcsrArrays, B, out=None, config: BcsrConfig = BCSR_CONFIG, *, kspli
          accumulate: bool = False):
     """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once); one warp per block row x 64
     columns x 1/ksplit of the block row's blocks (ksplit a power of two <= max_warps). Writes every element."""
-    from kernels import launch
-
     out, N, flags = check_b_out(dm.shape, dm.precision, B, out, out_dtype, accumulate,
                                 vec_elems=4 if dm.precision == "float32" else 8)  # one 16-byte cp.async chunk
     if ksplit < 1 or ksplit & (ksplit - 1) or ksplit > config.max_warps:

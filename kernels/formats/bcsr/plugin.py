@@ -11,13 +11,16 @@ import time
 
 import numpy as np
 
+from kernels.formats.bcsr import launch as launch_bcsr
 from kernels.formats.bcsr.container import (BCSR, BLOCK_ROWS, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
                                  csr_to_bcsr)
+from kernels.formats.bcsr.gpu import csr_to_bcsr_gpu_from_scipy
 from kernels.formats.contract import Choice, PerCall
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.formats.bcsr.shard import BCSR_SHARD
 from kernels.precision import Precision
+from storage.formats import BlockLayout
 
 # A-priori choice (no timing): split a block row's blocks over ksplit warps when the grid would leave SMs idle
 # (fewer thread blocks than SPLIT_FILL_SMS x the SM count) or when the longest block row is SPLIT_SKEW x the mean.
@@ -46,8 +49,6 @@ class BcsrDevice:
                  autotune="auto", allow_cusparse: bool = False):
         import cupy
 
-        from kernels.formats.bcsr import launch as launch_bcsr
-
         self.precision, self.balance = precision, balance
         self.config = launch_bcsr.BCSR_CONFIG
         self.autotune = autotune if autotune == "auto" else bool(autotune)
@@ -60,8 +61,6 @@ class BcsrDevice:
                                  f"{precision.block_width}-wide blocks")
             self._dm, how = launch_bcsr.upload(A, precision.name), "host BCSR upload"
         else:  # a SciPy matrix: upload its CSR and convert on the device (kernels.formats.bcsr.gpu)
-            from kernels.formats.bcsr.gpu import csr_to_bcsr_gpu_from_scipy
-
             X = csr_to_bcsr_gpu_from_scipy(A, precision)
             self._dm = launch_bcsr.upload_arrays(X.shape, precision.name, X.indptr, X.indices, X.data)
             how = "GPU BCSR"
@@ -77,8 +76,6 @@ class BcsrDevice:
         self.sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
 
     def decide(self, N: int, B, time_fn) -> Choice:
-        from kernels.formats.bcsr import launch as launch_bcsr
-
         ks = launch_bcsr.ksplits(N)
         slices, chunks = launch_bcsr.grid_shape(N, 1)
         grid = self._dm.n_block_rows * chunks
@@ -117,8 +114,6 @@ class BcsrDevice:
         return PerCall(self, kernel, B, out, **kw)
 
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
-        from kernels.formats.bcsr import launch as launch_bcsr
-
         if kernel == "bcsr-window":
             return launch_bcsr.spmm(self._dm, B, out, accumulate=accumulate)
         if kernel == "bcsr-split":
@@ -138,8 +133,6 @@ def cost_terms(stats, prec: Precision, N: int) -> dict:
 
 
 def _layout():
-    from storage.formats import BlockLayout
-
     return BlockLayout(rows_per_group=BLOCK_ROWS, group_offset="indptr", item_offset="value_offset",
                        fixed={"indices": 0}, ragged=("values",))
 
@@ -149,6 +142,7 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=bcsr_concat,
     layout=_layout(), from_arrays=bcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: bcsr_stats(X, csr_nbytes), device="kernels.formats.bcsr.plugin:BcsrDevice",
-    to_csr=bcsr_to_csr, shard=BCSR_SHARD,
+    to_csr=bcsr_to_csr, shard=BCSR_SHARD, cuda_sources=(launch_bcsr.SOURCE,),
+    cuda_builds=(("default", launch_bcsr.BCSR_CONFIG.defines()),),
     estimate=CostModel(cost_terms, {"launch": 4.478, "b_mb": 0.1191, "c_mb": 1.06, "hub_mb": 7.202,
                                     "hub_all_mb": 2.992}, source=FIT_SOURCE))

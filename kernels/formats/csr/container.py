@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.blocks import WINDOW, canonical_csr, check_pieces, stack_offsets
+from kernels.precision import from_bf16_bits
 from storage.indexing import index_dtype
 
 
@@ -127,8 +128,6 @@ def csr_spmm(X: CSR, B, precision=None) -> np.ndarray:
     """float64 C = A @ B from the arrays; bfloat16 bits widened exactly."""
     A = to_scipy(X)
     if A.dtype == np.uint16:
-        from kernels.precision import from_bf16_bits
-
         A = sp.csr_array((from_bf16_bits(A.data), A.indices, A.indptr), shape=A.shape)
     return np.asarray(A.astype(np.float64) @ np.asarray(B, dtype=np.float64))
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels import launch
+from kernels.precision import precision as as_precision
 from storage.indexing import INT32_MAX, cut_ranges
 from kernels.operands import check_b_out
 
@@ -79,9 +81,6 @@ class CsrRows:
     def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG):
         import cupy
 
-        from kernels import launch
-        from kernels.precision import precision as as_precision
-
         self.precision, self.config = as_precision(precision), config
         self.shape = (int(A.shape[0]), int(A.shape[1]))
         if self.shape[1] > INT32_MAX:
@@ -123,16 +122,12 @@ class CsrRows:
         return rows, fix
 
     def run(self, B, out, *, accumulate: bool = False):
-        from kernels import launch
-
         if self.shape[0] == 0:
             return out
         return launch._run(out, *self._launches(B, out, accumulate))
 
     def bind(self, B, out, *, accumulate: bool = False):
         """The launches checked and packed once (kernels.launch.Bound)."""
-        from kernels import launch
-
         if self.shape[0] == 0:
             return launch._bind(B, out)
         return launch._bind(B, out, *self._launches(B, out, accumulate), vec_n=4)

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from kernels.formats.contract import Choice
 from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
+from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows
 from kernels.formats.csr.shard import CSR_SHARD
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
@@ -36,8 +37,6 @@ class CsrDevice:
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
-        from kernels.formats.csr.launch import CSR_CONFIG, CsrConfig
-
         self.precision, self._A, self._rows = precision, A, None
         self.config = config if isinstance(config, CsrConfig) else CSR_CONFIG
         self.autotune = autotune if autotune == "auto" else bool(autotune)
@@ -46,8 +45,6 @@ class CsrDevice:
 
     def _get(self):
         if self._rows is None:
-            from kernels.formats.csr.launch import CsrRows
-
             t0 = time.perf_counter()
             A = self._A if sp.issparse(self._A) else to_scipy(self._A)
             self._rows = CsrRows(A, self.precision, self.config)
@@ -95,5 +92,7 @@ FORMAT = Format(
     name="csr", summary="CSR on CUDA cores: the matrix as given, one warp per row piece, deterministic",
     block_width={"float32": 1, "float16": 1, "bfloat16": 1}, convert=convert, concat=csr_concat,
     layout=LAYOUT, from_arrays=csr_from_arrays, reference_spmm=csr_spmm, stats=csr_stats,
-    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD,
-    estimate=CostModel(cost_terms, {"launch": 3.788, "a_mb": 2.703, "b_mb": 0.3173, "c_mb": 0.172}, source=FIT_SOURCE))
+    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD, cuda_sources=(SOURCE,),
+    cuda_builds=(("default", CSR_CONFIG.defines()),),
+    estimate=CostModel(cost_terms, {"launch": 3.788, "a_mb": 2.703, "b_mb": 0.3173, "c_mb": 0.172},
+                       source=FIT_SOURCE))

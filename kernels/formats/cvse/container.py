@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
+from kernels.precision import from_bf16_bits
 from storage.indexing import index_dtype
 
 VECTORS = (2, 4, 8, 16)  # V: divides the 16-row windows the store and the Dask row blocks use
@@ -222,8 +223,6 @@ def cvse_from_arrays(arrays: dict) -> CVSE:
 def values_float64(data: np.ndarray) -> np.ndarray:
     """Vector values widened exactly to float64 (uint16 is bfloat16 bits)."""
     if data.dtype == np.uint16:
-        from kernels.precision import from_bf16_bits
-
         return from_bf16_bits(data).astype(np.float64)
     return data.astype(np.float64)
 

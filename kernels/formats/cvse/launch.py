@@ -15,8 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels import launch
+from kernels.formats.cvse.tiles import group_words, n_chunks, stage_groups, tile_layout
+from kernels.launch import tf32_round
+from kernels.operands import FLAG_VEC, check_b_out, vector_path
+from kernels.precision import precision as as_precision
 from storage.indexing import INT32_MAX
-from kernels.operands import FLAG_VEC, vector_path
 
 SPMM_SOURCE, SDDMM_SOURCE = (Path(__file__).resolve().parent / f for f in ("cvse_spmm.cu", "cvse_sddmm.cu"))
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
@@ -76,8 +80,6 @@ def kernel_name(op: str, precision: str, V: int) -> str:
 
 
 def module(source: str = SPMM_SOURCE, config: CvseConfig = CVSE_CONFIG):
-    from kernels import launch
-
     return launch.module(config, source)
 
 
@@ -110,8 +112,6 @@ def upload(X, precision: str) -> CvseArrays:
     """A host CVSE (kernels.formats.cvse.container) in ``precision``'s storage dtype -> CvseArrays on the current device."""
     import cupy
 
-    from kernels.precision import precision as as_precision
-
     p = as_precision(precision)
     n_rows, n_cols = (int(s) for s in X.shape)
     if X.data.dtype != p.storage_dtype:
@@ -124,8 +124,6 @@ def upload(X, precision: str) -> CvseArrays:
     vec_ptr_host = np.asarray(X.vec_ptr, dtype=np.int64)
     data = cupy.asarray(X.data) if X.n_vectors else cupy.zeros((1, X.vector), dtype=X.data.dtype)
     if p.name == "float32":
-        from kernels.launch import tf32_round
-
         data = tf32_round(data)
     indices = cupy.asarray(X.indices, dtype=cupy.int32) if X.n_vectors else cupy.zeros(1, dtype=cupy.int32)
     return CvseArrays((n_rows, n_cols), p.name, X.vector, cupy.asarray(vec_ptr_host), indices,
@@ -163,9 +161,6 @@ def _check(X, name, dtype, rows, cols=None):
 
 def spmm(dm: CvseArrays, B, out=None, config: CvseConfig = CVSE_CONFIG, *, out_dtype=None, accumulate: bool = False):
     """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once). Writes every element of C."""
-    from kernels import launch
-    from kernels.operands import check_b_out
-
     if dm.data.data.ptr % 16 or dm.indices.data.ptr % 4:  # cp.async copies vectors in up-to-16-byte pieces
         raise ValueError(f"CVSE device arrays must be 16-byte aligned (data at {dm.data.data.ptr:#x}): use upload()")
     # FLAG_VEC needs N % 8 == 0 in every precision here (8 columns per lane's 16-byte C store)
@@ -223,8 +218,6 @@ class CvseTiles:
 
         key = (N, halves, cupy.cuda.get_current_stream().ptr)
         if key not in self._b_tiles:  # the per-call path is the lookup alone
-            from kernels.formats.cvse.tiles import n_chunks
-
             pieces = n_chunks(K, self.bk) * -(-N // (64 * halves)) * self.bk * 8 * halves
             self._b_tiles[key] = cupy.empty(pieces * 8, dtype=cupy.uint16)
         return self._b_tiles[key]
@@ -232,8 +225,6 @@ class CvseTiles:
     def gcap(self, rows_per_block: int) -> int:
         """The most groups a block of ``rows_per_block`` vector rows stages per chunk (>= 1)."""
         if rows_per_block not in self._gcap:
-            from kernels.formats.cvse.tiles import stage_groups
-
             self._gcap[rows_per_block] = max(1, stage_groups(self.group_ptr_host, self.n_vec_rows, rows_per_block))
         return self._gcap[rows_per_block]
 
@@ -242,16 +233,12 @@ def tiles_worthwhile(X, config: CvseConfig = CVSE_CONFIG) -> bool:
     """Whether the tiled layout (cut at ``config.tile_bk``) is worth building: on average >= 4 vectors per (vector
     row, chunk) segment, so a 16-slot group is at least a quarter full and group_ptr (T x n_vec_rows) stays smaller
     than the vectors."""
-    from kernels.formats.cvse.tiles import n_chunks
-
     return X.n_vectors >= 4 * n_chunks(X.shape[1], config.tile_bk) * max(X.n_vec_rows, 1)
 
 
 def upload_tiles(X, precision: str, config: CvseConfig = CVSE_CONFIG) -> CvseTiles:
     """A host CVSE (16-bit storage) -> the tiled kernel's layout on the current device."""
     import cupy
-
-    from kernels.formats.cvse.tiles import tile_layout
 
     if precision not in TILED_PRECISIONS:
         raise ValueError(f"the tiled CVSE kernel is 16-bit ({TILED_PRECISIONS}), got {precision}")
@@ -265,8 +252,6 @@ def tiled_smem(V: int, K: int, warps: int, halves: int, gcap: int, config: CvseC
     """Dynamic shared memory of one block, as the kernel lays it out: the chunk bounds (8 bytes per chunk), the
     stages' mbarriers (8 bytes each) and STAGES x (B tile of tile_bk + 8 rows, the last 8 zeros + group_ptr slice
     + gcap groups)."""
-    from kernels.formats.cvse.tiles import group_words, n_chunks
-
     R = warps * rows_per_warp(V)
     c16 = lambda x: -(-x // 16) * 16  # noqa: E731
     head = c16(8 * n_chunks(K, config.tile_bk)) + c16(8 * config.tile_stages)
@@ -324,9 +309,6 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
     16-byte aligned): ValueError otherwise (the per-vector kernel `spmm` takes any B). On sm_90 it first writes B
     chunk-major into ``tl.b_tiles`` (a workspace as large as B, kept for the next call), which the kernel
     bulk-copies from."""
-    from kernels import launch
-    from kernels.operands import check_b_out
-
     if dm.precision not in TILED_PRECISIONS or tl.vector != dm.vector or tl.n_vec_rows != dm.n_vec_rows:
         raise ValueError(f"tiles of V = {tl.vector}, {tl.n_vec_rows} vector rows do not belong to this "
                          f"{dm.precision} CVSE (V = {dm.vector}, {dm.n_vec_rows} vector rows)")
@@ -366,9 +348,6 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
 def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG):
     """out[b, v] = S[b, v] * (A[V*i + v] . B[indices[b]]) on the device ([n_vectors, V] float32, new unless given)."""
     import cupy
-
-    from kernels import launch
-    from kernels.precision import precision as as_precision
 
     want = as_precision(dm.precision).storage_dtype
     n_rows, n_cols = dm.shape

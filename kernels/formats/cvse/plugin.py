@@ -23,12 +23,16 @@ import time
 
 import numpy as np
 
+from kernels.formats.cvse import launch as lc
 from kernels.formats.cvse.container import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
 from kernels.formats.contract import Choice, PerCall
+from kernels.formats.cvse.svc import PAPER_CANDIDATES, choose, compress
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, window_bytes
+from kernels.operands import vector_path
+from storage.formats import BlockLayout
 from storage.indexing import index_dtype
 from kernels.precision import Precision
 
@@ -64,9 +68,6 @@ class CvseDevice:
                  autotune="auto", allow_cusparse: bool = False):
         import cupy
 
-        from kernels.formats.cvse import launch as lc
-        from kernels.formats.cvse.svc import compress
-
         self.precision, self.config = precision, lc.CVSE_CONFIG
         self.allow_cusparse = allow_cusparse
         self.timings: dict = {}
@@ -92,8 +93,6 @@ class CvseDevice:
     def _tiled(self, N: int) -> list[dict]:
         """The tiled kernel's launch shapes for N, best a priori first ([] without its layout or off the 16-byte
         path)."""
-        from kernels.formats.cvse import launch as lc
-
         if self._tiles is None or N % 8:
             return []
         return lc.tiled_configs(self._tiles, int(self._dm.shape[1]), N, self.sm_count, self._smem_max)
@@ -140,9 +139,6 @@ class CvseDevice:
         kernel takes its launch shape from ``choice`` (`decide`); off its 16-byte path (N % 8, or a B / out not
         16-byte aligned) or with no launch shape that fits shared memory the call runs the per-vector kernel, which
         takes any B."""
-        from kernels.formats.cvse import launch as lc
-        from kernels.operands import vector_path
-
         if kernel not in ("cvse-vector", "cvse-tiled"):
             raise ValueError(f"unknown CVSE kernel {kernel!r} (cvse-vector, cvse-tiled)")
         shapes = []
@@ -159,8 +155,6 @@ def cost_terms(stats, prec: Precision, N: int) -> dict:
     statistics' vector counts: per vector V values and a column id; its B row meets ceil(V / 8) n8 mma tiles (the
     transpose mapping puts V on the n8 side), counted as that many rows of work; the heaviest vector row is one
     warp's critical path."""
-    from kernels.formats.cvse.svc import PAPER_CANDIDATES, choose
-
     V, _ = choose(stats.nnz, stats.shape, {v: int(round(stats.vectors[v])) for v in PAPER_CANDIDATES})
     vectors = stats.vectors[V]
     return work_terms(stats, prec, N, a_bytes=vectors * (V * prec.itemsize + 4), b_rows=vectors * -(-V // 8),
@@ -210,8 +204,6 @@ CVSE_SHARD = ShardOps(
 
 
 def _layout():
-    from storage.formats import BlockLayout
-
     return BlockLayout(rows_per_group=WINDOW_ROWS, group_offset="window_ptr", item_offset="value_offset",
                        fixed={"indices": 0, "vec_row": 0}, ragged=("values",))
 
@@ -222,7 +214,8 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=cvse_concat,
     layout=_layout(), from_arrays=cvse_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: cvse_stats(X, csr_nbytes), device="kernels.formats.cvse.plugin:CvseDevice",
-    to_csr=cvse_to_csr, shard=CVSE_SHARD,
+    to_csr=cvse_to_csr, shard=CVSE_SHARD, cuda_sources=(lc.SPMM_SOURCE, lc.SDDMM_SOURCE),
+    cuda_builds=(("default", lc.CVSE_CONFIG.defines()),),
     estimate=CostModel(cost_terms, {"launch": 1.31, "b_mb": 0.09168, "c_mb": 1.628, "hub_mb": 97.71,
                                     "hub_all_mb": 5.719}, source=FIT_SOURCE),
     # tests/kernels/test_gpu_cvse.py passed on an H200 (session 6): every V, precision and edge case

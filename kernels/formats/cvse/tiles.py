@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.formats.cvse.container import values_float64
 from storage.indexing import INT32_MAX
 
 TILE_BK = 256  # K rows of B per chunk: CvseConfig.tile_bk's default (CVSE_TILE_BK in kernels/formats/cvse/cvse_spmm.cu)
@@ -197,8 +198,6 @@ def stage_groups(group_ptr, n_vec_rows: int, rows_per_block: int) -> int:
 def tiles_spmm(group_ptr, tiles, rows, V: int, shape, B, bk: int = TILE_BK, *, bf16: bool = False) -> np.ndarray:
     """float64 C = A @ B read back from the layout alone (slot rows, the chunk order ``rows`` and fragment words),
     as the kernel reads it: a live slot's B row is rows[t * bk + its slot row]."""
-    from kernels.formats.cvse.container import values_float64
-
     n_rows, K = (int(s) for s in shape)
     B = np.asarray(B, dtype=np.float64)
     P = np.asarray(group_ptr, dtype=np.int64)

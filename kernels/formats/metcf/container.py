@@ -2,8 +2,9 @@
 
 Public API: `METCF`, `csr_to_metcf`, `metcf_concat`, `metcf_to_csr`, `balanced_items`, `balance`, `metcf_stats`.
 The array contract is docs/architecture.md ("ME-TCF (DTC-SpMM section 4.2), our arrays"); CUDA kernels are written against it.
-Everything here is vectorized NumPy: no Python loop over rows, windows or blocks (only over window-range chunks,
-which bound the temporaries at about 100 bytes per nonzero of one chunk).
+Everything here is vectorized NumPy: no Python loop over rows, windows or blocks (the conversion, in
+kernels.formats.condense, loops only over window-range chunks, which bound the temporaries at about 100 bytes per
+nonzero of one chunk).
 """
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.blocks import WINDOW, canonical_csr, check_pieces, stack_offsets, window_chunks
+from kernels.formats.blocks import WINDOW, check_pieces, stack_offsets
+from kernels.formats.condense import DEFAULT_CHUNK_NNZ, condense_windows
 from storage.indexing import index_dtype
 
 WIDTH = 8  # condensed columns per TC block for TF32 (the k8 of mma.m16n8k8)
 WIDTHS = (8, 16)  # block widths: k8 (TF32, m16n8k8) and k16 (FP16/BF16, m16n8k16)
 BLOCK = WINDOW * WIDTH  # 128 slots of a TF32 block; tc_local_id = r * width + c < 256 fits uint8 for both widths
-DEFAULT_CHUNK_NNZ = 1 << 22  # nonzeros per conversion chunk: ~0.4 GB of temporaries
 
 
 @dataclass(frozen=True)
@@ -171,96 +172,16 @@ class METCF:
                              f"{'unused by any nonzero' if not used[s] else 'padding but used'}")
 
 
-def _window_ptr(indptr: np.ndarray, n_rows: int) -> np.ndarray:
-    """indptr at window boundaries, [n_windows + 1], int64."""
-    n_windows = -(-n_rows // WINDOW)
-    return indptr[np.minimum(np.arange(n_windows + 1, dtype=np.int64) * WINDOW, n_rows)].astype(np.int64)
-
-
-def _convert_chunk(local_rows: np.ndarray, cols: np.ndarray, n_cols: int, n_windows: int, width: int = WIDTH):
-    """Condense one window range. Inputs are the range's nonzeros in CSR order (row-major, columns ascending).
-
-    Returns (blocks_per_window [n_windows], nnz_per_block [n_blocks], slot_cols [n_blocks, width] with -1,
-    order (permutation of the range's nonzeros into ME-TCF order), tc_local_id uint8 in ME-TCF order).
-    """
-    window = local_rows >> 4
-    key = window * np.int64(n_cols) + cols  # (window, col): the caller bounds n_windows * n_cols < 2**63
-    # "stable" = timsort, which merges each window's 16 presorted row runs: 0.18 s vs 1.25 s (quicksort) on 4M keys.
-    by_key = np.argsort(key, kind="stable")
-    sorted_key = key[by_key]
-    is_new = np.empty(sorted_key.shape[0], dtype=bool)
-    is_new[:1] = True
-    np.not_equal(sorted_key[1:], sorted_key[:-1], out=is_new[1:])
-    unique_key = sorted_key[is_new]
-    del sorted_key
-    inverse = np.empty(key.shape[0], dtype=np.int64)
-    inverse[by_key] = np.cumsum(is_new) - 1  # nonzero -> index of its (window, col) pair
-    del by_key, is_new, key
-    u_window = unique_key // n_cols
-    u_col = unique_key - u_window * n_cols
-    distinct = np.bincount(u_window, minlength=n_windows)  # distinct columns per window
-    first_u = np.concatenate([[0], np.cumsum(distinct)[:-1]])
-    u_rank = np.arange(unique_key.shape[0], dtype=np.int64) - first_u[u_window]  # k in the contract's map
-    blocks_per_window = -(-distinct // width)
-    block_start = np.concatenate([[0], np.cumsum(blocks_per_window)])
-    u_block = block_start[u_window] + u_rank // width
-    n_blocks = int(block_start[-1])
-    slot_cols = np.full((n_blocks, width), -1, dtype=index_dtype(n_cols))  # final dtype: no int64 copy kept
-    slot_cols[u_block, u_rank & (width - 1)] = u_col
-    nz_block = u_block[inverse]
-    local_id = ((local_rows & 15) * width + (u_rank[inverse] & (width - 1))).astype(np.uint8)
-    del inverse
-    # CSR order is (row, col) inside a window, i.e. (r, c) inside each block, so a *stable* sort on the block id
-    # alone yields the canonical (block, tc_local_id) order.
-    order = np.argsort(nz_block, kind="stable")
-    nnz_per_block = np.bincount(nz_block, minlength=n_blocks)
-    return blocks_per_window, nnz_per_block, slot_cols, order, local_id[order]
-
-
 def csr_to_metcf(A, *, chunk_nnz: int = DEFAULT_CHUNK_NNZ, width: int = WIDTH) -> METCF:
     """Convert any SciPy sparse matrix (CSR preferred; rectangular, empty rows, int64 indices) to canonical ME-TCF
-    with 16 x ``width`` TC blocks (8: TF32 m16n8k8; 16: FP16/BF16 m16n8k16).
+    with 16 x ``width`` TC blocks (8: TF32 m16n8k8; 16: FP16/BF16 m16n8k16): the window tiles of
+    ``kernels.formats.condense`` (which Tiled-CSR shares), a TC block per tile.
 
     Values and explicit zeros are kept as they are (A's dtype); duplicates are summed first. Work is done per
     chunk of consecutive windows holding about ``chunk_nnz`` nonzeros: peak extra memory is O(chunk_nnz) plus
     the output (~9 bytes per nonzero for float64 data, 8 slots per block).
     """
-    A = canonical_csr(A, "csr_to_metcf")
-    n_rows, n_cols = (int(s) for s in A.shape)
-    indptr, indices = A.indptr, A.indices
-    nnz = int(indptr[-1]) if indptr.shape[0] else 0
-    n_windows = -(-n_rows // WINDOW)
-    wptr = _window_ptr(indptr, n_rows)
-    # The (window, col) key must fit int64: cap windows per chunk (only matters for astronomically wide A).
-    max_windows = max(1, (2**62) // max(n_cols, 1))
-    bounds = window_chunks(wptr, chunk_nnz, max_windows if max_windows < n_windows else None)
-    data = np.empty(nnz, dtype=A.data.dtype)
-    local_id = np.empty(nnz, dtype=np.uint8)
-    blocks_per_window = np.zeros(n_windows, dtype=np.int64)
-    per_block, slots = [], []
-    for w0, w1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        r0, r1 = w0 * WINDOW, min(w1 * WINDOW, n_rows)
-        p0, p1 = int(wptr[w0]), int(wptr[w1])
-        if p0 == p1:
-            continue
-        local_rows = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(indptr[r0:r1 + 1]))
-        bpw, npb, slot_cols, order, lid = _convert_chunk(
-            local_rows, indices[p0:p1].astype(np.int64, copy=False), n_cols, w1 - w0, width)
-        blocks_per_window[w0:w1] = bpw
-        per_block.append(npb)
-        slots.append(slot_cols)
-        # The chunk's nonzeros occupy the same positions p0:p1 in ME-TCF as in CSR (windows keep their order).
-        data[p0:p1] = A.data[p0:p1][order]
-        local_id[p0:p1] = lid
-    nnz_per_block = np.concatenate(per_block) if per_block else np.zeros(0, dtype=np.int64)
-    n_blocks = int(nnz_per_block.shape[0])
-    row_window_offset = np.zeros(n_windows + 1, dtype=index_dtype(n_blocks))
-    np.cumsum(blocks_per_window, out=row_window_offset[1:])
-    tc_offset = np.zeros(n_blocks + 1, dtype=index_dtype(nnz))
-    np.cumsum(nnz_per_block, out=tc_offset[1:])
-    sab_dtype = index_dtype(n_cols)
-    sparse_a_to_b = np.concatenate(slots) if slots else np.zeros((0, width), dtype=sab_dtype)
-    return METCF((n_rows, n_cols), row_window_offset, tc_offset, local_id, sparse_a_to_b, data)
+    return METCF(*condense_windows(A, width=width, chunk_nnz=chunk_nnz, who="csr_to_metcf"))
 
 
 def metcf_concat(pieces: list[METCF]) -> METCF:

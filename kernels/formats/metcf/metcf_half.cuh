@@ -9,12 +9,8 @@
 //           n0..n0+63 (blockDim.x = 32 x slices); lane (g = lane/4, q = lane%4) owns rows g and g+8.
 //   split   1 block = one window x a column chunk; ksplit warps per 64-column slice take contiguous equal shares of
 //           the window's TC blocks and are summed by a fixed binary tree in shared memory (no atomics).
-// Register remapping (DTC-SpMM section 4.4.1, widened to 16-bit values): the warp's 64 columns are 8 n8 tiles;
-// column j (0..7) of tile t is the actual column n0 + 8j + t. The mma B fragment of lane (g, q) is column j = g,
-// k rows 2q, 2q+1, 2q+8, 2q+9 of each tile, i.e. B[col[k]][n0 + 8g + t] for t = 0..7: ONE 16-byte vector per B row,
-// four per block, whose halves are paired by prmt into the 8 tiles' f16x2 fragments. The C fragment of tile t is
-// rows g, g+8 x tile columns 2q, 2q+1 = actual columns n0+16q+t and n0+16q+8+t: 16 contiguous columns per row,
-// stored as 4 float4 (float32 C) or 2 16-byte vectors (16-bit C).
+// Register remapping (DTC-SpMM section 4.4.1, widened to 16-bit values): kernels/cuda/half_acc.cuh, which holds the
+// accumulator, the per-block mma and the C store that Tiled-CSR's 16-bit kernel shares.
 //
 // Input contract (checked by kernels/formats/metcf/launch_half.py): row_window_offset int64 [ceil(M/16) + 1]; frag [n_blocks][32
 // lanes][8] 16-bit values = every 16x16 block in m16n8k16 A-fragment order (lane = 4g + q: (g, 2q..2q+1),
@@ -38,24 +34,7 @@ static_assert(CFG_HALF_UNROLL >= 1 && CFG_HALF_UNROLL <= 4, "KernelConfig.half_u
 static_assert(CFG_HALF_MIN_BLOCKS_PER_SM >= 1 && CFG_HALF_MIN_BLOCKS_PER_SM * CFG_MAX_WARPS <= 64,
               "KernelConfig.half_min_blocks_per_sm x max_warps must fit 64 warps per SM");
 
-#include "tc_ops.cuh"  // i64, u16, Kind, mma, to_f32, from_f32, pack2, word, load8_u16
-#define FLAG_OUT16 4  // C is in the 16-bit input type (else float32); kernels/formats/metcf/launch_half.py sets it
-#define HALF_ACC_REGS 32  // floats of one lane's accumulator: [8 tiles][4 mma D registers]
-typedef float HalfAcc[8][4];  // [n8 tile t][mma D register]: rows g, g+8 x remapped columns (above)
-
-// acc[t] += A (16x16) x Bt_t for the 8 remapped tiles; r[k] = this lane's 8 values of B rows col[2q], col[2q+1],
-// col[2q+8], col[2q+9]. Tile t takes value t of each row: word t/2, low half for even t, high half for odd t.
-// prmt plain equivalent: __byte_perm(x, y, 0x5410) = (y << 16) | (x & 0xffff); 0x7632: (y & 0xffff0000) | (x >> 16).
-template <int KIND>
-__device__ __forceinline__ void mma_block(HalfAcc& acc, const uint4& a, const uint4 (&r)[4]) {
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    const unsigned sel = (t & 1) ? 0x7632u : 0x5410u;
-    const unsigned b0 = __byte_perm(word(r[0], t >> 1), word(r[1], t >> 1), sel);
-    const unsigned b1 = __byte_perm(word(r[2], t >> 1), word(r[3], t >> 1), sel);
-    mma<KIND>(acc[t], a, b0, b1);
-  }
-}
+#include "half_acc.cuh"  // tc_ops.cuh; FLAG_OUT16, HALF_ACC_REGS, HalfAcc, mma_block, half_zero, half_store
 
 // One warp walks blocks [b_begin, b_end) for its 64 columns from n0, in groups of U (CFG_HALF_UNROLL on the FAST
 // path; 1 on the checked one, whose 32 scalar loads per block would otherwise spill): a group's loads (1 A + 4 B
@@ -101,70 +80,6 @@ __device__ __forceinline__ void half_run(HalfAcc& acc, i64 b_begin, i64 b_end, c
                                          bool fast) {
   if (fast) half_blocks<KIND, true>(acc, b_begin, b_end, frag, cols, B, N, n0);
   else half_blocks<KIND, false>(acc, b_begin, b_end, frag, cols, B, N, n0);
-}
-
-__device__ __forceinline__ void half_zero(HalfAcc& acc) {
-#pragma unroll
-  for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-}
-
-// Write (FLAG_ADD: add to) C rows row0 + g, row0 + g + 8 (< row0 + rows), columns n0 + 16q .. +15 (< N). With
-// FLAG_ADD the old value is read once, added in fp32 and rounded once; each element has one writer.
-template <int KIND>
-__device__ __forceinline__ void half_store(void* __restrict__ C, const HalfAcc& acc, i64 row0, int rows, i64 N,
-                                           i64 n0, bool vec, int flags) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const i64 n = n0 + 16 * q;
-  const bool add = (flags & FLAG_ADD) != 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {  // h = 0: row g (D registers 0, 1); h = 1: row g + 8 (D registers 2, 3)
-    if (g + 8 * h >= rows) continue;
-    float v[16];  // v[e] = C[row][n + e]: e < 8 from register 2h of tile e, e >= 8 from register 2h+1 of tile e-8
-#pragma unroll
-    for (int e = 0; e < 16; ++e) v[e] = acc[e & 7][2 * h + (e >> 3)];
-    const i64 off = (row0 + g + 8 * h) * N + n;
-    if (flags & FLAG_OUT16) {
-      u16* out = static_cast<u16*>(C) + off;
-      if (vec) {
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          uint4* p = reinterpret_cast<uint4*>(out + 8 * k);
-          if (add) {
-            const uint4 o = *p;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              v[8 * k + 2 * i] += to_f32<KIND>((u16)(word(o, i) & 0xffffu));
-              v[8 * k + 2 * i + 1] += to_f32<KIND>((u16)(word(o, i) >> 16));
-            }
-          }
-          *p = make_uint4(pack2<KIND>(v[8 * k], v[8 * k + 1]), pack2<KIND>(v[8 * k + 2], v[8 * k + 3]),
-                          pack2<KIND>(v[8 * k + 4], v[8 * k + 5]), pack2<KIND>(v[8 * k + 6], v[8 * k + 7]));
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 16; ++e)
-          if (n + e < N) out[e] = from_f32<KIND>(add ? v[e] + to_f32<KIND>(out[e]) : v[e]);
-      }
-    } else {
-      float* out = static_cast<float*>(C) + off;
-      if (vec) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          float4* p = reinterpret_cast<float4*>(out + 4 * k);
-          float4 x = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-          if (add) {
-            const float4 o = *p;
-            x = make_float4(o.x + x.x, o.y + x.y, o.z + x.z, o.w + x.w);
-          }
-          *p = x;
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 16; ++e)
-          if (n + e < N) out[e] = add ? out[e] + v[e] : v[e];
-      }
-    }
-  }
 }
 
 // Window kernel body: warp -> (window blockIdx.x, 64-column slice blockIdx.y x slices + warp).

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import time
 
-from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, KernelConfig
+from kernels.formats.metcf import launch as metcf_launch
+from kernels.formats.metcf import launch_half, selector
+from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, V0_CONFIG, KernelConfig
 from kernels.formats.metcf.container import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats, metcf_to_csr
 from kernels.formats.contract import Choice
+from kernels.formats.metcf.gpu import csr_to_metcf_gpu_from_scipy
+from kernels.formats.metcf.reference import metcf_spmm
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
 from kernels.formats.metcf.shard import METCF_SHARD
 from kernels.precision import Precision
+from storage.formats import BlockLayout
 
 AUTOTUNE_MARGIN = 1.5  # autotune="auto" also times the candidates when the model's best TC prediction and its
 # cuSPARSE prediction are within this factor (small matrices, where fixed host and launch costs decide, and hubs)
@@ -36,8 +41,6 @@ def convert(A, precision: Precision) -> METCF:
 
 def reference_spmm(M: METCF, B, precision: Precision | None = None):
     """float64 C = A @ B from the arrays (kernels.formats.metcf.reference.metcf_spmm); half values are widened exactly first."""
-    from kernels.formats.metcf.reference import metcf_spmm
-
     if precision is not None and precision.name == "bfloat16":
         M = METCF(M.shape, M.row_window_offset, M.tc_offset, M.tc_local_id, M.sparse_a_to_b,
                   precision.to_float32(M.data))
@@ -67,8 +70,6 @@ class MetcfDevice:
                  balance="auto", autotune="auto", allow_cusparse: bool = False):
         import cupy
 
-        from kernels.formats.metcf import selector
-
         self.precision, self.config, self.balance = precision, CONFIG if config is None else config, balance
         self.allow_cusparse = allow_cusparse  # False: only this format's kernels (deterministic), never cuSPARSE
         self.autotune = autotune if autotune == "auto" else bool(autotune)
@@ -76,8 +77,6 @@ class MetcfDevice:
         self.nnz, self.shape = int(A.nnz), tuple(int(s) for s in A.shape)
         t0 = time.perf_counter()
         if precision.half:
-            from kernels.formats.metcf import launch_half
-
             M = A if isinstance(A, METCF) else convert(A, precision)
             if M.width != precision.block_width:
                 raise ValueError(f"ME-TCF with {M.width}-wide blocks given for {precision.name}, which needs "
@@ -96,15 +95,11 @@ class MetcfDevice:
     def _upload_tf32(self, A):
         import cupy
 
-        from kernels.formats.metcf import launch as metcf_launch
-
         if isinstance(A, METCF):
             if A.width != 8:
                 raise ValueError(f"ME-TCF with {A.width}-wide blocks given for float32 (TF32), which needs 8")
             dm, how = metcf_launch.upload(A), "host METCF upload"
         else:
-            from kernels.formats.metcf.gpu import csr_to_metcf_gpu_from_scipy
-
             a = csr_to_metcf_gpu_from_scipy(A)
             dm = metcf_launch.from_device_arrays(a.shape, a["row_window_offset"], a["tc_offset"], a["tc_local_id"],
                                            a["sparse_a_to_b"], a["data"])
@@ -128,7 +123,6 @@ class MetcfDevice:
         ``B`` None means no timing (the a-priori choice)."""
         if self.precision.half:
             return self._decide_half(N, B, time_fn)
-        from kernels.formats.metcf import selector
 
         pred = selector.predict(self.row_window_offset_host, self.nnz, self.shape, N, self._device_model,
                                 self._cal, self.config)
@@ -148,14 +142,10 @@ class MetcfDevice:
             cands.remove("cusparse")
         measured = {k: time_fn(k) for k in cands}
         if self.balance == "auto" and pred.get("split_ksplit"):  # every ksplit the block size allows
-            from kernels.formats.metcf.launch import ksplits
-
-            self._time_splits(choice, measured, ksplits(N, self.config), time_fn)
+            self._time_splits(choice, measured, metcf_launch.ksplits(N, self.config), time_fn)
         return _autotuned(choice, measured)
 
     def _decide_half(self, N: int, B, time_fn) -> Choice:
-        from kernels.formats.metcf import launch_half
-
         choice = Choice(kernel="metcf-window", N=N, reason=f"{self.precision.name}: no calibrated cost model for "
                         "the m16n8k16 kernels yet; the window kernel unless the candidates are timed",
                         extra={"device": self._device_model.name, "conversion": self.timings.get("conversion")})
@@ -188,7 +178,6 @@ class MetcfDevice:
     def _launcher(self, kernel, B, out, accumulate, ksplit, choice, bound: bool):
         if self.precision.half:
             return self._launch_half(kernel, B, out, accumulate, ksplit, choice or {}, bound)
-        from kernels.formats.metcf import launch as metcf_launch
 
         if kernel == "metcf-window":
             fn = metcf_launch.bind_window if bound else metcf_launch.spmm_window
@@ -211,8 +200,6 @@ class MetcfDevice:
         raise ValueError(f"unknown ME-TCF kernel {kernel!r} (metcf-window, metcf-split, metcf-balanced)")
 
     def _launch_half(self, kernel, B, out, accumulate, ksplit, choice, bound: bool = False):
-        from kernels.formats.metcf import launch_half
-
         if kernel == "metcf-window":
             fn = launch_half.bind_window_half if bound else launch_half.spmm_window_half
             return fn(self._dm, B, out, accumulate=accumulate)
@@ -241,8 +228,6 @@ def cost_terms(stats, prec: Precision, N: int) -> dict:
 
 
 def _layout():
-    from storage.formats import BlockLayout
-
     return BlockLayout(rows_per_group=16, group_offset="row_window_offset", item_offset="tc_offset",
                        fixed={"sparse_a_to_b": 8}, ragged=("tc_local_id", "data"))
 
@@ -253,5 +238,8 @@ FORMAT = Format(
     layout=_layout(), from_arrays=metcf_from_arrays, reference_spmm=reference_spmm,
     stats=lambda M, csr_nbytes=None: metcf_stats(M, A_csr_nbytes=csr_nbytes),
     device="kernels.formats.metcf.plugin:MetcfDevice", to_csr=metcf_to_csr, shard=METCF_SHARD, fallbacks=("csr-rows",),
+    # the config SpmmPlan runs, its fallback when dense fragments do not fit (bitmap A) and the shared-memory v0
+    cuda_sources=(metcf_launch.SOURCE,), cuda_builds=tuple((label, cfg.defines()) for label, cfg in (
+        ("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))),
     estimate=CostModel(cost_terms, {"launch": 1.657, "b_mb": 0.1041, "c_mb": 1.371, "hub_mb": 30.33,
                                     "hub_all_mb": 7.328}, source=FIT_SOURCE))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.metcf.container import METCF, WINDOW, expand, window_chunks
+from kernels.formats.blocks import window_chunks
+from kernels.formats.metcf.container import METCF, WINDOW, expand
 from kernels.reference import as_float64_dense
 
 # Windows per chunk are sized so a chunk's expanded triplets stay near this many nonzeros (~100 MB of temporaries).

@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from kernels.formats.metcf.config import CONFIG, KernelConfig
+from kernels.formats.metcf.launch import ksplits, module, split_shape
+from kernels.launch import copy_bandwidth_gbs
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 EXACT_SCHEDULE_MAX_JOBS = 200_000  # above this, the wave approximation (numpy) replaces the exact heap
@@ -216,9 +218,6 @@ def choose(pred: dict, cal: Calibration, *, balance="auto", allow_cusparse: bool
 def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
     """The current CuPy device's SM count, the two SpMM kernels' occupancy and its copy bandwidth."""
     import cupy
-
-    from kernels.formats.metcf.launch import ksplits, module, split_shape
-    from kernels.launch import copy_bandwidth_gbs
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     mod = module(config)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.metcf.container import METCF, WINDOW
+from kernels.formats.condense import WindowTiles, split_slots
+from kernels.formats.metcf.container import METCF
 from kernels.formats.shard import ShardOps, rebase, relabel, slot_halo, window_bytes
 from storage.indexing import index_dtype
 
@@ -25,39 +26,8 @@ def split_columns(S: METCF, keep_col: np.ndarray, *, sort: bool = False) -> METC
     renamed out of order); the parts for a mask and its complement sum to S:
     ``S @ B == part(mask) @ B + part(~mask) @ B``.
     """
-    nb, W = S.n_blocks, int(S.sparse_a_to_b.shape[1])  # 8 (TF32) or 16 (FP16/BF16) slots per block
-    flat = S.sparse_a_to_b.reshape(-1).astype(np.int64)
-    keep_slot = flat >= 0
-    keep_slot[keep_slot] = keep_col[flat[keep_slot]]
-    kept = np.flatnonzero(keep_slot)
-    slot_window = np.repeat(S.block_window().astype(np.int64), W)[kept]
-    if sort:  # window-major still (kept is), columns ascending within a window
-        by = np.lexsort((flat[kept], slot_window))
-        kept, slot_window = kept[by], slot_window[by]
-    per_window = np.bincount(slot_window, minlength=S.n_windows)
-    rank = np.arange(kept.shape[0], dtype=np.int64) - (np.cumsum(per_window) - per_window)[slot_window]
-    bpw = -(-per_window // W)
-    new_block = (np.cumsum(bpw) - bpw)[slot_window] + rank // W
-    n_blocks = int(bpw.sum())
-    sab = np.full(n_blocks * W, -1, dtype=np.int64)
-    sab[new_block * W + rank % W] = flat[kept]
-    slot_block = np.full(nb * W, -1, dtype=np.int64)
-    slot_block[kept] = new_block
-    slot_c = np.zeros(nb * W, dtype=np.int64)
-    slot_c[kept] = rank % W
-    nz_slot = np.repeat(np.arange(nb, dtype=np.int64), np.diff(S.tc_offset)) * W + S.tc_local_id % W
-    nz_keep = keep_slot[nz_slot]
-    nz_slot = nz_slot[nz_keep]
-    blocks = slot_block[nz_slot]
-    lid = (S.tc_local_id[nz_keep].astype(np.int64) // W) * W + slot_c[nz_slot]
-    order = np.argsort(blocks * (WINDOW * W) + lid)  # unique per nonzero: canonical (block, r, c) order
-    nnz = int(order.shape[0])
-    rwo = np.zeros(S.n_windows + 1, dtype=index_dtype(n_blocks))
-    np.cumsum(bpw, out=rwo[1:])
-    tco = np.zeros(n_blocks + 1, dtype=index_dtype(nnz))
-    np.cumsum(np.bincount(blocks, minlength=n_blocks), out=tco[1:])
-    return METCF(S.shape, rwo, tco, lid[order].astype(np.uint8), sab.reshape(n_blocks, W).astype(
-        S.sparse_a_to_b.dtype), S.data[nz_keep][order])
+    tiles = WindowTiles(S.shape, S.row_window_offset, S.tc_offset, S.tc_local_id, S.sparse_a_to_b, S.data)
+    return METCF(*split_slots(tiles, keep_col, sort=sort))  # kernels.formats.condense: Tiled-CSR's split too
 
 
 def _metcf_nbytes(M, partptr, tile_ptr, item_ptr):

@@ -51,7 +51,7 @@ def metcf_from_keys(xp, keys, shape, seed: int = 0, chunk_nnz: int = 1 << 27) ->
 
 def _convert(xp, keys, n_cols: int, w0: int, n_windows: int):
     """One window range: (blocks per window, nnz per block, slot columns [n_blocks, 8], tc_local_id in ME-TCF
-    order). The same steps as ``container._convert_chunk`` on keys instead of (row, col).
+    order). The same steps as ``kernels.formats.condense._convert_chunk`` on keys instead of (row, col).
 
     Not ``gpu.csr_to_metcf_gpu``, although it computes the same arrays with CuPy: that one is
     CuPy only (this runs on NumPy too: tests/tasks/distribute/test_synth.py and ``multi_gpu.py --cpu``), takes a

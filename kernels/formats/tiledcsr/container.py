@@ -3,23 +3,25 @@ compressed group is cut into tiles of w columns (w = the mma's k: 8 for TF32 m16
 each tile stores its nonzeros CSR-like, with tile-local row pointers and column indices in narrow integer types.
 
 Public API: `TiledCSR`, `csr_to_tiledcsr`, `tiledcsr_concat`, `tiledcsr_from_arrays`, `tiledcsr_to_csr`,
-`tiledcsr_from_metcf` / `tiledcsr_to_metcf` (the same tiles as ME-TCF arrays), `tiledcsr_spmm` (the NumPy twin),
-`tiledcsr_stats`, `effective_rate` (the paper's measure for any h x w, without building the format). The column
-compaction is ME-TCF's (`kernels.formats.metcf.csr_to_metcf`: the same deleted columns and the same tiles;
-DTC-SpMM and this paper arrived at the same grouping), so the two formats share one tested converter and differ
-in how a tile stores its nonzeros. Vectorised NumPy, chunked like ME-TCF's conversion.
+`tiledcsr_from_tiles` / `tiledcsr_tiles` (to and from the window tiles of ``kernels.formats.condense``),
+`tiledcsr_spmm` (the NumPy twin), `tiledcsr_stats`, `effective_rate` (the paper's measure for any h x w, without
+building the format). The column compaction is ``kernels.formats.condense.condense_windows``, which ME-TCF's
+conversion shares (the same deleted columns and the same tiles: DTC-SpMM and this paper arrived at the same
+grouping), so the two formats share one tested converter and differ in how a tile stores its nonzeros.
+Vectorised NumPy, chunked over window ranges.
 The paper used h = 8 (wmma m8n32k16); our mma.sync instructions are m16, so h = 16 here, and `effective_rate` takes
 h = 8 to compare with the paper's numbers. Registration and the device operator: ``kernels.formats.tiledcsr.plugin``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.metcf.container import DEFAULT_CHUNK_NNZ, METCF, csr_to_metcf
 from kernels.formats.blocks import check_pieces, stack_offsets
+from kernels.formats.condense import DEFAULT_CHUNK_NNZ, WindowTiles, condense_windows
+from kernels.precision import from_bf16_bits
 from storage.indexing import index_dtype
 
 HEIGHT = 16  # h: the m16 of mma.m16n8k8 (TF32) and mma.m16n8k16 (FP16/BF16)
@@ -190,31 +192,32 @@ def csr_to_tiledcsr(A, *, width: int = 16, to_storage=None, chunk_nnz: int = DEF
         raise ValueError(f"width is {width}, expected 8 (TF32 m16n8k8) or 16 (FP16/BF16 m16n8k16)")
     if not sp.issparse(A):
         raise TypeError(f"csr_to_tiledcsr needs a scipy.sparse matrix, got {type(A).__name__}")
-    M = csr_to_metcf(A, chunk_nnz=chunk_nnz, width=width)  # groups, deleted columns, tiles, (r, c) order
+    # the groups, their deleted columns, the tiles and the (r, c) order of their nonzeros
+    T = condense_windows(A, width=width, chunk_nnz=chunk_nnz, who="csr_to_tiledcsr")
     to_storage = to_storage or (lambda x: np.asarray(x, dtype=np.float32))
-    return tiledcsr_from_metcf(replace(M, data=to_storage(M.data)))
+    return tiledcsr_from_tiles(T._replace(data=to_storage(T.data)))
 
 
-def tiledcsr_from_metcf(M: METCF) -> TiledCSR:
-    """The Tiled-CSR with ME-TCF ``M``'s tiles (its TC blocks, same columns, same nonzero order): ``tc_local_id``
-    ``r * w + c`` becomes row r's local pointers and the compressed column c; values as they are."""
-    nt, width = M.n_blocks, M.width
-    lid = M.tc_local_id.astype(np.int64)
-    tile = np.repeat(np.arange(nt, dtype=np.int64), np.diff(M.tc_offset.astype(np.int64)))
+def tiledcsr_from_tiles(T: WindowTiles) -> TiledCSR:
+    """The Tiled-CSR of window tiles ``T`` (same tiles, same columns, same nonzero order): local id ``r * w + c``
+    becomes row r's local pointers and the compressed column c; values as they are."""
+    nt, width = int(T.tile_ptr.shape[0]) - 1, int(T.slot_cols.shape[1])
+    lid = T.local_id.astype(np.int64)
+    tile = np.repeat(np.arange(nt, dtype=np.int64), np.diff(T.tile_ptr.astype(np.int64)))
     counts = np.bincount(tile * HEIGHT + lid // width, minlength=nt * HEIGHT).reshape(nt, HEIGHT)
     tile_indptr = np.zeros((nt, HEIGHT + 1), dtype=indptr_dtype(width))
     np.cumsum(counts, axis=1, out=tile_indptr[:, 1:])
-    return TiledCSR(M.shape, M.row_window_offset, M.tc_offset, M.sparse_a_to_b.reshape(nt, width), tile_indptr,
-                    (lid % width).astype(np.uint8), M.data)
+    return TiledCSR(T.shape, T.window_ptr, T.tile_ptr, T.slot_cols.reshape(nt, width), tile_indptr,
+                    (lid % width).astype(np.uint8), T.data)
 
 
-def tiledcsr_to_metcf(X: TiledCSR) -> METCF:
-    """The inverse of `tiledcsr_from_metcf`: X's tiles as ME-TCF TC blocks (``tc_local_id = r * w + c``), values as
-    they are; what the shard operations re-condense columns with (``kernels.formats.metcf.shard.split_columns``)."""
+def tiledcsr_tiles(X: TiledCSR) -> WindowTiles:
+    """The inverse of `tiledcsr_from_tiles`: X's tiles as window tiles (``local_id = r * w + c``), values as they
+    are; what the shard operations re-condense columns with (``kernels.formats.condense.split_slots``)."""
     per_row = np.diff(X.tile_indptr.astype(np.int64), axis=1).reshape(-1)
     r = np.repeat(np.tile(np.arange(HEIGHT, dtype=np.int64), X.n_tiles), per_row)
     lid = (r * X.width + X.tile_indices).astype(np.uint8)  # <= 15 * 16 + 15 = 255
-    return METCF(X.shape, X.group_ptr, X.tile_ptr, lid, X.tile_cols, X.data)
+    return WindowTiles(X.shape, X.group_ptr, X.tile_ptr, lid, X.tile_cols, X.data)
 
 
 def tiledcsr_concat(pieces: list[TiledCSR]) -> TiledCSR:
@@ -246,8 +249,6 @@ def tiledcsr_from_arrays(arrays: dict) -> TiledCSR:
 def values_float64(data: np.ndarray) -> np.ndarray:
     """Stored values widened exactly to float64 (uint16 is bfloat16 bits)."""
     if data.dtype == np.uint16:
-        from kernels.precision import from_bf16_bits
-
         return from_bf16_bits(data).astype(np.float64)
     return data.astype(np.float64)
 

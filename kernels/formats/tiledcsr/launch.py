@@ -23,7 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.formats.metcf.config import CONFIG
+from kernels import launch
+from kernels.formats.tiledcsr.container import indptr_dtype
+from kernels.operands import FLAG_VEC, check_b_out
+from kernels.precision import PRECISIONS, precision as as_precision
 from storage.indexing import INT32_MAX, cut_ranges
 
 SOURCE = Path(__file__).resolve().parent / "tiledcsr_spmm.cu"
@@ -45,10 +48,10 @@ PIECE_MEAN_FACTOR, PIECE_ALIGN, PIECE_MIN_TILES = 2.0, 16, 32
 
 @dataclass(frozen=True)
 class TiledConfig:
-    """Compile-time constants of tiledcsr_spmm.cu (it static_asserts them); kernels/formats/metcf/config.py's defines ride along
-    because the .cu includes metcf_half.cuh, which checks them. A priori values, to be measured on the GPU."""
+    """Compile-time constants of tiledcsr_spmm.cu (it static_asserts them). A priori values, to be measured on the
+    GPU."""
 
-    warp_cols: int = 64  # columns per warp: 8 n8 tiles (the register remapping of metcf_half.cuh)
+    warp_cols: int = 64  # columns per warp: 8 n8 tiles (the register remapping of kernels/cuda/half_acc.cuh)
     max_warps: int = 8  # warps per thread block (64-column slices sharing each decoded A tile)
     chunk_tiles: int = 16  # tiles per chunk: one barrier and one block-wide scatter per chunk (3 x 512 B x chunk
     # of shared memory: 24 KB at 16). 16 rather than 8, measured on an H200 (FP16, graph replay, Tiled-CSR ms /
@@ -72,7 +75,7 @@ class TiledConfig:
                              "expected 1..64 warps per SM")
 
     def defines(self) -> tuple[str, ...]:
-        return (*CONFIG.defines(), f"-DTCSR_MAX_WARPS={self.max_warps}", f"-DTCSR_CHUNK={self.chunk_tiles}",
+        return (f"-DTCSR_MAX_WARPS={self.max_warps}", f"-DTCSR_CHUNK={self.chunk_tiles}",
                 f"-DTCSR_UNROLL={self.unroll}", f"-DTCSR_MIN_BLOCKS_PER_SM={self.min_blocks_per_sm}")
 
 
@@ -80,8 +83,6 @@ TILED_CONFIG = TiledConfig()
 
 
 def module(config: TiledConfig = TILED_CONFIG):
-    from kernels import launch
-
     return launch.module(config, SOURCE)
 
 
@@ -167,9 +168,6 @@ def upload(X, precision: str, piece_tiles: int | None = None) -> TiledArrays:
     with its row pieces (``piece_tiles`` None: `auto_piece_tiles`)."""
     import cupy
 
-    from kernels.formats.tiledcsr.container import indptr_dtype
-    from kernels.precision import precision as as_precision
-
     p = as_precision(precision)
     n_rows, n_cols = (int(s) for s in X.shape)
     if X.width != p.block_width or X.data.dtype != p.storage_dtype or X.tile_indptr.dtype != indptr_dtype(X.width):
@@ -183,8 +181,6 @@ def upload(X, precision: str, piece_tiles: int | None = None) -> TiledArrays:
         raise ValueError("a tile's first column slot is padding (-1); the kernel substitutes it for padding slots")
     data = X.data
     if p.name == "float32":
-        from kernels.precision import PRECISIONS
-
         data = PRECISIONS["float32"].rounded(data).astype(np.float32)  # TF32 bits, as kernels.launch.tf32_round
     cols = np.asarray(X.tile_cols, dtype=np.int32) if nt else np.zeros((1, X.width), np.int32)
     gp = np.asarray(X.group_ptr, dtype=np.int64)
@@ -258,9 +254,6 @@ def spmm(dm: TiledArrays, B, out=None, config: TiledConfig = TILED_CONFIG, *, ba
     """C = A @ B (``accumulate``: out += A @ B, added in fp32 and rounded once). ``bands`` None: `grid_bands` for
     this device; ``row_slots``: see `launch_grid` (slots over pieces). Writes every element of C (zeros for rows
     without tiles). The first call at an N with split groups allocates that N's workspace; later calls nothing."""
-    from kernels import launch
-    from kernels.operands import FLAG_VEC, check_b_out
-
     out, N, flags = check_b_out(dm.shape, dm.precision, B, out, out_dtype, accumulate,
                                 vec_elems=4 if dm.precision == "float32" else 8)  # one 16-byte load or store
     if dm.n_groups == 0:

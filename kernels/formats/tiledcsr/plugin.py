@@ -10,7 +10,8 @@ the arrays; its halo the distinct ``tile_cols``. The kernel reads one column id 
 by any injective map (``any_order``): renamed in increasing order (the one-shot halo) ``tile_cols`` are relabelled
 in place; otherwise (the resident exchange's order under a reordering) each group's columns are re-sorted and
 re-cut into tiles, keeping the canonical form (`validate(full=True)`), once per resident setup. The own/halo
-split re-condenses the tiles through ME-TCF's `split_columns` (the two formats share their tiles).
+split re-condenses the tiles through ``kernels.formats.condense.split_slots`` (ME-TCF's split too: the two
+formats share their tiles).
 """
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ import numpy as np
 from kernels.formats.contract import Choice, PerCall
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
-from kernels.formats.metcf.shard import split_columns
+from kernels.formats.condense import split_slots
 from kernels.formats.shard import ShardOps, keeps_order, rebase, relabel, slot_halo, window_bytes
+from kernels.formats.tiledcsr import launch as lt
 from kernels.formats.tiledcsr.container import (HEIGHT, WIDTHS, TiledCSR, csr_to_tiledcsr, tiledcsr_concat,
-                                      tiledcsr_from_arrays, tiledcsr_from_metcf, tiledcsr_spmm, tiledcsr_stats,
-                                      tiledcsr_to_csr, tiledcsr_to_metcf)
+                                      tiledcsr_from_arrays, tiledcsr_from_tiles, tiledcsr_spmm, tiledcsr_stats,
+                                      tiledcsr_tiles, tiledcsr_to_csr)
+from storage.formats import BlockLayout
 from storage.indexing import index_dtype
 from kernels.precision import Precision
 
@@ -52,8 +55,6 @@ class TiledcsrDevice:
                  autotune="auto", allow_cusparse: bool = False):
         import cupy
 
-        from kernels.formats.tiledcsr import launch as lt
-
         self.precision, self.config = precision, lt.TILED_CONFIG
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self.allow_cusparse = allow_cusparse
@@ -71,8 +72,6 @@ class TiledcsrDevice:
         self.l2_bytes = dev.attributes.get("L2CacheSize", 50 << 20)
 
     def decide(self, N: int, B, time_fn) -> Choice:
-        from kernels.formats.tiledcsr import launch as lt
-
         bands = lt.grid_bands(self._dm.n_pieces, int(self._dm.shape[1]), N, self.precision.itemsize,
                               self.sm_count, self.l2_bytes)
         choice = Choice(kernel="tiledcsr-tile", N=N, extra={"bands": bands, "conversion": self.timings.get("conversion")},
@@ -93,8 +92,6 @@ class TiledcsrDevice:
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         """The seam's launch; the grid's column bands come from ``choice`` (`decide`), None: `grid_bands`.
         Tiled-CSR has no split-K: ``ksplit`` must be None or 1."""
-        from kernels.formats.tiledcsr import launch as lt
-
         if kernel != "tiledcsr-tile":
             raise ValueError(f"unknown Tiled-CSR kernel {kernel!r} (tiledcsr-tile)")
         if ksplit not in (None, 1):
@@ -137,11 +134,11 @@ def _remap(X, cols, local, n_local):
     Y = TiledCSR((int(X.shape[0]), n_local), X.group_ptr, X.tile_ptr, out, X.tile_indptr, X.tile_indices, X.data)
     if keeps_order(cols, local):  # the order within groups holds
         return Y
-    return tiledcsr_from_metcf(split_columns(tiledcsr_to_metcf(Y), np.ones(n_local, dtype=bool), sort=True))
+    return tiledcsr_from_tiles(split_slots(tiledcsr_tiles(Y), np.ones(n_local, dtype=bool), sort=True))
 
 
 def _split(X, keep_col, prec=None):
-    return tiledcsr_from_metcf(split_columns(tiledcsr_to_metcf(X), keep_col))
+    return tiledcsr_from_tiles(split_slots(tiledcsr_tiles(X), keep_col))
 
 
 TILEDCSR_SHARD = ShardOps(
@@ -150,8 +147,6 @@ TILEDCSR_SHARD = ShardOps(
 
 
 def _layout():
-    from storage.formats import BlockLayout
-
     return BlockLayout(rows_per_group=HEIGHT, group_offset="group_ptr", item_offset="tile_ptr",
                        fixed={"tile_cols": 16, "tile_indptr": HEIGHT + 1}, ragged=("tile_indices", "data"))
 
@@ -163,6 +158,7 @@ FORMAT = Format(
     from_arrays=tiledcsr_from_arrays, reference_spmm=reference_spmm,
     stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
     device="kernels.formats.tiledcsr.plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr, shard=TILEDCSR_SHARD,
+    cuda_sources=(lt.SOURCE,), cuda_builds=(("default", lt.TILED_CONFIG.defines()),),
     estimate=CostModel(cost_terms, {"launch": 5.212, "a_mb": 2.042, "b_mb": 0.1258, "c_mb": 0.9176, "hub_mb": 37.63,
                                     "hub_all_mb": 1.51}, source=FIT_SOURCE),
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite

@@ -11,7 +11,7 @@
 // Launch mapping (kernels/formats/tiledcsr/launch.py, the paper's 3D-grid tiling): grid = (column chunks per band,
 //   piece slots, column bands); blockDim.x = 32 x slices. Column chunk = chunk0 + blockIdx.z x gridDim.x +
 //   blockIdx.x; 1 warp = one piece x 64 columns n0 .. n0 + 63 (8 n8 tiles, the register remapping of
-//   metcf_half.cuh: tile column j of mma tile u is C column n0 + 8j + u); lane l = 4g + q owns C rows g and g + 8.
+//   half_acc.cuh: tile column j of mma tile u is C column n0 + 8j + u); lane l = 4g + q owns C rows g and g + 8.
 //   A block walks the pieces blockIdx.y, + gridDim.y, ... as one stream of chunks (<= TCSR_CHUNK consecutive
 //   tiles of one piece; an empty group is one empty piece and one empty chunk). Block order is x fastest, then y, then z: with
 //   bands > 1 the blocks resident at one time share one band of B (K x band columns, sized to stay in L2) across
@@ -43,8 +43,7 @@
 //   fixed-order sum over its group's tiles (of a split group: over each piece's tiles, then over the pieces): no
 //   atomics, bitwise repeatable for any grid, chunk size, unroll, row slots or warp count given the same pieces.
 //   W: float32 [16 x slots][N], 16-byte aligned.
-// Compile-time constants: kernels/formats/tiledcsr/launch.py TiledConfig.defines() (with kernels/formats/metcf/config.py's, which
-// metcf_half.cuh checks); kernels/compile_check.py passes only config.py's, so these defaults equal TiledConfig's.
+// Compile-time constants: kernels/formats/tiledcsr/launch.py TiledConfig.defines(); these defaults equal TiledConfig's.
 #ifndef TCSR_MAX_WARPS
 #define TCSR_MAX_WARPS 8
 #define TCSR_CHUNK 16
@@ -57,9 +56,8 @@ static_assert(TCSR_UNROLL >= 1 && TCSR_UNROLL <= 4, "TiledConfig.unroll must be 
 
 #define FLAG_VEC 1  // 16-byte B loads and C stores (see the contract)
 #define FLAG_ADD 2  // C += A @ B (added in fp32, rounded once)
-#include "../metcf/metcf_half.cuh"  // tc_ops.cuh; FLAG_OUT16, HalfAcc, mma_block, half_zero, half_store
+#include "half_acc.cuh"  // tc_ops.cuh; FLAG_OUT16, HALF_WARP_COLS, HalfAcc, mma_block, half_zero, half_store
 #include "tiledcsr_tile.cuh"  // Traits, fragment stages, scatter_chunk, load_cols, load_b, tile_mma
-static_assert(CFG_HALF_WARP_COLS == 64, "a warp covers 64 columns: the 8 remapped n8 tiles of half_store");
 
 // One chunk of the block's stream: tiles [t0, t0 + nt) of piece g, followed by `rest` more tiles of that piece
 // (rest == 0: the piece's last chunk; K <= INT32_MAX columns keep a piece's tile count in int). g >= n_groups (the
@@ -158,12 +156,12 @@ __device__ __forceinline__ void tiledcsr_spmm(const i64* __restrict__ group_ptr,
   typedef WarpTiles<KIND, FAST> W;
   __shared__ uint4 stage[3][TCSR_CHUNK * FRAG_LANES];  // [stage][tile of the chunk x 32 lanes]: A fragments
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slices = (int)(blockDim.x >> 5);
-  const i64 chunk_n0 = (chunk0 + (i64)blockIdx.z * gridDim.x + blockIdx.x) * slices * CFG_HALF_WARP_COLS;
+  const i64 chunk_n0 = (chunk0 + (i64)blockIdx.z * gridDim.x + blockIdx.x) * slices * HALF_WARP_COLS;
   Chunk c = group_chunk(group_ptr, blockIdx.y, n_groups);
   // Uniform, before any barrier: a block past N (the last band's spare chunks), or a vec block over the partial
   // last chunk (the edge kernel's, launched apart), or past the row groups.
-  if (chunk_n0 >= N || (FAST && chunk_n0 + slices * CFG_HALF_WARP_COLS > N) || c.g >= n_groups) return;
-  const i64 n0 = chunk_n0 + (i64)warp * CFG_HALF_WARP_COLS, n_lane = n0 + 8 * (lane >> 2);
+  if (chunk_n0 >= N || (FAST && chunk_n0 + slices * HALF_WARP_COLS > N) || c.g >= n_groups) return;
+  const i64 n0 = chunk_n0 + (i64)warp * HALF_WARP_COLS, n_lane = n0 + 8 * (lane >> 2);
   const int avail = (int)max((i64)0, min((i64)8, N - n_lane));
   const auto* rp = reinterpret_cast<const typename Traits<KIND>::RP*>(rp_bytes);
   int4 cols[TCSR_UNROLL];  // [u]: B rows of the current chunk's tile t0 + u (load_cols)

@@ -123,7 +123,7 @@ __device__ __forceinline__ void load_b(uint4 (&r)[4], const int4& c, const void*
   load_b_half<KIND, FAST, 1>(r, c, B, N, n_lane, avail);
 }
 
-// acc[u] += A tile x B tile u (u = 0..7: columns n0 + 8j + u, the remapping of metcf_half.cuh).
+// acc[u] += A tile x B tile u (u = 0..7: columns n0 + 8j + u, the remapping of half_acc.cuh).
 // TF32: b0 / b1 of mma tile u = value u of the lane's two B rows, rounded to TF32.
 template <int KIND>
 __device__ __forceinline__ void tile_mma(HalfAcc& acc, const uint4& a, const uint4 (&r)[4]) {

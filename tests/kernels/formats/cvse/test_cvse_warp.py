@@ -287,8 +287,8 @@ def test_grids():
 
 
 def test_header_defaults_equal_the_config():
-    """kernels/compile_check.py compiles cvse_*.cu without CvseConfig's -D options: the header's #ifndef defaults
-    must be CvseConfig's, or the offline check would vet another kernel than the one launched."""
+    """cvse_*.cu compiled without CvseConfig's -D options (nvcc by hand) takes the header's #ifndef defaults: they
+    must be CvseConfig's, or such a compile would vet another kernel than the one launched."""
     import re
     from pathlib import Path
 
