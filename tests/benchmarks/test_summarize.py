@@ -139,8 +139,8 @@ def test_empty_results_say_not_run(results, tmp_path):
     md = out.read_text()
     sections = md.split("\n## ")[1:]
     # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, calibration, reorder, multi_gpu, host-overhead, bindings,
-    # convert, parse, cpu_spmm, startup, ab (formats adds none without results)
-    assert len(sections) == 17
+    # convert, parse, cpu_spmm, startup, rank-check, ab (formats adds none without results)
+    assert len(sections) == 18
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():
@@ -378,3 +378,21 @@ def test_before_after_section_lists_each_comparison(tmp_path):
     sec = out.read_text().split("## Before / after")[1]
     assert sec.index("change1") < sec.index("change0") and "**missed**" in sec and "**met**" in sec
     assert "`bench --x`" in sec
+
+
+def test_rank_section_reads_the_check_summary(tmp_path):
+    """benchmarks/rank_check.py's file: one row per recorded run with top 1 / top 2 / plan and the losses."""
+    results = tmp_path / "results"
+    results.mkdir()
+    s = {"rows": 10, "top1": 0.5, "top2": 0.9, "plan_top2": 1.0, "loss_median": 1.0, "loss_geomean": 1.1,
+         "loss_max": 2.0, "loss_lower_bounds": 0}
+    (results / "rank-check-cpu-2026-11-27.json").write_text(json.dumps({
+        "meta": {"command": "benchmarks/rank_check.py", "date": "2026-11-27T10:00:00+00:00", "precision": "float16",
+                 "recorded": [{"file": "formats-x.json", "device": "GPU X", "date": "2026-11-25T00:00:00"}],
+                 "statistics_s": {"m given": 0.01}},
+        "summary": {"x": s, "all": s}, "rows": {"x": []}}))
+    out = tmp_path / "bench.md"
+    subprocess.run([sys.executable, str(SCRIPT), "--results", str(results), "--out", str(out)], check=True,
+                   capture_output=True)
+    sec = out.read_text().split("## Format ranking")[1].split("\n## ")[0]
+    assert "| x | 10 | 0.50 | 0.90 | 1.00 |" in sec and "`formats-x.json` (GPU X" in sec
