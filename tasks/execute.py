@@ -15,7 +15,7 @@ from configs.errors import InputError
 from configs.names import DEFAULT_FORMAT
 from storage import BlockStore
 from kernels.precision import precision as as_precision
-from tasks.stages import _jsonable, dask_client
+from tasks.stages import _jsonable, auto_formats, dask_client
 
 # TF32 inputs (10-bit mantissa) accumulated in fp32: about 1e-3 of ||ref||; fp32 CPU paths land far below. The
 # half precisions' contract (kernels.precision): 1e-2 float16, 3e-2 bfloat16, on the CPU path too (rounded inputs).
@@ -190,8 +190,10 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
         from tasks.distribute.formats import shard_ops
 
-        if M is None:  # --format auto: the first candidate that shards (each worker's selector picks its kernel)
-            shardable = [f for f in formats if f.shard is not None] or formats
+        if M is None:  # --format auto: the first format the ranking kept that shards (the convert stage stored
+            # exactly those; each worker's selector then picks that format's kernel for its shard)
+            ranked, _ = auto_formats(A[perm], formats, prec.name)
+            shardable = [f for f in ranked if f.shard is not None] or ranked
             M = load_format(mstore, shardable[0].name, format_key)
         shard_ops(M)  # one line naming the format when it cannot run sharded
         C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats, prec.name, seed)

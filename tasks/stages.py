@@ -231,10 +231,10 @@ def check_precision(matrix_id: str, data_root: str, dtype: str = "float32", *, a
 
 def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT_FORMAT, dtype: str = "float32",
             scheduler: str | None = None) -> dict:
-    """Convert the reordered matrix to ``fmt`` (a registered format, or ``auto``: every format with kernels for
-    ``dtype``) at ``dtype`` and store it in row-window-range blocks (reused when stored). Large matrices are
+    """Convert the reordered matrix to ``fmt`` (a registered format, or ``auto``: the formats an auto plan builds,
+    `auto_formats`) at ``dtype`` and store it in row-window-range blocks (reused when stored). Large matrices are
     converted in window-aligned row blocks on the flow's Dask workers. Returns the first format's key and stats,
-    with ``formats`` mapping every converted format to its key."""
+    with ``formats`` mapping every converted format to its key (and, for ``auto``, ``format_ranking``)."""
     from kernels.formats import candidates
     from kernels.precision import precision
     from tasks.convert import SHARD_MIN_NNZ, convert_on_cluster
@@ -244,7 +244,10 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT
     mstore = BlockStore(data_root).matrix(matrix_id)
     fkey = f"{perm_key}-{dtype}"
     t0 = time.perf_counter()
-    results, A = {}, None
+    results, A, ranking = {}, None, None
+    if len(formats) > 1:
+        A = reordered_csr(mstore, perm_key)
+        formats, ranking = auto_formats(A, formats, prec.name)
     for f in formats:
         with build_once(mstore, f"formats/{f.name}/{fkey}") as reused:
             if reused:
@@ -252,9 +255,7 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT
                 results[f.name] = {"reused": True, **(meta.get("source") or meta).get("stats", {})}
                 continue
             if A is None:
-                A = mstore.read_csr()
-                A = A[mstore.read_perm(perm_key)]
-                A = A.astype(np.float32) if A.dtype != np.float32 else A
+                A = reordered_csr(mstore, perm_key)
             with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client, \
                     progress.task(f"convert {matrix_id} to {f.name} {dtype}"):
                 obj = f.convert(A, prec) if client is None else convert_on_cluster(A, client, f, prec)
@@ -265,7 +266,24 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT
             results[f.name] = {"reused": False, **stats}
     first = formats[0].name
     return {"format": first, "format_key": fkey, "dtype": dtype, "formats": {n: fkey for n in results},
-            "ms": _elapsed_ms(t0), **results[first]}
+            **({"format_ranking": _jsonable(ranking)} if ranking else {}), "ms": _elapsed_ms(t0), **results[first]}
+
+
+def reordered_csr(mstore, perm_key: str):
+    """The stored matrix in the order ``perm_key`` names, float32 values."""
+    A = mstore.read_csr()
+    A = A[mstore.read_perm(perm_key)]
+    return A.astype(np.float32) if A.dtype != np.float32 else A
+
+
+def auto_formats(A, formats: list, precision: str) -> tuple[list, dict | None]:
+    """``--format auto``: the formats a plan of ``SpmmPlan(format="auto")`` builds for the reordered ``A``, ranked
+    by their cost estimates (``kernels.formats.ranking.select``, deterministic: the convert and run stages agree);
+    these are the ones converted and stored, and a sharded run takes the first that shards. One candidate: it."""
+    if len(formats) <= 1:
+        return list(formats), None
+    from kernels.formats.ranking import AUTO_CANDIDATES, select
+    return select(A, formats, precision, AUTO_CANDIDATES)
 
 
 def _jsonable(obj):

@@ -81,12 +81,19 @@ def test_sharded_run_on_a_cpu_cluster_matches_one_device(prefect_harness, data_r
                                                     ("auto", "oneshot", "float16", 1e-2)])
 def test_every_format_runs_sharded_through_the_flow(prefect_harness, data_root, fmt, mode, dtype, tol):
     """``--format tiledcsr|cvse|auto --devices 2`` on the CPU cluster: the stored format's window-range shards, C
-    within the precision's contract. ``auto`` shards the first registered candidate (ME-TCF); each worker's
-    SpmmPlan then picks that format's kernel for its shard."""
+    within the precision's contract. ``auto`` converts and stores only the formats an auto plan builds (ranked by
+    their cost estimates) and shards the first of them that shards; each worker's SpmmPlan then picks that
+    format's kernel for its shard."""
+    from kernels.formats import REGISTRY
+
     out = spmm_flow(matrix=GEN, n_cols_b=8, reorder="degree", fmt=fmt, dtype=dtype, devices="2", mode=mode,
                     data_root=str(data_root), repeats=1)
     assert out["spmm"]["rel_err"] < tol
-    assert out["spmm"]["sharded"]["format"] == ("metcf" if fmt == "auto" else fmt)
+    if fmt == "auto":
+        built = out["convert"]["format_ranking"]["built"]
+        assert list(out["convert"]["formats"]) == built and len(built) == 2  # not every candidate
+        fmt = next(name for name in built if REGISTRY[name].shard is not None)
+    assert out["spmm"]["sharded"]["format"] == fmt
     assert out["spmm"]["sharded"]["dtype"] == dtype and len(out["spmm"]["per_device"]) == 2
 
 
