@@ -70,17 +70,21 @@ def test_to_dgl(stored):
     assert g.ndata["label"].tolist() == [0, 1, 1, 0] and g.edata["w"].tolist() == [2, 1, 3, 5]
 
 
-def test_to_dgl_without_dgl_names_the_requirement(stored, monkeypatch):
+def _dgl_import_fails(monkeypatch, err: Exception) -> None:
     import builtins
 
     real = builtins.__import__
 
-    def no_dgl(name, *args, **kw):
+    def failing(name, *args, **kw):
         if name == "dgl":
-            raise ImportError("no dgl")
+            raise err
         return real(name, *args, **kw)
 
-    monkeypatch.setattr(builtins, "__import__", no_dgl)
+    monkeypatch.setattr(builtins, "__import__", failing)
+
+
+def test_to_dgl_without_dgl_names_the_requirement(stored, monkeypatch):
+    _dgl_import_fails(monkeypatch, ImportError("no dgl"))
     with pytest.raises(ImportError, match="gnn.to_dgl needs DGL built for torch"):
         gnn.to_dgl(stored[0])
 
@@ -88,15 +92,7 @@ def test_to_dgl_without_dgl_names_the_requirement(stored, monkeypatch):
 def test_to_dgl_with_a_dgl_for_another_torch_names_the_mismatch(stored, monkeypatch):
     """DGL 2.1.0 (PyPI's newest) next to a newer torch fails its own import with FileNotFoundError (no GraphBolt
     library for this torch): one ImportError line naming torch's version and DGL's error."""
-    import builtins
-
-    real = builtins.__import__
-
-    def old_dgl(name, *args, **kw):
-        if name == "dgl":
-            raise FileNotFoundError("Cannot find DGL C++ graphbolt library at .../libgraphbolt_pytorch_2.11.0.so")
-        return real(name, *args, **kw)
-
-    monkeypatch.setattr(builtins, "__import__", old_dgl)
+    _dgl_import_fails(monkeypatch, FileNotFoundError("Cannot find DGL C++ graphbolt library at "
+                                                     ".../libgraphbolt_pytorch_2.11.0.so"))
     with pytest.raises(ImportError, match=r"built for torch .*FileNotFoundError: Cannot find DGL C\+\+ graphbolt"):
         gnn.to_dgl(stored[0])
