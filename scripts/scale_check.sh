@@ -4,7 +4,8 @@
 #
 #   bash scripts/scale_check.sh STEP[=ARGS] ...
 #   tests:P           the multi_gpu tests (test_multi_gpu.py, test_multi_gpu_paths.py) on P GPUs; a test that
-#                     hangs fails at TEST_TIMEOUT_S (stacks dumped at HANG_S) and the others still run
+#                     hangs fails at TEST_TIMEOUT_S (stacks dumped at HANG_S) and the others still run; a
+#                     one-shot product fails at TCSPMM_ONESHOT_TIMEOUT_S (90 here), naming the shards still out
 #   bench:NAME=ARGS   benchmarks/multi_gpu.py ARGS --out $OUT/multi_gpu-NAME.json (ARGS: words joined by ',,')
 #
 # e.g. bash scripts/scale_check.sh tests:2 'bench:quick=--quick,,--gpus,,1,2,4'
@@ -38,7 +39,8 @@ for step in "$@"; do
     case $name in
         tests:*)
             p=${name#tests:}
-            TCSPMM_TEST_GPUS=$p TCSPMM_FAILURE_LOG="$logs/failures-$p.log" timeout "${TESTS_TIMEOUT_S:-300}" python3 -m pytest -v -m multi_gpu -rs \
+            TCSPMM_TEST_GPUS=$p TCSPMM_FAILURE_LOG="$logs/failures-$p.log" \
+                TCSPMM_ONESHOT_TIMEOUT_S="${TCSPMM_ONESHOT_TIMEOUT_S:-90}" timeout "${TESTS_TIMEOUT_S:-300}" python3 -m pytest -v -m multi_gpu -rs \
                 -p no:cacheprovider --durations=0 -o faulthandler_timeout="${HANG_S:-100}" --tb=short \
                 --timeout="${TEST_TIMEOUT_S:-150}" \
                 tests/tasks/distribute/test_multi_gpu.py \

@@ -35,7 +35,8 @@ from storage.manifest import file_record
 from storage.schemas import result_schema, with_meta
 from tasks.distribute import device as dev
 from tasks.distribute.formats import shard_ops
-from tasks.distribute.oneshot import ShardRef, _worker_address, _workers, load_shard, remap_halo, retry_worker
+from tasks.distribute.oneshot import (ShardRef, _worker_address, _workers, load_shard, oneshot_deadline_s,
+                                      pending_shards, remap_halo, retry_worker)
 from tasks.distribute.plan import PartitionPlan
 
 B_PREFIX = "inputs/"
@@ -201,6 +202,7 @@ def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: 
     if b_rows_of(store, b) != plan.shape[1]:
         raise InputError(f"stored B {b} has {b_rows_of(store, b)} rows, expected A's {plan.shape[1]} columns")
     fn = shard_fn or run_stored_shard
+    deadline_s = oneshot_deadline_s()  # a bad TCSPMM_ONESHOT_TIMEOUT_S fails before any work is sent
     workers = _workers(client)
     bref = DenseRef(store, b)
     t_start = time.perf_counter()
@@ -220,9 +222,9 @@ def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: 
         owner[f.key], attempts[k] = (k, workers[k % len(workers)]), 1
         futures.append(f)
     timings: list = [None] * plan.n_parts
-    ac = as_completed(futures, loop=client.loop)
+    ac = as_completed(futures, loop=client.loop, timeout=deadline_s)
     try:
-        for f in ac:
+        for f in pending_shards(ac, owner, futures, client, plan, deadline_s):
             k, w = owner.pop(f.key)
             try:
                 t = f.result()

@@ -6,11 +6,15 @@ runs its own kernel selector), times the kernel, and returns its block of C as a
 
 Faults: tasks are submitted without Dask retries; the driver resubmits a failed shard once on another worker with
 freshly scattered inputs (a shard's inputs are durable: its Parquet file, or the driver's arrays), and a shard that
-fails twice raises `ShardFailedError` naming the shard and the worker. C is written to Parquet only after every
-shard succeeded (``store.write_result``: atomic per block, manifest last), so a failed run leaves no C behind.
+fails twice raises `ShardFailedError` naming the shard and the worker. A product not finished within
+``TCSPMM_ONESHOT_TIMEOUT_S`` seconds (default 3600; `oneshot_deadline_s`) raises `ShardFailedError` naming the shards
+still out and their workers (a worker whose task thread blocks would otherwise hold the driver forever). C is
+written to Parquet only after every shard succeeded (``store.write_result``: atomic per block, manifest last), so
+a failed run leaves no C behind.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from concurrent.futures import CancelledError
@@ -112,6 +116,46 @@ def _workers(client) -> list[str]:
     return workers
 
 
+ONESHOT_TIMEOUT_S = 3600.0  # a one-shot product's deadline unless TCSPMM_ONESHOT_TIMEOUT_S says otherwise
+
+
+def oneshot_deadline_s(env=None) -> float:
+    """Seconds a one-shot product may take (``TCSPMM_ONESHOT_TIMEOUT_S``, default 3600); ValueError in one line for
+    a value that is not a positive number."""
+    raw = (os.environ if env is None else env).get("TCSPMM_ONESHOT_TIMEOUT_S")
+    if raw is None:
+        return ONESHOT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"TCSPMM_ONESHOT_TIMEOUT_S {raw!r}: expected a positive number of seconds")
+    return value
+
+
+def pending_shards(ac, owner: dict, futures: list, client, plan: PartitionPlan, deadline_s: float):
+    """The shards of ``owner`` ({key: (shard, worker)}) as ``ac`` completes them; at the deadline their futures
+    are cancelled and ShardFailedError names the shards still out and their workers."""
+    from distributed import TimeoutError as DaskTimeout
+
+    it = iter(ac)
+    while True:
+        try:
+            f = next(it)
+        except StopIteration:
+            return
+        except (DaskTimeout, TimeoutError) as err:
+            late = sorted(owner.values())
+            client.cancel([x for x in futures if x.key in owner])
+            where = ", ".join(f"shard {k} (windows {int(plan.partptr[k])}..{int(plan.partptr[k + 1])}) on {w}"
+                              for k, w in late)
+            raise ShardFailedError(f"one-shot not finished after {deadline_s:g} s: {where} still running; a worker "
+                                   "may be blocked or lost (its log says why); TCSPMM_ONESHOT_TIMEOUT_S sets the "
+                                   "deadline") from err
+        yield f
+
+
 def retry_worker(err, f, k: int, w: str, attempts: list, owner: dict, futures: list, client,
                  plan: PartitionPlan) -> str:
     """A shard task ``f`` (shard k, on worker w) failed with ``err``: release it; a second failure cancels the
@@ -156,6 +200,7 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=Non
     if out is not None and store is None:
         raise InputError("run_oneshot(out=...) writes C through a store: pass store=")
     fn = shard_fn or run_shard
+    deadline_s = oneshot_deadline_s()  # a bad TCSPMM_ONESHOT_TIMEOUT_S fails before any work is sent
     workers = _workers(client)
     send_all = plan.send_all(B.shape[1], B.dtype.itemsize)
     B32 = np.ascontiguousarray(B, dtype=np.float32)
@@ -197,8 +242,8 @@ def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=Non
         futures.append(f)
     C = np.empty((plan.shape[0], B.shape[1]), dtype=np.float32)
     timings: list = [None] * plan.n_parts
-    ac = as_completed(futures, loop=client.loop)  # the passed client, not a default one
-    for f in ac:
+    ac = as_completed(futures, loop=client.loop, timeout=deadline_s)  # the passed client, not a default one
+    for f in pending_shards(ac, owner, futures, client, plan, deadline_s):
         k, w = owner.pop(f.key)
         t0 = time.perf_counter()
         try:

@@ -216,3 +216,34 @@ def test_in_memory_oneshot_and_resident_every_format_and_precision(client, case,
     with DistributedSpmm(plan, client, M=M, dtype=dtype) as ds:
         ds.scatter(B)
         assert rel(ds.run().gather(), ref) < TOL[dtype]
+
+
+def test_deadline_names_the_shard_still_out_and_leaves_no_result(client, case, tmp_path, monkeypatch):
+    """A shard whose worker never answers (here: a task that sleeps past the deadline) fails the one-shot at
+    TCSPMM_ONESHOT_TIMEOUT_S with one line naming the shard and its worker, and no C is left in the store."""
+    import time
+
+    A, perm, B, _ = case
+    M, plan, mstore = stored(tmp_path, A, perm, "metcf", "float32")
+    b = store_b(mstore, B, b_artifact(12, 0))
+
+    def stuck(k, *args, **kw):
+        if k == 1:
+            time.sleep(6)
+        from tasks.distribute.direct import run_stored_shard
+        return run_stored_shard(k, *args, **kw)
+    monkeypatch.setenv("TCSPMM_ONESHOT_TIMEOUT_S", "1.5")
+    run_id = uuid.uuid4().hex[:12]
+    with pytest.raises(ShardFailedError, match=r"not finished after 1.5 s: shard 1 \(windows \d+\.\.\d+\) on tcp://"):
+        run_oneshot_stored(plan, client, mstore, b=b["artifact"], perm_key="k-float32", run_id=run_id, repeats=1,
+                           shard_fn=stuck)
+    assert not mstore.has_result(run_id) and not (mstore.folder / "results" / run_id).exists()
+    time.sleep(5)  # the stuck task still holds its worker's one thread: let it finish before the next test
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "soon", "inf"])
+def test_bad_deadline_is_refused_before_any_work(raw):
+    from tasks.distribute.oneshot import oneshot_deadline_s
+    with pytest.raises(ValueError, match="TCSPMM_ONESHOT_TIMEOUT_S .*positive number of seconds"):
+        oneshot_deadline_s({"TCSPMM_ONESHOT_TIMEOUT_S": raw})
+    assert oneshot_deadline_s({}) == 3600.0 and oneshot_deadline_s({"TCSPMM_ONESHOT_TIMEOUT_S": "90"}) == 90.0
