@@ -75,13 +75,20 @@ def compare(before: str | Path, after: str | Path, only: str | None = None) -> l
     return [(label, x / y) for label, y, x in compare_values(before, after, only)]
 
 
+def summary(values: list, args) -> dict:
+    """Timings compared, their geometric mean ratio, how many exceed the case limit, and the verdict."""
+    ratios = [a / b for _, b, a in values]
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    above = sum(r > 1 + args.case for r in ratios)
+    return {"timings": len(values), "geomean": geo, "above": above,
+            "ok": bool(geo <= 1 + args.geomean and above == 0)}
+
+
 def report(before: str, after: str, values: list, args) -> dict:
     """The comparison as a results file (benchmarks/results/ab-*.json, summarized in docs/benchmarks.md)."""
     def metas(paths):
         return [json.loads(Path(p).read_text()).get("meta", {}) for p in filter(None, str(paths).split(","))]
     mb, ma = metas(before), metas(after)
-    ratios = [a / b for _, b, a in values]
-    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     return {"meta": {"label": args.label, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                      "command": "benchmarks/compare_timings.py " + " ".join(sys.argv[1:]),
                      "device": (mb[0] if mb else {}).get("device"),
@@ -90,8 +97,7 @@ def report(before: str, after: str, values: list, args) -> dict:
                      "before_commands": sorted({m.get("command", "?") for m in mb}),
                      "after_commands": sorted({m.get("command", "?") for m in ma}),
                      "case_limit": 1 + args.case, "geomean_limit": 1 + args.geomean, "only": args.only},
-            "summary": {"timings": len(values), "geomean": geo, "above": sum(r > 1 + args.case for r in ratios),
-                        "ok": bool(geo <= 1 + args.geomean and all(r <= 1 + args.case for r in ratios))},
+            "summary": summary(values, args),
             "rows": [{"case": n, "before": b, "after": a, "ratio": a / b} for n, b, a in values]}
 
 
@@ -107,19 +113,17 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="", help="what changed between before and after (recorded with --out)")
     args = ap.parse_args(argv)
     values = compare_values(args.before, args.after, args.only)
-    ratios = [(n, a / b) for n, b, a in values]
-    if not ratios:
+    if not values:
         print("no timing is in both files (same script? same cases?)")
         return 1
     if args.out:
         args.out.write_text(json.dumps(report(args.before, args.after, values, args), indent=1))
-    geo = math.exp(sum(math.log(r) for _, r in ratios) / len(ratios))
-    bad = [(n, r) for n, r in ratios if r > 1 + args.case]
-    for name, r in sorted(ratios, key=lambda x: -x[1])[:20]:
-        print(f"{r:7.4f}  {name}")
-    print(f"{len(ratios)} timings; geomean after/before {geo:.4f} (limit {1 + args.geomean:.2f}); "
-          f"{len(bad)} above {1 + args.case:.2f}")
-    return 0 if not bad and geo <= 1 + args.geomean else 1
+    for name, b, a in sorted(values, key=lambda x: -x[2] / x[1])[:20]:
+        print(f"{a / b:7.4f}  {name}")
+    s = summary(values, args)
+    print(f"{s['timings']} timings; geomean after/before {s['geomean']:.4f} (limit {1 + args.geomean:.2f}); "
+          f"{s['above']} above {1 + args.case:.2f}")
+    return 0 if s["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
         ordered = steps.reorder(matrix_id, reorder, root, seed, address, dtype, devices, n_cols_b)
         converted = steps.convert(matrix_id, ordered["perm_key"], root, fmt, dtype, address)
         multiplied = steps.spmm(matrix_id, ordered["perm_key"], converted["format_key"], root, n_cols_b, dtype,
-                                devices, mode, seed, address, save_c, fmt, repeats, not nondeterministic)
+                                devices, mode, seed, address, save_c, fmt, repeats, not nondeterministic,
+                                list(converted["formats"]))
     multiplied["precision_check"] = checked
     results = {"ingest": ingested, "reorder": ordered, "convert": converted, "spmm": multiplied}
     table = steps.write_report(root, run_id, matrix_id, results)

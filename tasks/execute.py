@@ -166,15 +166,17 @@ def parse_devices(devices: str | int) -> str | int:
 def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, n_cols_b: int = 128,
              dtype: str = "float32", devices: str | int = "auto", mode: str = "oneshot", seed: int = 0,
              scheduler: str | None = None, repeats: int = 20, save_c: bool = False, fmt: str = DEFAULT_FORMAT,
-             deterministic: bool = True) -> dict:
-    """Run one SpMM and return timings, the kernel chosen, the baseline's time and the correctness check."""
+             deterministic: bool = True, stored_formats: list[str] | None = None) -> dict:
+    """Run one SpMM and return timings, the kernel chosen, the baseline's time and the correctness check.
+    ``stored_formats``: the convert stage's formats in its order (for ``auto``: ranked), so that a sharded auto run
+    need not rank the reordered matrix again (None: it does, with the same result)."""
     if n_cols_b < 1:
         raise InputError(f"-N {n_cols_b}: the dense B needs at least one column")
     devices = parse_devices(devices)
     mstore = BlockStore(data_root).matrix(matrix_id)
     A = mstore.read_csr()
     perm = mstore.read_perm(perm_key)
-    from kernels.formats import candidates
+    from kernels.formats import REGISTRY, candidates
 
     prec = as_precision(dtype)
     formats = candidates(fmt, prec.name)
@@ -192,7 +194,8 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
 
         if M is None:  # --format auto: the first format the ranking kept that shards (the convert stage stored
             # exactly those; each worker's selector then picks that format's kernel for its shard)
-            ranked, _ = auto_formats(A[perm], formats, prec.name)
+            ranked = ([REGISTRY[n] for n in stored_formats] if stored_formats else
+                      auto_formats(A[perm], formats, prec.name)[0])
             shardable = [f for f in ranked if f.shard is not None] or ranked
             M = load_format(mstore, shardable[0].name, format_key)
         shard_ops(M)  # one line naming the format when it cannot run sharded

@@ -44,10 +44,10 @@ def convert(matrix_id: str, perm_key: str, data_root: str, fmt: str, dtype: str,
 @task(name="spmm", cache_policy=NO_CACHE)
 def spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, n_cols_b: int, dtype: str,
          devices: str, mode: str, seed: int, scheduler: str | None, save_c: bool, fmt: str = DEFAULT_FORMAT,
-         repeats: int = 20, deterministic: bool = True) -> dict:
+         repeats: int = 20, deterministic: bool = True, stored_formats: list[str] | None = None) -> dict:
     return execute.run_spmm(matrix_id, perm_key, format_key, data_root, n_cols_b=n_cols_b, dtype=dtype,
                             devices=devices, mode=mode, seed=seed, scheduler=scheduler, save_c=save_c, fmt=fmt,
-                            repeats=repeats, deterministic=deterministic)
+                            repeats=repeats, deterministic=deterministic, stored_formats=stored_formats)
 
 
 @task(name="report", cache_policy=NO_CACHE)

@@ -35,10 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.blocks import window_chunks
+from kernels.formats.blocks import WINDOW, window_chunks  # WINDOW: the mma's m16, every format's row group
 from kernels.precision import PRECISIONS
 
-WINDOW = 16  # rows per window: the mma's m16, every format's row group
 VECTOR_ROWS = (1, 2, 4, 8, 16)  # row groups dividing a window (CVSE's V)
 BLOCK_WIDTHS = tuple(sorted({p.block_width for p in PRECISIONS.values()}))  # the mma's k: 8 (TF32), 16 (half)
 if any(WINDOW % w or w & (w - 1) for w in BLOCK_WIDTHS):  # the key shifts of _chunk count on it
