@@ -5,7 +5,9 @@
 #   bash scripts/scale_check.sh STEP[=ARGS] ...
 #   tests:P           the multi_gpu tests (test_multi_gpu.py, test_multi_gpu_paths.py) on P GPUs; a test that
 #                     hangs fails at TEST_TIMEOUT_S (stacks dumped at HANG_S) and the others still run; a
-#                     one-shot product fails at TCSPMM_ONESHOT_TIMEOUT_S (90 here), naming the shards still out
+#                     one-shot product fails at TCSPMM_ONESHOT_TIMEOUT_S (90 here), naming the shards still out;
+#                     output is not captured (CAPTURE=fd to capture): the workers' and nannies' logs (a worker's
+#                     death, its faulthandler stack, NCCL warnings) land in tests-P.log between the tests
 #   bench:NAME=ARGS   benchmarks/multi_gpu.py ARGS --out $OUT/multi_gpu-NAME.json (ARGS: words joined by ',,')
 #
 # e.g. bash scripts/scale_check.sh tests:2 'bench:quick=--quick,,--gpus,,1,2,4'
@@ -13,7 +15,7 @@ set -uo pipefail
 out=${OUT:-/tmp/scale-out}
 logs=$out  # written where they come back even when the call is cut off
 mkdir -p "$out" "$logs" /tmp/site
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PREFECT_SERVER_ANALYTICS_ENABLED=false TCSPMM_DATA=/tmp/tcspmm-data
 [ -f .mg/site.tar.xz ] && [ ! -d /tmp/site/distributed ] && tar xJf .mg/site.tar.xz -C /tmp/site
 export PYTHONPATH=/tmp/site:.
@@ -40,7 +42,7 @@ for step in "$@"; do
         tests:*)
             p=${name#tests:}
             TCSPMM_TEST_GPUS=$p TCSPMM_FAILURE_LOG="$logs/failures-$p.log" \
-                TCSPMM_ONESHOT_TIMEOUT_S="${TCSPMM_ONESHOT_TIMEOUT_S:-90}" timeout "${TESTS_TIMEOUT_S:-300}" python3 -m pytest -v -m multi_gpu -rs \
+                TCSPMM_ONESHOT_TIMEOUT_S="${TCSPMM_ONESHOT_TIMEOUT_S:-90}" timeout "${TESTS_TIMEOUT_S:-300}" python3 -m pytest -v -m multi_gpu -rs --capture="${CAPTURE:-no}" \
                 -p no:cacheprovider --durations=0 -o faulthandler_timeout="${HANG_S:-100}" --tb=short \
                 --timeout="${TEST_TIMEOUT_S:-150}" \
                 tests/tasks/distribute/test_multi_gpu.py \

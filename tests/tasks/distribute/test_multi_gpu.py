@@ -8,6 +8,7 @@ from tasks.distribute.cluster import count_gpus, has_dask_cuda
 
 pytestmark = [
     pytest.mark.multi_gpu,
+    pytest.mark.usefixtures("cluster_watch"),
     pytest.mark.skipif(not (count_gpus() >= 2 and has_dask_cuda()), reason="needs 2 GPUs and dask-cuda"),
 ]
 

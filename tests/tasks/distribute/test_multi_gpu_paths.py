@@ -28,6 +28,7 @@ START_TIMEOUT_S = 120
 
 pytestmark = [
     pytest.mark.multi_gpu,
+    pytest.mark.usefixtures("cluster_watch"),
     pytest.mark.skipif(not (count_gpus() >= N_GPUS >= 2 and has_dask_cuda()),
                        reason=f"needs {N_GPUS} GPUs (TCSPMM_TEST_GPUS) and dask-cuda"),
 ]
