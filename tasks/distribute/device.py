@@ -13,6 +13,42 @@ import numpy as np
 from kernels.spmm import gpu_available  # noqa: F401  (re-exported: the tasks call dev.gpu_available())
 
 
+def worker_device(device: str = "auto") -> bool:
+    """Whether this task or actor runs on the GPU (``device``: "auto", "gpu"/"cuda" or "cpu"); on the GPU it first
+    makes CuPy's allocator safe under Python's garbage collector (`use_gc_safe_allocator`)."""
+    on_gpu = gpu_available() if device == "auto" else device in ("cuda", "gpu")
+    if on_gpu:
+        use_gc_safe_allocator()
+    return on_gpu
+
+
+# CuPy's memory pool drawing its blocks from RMM, once `use_gc_safe_allocator` set it: (pool, RMM's allocator).
+_RMM_BACKED_POOL: tuple | None = None
+
+
+def use_gc_safe_allocator() -> None:
+    """Where CuPy allocates each array straight from RMM (dask-cuda's ``rmm_allocator_external_lib_list=["cupy"]``,
+    ``dask cuda worker --set-rmm-allocator-for-libs cupy``), put CuPy's own memory pool between them: the pool takes
+    its blocks from RMM, arrays return theirs to the pool.
+
+    Why: RMM's ``DeviceBuffer.__dealloc__`` releases the GIL while it frees (rmm 26). A buffer freed by the cyclic
+    garbage collector then lets the worker's other threads (event loop, actor thread, profiler) run in the middle of
+    a collection, which CPython does not survive (python/cpython#112564): on 2 H100s the multi-GPU tests' workers
+    died with "Segmentation fault ... Garbage-collecting" in random threads, and only with the RMM allocator. Behind
+    CuPy's pool an array's memory goes back to the pool (no GIL released); RMM buffers are freed only by
+    `release_device_memory`, outside any collection. Idempotent; does nothing under any other allocator."""
+    global _RMM_BACKED_POOL
+    import cupy
+    current = cupy.cuda.get_allocator()
+    if _RMM_BACKED_POOL is not None and current == _RMM_BACKED_POOL[0].malloc:
+        return
+    if not str(getattr(current, "__module__", "")).startswith("rmm"):
+        return
+    pool = cupy.cuda.MemoryPool(current)
+    cupy.cuda.set_allocator(pool.malloc)
+    _RMM_BACKED_POOL = (pool, current)
+
+
 def device_name(on_gpu: bool) -> str:
     if on_gpu:
         import cupy
@@ -114,15 +150,24 @@ def time_kernel(plan, B, on_gpu: bool, repeats: int):
 
 
 def release_device_memory(on_gpu: bool) -> None:
-    """Return CuPy's cached blocks to the driver (other processes share the GPU, e.g. the benchmark driver)."""
+    """Return CuPy's cached blocks to the driver, or to RMM's pool under `use_gc_safe_allocator` (other processes
+    share the GPU, e.g. the benchmark driver)."""
     if on_gpu:
         import cupy
         cupy.get_default_memory_pool().free_all_blocks()
+        if _RMM_BACKED_POOL is not None:
+            _RMM_BACKED_POOL[0].free_all_blocks()
 
 
 def cupy_allocator_name() -> str:
     """CuPy's current allocator by module and name: RMM's (``rmm.allocators.cupy.rmm_cupy_allocator``) where
-    dask-cuda set it from ``rmm_allocator_external_lib_list``, else CuPy's memory pool's ``malloc``."""
+    dask-cuda set it from ``rmm_allocator_external_lib_list``, "cupy MemoryPool over" it once
+    `use_gc_safe_allocator` ran, else CuPy's memory pool's ``malloc``."""
     import cupy
+
+    def name(alloc) -> str:
+        return f"{getattr(alloc, '__module__', '')}.{getattr(alloc, '__qualname__', type(alloc).__name__)}"
     alloc = cupy.cuda.get_allocator()
-    return f"{getattr(alloc, '__module__', '')}.{getattr(alloc, '__qualname__', type(alloc).__name__)}"
+    if _RMM_BACKED_POOL is not None and alloc == _RMM_BACKED_POOL[0].malloc:
+        return f"cupy MemoryPool over {name(_RMM_BACKED_POOL[1])}"
+    return name(alloc)

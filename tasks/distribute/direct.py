@@ -144,7 +144,7 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
     ``out`` = (run_id, first reordered row). Returns the timings dict (``record``: the C file's manifest record);
     nothing of A, B or C travels back."""
     t_shard = time.perf_counter()
-    on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
+    on_gpu = dev.worker_device(device)
     S, load_ms, a_bytes = load_shard(shard)
     t0 = time.perf_counter()
     cols = shard_ops(S).halo(S, 0, int(S.n_blocks))

@@ -67,7 +67,7 @@ def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, rep
     ``dtype``: the precision (the shard's values are stored in it; B is rounded to it on the way in, C float32).
     """
     t_shard = time.perf_counter()
-    on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
+    on_gpu = dev.worker_device(device)
     S, load_ms, bytes_read = load_shard(shard)
     t0 = time.perf_counter()
     if cols is not None:

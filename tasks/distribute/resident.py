@@ -61,7 +61,7 @@ class ShardActor:
         halo_cols, layout, sends = layout
         self.k = int(k)
         self.prec = precision(dtype)
-        self.on_gpu = dev.gpu_available() if device == "auto" else device in ("cuda", "gpu")
+        self.on_gpu = dev.worker_device(device)
         S, self.load_ms, _ = load_shard(shard)
         self.ops = shard_ops(S)
         ext_index = np.asarray(layout["ext_index"], dtype=np.int64)

@@ -74,10 +74,13 @@ def test_every_sharded_path_matches_float64(address, matrix, fmt, dtype, mode):
 @pytest.mark.skipif(not has_rmm(), reason="rmm (rmm-cu13) is not installed")
 def test_workers_allocate_from_an_rmm_pool(address):
     from distributed import Client
+    from tasks.distribute.device import cupy_allocator_name, worker_device
     with Client(address) as client:
-        from tasks.distribute.device import cupy_allocator_name
-        allocators = client.run(lambda: cupy_allocator_name())
-    assert len(allocators) == N_GPUS and all("rmm" in a for a in allocators.values()), allocators
+        before = client.run(lambda: cupy_allocator_name())
+        # what every shard task and actor does first: CuPy's pool between the arrays and RMM (GC-safe frees)
+        after = client.run(lambda: (worker_device("gpu"), cupy_allocator_name())[1])
+    assert len(before) == N_GPUS and all("rmm" in a for a in before.values()), before
+    assert all(a == "cupy MemoryPool over rmm.allocators.cupy.rmm_cupy_allocator" for a in after.values()), after
 
 
 UCX_SCRIPT = """
