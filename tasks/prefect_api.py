@@ -100,6 +100,19 @@ def sweep_dead_runs(home: Path) -> int:
     return removed
 
 
+def last_line(path, limit: int = 300) -> str:
+    """The last non-empty line of a log file (at most ``limit`` characters), "" when it has none or is unreadable:
+    the server's own reason, carried into the one-line error."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:limit] if lines else ""
+
+
 class TemporaryServer:
     """One run's Prefect API server process (``tasks.prefect_server``), started at once, waited for by `wait`."""
 
@@ -138,7 +151,9 @@ class TemporaryServer:
                 self.failed = True
                 what = (f"exited with status {code} before it answered" if code is not None else
                         f"did not answer within {allowance_s:.0f} s")
-                raise ServerError(f"prefect: the temporary Prefect API server {what} (its log: {self.log}); {_ADVICE}")
+                last = last_line(self.log)
+                raise ServerError(f"prefect: the temporary Prefect API server {what}{': ' + last if last else ''} "
+                                  f"(its log: {self.log}); {_ADVICE}")
             time.sleep(0.05)
 
     def stop(self, grace_s: float = 5.0) -> None:

@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,9 +99,21 @@ def test_a_server_that_cannot_start_ends_in_one_error_line(data_root):
                    env_extra={"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"})
     assert proc.returncode == 1 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("error: prefect: the temporary Prefect API server did not answer within 0 s (its log: ")
+    # the server's last log line, when it wrote one by then, follows the reason
+    assert re.match(r"error: prefect: the temporary Prefect API server did not answer within 0 s(: .+)? \(its log: ",
+                    line), line
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in line and "make serve" in line
     assert not (data_root / "matrices").exists(), "nothing ran"
+
+
+def test_the_servers_last_log_line_is_carried_into_the_error(tmp_path):
+    from tasks.prefect_api import last_line
+    log = tmp_path / "server.log"
+    assert last_line(log) == ""  # no log yet
+    log.write_text("INFO starting\nsqlite3.OperationalError: unable to open database file\n\n  \n")
+    assert last_line(log) == "sqlite3.OperationalError: unable to open database file"
+    log.write_text("x" * 20000 + "\n")
+    assert last_line(log, limit=40) == "x" * 40
 
 
 def _tarball(name: str, payload: bytes) -> bytes:

@@ -129,15 +129,21 @@ def test_plan(fmt, p_name):
     p = precision(p_name)
     A = sp.csr_array(CASES["block_structured"](), dtype=np.float32)
     B = host_b(A.shape[1], 128, seed=6)
-    plan = SpmmPlan(A, dtype=p_name, format=fmt, out_dtype=np.float32)
-    C1, C2 = plan.run(B), plan.run(B)
-    assert np.array_equal(C1, C2)
     from kernels.formats import candidates
 
     ready = {f.name for f in candidates(fmt, p_name) if f.gpu_ready}  # auto: every GPU-ready format of p
+    # auto_candidates=len(ready): every candidate built and timed (the default builds the cost model's top two)
+    plan = SpmmPlan(A, dtype=p_name, format=fmt, out_dtype=np.float32, auto_candidates=len(ready))
+    C1, C2 = plan.run(B), plan.run(B)
+    assert np.array_equal(C1, C2)
     assert plan.choice["format"] in ready
     if fmt == "auto":
         assert set(plan.choice["formats_measured_ms"]) == ready and {"metcf", "bcsr"} <= ready
+        top = SpmmPlan(A, dtype=p_name, format="auto", out_dtype=np.float32)
+        built = set(top.ranking["built"])
+        assert len(built) == 2 and built <= set(top.choice["formats_measured_ms"]) <= ready
+        assert np.array_equal(top.run(B), top.run(B))
+        assert rel_err(top.run(B).astype(np.float64), A.astype(np.float64) @ B.astype(np.float64)) < p.tolerance
     exact = A.astype(np.float64) @ B.astype(np.float64)
     assert rel_err(C1.astype(np.float64), exact) < p.tolerance
     # the converted object, as the SpMM stage passes it: the same kernel gives the same bits
