@@ -97,7 +97,8 @@ def parse_args(argv=None):
                         "default every shard's SpmmPlan keeps its default autotune, as users run it: a model that "
                         "picked metcf-balanced for one R-MAT shard and metcf-split for the other left the shards "
                         "3.03 and 2.46 ms (H100 x4, 2026-11-27)")
-    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/multi_gpu-<machine>-<date>)")
+    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/multi_gpu-<machine>-<date>; "
+                                                "with --weak multi_gpu_weak-..., the weak-scaling section's files)")
     p.add_argument("--data-root", default=None, help="block store for the shards (default: a temp folder)")
     args = p.parse_args(argv)
     if args.quick:
@@ -472,7 +473,7 @@ def main(argv=None) -> int:
         machine = "cpu" if args.cpu else (f"{doc['gpus'][0].replace(' ', '_')}-x{n_gpus}" if doc["gpus"]
                                           else platform.node())
         out = Path(args.out) if args.out else Path(__file__).parent / "results" / \
-            f"multi_gpu-{machine}-{dt.date.today().isoformat()}.json"
+            f"{'multi_gpu_weak' if args.weak else 'multi_gpu'}-{machine}-{dt.date.today().isoformat()}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
         return out, doc
@@ -510,7 +511,7 @@ def main(argv=None) -> int:
     print(f"\nwrote {out} ({doc['wall_s']:.0f} s); {len(bad)} failing rows; skipped: {skipped or 'none'}")
     print(fmt_table(rows))
     if args.weak:
-        print("\nweak scaling (" + f"{args.weak:.0e} nnz per GPU; efficiency T_1 / T_P of the batched loop)")
+        print("\nweak scaling (" + f"{args.weak / 1e6:g}M nnz per GPU; efficiency T_1 / T_P of the batched loop)")
         print(weak_table(rows))
     return 1 if bad else 0
 

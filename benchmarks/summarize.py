@@ -37,10 +37,12 @@ from summarize_precision import precision_section, seam_section  # noqa: E402
 from startup_summary import startup_section  # noqa: E402
 from summarize_ab import ab_section  # noqa: E402
 from summarize_rank import rank_section  # noqa: E402
+from summarize_weak import weak_section  # noqa: E402
 
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
                "reorder": "benchmarks/reorder.py --sizes 1M,10M,100M --workers 16 --fixtures",
                "multi_gpu": "benchmarks/multi_gpu.py --nnz 100e6 --orders none,natural,tca",
+               "multi_gpu_weak": "benchmarks/multi_gpu.py --weak 25e6 --kinds sbm,mesh,rmat --gpus 1,2,4",
                "formats": "benchmarks/formats.py",
                "convert": "benchmarks/convert.py", "parse": "benchmarks/parse.py",
                "precision": "benchmarks/precision.py --suite full", "gnn": "benchmarks/gnn.py --suite full",
@@ -736,6 +738,7 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "cvse": lambda *a: cvse_section(*a, h=SimpleNamespace(**globals())),
             "svc-slack": lambda *a: svc_slack_section(*a, h=SimpleNamespace(**globals())),
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
+            "multi_gpu_weak": lambda *a: weak_section(*a, h=SimpleNamespace(**globals())),
             "host-overhead": lambda *a: host_section(*a, h=SimpleNamespace(**globals())),
             "bindings": lambda *a: bindings_section(*a, h=SimpleNamespace(**globals())),
             "convert": convert_section, "parse": parse_section,

@@ -23,8 +23,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$pyve
 for w in "$whl"/*.whl "$extra"/*.whl; do
     python3 -m zipfile -e "$w" "$site"
 done
-# asyncpg: Prefect's PostgreSQL driver (the temporary server uses SQLite); the rest is build or test material.
-rm -rf "$site"/asyncpg "$site"/libucx/bin "$site"/libucx/include "$site"/libucx/share "$site"/libucx/lib/cmake \
+# Build and test material only. (asyncpg stays: Prefect's server module imports it at load time although the
+# temporary server uses SQLite; without it the server exited with status 1 on the H100 x4, 2026-11-27.)
+rm -rf "$site"/libucx/bin "$site"/libucx/include "$site"/libucx/share "$site"/libucx/lib/cmake \
     "$site"/libucx/lib/pkgconfig "$site"/librmm/include "$site"/libucxx/include
 find "$site" \( -name '*.a' -o -name '*.la' -o -name '*perftest*' \) -delete
 find "$site" -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -138,9 +138,9 @@ def test_empty_results_say_not_run(results, tmp_path):
                    capture_output=True)
     md = out.read_text()
     sections = md.split("\n## ")[1:]
-    # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, calibration, reorder, multi_gpu, host-overhead, bindings,
-    # convert, parse, cpu_spmm, startup, rank-check, ab (formats adds none without results)
-    assert len(sections) == 18
+    # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, calibration, reorder, multi_gpu, multi_gpu_weak,
+    # host-overhead, bindings, convert, parse, cpu_spmm, startup, rank-check, ab (formats adds none without results)
+    assert len(sections) == 19
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():
@@ -272,6 +272,37 @@ def test_multi_gpu_resident_only_files_from_two_machines(summarize, results, tmp
     line = next(ln for ln in body.splitlines() if ln.startswith("| sbm | community | 100.00M | 2 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[4:6] == ["6.00 (res.)", "1.000"] and cells[-1] == "2 x Test GPU"
+
+
+def weak_row(order, P, loop_ms, overlap_ms, exchange_ms, halo):
+    return {"kind": "sbm", "order": order, "nnz": 25_000_000 * P, "P": P, "weak": True,
+            "resident_batched_loop_ms": loop_ms, "resident_batched_overlap_loop_ms": overlap_ms,
+            "resident_batched_kernel_ms": 3.0, "resident_batched_exchange_ms": exchange_ms,
+            "resident_batched_exposed_ms": exchange_ms, "resident_batched_imbalance": 1.0,
+            "halo_recv_bytes": [halo * 2**20] * P, "resident_batched_rel_err": 1e-5}
+
+
+def test_weak_scaling_section(summarize, results, tmp_path):
+    write(results, "multi_gpu_weak-Test_GPU-2026-01-03.json", {
+        "benchmark": "multi_gpu", "command": "python benchmarks/multi_gpu.py --weak 25e6", "date": "2026-01-03T00:00:00",
+        "machine": "host1", "gpus": ["Test GPU"] * 4, "versions": {"python": "3.11"}, "args": {"weak": 25e6,
+                                                                                               "n_cols": 256},
+        "skipped": ["weak rmat P=1: over --budget-s 10"],
+        "rows": [weak_row("none", 1, 3.0, 3.5, 0.0, 0), weak_row("none", 2, 4.0, 5.0, 1.0, 200),
+                 weak_row("none", 4, 6.0, 7.0, 3.0, 300), weak_row("tca", 2, 5.0, 6.0, 2.0, 100),
+                 {"kind": "mesh", "order": "none", "P": 1, "nnz": 1, "error": "boom"}]})
+    out = tmp_path / "bench.md"
+    subprocess.run([sys.executable, str(SCRIPT), "--results", str(results), "--out", str(out)], check=True,
+                   capture_output=True)
+    body = out.read_text().split("## Multi-GPU weak scaling", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in body.splitlines() if ln.startswith("| sbm")]
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+    assert [(c[1], c[2], c[5], c[7]) for c in cells] == [
+        ("none", "1", "1.000", "1.000"), ("none", "2", "0.750", "0.700"), ("none", "4", "0.500", "0.500"),
+        ("tca", "2", "–", "–")]  # no 1-GPU row of that order: no efficiency
+    assert "300" in lines[2] and "Skipped: weak rmat P=1" in body and "mesh" not in "".join(lines)
+    strong = out.read_text().split("## Multi-GPU strong scaling", 1)[1].split("\n## ", 1)[0]
+    assert "25.00M" not in strong  # weak rows stay out of the strong-scaling table
 
 
 def test_reorder_halo_table(summarize, results, tmp_path):

@@ -1,0 +1,53 @@
+"""The weak-scaling section of docs/benchmarks.md (``benchmarks/multi_gpu.py --weak NNZ_PER_GPU`` files, named
+``multi_gpu_weak-*.json``), for benchmarks/summarize.py: the resident iteration on 1, 2 and 4 GPUs with the matrix
+grown in proportion (issue 29), per kind and order, with the parts that explain a loss: the slowest GPU's kernel,
+the exchange, how much of it the kernels waited for, and the halo each GPU receives per iteration.
+"""
+from __future__ import annotations
+
+
+def weak_rows(rows: list) -> list[tuple]:
+    """(kind, order, P, nnz, loop ms, weak efficiency T_1 / T_P, overlapped loop ms, its weak efficiency, kernel ms,
+    exchange ms, exposed ms, halo MB per GPU, imbalance, rel err) per row with a batched loop, ordered by kind,
+    order, P; efficiencies against the P = 1 row of the same kind and order (None without one)."""
+    ok = [r for r in rows if r.get("resident_batched_loop_ms") and "error" not in r]
+    base = {(r["kind"], r["order"]): r for r in ok if r["P"] == 1}
+
+    def eff(r, key):
+        t1, tp = (base.get((r["kind"], r["order"])) or {}).get(key), r.get(key)
+        return t1 / tp if t1 and tp else None
+    out = []
+    for r in sorted(ok, key=lambda r: (r["kind"], r["order"], r["P"])):
+        halo = max(r.get("halo_recv_bytes") or [0]) / 2**20
+        errs = [v for k, v in r.items() if k.endswith("rel_err") and isinstance(v, float)]
+        ovl = "resident_batched_overlap_loop_ms"
+        out.append((r["kind"], r["order"], r["P"], r["nnz"], r["resident_batched_loop_ms"],
+                    eff(r, "resident_batched_loop_ms"), r.get(ovl), eff(r, ovl), r.get("resident_batched_kernel_ms"),
+                    r.get("resident_batched_exchange_ms"), r.get("resident_batched_exposed_ms"), halo,
+                    r.get("resident_batched_imbalance"), max(errs) if errs else None))
+    return out
+
+
+def weak_section(runs, v0, older, *, h) -> list[str]:
+    title = "Multi-GPU weak scaling (resident iterations, the matrix grown with the GPUs)"
+    if not runs:
+        return h.absent("multi_gpu_weak", title)
+    run = runs[0]
+    per_gpu = run.meta.get("args", {}).get("weak")
+    out = [f"## {title}", ""] + h.env(run)
+    out += [f"{h.mnnz(per_gpu) if per_gpu else '?'} nonzeros per GPU, N = {run.meta.get('args', {}).get('n_cols')}, "
+            "one batch of iterations per actor call (no host sync between iterations); \"loop ms\": the slowest "
+            "GPU's time per iteration inside that call; weak efficiency T_1 / T_P against the 1-GPU row of the same "
+            "kind and order (ideal 1.0: each GPU's share stays the same size). Breakdown (medians, CUDA events): the "
+            "slowest GPU's kernel, the halo exchange (pack + NCCL, waiting for a late peer included), the part of "
+            "it the kernels waited for (exposed), the halo rows each GPU receives per iteration, the kernel "
+            "imbalance (slowest / mean). \"none\": the generator's random labels; \"natural\": the generator's "
+            "own blocks, the ideal partition (not a method); \"community\": label propagation. \"overlap\": the same "
+            "loop with the exchange beside the kernel over each GPU's own columns (two kernels per iteration).", ""]
+    rows = [(k, o, P, h.mnnz(nnz), h.f(ms), h.f(eff, 3), h.f(oms), h.f(oeff, 3), h.f(ker), h.f(x), h.f(e),
+             h.f(halo, 0), h.f(imb), f"{err:.1e}" if err is not None else "–")
+            for k, o, P, nnz, ms, eff, oms, oeff, ker, x, e, halo, imb, err in weak_rows(run.rows)]
+    out += h.table(("kind", "order", "GPUs", "nnz", "loop ms", "weak eff", "overlap loop ms", "overlap weak eff",
+                    "kernel ms", "exchange ms", "exposed ms", "halo MB/GPU", "imbalance", "max rel err"), rows)
+    out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
+    return out + h.older_note(older) + [h.reproduce("multi_gpu_weak", run), ""]
