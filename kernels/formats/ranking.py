@@ -216,19 +216,34 @@ def split(windows: Windows, tc_formats: list, cuda_format, precision, N: int = R
         all_tc = float(np.dot(w, ta)) + (float(tp.max()) if tp.size else 0.0) + tl
         all_cuda = float(np.dot(w, ca)) + (float(cp.max()) if cp.size else 0.0) + cl
         kb = int(np.argmin(totals))
+        tc = np.zeros(w.size, dtype=bool)
+        tc[order[kb:]] = True
         if all_tc < totals[kb]:
-            tc, pred = np.ones(w.size, dtype=bool), all_tc
-        else:
-            tc = np.zeros(w.size, dtype=bool)
-            tc[order[kb:]] = True
-            pred = all_cuda if kb == order.size else float(totals[kb])  # the same sum, in its own order
-        scattered = _scattered(windows, tc)
-        if not scattered and not tc.all():  # one run of TC windows: written straight into C, no copy
-            pred -= float(np.dot(w, copy * tc))
+            tc[:] = True
+        pred, scattered = split_cost(windows, tc, fmt, cuda_format, prec, N)
         found = Split(fmt.name, cuda_format.name, prec.name, int(N), windows, tc, pred, all_tc, all_cuda, scattered)
-        if best is None or found.predicted_us < best.predicted_us:
+        if best is None or found.predicted_us < best.predicted_us * (1 - 1e-12):  # ties: the earlier format
             best = found
     return best
+
+
+def split_cost(windows: Windows, tc: np.ndarray, tc_format, cuda_format, precision, N: int) -> tuple[float, bool]:
+    """(predicted us, scattered) of the hybrid that runs the windows ``tc`` (bool over ``windows.index``) on
+    ``tc_format`` and the others on ``cuda_format``: each part's launch, additive terms and heaviest window, plus
+    the copy of the TC rows when they are not one run of windows."""
+    prec = as_precision(precision)
+    pw, w, tc = windows.per_window(), windows.weight, np.asarray(tc, dtype=bool)
+    ta, tp, tl = window_costs(tc_format, pw, prec, N)
+    ca, cp, cl = window_costs(cuda_format, pw, prec, N)
+    scattered = _scattered(windows, tc)
+    if scattered:
+        ta = ta + cuda_format.estimate.us.get("c_mb", 0.0) * windows.rows * N * COPY_BYTES / 1e6
+    pred = float(np.dot(w, np.where(tc, ta, ca)))
+    if tc.any():
+        pred += float(tp[tc].max()) + tl
+    if not tc.all():
+        pred += float(cp[~tc].max()) + cl
+    return pred, scattered
 
 
 def _scattered(windows: Windows, tc: np.ndarray) -> bool:

@@ -9,6 +9,7 @@ matrix's head), ``tc_range`` is its row range: the TC part writes that slice of 
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import scipy.sparse as sp
 
 from configs.errors import InputError
 from kernels.formats.blocks import WINDOW, canonical_csr
-from kernels.formats.ranking import RANK_N, Split, split
+from kernels.formats.ranking import RANK_N, Split, split, split_cost
 from kernels.formats import registry
 from kernels.formats.registry import get
 from kernels.formats.structure import window_stats
@@ -90,12 +91,22 @@ class HybridA:
                 "tc_range": list(self.tc_range) if self.tc_range else None, "split_s": round(self.seconds, 6)}
 
 
-def split_matrix(A, precision, N: int = RANK_N) -> HybridA:
-    """A's split and its two SciPy parts (no format conversion: the device operators convert their part)."""
+def split_matrix(A, precision, N: int = RANK_N, *, tc_windows=None) -> HybridA:
+    """A's split and its two SciPy parts (no format conversion: the device operators convert their part).
+    ``tc_windows`` (bool [ceil(M / 16)]): these windows on the TC format the cost model ranks first for A, the rest
+    on CUDA cores, instead of the model's split (tests and experiments; ``SpmmPlan`` takes the result as A)."""
     t0 = time.perf_counter()
     A = canonical_csr(A, "the hybrid plan")
     n_rows = int(A.shape[0])
     s = choose_split(A, precision, N)
+    if tc_windows is not None:
+        mask = np.asarray(tc_windows)
+        if mask.dtype != bool or mask.shape != (s.windows.n_windows,):
+            raise ValueError(f"tc_windows is {mask.dtype} {mask.shape}, expected bool ({s.windows.n_windows},): one "
+                             f"entry per 16-row window of A's {n_rows} rows")
+        fmt = get(s.tc_format)
+        pred, scattered = split_cost(s.windows, mask, fmt, get(CUDA_CORE), precision, N)
+        s = dataclasses.replace(s, tc=mask.copy(), predicted_us=pred, scattered=scattered)
     windows = s.windows.index[s.tc]
     tc_rows = (windows[:, None] * WINDOW + np.arange(WINDOW, dtype=np.int64)).ravel()
     tc_rows = tc_rows[tc_rows < n_rows]
@@ -111,7 +122,11 @@ def split_matrix(A, precision, N: int = RANK_N) -> HybridA:
 
 def convert(A, precision: Precision) -> HybridA:
     """`split_matrix` with both parts converted to their formats (the CPU path's host object)."""
-    H = split_matrix(A, precision)
+    return converted(split_matrix(A, precision), precision)
+
+
+def converted(H: HybridA, precision: Precision) -> HybridA:
+    """H with both parts converted to their formats at ``precision``."""
     tc = get(H.split.tc_format).convert(H.tc_csr, precision) if H.tc_rows.size else None
     cuda = get(CUDA_CORE).convert(H.cuda_csr, precision) if H.cuda_rows.size else None
     return HybridA(H.shape, H.precision, H.split, H.tc_rows, H.cuda_rows, H.tc_range, H.tc_csr, H.cuda_csr, tc,
@@ -119,9 +134,10 @@ def convert(A, precision: Precision) -> HybridA:
 
 
 def reference_spmm(H: HybridA, B, precision: Precision | None = None) -> np.ndarray:
-    """float64 C = A @ B as the two parts compute it: each part's format twin on its rows of C."""
+    """float64 C = A @ B as the two parts compute it: each part's format twin on its rows of C (a `split_matrix`
+    result's parts are converted first, at ``precision`` or H's)."""
     if (H.tc is None and H.tc_rows.size) or (H.cuda is None and H.cuda_rows.size):
-        raise ValueError("this HybridA holds no converted parts (split_matrix): build it with convert()")
+        H = converted(H, precision or as_precision(H.precision))
     B = np.asarray(B, dtype=np.float64)
     C = np.zeros((H.shape[0], B.shape[1]))
     if H.tc_rows.size:
@@ -138,12 +154,27 @@ def to_csr(H: HybridA) -> sp.csr_array:
              if rows.size]
     if not parts:
         return sp.csr_array(H.shape, dtype=np.float32)
-    order = np.argsort(np.concatenate([rows for rows, _ in parts]), kind="stable")
-    return sp.csr_array(sp.vstack([sp.csr_array(m) for _, m in parts], format="csr")[order])
+    rows = np.concatenate([r for r, _ in parts])
+    order = np.argsort(rows, kind="stable")  # stacked row order[i] is A's row i
+    stacked = [sp.csr_array(m) for _, m in parts]
+    offsets = np.cumsum([0] + [m.nnz for m in stacked])
+    indptr = np.concatenate([np.asarray(m.indptr[:-1], dtype=np.int64) + o for m, o in zip(stacked, offsets)] +
+                            [[offsets[-1]]])
+    whole = sp.csr_array((np.concatenate([m.data for m in stacked]), np.concatenate([m.indices for m in stacked]),
+                          indptr), shape=(rows.size, H.shape[1]))
+    return _take_rows(whole, order)
 
 
 def _rows_of(A: sp.csr_array, rows: np.ndarray) -> sp.csr_array:
     """A[rows] as canonical CSR (rows ascending)."""
-    out = sp.csr_array(A[rows]) if rows.size else sp.csr_array((0, int(A.shape[1])), dtype=A.dtype)
-    out.sort_indices()
-    return out
+    return _take_rows(A, rows)
+
+
+def _take_rows(A: sp.csr_array, rows: np.ndarray) -> sp.csr_array:
+    """A[rows] by index arithmetic on its arrays (SciPy's row indexing refuses 16-bit values)."""
+    indptr = np.asarray(A.indptr, dtype=np.int64)
+    start, length = indptr[rows], indptr[rows + 1] - indptr[rows]
+    ptr = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(length, out=ptr[1:])
+    pos = np.repeat(start - ptr[:-1], length) + np.arange(int(ptr[-1]), dtype=np.int64)
+    return sp.csr_array((A.data[pos], A.indices[pos], ptr), shape=(int(rows.size), int(A.shape[1])))
