@@ -240,7 +240,8 @@ def _counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> d
     return counts
 
 
-_KEYS = [(kind, V) for kind in ("v", "vmax") for V in VECTOR_ROWS[1:]] + [(kind, w) for kind in ("tc", "bcsr") for w in BLOCK_WIDTHS]
+_KEYS = ([(kind, V) for kind in ("v", "vmax") for V in VECTOR_ROWS[1:]]
+         + [(kind, w) for kind in ("tc", "bcsr") for w in BLOCK_WIDTHS])
 
 
 def _distinct(sorted_keys: np.ndarray) -> np.ndarray:
