@@ -180,3 +180,18 @@ def test_bad_input_is_refused_in_one_line(monkeypatch):
     with pytest.raises(InputError, match="format 'hybrid' needs a registered Tensor Core format"):
         SpmmPlan(A, device="cpu", format="hybrid")
     assert HYBRID not in plan_candidates("auto", "float32")
+
+
+def test_the_hybrid_operator_declares_the_contract():
+    import inspect
+
+    from kernels.baselines import BASELINES
+
+    op = HYBRID.device_class()
+    owned = [k for f in REGISTRY.values() for k in f.device_class().kernels] + \
+        [k for b in BASELINES for k in b.kernels]
+    assert op.format_name == HYBRID.name and op.kernels == ("hybrid",) and not set(op.kernels) & set(owned)
+    assert set(HYBRID.fallbacks) <= set(owned) and op.out_dtype is None
+    for name in ("decide", "launch", "bind"):
+        assert {"kernel", "B", "out", "accumulate", "choice"} <= set(inspect.signature(getattr(op, name)).parameters) \
+            if name != "decide" else callable(op.decide)
