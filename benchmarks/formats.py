@@ -1,4 +1,5 @@
-"""The four registered formats (ME-TCF, BCSR, Tiled-CSR, CVSE) in FP16 on one GPU, against cuSPARSE half CSR.
+"""The four registered formats (ME-TCF, BCSR, Tiled-CSR, CVSE) and the hybrid plan in FP16 on one GPU, against cuSPARSE
+half CSR.
 
     PYTHONPATH=. python3 benchmarks/formats.py [--ns 128 256 512 1024] [--matrices dnn graph ...] [--budget-s 420]
                                                [--quick] [--tag T]
@@ -14,8 +15,10 @@ project has it (rowshuffle: Tiled-CSR, smat: BCSR, tca: ME-TCF; DNN weights: row
 paper), each kept only when it improves its own measure (effective computation rate, BCSR blocks, TC blocks). Every
 format runs on every order.
 
-Per (matrix, order, N): each format through ``SpmmPlan(A, device="gpu", dtype="float16", format=...)`` autotuned
-among its own kernels, FP16 B and C: device ms by CUDA-graph replay (``plan.benchmark``, kernels.launch.graph_ms)
+Per (matrix, order, N): each format, and the hybrid (``format="hybrid"``: its split by the cost model, its
+TC part autotuned; in the rows beside the formats, not in the summary's wins), through ``SpmmPlan(A, device="gpu",
+dtype="float16", format=...)`` autotuned among its own kernels, FP16 B and C: device ms by CUDA-graph replay
+(``plan.benchmark``, kernels.launch.graph_ms)
 and as issued (``plan.run(B, out)`` in a Python loop between CUDA events, kernels.launch.issued_ms); cuSPARSE half
 CSR at its best algorithm (``CusparseSpmm.tune``, graph replay; one bound call as issued); cuSPARSE Blocked-ELL
 FP16 16 x 16 (graph replay; skipped where its padding exceeds --bell-max-gib); for the DNN class dense cuBLAS FP16
@@ -50,6 +53,9 @@ from dense import Dense  # noqa: E402
 from summarize_formats import EXTRA, FORMATS, text_report  # noqa: E402
 
 ORDERS = ("given", "rowshuffle", "smat", "tca")
+# plans composed of registered formats, timed beside them (in each row's "ms" / "issued_ms"; the summary tables and
+# wins count FORMATS only): the hybrid (kernels.hybrid: dense windows on Tensor Cores, the rest on CUDA cores)
+COMPOSED = ("hybrid",)
 CLASSES = ("dnn", "graph", "suitesparse", "fem")
 SPARSITIES = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
 GRAPHS = (("rmat-s16", "rmat", "scale=16&edge_factor=16"),
@@ -332,7 +338,8 @@ def parse_args(argv=None):
                          "sparsities (default: the paper's endpoints, 1.82x at 90%% and 3.89x at 50%%)")
     ap.add_argument("--matrices", nargs="+", help="only these classes (dnn graph suitesparse fem) or labels "
                                                   "starting with one of these (e.g. dlmc-4096-V8-s90 fixture:HB)")
-    ap.add_argument("--formats", nargs="+", default=list(FORMATS), help="subset of " + " ".join(FORMATS))
+    ap.add_argument("--formats", nargs="+", default=list(FORMATS + COMPOSED),
+                    help="subset of " + " ".join(FORMATS + COMPOSED))
     ap.add_argument("--orders", nargs="+", default=list(ORDERS), help="subset of " + " ".join(ORDERS))
     ap.add_argument("--repeats", type=int, default=20, help="graph replays per timing")
     ap.add_argument("--bell-max-gib", type=float, default=0.5,
@@ -353,7 +360,7 @@ def parse_args(argv=None):
         ap.error(f"--vectors must be among 1, 2, 4, 8, 16, got {args.vectors}")
     if args.size < 16 or args.size % 16:
         ap.error(f"--size must be a positive multiple of 16 (V and 16-row windows), got {args.size}")
-    for name, given, known in (("--formats", args.formats, FORMATS), ("--orders", args.orders, ORDERS)):
+    for name, given, known in (("--formats", args.formats, FORMATS + COMPOSED), ("--orders", args.orders, ORDERS)):
         if set(given) - set(known):
             ap.error(f"{name}: unknown {sorted(set(given) - set(known))}; choose from {' '.join(known)}")
     if args.orders[0] != "given":

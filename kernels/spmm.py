@@ -2,9 +2,11 @@
 per call; `spmm(A, B)` wraps both. Without CuPy or a GPU the plan takes the CPU path (kernels.cpu_path).
 
 Formats come from the registry (``kernels.formats``): ``format=`` any registered name (default
-``configs.names.DEFAULT_FORMAT``) or ``"auto"``: the formats that support the precision, ranked by their cost
-estimates from A's structure statistics (``kernels.formats.ranking``); the first ``auto_candidates`` (default 2)
-are built and timed, and the fastest measured wins. Precisions (``kernels.precision``): float32 (TF32 Tensor
+``configs.names.DEFAULT_FORMAT``), ``"hybrid"`` (``kernels.hybrid``: dense 16-row windows on a Tensor Core format,
+the other rows on the CUDA-core CSR kernel, split by the cost model) or ``"auto"``: the formats that support the
+precision, and the hybrid, ranked by their cost estimates from A's structure statistics
+(``kernels.formats.ranking``); the first ``auto_candidates`` (default 2) are built and timed, and the fastest
+measured wins. Precisions (``kernels.precision``): float32 (TF32 Tensor
 Cores, m16n8k8), float16 and bfloat16 (m16n8k16, FP32 accumulation; bfloat16 values travel as uint16 bit
 patterns: NumPy and CuPy have no bfloat16 dtype).
 
@@ -30,9 +32,10 @@ from kernels.cpu_path import CpuPath, into_host
 from kernels.formats.contract import Choice
 from kernels.formats.ranking import AUTO_CANDIDATES, check_candidates
 from kernels.formats.ranking import select as select_formats
-from kernels.formats.registry import candidates as format_candidates
 from kernels.formats.registry import REGISTRY
 from kernels.formats.registry import get as get_format
+from kernels.hybrid import HYBRID
+from kernels.hybrid import plan_candidates as format_candidates
 from kernels.precision import API_FIX, check_range
 from kernels.precision import precision as as_precision
 
@@ -122,7 +125,10 @@ class SpmmPlan:
 
     def _csr_of(self):
         """A as SciPy CSR (the baselines' input): as given, or the inverse conversion of a converted object."""
-        return self._csr if self._csr is not None else get_format(self._given.format_name).to_csr(self._given)
+        if self._csr is not None:
+            return self._csr
+        name = self._given.format_name
+        return (HYBRID if name == HYBRID.name else get_format(name)).to_csr(self._given)
 
     def _op(self, kernel: str):
         """The device operator that runs ``kernel``: this plan's, else the registered format's whose operator lists

@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from kernels.formats.structure import Structure, structure
+from kernels.formats.structure import Structure, Windows, structure
 from kernels.precision import Precision
 from kernels.precision import precision as as_precision
 
@@ -126,3 +126,132 @@ def select(A, formats: list, precision, k: int = AUTO_CANDIDATES, *, N: int = RA
                    "estimate_us": {f.name: (round(us, 3) if us is not None else None) for f, us in ranked},
                    "statistics_s": stats.seconds, "ranking_s": time.perf_counter() - t0,
                    "structure": stats.summary()}
+
+
+# ----- the hybrid split: windows to a Tensor Core format or to CUDA cores (kernels.hybrid) -----
+ADDITIVE = ("a_mb", "b_mb", "c_mb")  # terms a part's cost sums over its windows
+PEAK = ("hub_mb", "hub_all_mb")  # terms of a part's heaviest window: the part's cost takes the largest
+if set(TERMS) != {"launch", *ADDITIVE, *PEAK}:
+    raise RuntimeError(f"every cost term must be additive or a peak for the hybrid split: {TERMS}")
+COPY_BYTES = 8  # per element of a scattered TC part's rows: written as float32 to the workspace, read back
+
+
+def window_costs(fmt, per_window: Structure, precision, N: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """(additive us per window, peak us per window, launch us) of ``fmt``'s estimate evaluated window by window on
+    ``Windows.per_window()``: summed over all windows (and the peak's maximum taken) they give its estimate."""
+    model = fmt.estimate
+    amounts = model.terms(per_window, as_precision(precision), int(N))
+    n = int(np.size(per_window.nnz))
+
+    def weighed(terms):
+        out = np.zeros(n)
+        for t in terms:
+            out = out + model.us.get(t, 0.0) * np.broadcast_to(np.asarray(amounts.get(t, 0.0), dtype=float), (n,))
+        return out
+
+    return weighed(ADDITIVE), weighed(PEAK), model.us.get("launch", 0.0) * float(amounts.get("launch", 1.0))
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which 16-row windows of A go to the Tensor Core format ``tc_format`` and which to the CUDA-core format
+    ``cuda_format``, with the predicted microseconds (`split`): ``tc`` bool [n] over ``windows.index``."""
+
+    tc_format: str
+    cuda_format: str
+    precision: str
+    N: int
+    windows: Windows
+    tc: np.ndarray
+    predicted_us: float  # the hybrid (both parts; the copy of a scattered TC part included)
+    tc_us: float  # every window on the TC format (its estimate)
+    cuda_us: float  # every window on CUDA cores (its estimate)
+    scattered: bool  # the TC windows form more than one run: their rows reach C through the workspace copy
+
+    @property
+    def degenerate(self) -> bool:
+        """Every window on one side: the hybrid is then one of its parts."""
+        return bool(self.tc.all() or not self.tc.any())
+
+    def summary(self) -> dict:
+        w = self.windows.weight
+        return {"tc_format": self.tc_format, "cuda_format": self.cuda_format, "N": self.N,
+                "tc_windows": float(np.dot(w, self.tc)), "windows": self.windows.n_windows,
+                "tc_nnz_share": round(float(np.dot(w, self.windows.nnz * self.tc)) /
+                                      max(float(np.dot(w, self.windows.nnz)), 1.0), 4),
+                "scattered": self.scattered, "predicted_us": round(self.predicted_us, 3),
+                "tc_us": round(self.tc_us, 3), "cuda_us": round(self.cuda_us, 3), "exact": self.windows.exact}
+
+
+def split(windows: Windows, tc_formats: list, cuda_format, precision, N: int = RANK_N) -> Split | None:
+    """The cheapest split of ``windows`` (every window of A, or `structure`'s sample) between one of
+    ``tc_formats`` and ``cuda_format`` by their estimates evaluated per window (`window_costs`; formats whose
+    ``Format.per_window_cost`` is False are skipped). Per TC format: a window goes to Tensor Cores where its
+    additive cost there, with the copy of its rows (``COPY_BYTES`` per element at the CUDA-core model's C rate),
+    is below its CUDA-core cost; then the TC windows with the highest peak cost go back to CUDA cores one by one
+    (a hub window is the TC kernel's critical path; the CSR kernel cuts long rows), and the cheapest of those
+    splits, of every window on the TC format, and of every window on CUDA cores is kept. Ties go to CUDA cores.
+    None when no TC format applies."""
+    prec = as_precision(precision)
+    pw = windows.per_window()
+    w = windows.weight
+    ca, cp, cl = window_costs(cuda_format, pw, prec, N)
+    copy = cuda_format.estimate.us.get("c_mb", 0.0) * windows.rows * N * COPY_BYTES / 1e6
+    best = None
+    for fmt in tc_formats:
+        if not fmt.per_window_cost or fmt.estimate is None or prec.name not in fmt.block_width:
+            continue
+        ta, tp, tl = window_costs(fmt, pw, prec, N)
+        gain = w * (ca - ta - copy)  # what a window saves on Tensor Cores
+        order = np.flatnonzero(gain > 0)
+        order = order[np.argsort(-tp[order], kind="stable")]  # the TC windows, heaviest peak first
+        base = float(np.dot(w, ca)) - float(gain[order].sum())  # all of `order` on Tensor Cores
+        moved = np.concatenate([[0.0], np.cumsum(gain[order])])  # k heaviest moved back: they lose their gain
+        rest_peak = float(cp[gain <= 0].max()) if (gain <= 0).any() else 0.0
+        cuda_peak = np.maximum.accumulate(np.concatenate([[rest_peak], cp[order]]))
+        tc_peak = np.concatenate([tp[order], [0.0]])
+        k = np.arange(order.size + 1)
+        totals = (base + moved + tc_peak + cuda_peak + tl * (k < order.size)
+                  + cl * ((k > 0) | (order.size < w.size)))
+        all_tc = float(np.dot(w, ta)) + (float(tp.max()) if tp.size else 0.0) + tl
+        all_cuda = float(np.dot(w, ca)) + (float(cp.max()) if cp.size else 0.0) + cl
+        kb = int(np.argmin(totals))
+        tc = np.zeros(w.size, dtype=bool)
+        tc[order[kb:]] = True
+        if all_tc < totals[kb]:
+            tc[:] = True
+        pred, scattered = split_cost(windows, tc, fmt, cuda_format, prec, N)
+        found = Split(fmt.name, cuda_format.name, prec.name, int(N), windows, tc, pred, all_tc, all_cuda, scattered)
+        if best is None or found.predicted_us < best.predicted_us * (1 - 1e-12):  # ties: the earlier format
+            best = found
+    return best
+
+
+def split_cost(windows: Windows, tc: np.ndarray, tc_format, cuda_format, precision, N: int) -> tuple[float, bool]:
+    """(predicted us, scattered) of the hybrid that runs the windows ``tc`` (bool over ``windows.index``) on
+    ``tc_format`` and the others on ``cuda_format``: each part's launch, additive terms and heaviest window, plus
+    the copy of the TC rows when they are not one run of windows."""
+    prec = as_precision(precision)
+    pw, w, tc = windows.per_window(), windows.weight, np.asarray(tc, dtype=bool)
+    ta, tp, tl = window_costs(tc_format, pw, prec, N)
+    ca, cp, cl = window_costs(cuda_format, pw, prec, N)
+    scattered = _scattered(windows, tc)
+    if scattered:
+        ta = ta + cuda_format.estimate.us.get("c_mb", 0.0) * windows.rows * N * COPY_BYTES / 1e6
+    pred = float(np.dot(w, np.where(tc, ta, ca)))
+    if tc.any():
+        pred += float(tp[tc].max()) + tl
+    if not tc.all():
+        pred += float(cp[~tc].max()) + cl
+    return pred, scattered
+
+
+def _scattered(windows: Windows, tc: np.ndarray) -> bool:
+    """Whether the TC windows are not one run of consecutive windows (a sample is taken as scattered unless all or
+    none of it is TC)."""
+    if tc.all() or not tc.any():
+        return False
+    if not windows.exact:
+        return True
+    runs = np.flatnonzero(np.diff(np.concatenate([[0], tc.astype(np.int8), [0]])) == 1)
+    return runs.size > 1

@@ -19,7 +19,9 @@ A format provides, for each precision it supports (`kernels.precision`):
   compiles offline;
 - ``estimate``: its cost estimate, ``estimate(stats, precision_name, N)`` -> predicted microseconds from A's
   structure statistics (``kernels.formats.ranking.CostModel`` on ``kernels.formats.structure.Structure``): a plan
-  of ``format="auto"`` builds only the formats it ranks first (None: ranked after those with an estimate).
+  of ``format="auto"`` builds only the formats it ranks first (None: ranked after those with an estimate);
+- ``per_window_cost``: that estimate can be evaluated per window (``kernels.formats.ranking.window_costs``), so the
+  hybrid plan (``kernels.hybrid``) may run a set of A's windows on this format and the rest on another.
 
 `SpmmPlan`, the convert stage, the store and the multi-GPU shards iterate `REGISTRY`; adding a format means its
 folder ``kernels/formats/<name>/``, one `register(...)` line in ``kernels/formats/__init__.py`` and its tests.
@@ -63,6 +65,9 @@ class Format:
     cuda_builds: tuple = DEFAULT_BUILDS
     # (stats, precision name, N) -> predicted us (kernels.formats.ranking.CostModel): "auto" builds the top-ranked
     estimate: Callable[..., float] | None = None
+    # its estimate's terms are element-wise sums over 16-row windows, and its operator runs any set of whole windows
+    # as a matrix of its own: the hybrid (kernels.hybrid) may give it a part of A (kernels.formats.ranking.split)
+    per_window_cost: bool = False
 
     @property
     def precisions(self) -> tuple[str, ...]:

@@ -26,11 +26,17 @@ sample holds about ``sample_nnz`` nonzeros. Counts of the drawn windows are scal
 drawn windows' nnz (a ratio estimator: block and vector counts grow with nnz). Cost on one core (NumPy 2.4,
 AVX-512 sort; issue 32): 0.04 s at 1M nnz, 0.04-0.05 s at 10M nnz sampled (0.4-0.5 s counting every window); on
 generated graphs and DNN weights at 10M nnz a 256K-nonzero sample was within 1 % of the exact counts.
+
+Per window: `window_stats(A)` -> `Windows`, the same counts kept per window (every window by default, or the
+sample `structure` sums, with its weights: ``Structure.windows``). ``Windows.per_window()`` is a `Structure` whose
+counts are arrays over the windows, so a format's cost terms (``kernels.formats.ranking.CostModel``), element-wise
+arithmetic on those counts, give per-window amounts: what the hybrid split (``kernels.formats.ranking.split``)
+compares window by window.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,7 +57,8 @@ CHUNK_NNZ = 1 << 22  # keys sorted per chunk of windows (32 MB of int64 keys)
 @dataclass(frozen=True)
 class Structure:
     """Statistics of an M x K sparse matrix (module docstring). Totals are floats (estimates when ``exact`` is
-    False), maxima ints (over the sampled windows)."""
+    False), maxima ints (over the sampled windows). ``windows``: the per-window counts they were summed from.
+    From ``Windows.per_window()`` every count, shape[0] included, is an array over windows instead."""
 
     shape: tuple[int, int]
     nnz: int
@@ -68,6 +75,7 @@ class Structure:
     windows_sampled: int
     exact: bool
     seconds: float
+    windows: "Windows | None" = field(default=None, compare=False, repr=False)
 
     def mean_nnz_tc(self, width: int) -> float:
         """DTC-SpMM's MeanNnzTC: nonzeros per condensed TC block of ``width`` columns."""
@@ -81,9 +89,74 @@ class Structure:
                 "row_nnz_max": self.row_nnz_max, "row_nnz_cv": round(self.row_nnz_cv, 3)}
 
 
+@dataclass(frozen=True)
+class Windows:
+    """Per-window statistics of the windows ``index`` of an M x K matrix (module docstring): every window
+    (``exact``), or a sample whose counts scale to the whole matrix by ``weight``. Arrays are [n] over ``index``."""
+
+    shape: tuple[int, int]
+    n_windows: int  # windows of the whole matrix
+    index: np.ndarray  # int64: window ids, ascending
+    weight: np.ndarray  # float64: 1, or a drawn window's ratio-estimator scale
+    rows: np.ndarray  # int64: rows of the window (16; fewer in the last)
+    nnz: np.ndarray  # int64
+    nonempty_rows: np.ndarray  # int64
+    row_nnz_max: np.ndarray  # int64: the window's longest row
+    row_nnz_sq: np.ndarray  # float64: sum of its squared row lengths (the row-length spread)
+    counts: dict  # (kind, size) -> int64 array: ("v", V) vectors, ("vmax", V) most in one vector row,
+    # ("tc", w) condensed TC blocks, ("bcsr", w) aligned blocks
+
+    @property
+    def exact(self) -> bool:
+        return int(self.index.size) == self.n_windows
+
+    def per_window(self) -> Structure:
+        """A Structure whose counts are arrays over these windows, each window's own (its maxima are its own)."""
+        c, rows, nnz = self.counts, self.rows, self.nnz
+        mean = np.divide(nnz, rows, out=np.zeros(nnz.size), where=rows > 0)
+        var = np.maximum(np.divide(self.row_nnz_sq, rows, out=np.zeros(nnz.size), where=rows > 0) - mean ** 2, 0)
+        cv = np.divide(np.sqrt(var), mean, out=np.zeros(nnz.size), where=mean > 0)
+        return Structure(
+            shape=(rows, int(self.shape[1])), nnz=nnz, n_windows=np.ones(nnz.size, dtype=np.int64),
+            nonempty_rows=self.nonempty_rows, row_nnz_max=self.row_nnz_max, row_nnz_cv=cv,
+            vectors={1: nnz, **{V: c[("v", V)] for V in VECTOR_ROWS[1:]}},
+            vectors_max={1: self.row_nnz_max, **{V: c[("vmax", V)] for V in VECTOR_ROWS[1:]}},
+            tc_blocks={w: c[("tc", w)] for w in BLOCK_WIDTHS}, tc_blocks_max={w: c[("tc", w)] for w in BLOCK_WIDTHS},
+            bcsr_blocks={w: c[("bcsr", w)] for w in BLOCK_WIDTHS},
+            bcsr_blocks_max={w: c[("bcsr", w)] for w in BLOCK_WIDTHS},
+            windows_sampled=int(nnz.size), exact=True, seconds=0.0)
+
+
 def structure(A, *, sample_nnz: int | None = SAMPLE_NNZ, seed: int = 0) -> Structure:
     """The statistics of SciPy sparse ``A`` (module docstring); ``sample_nnz=None`` counts every window."""
     t0 = time.perf_counter()
+    win, row_nnz = _window_stats(A, sample_nnz, seed)
+    n_rows = win.shape[0]
+    w, c = win.weight, win.counts
+    totals = {key: float(np.dot(w, arr)) for key, arr in c.items()}
+    top = {key: int(arr.max()) if arr.size else 0 for key, arr in c.items()}
+    nnz = int(row_nnz.sum())
+    mean = row_nnz.mean() if n_rows else 0.0
+    return Structure(
+        shape=win.shape, nnz=nnz, n_windows=win.n_windows, nonempty_rows=int(np.count_nonzero(row_nnz)),
+        row_nnz_max=int(row_nnz.max()) if n_rows else 0,
+        row_nnz_cv=float(row_nnz.std() / mean) if mean > 0 else 0.0,
+        vectors={1: float(nnz), **{V: totals[("v", V)] for V in VECTOR_ROWS[1:]}},
+        vectors_max={1: int(row_nnz.max()) if n_rows else 0, **{V: top[("vmax", V)] for V in VECTOR_ROWS[1:]}},
+        tc_blocks={w: totals[("tc", w)] for w in BLOCK_WIDTHS},
+        tc_blocks_max={w: top[("tc", w)] for w in BLOCK_WIDTHS},
+        bcsr_blocks={w: totals[("bcsr", w)] for w in BLOCK_WIDTHS},
+        bcsr_blocks_max={w: top[("bcsr", w)] for w in BLOCK_WIDTHS},
+        windows_sampled=int(win.index.size), exact=win.exact, seconds=time.perf_counter() - t0, windows=win)
+
+
+def window_stats(A, *, sample_nnz: int | None = None, seed: int = 0) -> Windows:
+    """Per-window statistics of SciPy sparse ``A``: every window (default), or `structure`'s sample."""
+    return _window_stats(A, sample_nnz, seed)[0]
+
+
+def _window_stats(A, sample_nnz, seed) -> tuple[Windows, np.ndarray]:
+    """(Windows, the row lengths of all rows)."""
     if not sp.issparse(A):
         raise TypeError(f"structure() needs a SciPy sparse matrix, got {type(A).__name__}")
     if sample_nnz is not None and int(sample_nnz) < 1:
@@ -96,21 +169,16 @@ def structure(A, *, sample_nnz: int | None = SAMPLE_NNZ, seed: int = 0) -> Struc
     starts = np.arange(n_windows, dtype=np.int64) * WINDOW
     window_nnz = np.diff(indptr[np.minimum(np.append(starts, n_rows), n_rows)])
     picked, weight = _sample(window_nnz, sample_nnz, seed)
-    counts, maxima = _counts(indptr, np.asarray(A.indices), n_rows, n_cols, picked)
-    totals = {key: float(np.dot(weight, c)) for key, c in counts.items()}
-    nnz = int(indptr[-1])
-    mean = row_nnz.mean() if n_rows else 0.0
-    return Structure(
-        shape=(n_rows, n_cols), nnz=nnz, n_windows=n_windows, nonempty_rows=int(np.count_nonzero(row_nnz)),
-        row_nnz_max=int(row_nnz.max()) if n_rows else 0,
-        row_nnz_cv=float(row_nnz.std() / mean) if mean > 0 else 0.0,
-        vectors={1: float(nnz), **{V: totals[("v", V)] for V in VECTOR_ROWS[1:]}},
-        vectors_max={1: int(row_nnz.max()) if n_rows else 0, **{V: maxima[("v", V)] for V in VECTOR_ROWS[1:]}},
-        tc_blocks={w: totals[("tc", w)] for w in BLOCK_WIDTHS},
-        tc_blocks_max={w: maxima[("tc", w)] for w in BLOCK_WIDTHS},
-        bcsr_blocks={w: totals[("bcsr", w)] for w in BLOCK_WIDTHS},
-        bcsr_blocks_max={w: maxima[("bcsr", w)] for w in BLOCK_WIDTHS},
-        windows_sampled=int(picked.size), exact=picked.size == n_windows, seconds=time.perf_counter() - t0)
+    counts = _counts(indptr, np.asarray(A.indices), n_rows, n_cols, picked)
+    rows, local, first_row = _window_rows(picked, n_rows)
+    lengths = row_nnz[rows]
+    per = lambda x: np.bincount(local, weights=x, minlength=picked.size)  # noqa: E731
+    win = Windows(shape=(n_rows, n_cols), n_windows=n_windows, index=picked, weight=weight, rows=np.diff(first_row),
+                  nnz=window_nnz[picked], nonempty_rows=per(lengths > 0).astype(np.int64),
+                  row_nnz_max=(np.maximum.reduceat(lengths, first_row[:-1]) if picked.size
+                               else np.zeros(0, dtype=np.int64)),
+                  row_nnz_sq=per(lengths.astype(np.float64) ** 2), counts=counts)
+    return win, row_nnz
 
 
 def _sample(window_nnz: np.ndarray, budget: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -141,20 +209,23 @@ def _sample(window_nnz: np.ndarray, budget: int | None, seed: int) -> tuple[np.n
     return windows[order], weights[order]
 
 
-def _counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> tuple[dict, dict]:
-    """Per window of ``windows``: {(kind, size): count array} and {(kind, size): max over the windows}."""
+def _window_rows(windows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows of ``windows`` in order, each row's position in ``windows``, [n + 1] offsets of each window's rows)."""
+    rows = (windows[:, None] * WINDOW + np.arange(WINDOW, dtype=np.int64)).ravel()
+    rows = rows[rows < n_rows]
+    local = np.searchsorted(windows, rows // WINDOW)  # the window's position in `windows` (non-decreasing)
+    return rows, local, np.searchsorted(local, np.arange(windows.size + 1))
+
+
+def _counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> dict:
+    """Per window of ``windows``: {(kind, size): count array}."""
     bits = max(n_cols - 1, WINDOW - 1).bit_length()  # the column field: 2^bits >= n_cols, a multiple of 16
     if bits > 58:
         raise ValueError(f"A has {n_cols} columns; the structure keys hold at most 2^58")
-    # rows of the windows, their nonzeros as one gathered range per row
-    rows = (windows[:, None] * WINDOW + np.arange(WINDOW, dtype=np.int64)).ravel()
-    rows = rows[rows < n_rows]
+    rows, local, first_row = _window_rows(windows, n_rows)  # their nonzeros: one gathered range per row
     lengths = indptr[rows + 1] - indptr[rows]
-    local = np.searchsorted(windows, rows // WINDOW)  # the window's position in `windows` (non-decreasing)
-    first_row = np.searchsorted(local, np.arange(windows.size + 1))
     ptr = np.concatenate([[0], np.cumsum(lengths)])[first_row]  # nonzeros before each picked window
     counts = {key: np.zeros(windows.size, dtype=np.int64) for key in _KEYS}
-    maxima = {key: 0 for key in _KEYS}
     cuts = window_chunks(ptr, CHUNK_NNZ, max_windows=1 << (58 - bits))
     for w0, w1 in zip(cuts[:-1], cuts[1:]):
         sel = slice(first_row[w0], first_row[w1])
@@ -165,11 +236,12 @@ def _counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> t
         win = np.repeat(local[sel] - w0, n)
         keys = (((win << bits) | np.asarray(indices[pos], dtype=np.int64)) << 4) | np.repeat(r % WINDOW, n)
         keys.sort()
-        _chunk(keys, int(w1 - w0), bits, {k: c[w0:w1] for k, c in counts.items()}, maxima)
-    return counts, maxima
+        _chunk(keys, int(w1 - w0), bits, {k: c[w0:w1] for k, c in counts.items()})
+    return counts
 
 
-_KEYS = [("v", V) for V in VECTOR_ROWS[1:]] + [(kind, w) for kind in ("tc", "bcsr") for w in BLOCK_WIDTHS]
+_KEYS = ([(kind, V) for kind in ("v", "vmax") for V in VECTOR_ROWS[1:]]
+         + [(kind, w) for kind in ("tc", "bcsr") for w in BLOCK_WIDTHS])
 
 
 def _distinct(sorted_keys: np.ndarray) -> np.ndarray:
@@ -179,8 +251,8 @@ def _distinct(sorted_keys: np.ndarray) -> np.ndarray:
     return sorted_keys[keep]
 
 
-def _chunk(keys: np.ndarray, n_win: int, bits: int, counts: dict, maxima: dict) -> None:
-    """Fill the chunk's per-window counts (views into the whole arrays) and raise the maxima, from its sorted keys
+def _chunk(keys: np.ndarray, n_win: int, bits: int, counts: dict) -> None:
+    """Fill the chunk's per-window counts (views into the whole arrays) from its sorted keys
     ``((window << bits | col) << 4) | row % 16``."""
     u = keys
     for V in VECTOR_ROWS[1:]:  # distinct (row // V, col): the previous distinct keys shifted once more
@@ -188,12 +260,10 @@ def _chunk(keys: np.ndarray, n_win: int, bits: int, counts: dict, maxima: dict) 
         s = 4 - (V.bit_length() - 1)
         per_vec_row = np.bincount(((u >> (bits + s)) << s) | (u & ((1 << s) - 1)), minlength=n_win << s)
         counts[("v", V)][:] = per_vec_row.reshape(n_win, 1 << s).sum(axis=1)
-        maxima[("v", V)] = max(maxima[("v", V)], int(per_vec_row.max()))
+        counts[("vmax", V)][:] = per_vec_row.reshape(n_win, 1 << s).max(axis=1)
     distinct_cols = counts[("v", WINDOW)]  # u now holds window << bits | col
     for w in BLOCK_WIDTHS:
         tc = -(-distinct_cols // w)
         counts[("tc", w)][:] = tc
-        maxima[("tc", w)] = max(maxima[("tc", w)], int(tc.max()))
         blocks = np.bincount(_distinct(u >> (w.bit_length() - 1)) >> (bits - w.bit_length() + 1), minlength=n_win)
         counts[("bcsr", w)][:] = blocks
-        maxima[("bcsr", w)] = max(maxima[("bcsr", w)], int(blocks.max()))

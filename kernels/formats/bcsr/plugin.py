@@ -144,5 +144,6 @@ FORMAT = Format(
     stats=lambda X, csr_nbytes=None: bcsr_stats(X, csr_nbytes), device="kernels.formats.bcsr.plugin:BcsrDevice",
     to_csr=bcsr_to_csr, shard=BCSR_SHARD, cuda_sources=(launch_bcsr.SOURCE,),
     cuda_builds=(("default", launch_bcsr.BCSR_CONFIG.defines()),),
+    per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 4.478, "b_mb": 0.1191, "c_mb": 1.06, "hub_mb": 7.202,
                                     "hub_all_mb": 2.992}, source=FIT_SOURCE))

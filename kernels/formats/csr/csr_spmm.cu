@@ -14,7 +14,8 @@
 //   before their FMAs. csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns.
 // Input contract (checked by the launcher): seg_ptr int64 [S + 1] (segment s = nonzeros seg_ptr[s] ..
 //   seg_ptr[s+1] - 1, increasing, seg_ptr[S] = nnz), seg_row int32 [S] (every row of A has >= 1 segment, so
-//   every row of C is written: zeros for an empty row), seg_slot int32 [S] (-1: write C; else its row of W);
+//   its row of C is written: zeros for an empty row; the row of C may be mapped, kernels.hybrid's CUDA-core
+//   part writing only its rows), seg_slot int32 [S] (-1: write C; else its row of W);
 //   fix_row int32 [R], fix_ptr int32 [R + 1] (the W rows of long row i are fix_ptr[i] .. fix_ptr[i+1] - 1, in
 //   segment order); indices int32 [nnz]; data [nnz] in B's type (float32, float16, or bfloat16 bits); W float32
 //   [n_slots x N]. FLAG_VEC only when N % 4 == 0 and B, C are 16-byte aligned (8-byte for 16-bit). C float32 or

@@ -76,45 +76,76 @@ def reference(A, B, seg: Segments) -> np.ndarray:
 
 
 class CsrRows:
-    """A (canonical CSR: SciPy) on the current device in ``precision``'s storage type, with its row pieces."""
+    """A (canonical CSR: SciPy) on the current device in ``precision``'s storage type, with its row pieces.
 
-    def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG):
+    ``rows`` (int64 [A's rows], distinct, default the identity): the row of C each row of A writes, in a C of
+    ``n_rows`` rows (default A's); C's other rows are not touched. ``copy_rows`` (int64, disjoint from ``rows``):
+    rows of C that ``csr_fixup`` writes from float32 workspace rows the caller fills first (`copy_view`), one
+    each, after the long rows' pieces: how kernels.hybrid brings a Tensor Core part computed on its own rows into
+    C, inside this kernel's fixup launch, without a launch of its own."""
+
+    def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG, *, rows=None, n_rows: int | None = None,
+                 copy_rows=None):
         import cupy
 
         self.precision, self.config = as_precision(precision), config
-        self.shape = (int(A.shape[0]), int(A.shape[1]))
-        if self.shape[1] > INT32_MAX:
-            raise ValueError(f"A has {self.shape[1]} columns; the CSR kernel takes int32 column ids")
+        self.shape = (int(A.shape[0]) if n_rows is None else int(n_rows), int(A.shape[1]))
+        if self.shape[1] > INT32_MAX or self.shape[0] > INT32_MAX:
+            raise ValueError(f"A has shape {self.shape}; the CSR kernel takes int32 row and column ids")
         seg = segments(A.indptr, config.seg_len)
-        self.n_segs, self.n_long, self.n_slots = int(seg.seg_row.shape[0]), int(seg.fix_row.shape[0]), seg.n_slots
+        seg_row, fix_row, fix_ptr = seg.seg_row, seg.fix_row, seg.fix_ptr
+        if rows is not None:
+            rows = np.asarray(rows, dtype=np.int64)
+            if rows.shape != (int(A.shape[0]),) or (rows.size and (rows.min() < 0 or rows.max() >= self.shape[0])):
+                raise ValueError(f"rows has shape {rows.shape} in {rows.min() if rows.size else 0}.."
+                                 f"{rows.max() if rows.size else 0}, expected one row of C (< {self.shape[0]}) "
+                                 f"per row of A ({int(A.shape[0])})")
+            seg_row, fix_row = rows[seg_row].astype(np.int32), rows[fix_row].astype(np.int32)
+        copy_rows = np.zeros(0, dtype=np.int64) if copy_rows is None else np.asarray(copy_rows, dtype=np.int64)
+        self.copy_slot0, self.n_copy = seg.n_slots, int(copy_rows.shape[0])  # the workspace rows copied to C
+        if self.n_copy:
+            fix_row = np.concatenate([fix_row, copy_rows.astype(np.int32)])
+            fix_ptr = np.concatenate([fix_ptr, fix_ptr[-1] + np.arange(1, self.n_copy + 1, dtype=np.int32)])
+        self.n_segs, self.n_long, self.n_slots = int(seg_row.shape[0]), int(fix_row.shape[0]), int(fix_ptr[-1])
         p = self.precision
         values = A.data if A.data.dtype == p.storage_dtype else p.to_storage(np.asarray(A.data, dtype=np.float32))
         up = cupy.asarray
         self.indices = up(np.asarray(A.indices, dtype=np.int32)) if A.nnz else cupy.zeros(1, cupy.int32)
         self.data = up(values) if A.nnz else cupy.zeros(1, p.storage_dtype)
-        self.seg_ptr, self.seg_row, self.seg_slot = up(seg.seg_ptr), up(seg.seg_row), up(seg.seg_slot)
-        self.fix_row = up(seg.fix_row) if self.n_long else cupy.zeros(1, cupy.int32)
-        self.fix_ptr = up(seg.fix_ptr)
+        self.seg_ptr, self.seg_row, self.seg_slot = up(seg.seg_ptr), up(seg_row), up(seg.seg_slot)
+        self.fix_row = up(fix_row) if self.n_long else cupy.zeros(1, cupy.int32)
+        self.fix_ptr = up(fix_ptr)
         self._workspace: dict[int, object] = {}  # N -> float32 [n_slots, N]
         self._rows = launch.function(f"csr_rows_{SUFFIX[p.name]}", config, SOURCE)  # compiles now
         self._fixup = launch.function(f"csr_fixup_{SUFFIX[p.name]}", config, SOURCE)
 
-    def _launches(self, B, out, accumulate: bool):
+    def workspace(self, N: int):
+        """The float32 workspace for N columns, made once per N (before any capture: the steady state allocates
+        nothing)."""
         import cupy
 
+        W = self._workspace.get(N)
+        if W is None:
+            W = self._workspace[N] = cupy.empty(max(self.n_slots * N, 1), dtype=cupy.float32)
+        return W
+
+    def copy_view(self, N: int):
+        """float32 [len(copy_rows), N], C-contiguous: the workspace rows ``csr_fixup`` copies to ``copy_rows``."""
+        return self.workspace(N)[self.copy_slot0 * N:(self.copy_slot0 + self.n_copy) * N].reshape(self.n_copy, N)
+
+    def _launches(self, B, out, accumulate: bool):
         if out is None:
             raise ValueError("out must be given: the CSR kernel writes into the caller's C")
         # 4 columns per lane: one 16-byte float or 8-byte 16-bit access
         out, N, flags = check_b_out(self.shape, self.precision.name, B, out, None, accumulate, vec_elems=4)
-        W = self._workspace.get(N)
-        if W is None:  # once per N, before any capture: the steady state allocates nothing
-            W = self._workspace[N] = cupy.empty(max(self.n_slots * N, 1), dtype=cupy.float32)
+        W = self.workspace(N)
         chunks = -(-N // COLS)
         block = (32 * self.config.warps,)
-        rows = (self._rows, (-(-self.n_segs // self.config.warps), chunks), block,
-                (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
-                 np.int64(self.n_segs), np.int64(N), np.int32(flags)), 0, 5, 6, 10)
-        fix = None
+        rows = fix = None
+        if self.n_segs:  # none: a hybrid whose rows are all on Tensor Cores copied here
+            rows = (self._rows, (-(-self.n_segs // self.config.warps), chunks), block,
+                    (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
+                     np.int64(self.n_segs), np.int64(N), np.int32(flags)), 0, 5, 6, 10)
         if self.n_long:
             fix = (self._fixup, (-(-self.n_long // self.config.warps), chunks), block,
                    (self.fix_row, self.fix_ptr, W, out, np.int64(self.n_long), np.int64(N), np.int32(flags)), 0,

@@ -94,5 +94,6 @@ FORMAT = Format(
     layout=LAYOUT, from_arrays=csr_from_arrays, reference_spmm=csr_spmm, stats=csr_stats,
     device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD, cuda_sources=(SOURCE,),
     cuda_builds=(("default", CSR_CONFIG.defines()),),
+    per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 3.788, "a_mb": 2.703, "b_mb": 0.3173, "c_mb": 0.172},
                        source=FIT_SOURCE))

@@ -241,5 +241,6 @@ FORMAT = Format(
     # the config SpmmPlan runs, its fallback when dense fragments do not fit (bitmap A) and the shared-memory v0
     cuda_sources=(metcf_launch.SOURCE,), cuda_builds=tuple((label, cfg.defines()) for label, cfg in (
         ("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))),
+    per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 1.657, "b_mb": 0.1041, "c_mb": 1.371, "hub_mb": 30.33,
                                     "hub_all_mb": 7.328}, source=FIT_SOURCE))

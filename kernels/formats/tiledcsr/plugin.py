@@ -159,6 +159,7 @@ FORMAT = Format(
     stats=lambda X, csr_nbytes=None: tiledcsr_stats(X, csr_nbytes),
     device="kernels.formats.tiledcsr.plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr, shard=TILEDCSR_SHARD,
     cuda_sources=(lt.SOURCE,), cuda_builds=(("default", lt.TILED_CONFIG.defines()),),
+    per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 5.212, "a_mb": 2.042, "b_mb": 0.1258, "c_mb": 0.9176, "hub_mb": 37.63,
                                     "hub_all_mb": 1.51}, source=FIT_SOURCE),
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite

@@ -1,0 +1,82 @@
+"""The hybrid plan for power-law graphs (issue 32): ``SpmmPlan(A, format="hybrid")`` runs A's dense 16-row windows
+on a Tensor Core format and its other rows on the CUDA-core CSR kernel, two parts of one product; ``format="auto"``
+builds it where the cost model ranks it among the first. `parts` splits A (host side, NumPy twin), `device` runs
+it (device operator); the split itself is ``kernels.formats.ranking.split`` on the per-window statistics of
+``kernels.formats.structure``.
+
+Why a plan-level composition and not a registered format (``kernels.formats.registry.Format``): a registered
+format is also a storage layout (Parquet blocks of row windows), a convert-stage output, a per-window-range
+conversion that Dask concatenates, and a shardable object (``ShardOps``: halos, column remaps); the store, the
+convert stage and the multi-GPU shards iterate the registry. A hybrid has no bytes of its own: it is two registered
+formats' objects and two row maps, decided from the whole matrix's statistics (a row block's best split is not a
+slice of the whole one's), so it has no block layout and no window-range read. `HYBRID` is therefore a
+`Composite`: the part of a format's record that ``SpmmPlan`` and the ranking read (name, device operator, NumPy
+twin, estimate, fallbacks), kept out of ``REGISTRY`` so those stages never see it; `plan_candidates` adds it to
+the plan's candidates.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kernels.formats.ranking import split
+from kernels.formats.registry import candidates, get
+from kernels.hybrid.parts import (CUDA_CORE, HybridA, applicable, check_applicable, convert, reference_spmm,
+                                  tc_formats, to_csr)
+from kernels.precision import PRECISIONS
+from kernels.precision import precision as as_precision
+
+
+@dataclass(frozen=True)
+class Composite:
+    """What SpmmPlan, its CPU path and the ranking read of a format, for a plan built from registered formats."""
+
+    name: str
+    summary: str
+    convert: Callable[..., Any]
+    reference_spmm: Callable[..., Any]
+    to_csr: Callable[[Any], Any]
+    device: str  # "module:Class", imported only when a GPU plan is built
+    estimate: Callable[..., float | None]
+    fallbacks: tuple = ()
+    block_width: dict = field(default_factory=dict)  # precision name -> 1: every precision it runs
+    gpu_ready: bool = True
+    gpu_not_ready_why: str = ""
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        return tuple(self.block_width)
+
+    def device_class(self):
+        module, cls = self.device.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+def estimate(stats, precision, N: int) -> float | None:
+    """The hybrid's predicted us from `structure`'s windows (its sample, scaled): None where its best split sends
+    every window to one side (it is then that format) or the statistics carry no windows."""
+    if stats.windows is None or not applicable(precision):
+        return None
+    found = split(stats.windows, tc_formats(precision), get(CUDA_CORE), as_precision(precision), N)
+    return None if found is None or found.degenerate else found.predicted_us
+
+
+HYBRID = Composite(
+    name="hybrid", summary="dense 16-row windows on a Tensor Core format, the other rows on the CUDA-core CSR "
+    "kernel; windows split by the cost model", convert=convert, reference_spmm=reference_spmm, to_csr=to_csr,
+    device="kernels.hybrid.device:HybridDevice", estimate=estimate, fallbacks=("csr-rows",),
+    block_width={name: 1 for name in PRECISIONS})
+
+
+def plan_candidates(name: str, precision: str) -> list:
+    """The formats a plan of ``format=name`` tries: the registry's (``kernels.formats.registry.candidates``), the
+    hybrid for ``"hybrid"``, and for ``"auto"`` the hybrid after the registered ones where it can be built."""
+    if name == HYBRID.name:
+        check_applicable(precision)
+        return [HYBRID]
+    found = candidates(name, precision)
+    return found + [HYBRID] if name == "auto" and applicable(precision) else found
+
+
+__all__ = ["HYBRID", "Composite", "HybridA", "plan_candidates"]
