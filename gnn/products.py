@@ -24,6 +24,8 @@ import torch
 
 _CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "uint16"}  # bfloat16: bits
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint16": torch.bfloat16}
+KEPT_VIEWS = 8  # array views a product keeps by data pointer (the same shape and dtype each time, so the pointer
+# names the view): X of the forward and the backward call, the fresh outputs of an unpermuted plan
 
 
 def array_view(t: torch.Tensor):
@@ -58,7 +60,17 @@ class PlanProduct:
         self.call = plan.bind(array_view(X), array_view(first_out))
         self.kernel = self.call.kernel
         self._ptrs = (X.data_ptr(), first_out.data_ptr())
+        self._views: dict = {}  # data pointer -> array_view: a layer's forward and backward X come back each epoch
         self.binds, self.rebinds, self.calls = 1, 0, 0
+
+    def _view(self, t: torch.Tensor):
+        ptr = t.data_ptr()
+        view = self._views.get(ptr)
+        if view is None:
+            if len(self._views) >= KEPT_VIEWS:
+                self._views.pop(next(iter(self._views)))
+            view = self._views[ptr] = array_view(t)
+        return view
 
     def _empty(self) -> torch.Tensor:
         return torch.empty(self.shape, dtype=self.out_dtype, device=self.device)
@@ -67,7 +79,7 @@ class PlanProduct:
         out = self.C if self.C is not None else self._empty()
         ptrs = (X.data_ptr(), out.data_ptr())
         if ptrs != self._ptrs:  # torch's allocator moved a buffer: re-point the bound launch (no rebuild)
-            self.call.set_io(array_view(X), array_view(out))
+            self.call.set_io(self._view(X), self._view(out))
             self._ptrs = ptrs
             self.rebinds += 1
         self.call()

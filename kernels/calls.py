@@ -18,8 +18,8 @@ AUTO_GRAPH_AFTER = 3  # run replays a captured graph from the 3rd call on the sa
 # while a one-off call on fresh buffers never captures
 MAX_BOUND_CALLS = 8  # bound (B, out) pairs a plan keeps (each holds its B and out alive): a GNN layer's forward and
 # backward buffers, a solver's few vectors
-KEPT_GRAPHS = 4  # graphs a re-pointed Call keeps, one per (B, out) pointer pair: a training loop's forward (train
-# and eval) and backward buffers come back at a few addresses; a graph holds no memory, only launch parameters
+KEPT_GRAPHS = 4  # (graph, call count) pairs a re-pointed Call keeps, one per (B, out) pointer pair: a training
+# loop's forward (train and eval) and backward buffers come back at a few addresses; a graph holds no memory
 
 
 class Call:
@@ -40,19 +40,20 @@ class Call:
 
     def set_io(self, B, out) -> None:
         """Point the call at new B and out of the same shapes and dtypes (the caller checked that): the bound
-        launch's arguments are rewritten (``bound.set_io``), the graph of the old pointers is kept aside and a
-        graph of the new ones, kept from before, comes back (a graph replays the addresses it was captured on)."""
+        launch's arguments are rewritten (``bound.set_io``); the old pointers' graph and call count are kept aside
+        and the new ones' come back, if kept from before (a graph replays the addresses it was captured on; a
+        caller alternating between a few buffer pairs, a layer's forward and backward, still reaches
+        AUTO_GRAPH_AFTER calls on each)."""
         ptrs = (B.data.ptr, out.data.ptr)
         if ptrs == self.ptrs:
             return
-        if self.graph is not None and self.ptrs is not None:
+        if self.ptrs is not None:
             if len(self.kept) >= KEPT_GRAPHS:
                 self.kept.pop(next(iter(self.kept)))
-            self.kept[self.ptrs] = self.graph
+            self.kept[self.ptrs] = (self.graph, self.calls)
         self.bound.set_io(B, out)
         self.ptrs, self.ret, self.rebinds = ptrs, out, self.rebinds + 1
-        self.graph = self.kept.pop(ptrs, None)
-        self.calls = 0
+        self.graph, self.calls = self.kept.pop(ptrs, (None, 0))
 
     def __call__(self):
         stream = _current_stream()
