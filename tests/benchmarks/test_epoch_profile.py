@@ -87,3 +87,25 @@ def test_gnn_benchmark_takes_the_fixed_cost_options_and_needs_cuda(capsys):
     bench = load("gnn")
     assert bench.main(["--suite", "smoke", "--fixed-cost-epochs", "5", "--no-fixed-cost"]) == 1
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_doc_section_carries_the_budget_and_a_measured_breakdown(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    summarize = load("summarize")
+    import summarize_gnn  # beside summarize.py, which put its folder on the path
+
+    h = SimpleNamespace(**vars(summarize))
+    row = {"graph": "sbm-20k", "model": "gcn", "library": "pyg", "epoch_ms": 2.4, "host_total_ms": 1.9,
+           "gpu_ms": {"forward": 0.3, "loss": 0.1, "backward": 0.4, "optimizer": 0.2}, "launches": 60, "syncs": 2,
+           "allocations": 40}
+    path = tmp_path / "gnn-x-2026-01-01-000000.json"
+    path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": [],
+                                "fixed_cost": [row]}))
+    lines = summarize_gnn.fixed_cost_lines([summarize.load(path)], h)
+    assert lines[0].startswith("### GNN per-epoch fixed cost")
+    assert any("| `sbm-20k` | gcn | pyg | 2.400 | 1.900 | 0.300 / 0.400 / 0.200 | 60 | 2 | 40 |" == ln
+               for ln in lines), lines[-4:]
+    path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": []}))
+    assert "not run yet" in summarize_gnn.fixed_cost_lines([summarize.load(path)], h)[-2]
