@@ -7,7 +7,7 @@ few epochs in four phases (forward, loss, backward, optimizer: zero_grad + Adam 
 - Counting (`phase_counts`, one torch.profiler epoch with CUDA activity and memory events; the phases separated by
   an event wait, ``cudaEventSynchronize``, which is not counted as a sync): per phase the launch calls
   (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch, ...), host syncs (cudaStreamSynchronize,
-  cudaDeviceSynchronize, a blocking cudaMemcpy), cudaMalloc calls and caching-allocator allocations; the GPU
+  cudaDeviceSynchronize, a blocking cudaMemcpy), cudaMalloc calls and caching-allocator device allocations; the GPU
   kernels by category (`category`: sparse product, transpose / format conversion, gather-scatter (permutations,
   indexing), cast-copy, normalisation, other dense), from their names: a heuristic, so the kernel names of each
   category go into the JSON too.
@@ -164,8 +164,8 @@ def phase_counts(model, x, y_train, train_idx, graph, *, warmup: int = 3, lr: fl
             ranges[e.name[6:]] = (e.time_range.start, e.time_range.end)
             continue
         kind = "memory" if e.name == "[memory]" else ("cuda" if e.device_type.name == "CUDA" else "cpu")
-        events.append((e.name, kind, e.time_range.start, int(getattr(e, "cpu_memory_usage", 0) or 0)
-                       + int(getattr(e, "device_memory_usage", 0) or 0)))
+        # device allocations only (the caching allocator's; host ones are Python scalars and the like)
+        events.append((e.name, kind, e.time_range.start, int(getattr(e, "device_memory_usage", 0) or 0)))
     return attribute({p: ranges[p] for p in PHASES if p in ranges}, events)
 
 

@@ -12,7 +12,9 @@ permuted rows, one gather into the fresh output. Nothing is checked, converted o
 Buffers: the kernel's output ``C`` of a permuted plan is this object's, allocated once and overwritten by every
 call (only the gather reads it, on the same stream); what is returned is always a fresh torch tensor from torch's
 caching allocator (no cudaMalloc, no sync), because autograd may hold it (a later op saving it for its backward).
-A plan on unpermuted rows writes straight into that fresh output.
+A plan on unpermuted rows writes straight into that fresh output. One product serves one stream at a time (its C
+is shared by the calls, which torch's stream order keeps apart; the old per-call C from CuPy's per-stream pool did
+not need that): forward and backward on concurrent streams would need a C per stream.
 
 The same code runs on the CPU path of ``SpmmPlan`` (NumPy views, a ``kernels.cpu_path.CpuCall``), which is how
 tests/gnn/test_products.py counts bindings, re-pointings and allocations without a GPU.
