@@ -15,6 +15,13 @@ epochs 2..E (epoch 1 builds plans and PyG's caches; reported apart). Correctness
 forward of both implementations on identical weights (relative Frobenius error, TF32 tolerance 1e-2) and the
 largest relative gap between the two loss curves. JSON under benchmarks/results/ (device, versions, command, date,
 every loss curve); with matplotlib, a PNG of the curves beside it. The table is printed last.
+
+Fixed cost (issue #33; off with ``--no-fixed-cost``): on the suite's smallest graph, each model at the first hidden
+size in float32, ours and PyG's from the same weights are run in four phases (forward, loss, backward, optimizer)
+by benchmarks/epoch_profile.py: host issue ms and GPU ms per phase (host timers, CUDA events), synchronised epoch
+ms, and from one torch.profiler epoch the launch calls, host syncs, allocations and GPU kernels by category
+(sparse product, transpose / format, normalisation, gather-scatter, cast-copy, other dense). Printed as a second
+table before the main one, and written under "fixed_cost" in the JSON.
 """
 from __future__ import annotations
 
@@ -141,6 +148,45 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype)
     return row
 
 
+def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg, epochs) -> list[dict]:
+    """benchmarks/epoch_profile.py's timings and counts of ours and PyG's (same weights) for each model."""
+    import torch
+
+    import gnn
+    from gnn.models import GAT, GCN
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import epoch_profile as ep
+
+    train_idx = torch.nonzero(masks[0].to(x.device)).flatten()
+    y_train = y.to(x.device)[train_idx]
+    n_classes = int(y.max()) + 1
+    rows = []
+    for name in models:
+        build = (lambda conv: GCN(x.shape[1], hidden, n_classes, conv=conv)) if name == "gcn" else \
+            (lambda conv: GAT(x.shape[1], hidden, n_classes, heads=4, conv=conv))
+        libs = [("tcspmm", gnn.GCNConv if name == "gcn" else gnn.GATConv, gnn.Graph("bench", A, perm=perm))]
+        if pyg is not None:
+            gcn_conv, adj_t, gat_conv, edge_index, _how = pyg
+            libs.append(("pyg", gcn_conv if name == "gcn" else gat_conv, adj_t if name == "gcn" else edge_index))
+        torch.manual_seed(0)
+        state = None
+        for lib, conv, graph in libs[::-1]:  # PyG's first when present: its weights are loaded into ours
+            torch.manual_seed(0)
+            model = build(conv).to(x.device)
+            if state is None:
+                state = model.state_dict()
+            else:
+                model.load_state_dict(state)
+            times = ep.phase_times(model, x, y_train, train_idx, graph, epochs=epochs)
+            counts = ep.phase_counts(model, x, y_train, train_idx, graph)
+            rows.append({"graph": label, "nnz": int(A.nnz), "model": name, "hidden": hidden, "library": lib,
+                         **ep.summary(times, counts)})
+            del model
+            torch.cuda.empty_cache()
+    return rows
+
+
 def versions() -> dict:
     import torch
 
@@ -209,6 +255,9 @@ def main(argv=None) -> int:
     ap.add_argument("--half", default="", help="also time under autocast: float16 and/or bfloat16, comma-separated")
     ap.add_argument("--no-pyg", action="store_true", help="time ours only")
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--no-fixed-cost", action="store_true",
+                    help="skip the per-epoch fixed-cost breakdown on the smallest graph (benchmarks/epoch_profile.py)")
+    ap.add_argument("--fixed-cost-epochs", type=int, default=20, help="timed epochs of the fixed-cost breakdown")
     args = ap.parse_args(argv)
     import torch
 
@@ -219,7 +268,7 @@ def main(argv=None) -> int:
         return 1
     device = torch.device("cuda")
     precisions = [None] + [getattr(torch, h) for h in args.half.split(",") if h]
-    rows = []
+    rows, smallest = [], None
     for label, kind, params in SUITES[args.suite]:
         log(f"{label}: generating and reordering")
         A, perm, feats, labels, info = make_case(kind, params, args.features, args.reorder)
@@ -240,6 +289,13 @@ def main(argv=None) -> int:
                     rows.append({"graph": label, "generator": f"gen:{kind}?{params}", "nodes": A.shape[0],
                                  "nnz": int(A.nnz), **info, **row})
                     torch.cuda.empty_cache()
+        if not args.no_fixed_cost and (smallest is None or A.nnz < smallest[1].nnz):
+            smallest = (label, A, perm, x, y, masks, pyg)
+    fixed = []
+    if smallest is not None:
+        log(f"{smallest[0]}: per-epoch fixed cost, ours and PyG's")
+        fixed = fixed_cost(*smallest[:6], args.models.split(","), int(args.hidden.split(",")[0]), smallest[6],
+                           args.fixed_cost_epochs)
     stamp = dt.datetime.now(dt.timezone.utc)
     dev_name = torch.cuda.get_device_name(0)
     slug = dev_name.lower().replace(" ", "-")
@@ -255,11 +311,20 @@ def main(argv=None) -> int:
     doc = {"benchmark": "gnn", "date": stamp.isoformat(), "device": dev_name, "host": host, "versions": versions(),
            "command": " ".join([sys.executable, *sys.argv]), "epochs": args.epochs,
            "timing": "wall ms of forward + backward + Adam step per epoch, CUDA synchronised, median of epochs 2..E",
-           "tolerance_forward": TOL_FORWARD, "rows": rows}
+           "tolerance_forward": TOL_FORWARD, "rows": rows,
+           "fixed_cost_method": "benchmarks/epoch_profile.py: host issue ms and CUDA-event GPU ms per phase, median "
+                                "of --fixed-cost-epochs epochs; counts from one torch.profiler epoch",
+           "fixed_cost": fixed}
     out.write_text(json.dumps(doc, indent=1))
     png = out.with_suffix(".png")
     log(f"wrote {out}" + (f" and {png}" if plot(rows, png) else ""))
     bad = [r for r in rows if r.get("forward_ok") is False]
+    if fixed:
+        import epoch_profile
+
+        print("per-epoch fixed cost (host issue / GPU ms per phase; counts from one profiled epoch)")
+        print(epoch_profile.table(fixed))
+        print()
     print(table(rows))
     if bad:
         print(f"error: benchmarks/gnn.py: {len(bad)} rows disagree with PyG beyond tolerance", file=sys.stderr)

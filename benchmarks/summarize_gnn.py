@@ -9,6 +9,63 @@ from __future__ import annotations
 
 LOSS_GAP_TOL = 0.02  # relative gap of the loss curves that TF32 products (about 1e-3 per product) stay within
 
+# The per-epoch budget of issue #33, established by reading the code and counted on the CPU path
+# (tests/gnn/test_products.py): not a measurement, so it is text here, not read from a results file.
+BUDGET = [
+    "### GNN per-epoch fixed cost: what an epoch issues (issue #33)",
+    "",
+    "Read from the code and counted on the CPU (tests/gnn/test_products.py runs `gnn.gpu.GpuEngine`'s per-call "
+    "logic on `SpmmPlan`'s CPU path and counts plans, bindings, slow-path calls, DLPack conversions, syncs and "
+    "buffers per epoch; tests/gnn/test_gpu_layers.py counts the same on CUDA, and there with torch.profiler that "
+    "steady epochs launch the same kernels and copy nothing to the host). 2-layer GCN, float32, a row permutation, "
+    "A symmetric; the epoch is forward, loss, backward and the Adam step. Per SpMM product (4 per epoch: 2 forward, "
+    "2 backward):",
+    "",
+    "| per product | before | after |",
+    "|---|---|---|",
+    "| plan call path | `plan.run(B)` without `out`: the slow path each call (B converted and checked, C allocated, "
+    "the launch packed anew through CuPy's RawKernel call) | `PlanProduct`: the call bound once per (plan, N) by "
+    "`SpmmPlan.bind`; re-pointed by `Call.set_io` (packed arguments rewritten) only when torch's allocator moved X "
+    "or the output; bound launch or replayed CUDA graph (kernels.calls) |",
+    "| kernel launches | the kernel(s) + 1 `index_copy_` (permutation) | the kernel(s) (or 1 graph launch) + 1 "
+    "`index_select` (permutation) |",
+    "| allocations | 1 CuPy pool (C) + 1 torch (output) | 1 torch (output); C is the product's, reused |",
+    "| torch <-> CuPy | 2 DLPack conversions, a CuPy stream object made | 0 (non-owning CuPy views, kept per "
+    "pointer; the stream object kept per torch stream) |",
+    "| host syncs | 0 (1 on the first call per N, before autotune) | 0 (same) |",
+    "",
+    "| per epoch | before | after |",
+    "|---|---|---|",
+    "| SpmmPlan constructions | 0 (first epoch: 1 per layer, each layer its own `SparseOp`: 2 for A symmetric, 4 "
+    "otherwise) | 0 (first epoch: 1 for the graph, 2 with A.T, the layers share one `SparseOp`) |",
+    "| normalisation, A.T | 0 (built once per layer) | 0 (built once per graph) |",
+    "| loss row selection (`gnn.models.fit`, both libraries) | `out[train]`, `y[train]` by boolean mask: 2 "
+    "`nonzero` = 2 host syncs | `out[train_idx]` by an index made once: 0 syncs, the same rows and loss bitwise |",
+    "| GAT logits factors | `ones_like` + 2 `cat`: 3 launches per layer | 2 `pad`: 2 launches per layer |",
+    "| GAT cuSPARSE SpMM (8 per epoch) | values copied by a CuPy assignment, C from CuPy's pool, 3 DLPack each | "
+    "values copied by torch's `copy_`, C torch's, 0 DLPack |",
+    "| GAT SDDMM (4 per epoch) | `cupy.zeros` output (a fill launch), 3 DLPack each | torch output, no fill, 0 "
+    "DLPack |",
+    "",
+    "Left per product: the permutation gather (removing it needs each format's kernel to store row r at perm[r]).",
+    "",
+]
+
+
+def fixed_cost_lines(runs, h) -> list[str]:
+    """The budget, then the newest run's measured fixed cost (benchmarks/epoch_profile.py) when one has it."""
+    run = next((r for r in runs if r.meta.get("fixed_cost")), None)
+    if run is None:
+        return BUDGET + ["Measured breakdown (benchmarks/gnn.py's fixed-cost table): not run yet.", ""]
+    rows = run.meta["fixed_cost"]
+    return BUDGET + [f"Measured on the smallest graph (`{run.path.name}`): synchronised epoch ms, host issue ms "
+                     "(all phases), GPU ms per phase, counts from one profiled epoch.", ""] + h.table(
+        ("graph", "model", "library", "epoch ms", "host ms", "GPU ms fwd / bwd / opt", "launches", "syncs",
+         "allocations"),
+        [(f"`{r['graph']}`", r["model"], r["library"], h.f(r["epoch_ms"], 3), h.f(r["host_total_ms"], 3),
+          " / ".join(h.f((r.get("gpu_ms") or {}).get(p), 3) for p in ("forward", "backward", "optimizer")),
+          r.get("launches", "–"), r.get("syncs", "–"), r.get("allocations", "–")) for r in rows]) + [""]
+
 
 def gnn_section(runs, v0, older, *, h) -> list[str]:
     title = "GNN layers: GCN and GAT epoch time against PyG"
@@ -43,4 +100,5 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
     gaps = [r["loss_max_rel_gap"] for r in rows if r["precision"] == "float32" and r.get("loss_max_rel_gap")]
     targets.append(("same loss curve (largest relative gap, float32)", f"<= {LOSS_GAP_TOL}",
                     h.f(max(gaps), 4) if gaps else "–", h.status(None if not gaps else max(gaps) <= LOSS_GAP_TOL)))
-    return out + h.targets(targets) + h.older_note(older) + [h.reproduce("gnn", run), ""]
+    return out + h.targets(targets) + h.older_note(older) + [h.reproduce("gnn", run), ""] + \
+        fixed_cost_lines(runs, h)

@@ -1,8 +1,13 @@
 """CUDA side of ``gnn.SparseOp``: the plans, cuSPARSE operators and index tensors of one op on one device.
 
-Tensors cross between torch and CuPy through DLPack (``cupy.from_dlpack`` / ``torch.from_dlpack``: no copies),
-with CuPy's current stream set to torch's current stream, so CuPy and cuSPARSE work is ordered with the torch work
-around it and DLPack's producer/consumer synchronisation is a no-op.
+Per call nothing crosses through DLPack and nothing is checked twice: the fixed-value products are bound once per
+(A or A.T, dtype, N) and re-pointed when torch's allocator moves a buffer (gnn.products.PlanProduct); the cuSPARSE
+products and the SDDMM read and write torch tensors through non-owning CuPy views (gnn.products.array_view) and
+write into outputs torch allocates (no CuPy pool allocation, no zero fill). CuPy's current stream is torch's
+current stream (one ``ExternalStream`` kept per torch stream), so CuPy and cuSPARSE work is ordered with the torch
+work around it. The only host synchronisations are on the first call per (product, N), before autotuning times
+candidates on private streams. The per-epoch budget this gives is written down in docs/benchmarks.md ("GNN
+per-epoch fixed cost").
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import scipy.sparse as sp
 import torch
 
 from gnn import reference as ref
+from gnn.products import PlanProduct, array_view
 
 HALF_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -24,17 +30,31 @@ class GpuEngine:
         self._cus: dict = {}  # transpose -> kernels.cusparse.CusparseSpmm (per-call values)
         self._tuned: set = set()  # (transpose, N) for which cuSPARSE's algorithm was tuned
         self._sddmm = None
-        self._perm = None if op.perm is None else torch.from_numpy(op.perm).to(device)
+        self._inverse = None  # inverse of op.perm on the device (out = C[inverse]), made with the first permuted plan
+        self._products: dict = {}  # (plan key, N) -> PlanProduct
         self._order = None  # A.T's nonzeros in A's CSR order, on the device
         self._torch_csr: dict = {}  # float64 path: torch sparse CSR of A and A.T
+        self._streams: dict = {}  # torch stream pointer -> cupy.cuda.ExternalStream
+        self._cupy_device = None
+        self._values: dict = {}  # transpose -> torch view of the cuSPARSE operator's values (copied into per call)
 
     @contextlib.contextmanager
     def _on_torch_stream(self):
+        """CuPy's current device and stream set to this engine's device and torch's current stream there (the
+        stream objects are kept: making one per call cost a constructor and its bookkeeping each time)."""
         import cupy
 
-        stream = torch.cuda.current_stream(self.device)
-        with cupy.cuda.Device(self.device.index), cupy.cuda.ExternalStream(stream.cuda_stream):
+        ptr = torch.cuda.current_stream(self.device).cuda_stream
+        ext = self._streams.get(ptr)
+        if ext is None:
+            ext = self._streams[ptr] = cupy.cuda.ExternalStream(ptr, self.device.index)
+            self._cupy_device = cupy.cuda.Device(self.device.index)
+        with self._cupy_device, ext:
             yield cupy
+
+    def _synchronize(self) -> None:
+        """Wait for torch's current stream: only before a first call that autotunes (never per call)."""
+        torch.cuda.current_stream(self.device).synchronize()  # synchronize!
 
     # ---- fixed values: Tensor Core plans --------------------------------------------------------------------------
     def _plan(self, transpose: bool, dtype: torch.dtype):
@@ -72,19 +92,26 @@ class GpuEngine:
         if X.dtype == torch.float64:
             return self._csr64(transpose) @ X
         plan = self._plan(transpose, X.dtype)
-        Xc = X.detach().to(plan.gnn_dtype).contiguous()
-        N = int(Xc.shape[1])
-        if N not in plan.choices:  # the first call per N may autotune on CuPy's private streams: X must be ready
-            torch.cuda.current_stream(self.device).synchronize()  # synchronize!
-        with self._on_torch_stream() as cupy:
-            if Xc.dtype == torch.bfloat16:  # CuPy has no bfloat16: the plan takes the bit patterns as uint16
-                B = cupy.from_dlpack(Xc.view(torch.int16)).view(cupy.uint16)
-            else:
-                B = cupy.from_dlpack(Xc)
-            Ct = torch.from_dlpack(plan.run(B))
-        if plan.gnn_permuted:  # C's row r is row perm[r] of the product: out[perm] = C
-            Ct = torch.empty_like(Ct).index_copy_(0, self._perm, Ct)
-        return Ct.to(X.dtype)
+        Xc = X.detach().to(plan.gnn_dtype).contiguous()  # float32 contiguous X: itself, no launch
+        key = (id(plan), int(Xc.shape[1]))
+        product = self._products.get(key)
+        if product is None:
+            product = self._product(plan, Xc)
+            self._products[key] = product
+        with self._on_torch_stream():
+            out = product(Xc)
+        return out.to(X.dtype)
+
+    def _product(self, plan, Xc: torch.Tensor) -> PlanProduct:
+        """The bound product of ``plan`` for Xc's N (decided, and autotuned, for that N first)."""
+        if int(Xc.shape[1]) not in plan.choices:  # autotune times on CuPy's private streams: X must be ready
+            self._synchronize()  # once per plan and N
+        if plan.gnn_permuted and self._inverse is None:
+            inverse = np.empty_like(self.op.perm)
+            inverse[self.op.perm] = np.arange(len(self.op.perm))
+            self._inverse = torch.from_numpy(inverse).to(self.device)
+        with self._on_torch_stream():
+            return PlanProduct(plan, Xc, self._inverse if plan.gnn_permuted else None)
 
     # ---- per-call values: cuSPARSE --------------------------------------------------------------------------------
     def _cusparse(self, transpose: bool):
@@ -119,14 +146,24 @@ class GpuEngine:
         X32 = X.detach().to(torch.float32).contiguous()
         N = int(X32.shape[1])
         if (transpose, N) not in self._tuned and N > 0 and op.nnz > 0:
-            torch.cuda.current_stream(self.device).synchronize()  # synchronize! tune times on private streams
-            with self._on_torch_stream() as cupy:
-                op.tune(cupy.from_dlpack(X32), repeats=5, warmup=1)
+            self._synchronize()  # tune times on private streams
+            with self._on_torch_stream():
+                op.tune(array_view(X32), repeats=5, warmup=1)
             self._tuned.add((transpose, N))
-        with self._on_torch_stream() as cupy:
-            op.data[...] = cupy.from_dlpack(v32)  # the descriptor points at op.data: new values, same pattern
-            Ct = torch.from_dlpack(op.run(cupy.from_dlpack(X32)))
-        return Ct.to(X.dtype)
+        out = torch.empty((op.shape[0], N), dtype=torch.float32, device=self.device)
+        # the descriptor points at op.data: the new values are copied there (one copy launch, through torch's
+        # copy rather than a CuPy assignment); re-pointing the descriptor instead would skip it, but cuSPARSE
+        # documents value changes, not pointer changes, after CSR_ALG3's preprocessing
+        self._values_view(transpose, op).copy_(v32)
+        with self._on_torch_stream():
+            op.run(array_view(X32), array_view(out))
+        return out.to(X.dtype)
+
+    def _values_view(self, transpose: bool, op) -> torch.Tensor:
+        view = self._values.get(transpose)
+        if view is None:
+            view = self._values[transpose] = torch.from_dlpack(op.data)  # once: op.data lives as long as op
+        return view
 
     def sddmm(self, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
         if torch.promote_types(U.dtype, V.dtype) == torch.float64:
@@ -140,8 +177,10 @@ class GpuEngine:
             self.op.compute[(str(self.device), "sddmm")] = "cuSPARSE SDDMM"
         U32 = U.detach().to(torch.float32).contiguous()
         V32 = V.detach().to(torch.float32).contiguous()
-        with self._on_torch_stream() as cupy:
-            return torch.from_dlpack(self._sddmm.run(cupy.from_dlpack(U32), cupy.from_dlpack(V32)))
+        out = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)  # every entry written: no fill
+        with self._on_torch_stream():
+            self._sddmm.run(array_view(U32), array_view(V32), array_view(out))
+        return out
 
     # ---- float64 (references, not speed): torch's sparse CSR ------------------------------------------------------
     def _cols(self) -> torch.Tensor:

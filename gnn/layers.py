@@ -1,11 +1,14 @@
 """``GCNConv`` and ``GATConv``: PyTorch Geometric's layers (same parameters, initialisation and math) on tcspmm's
 sparse products. ``forward(x, graph)``: ``x`` [N, F] in the user's node order; ``graph`` a ``gnn.Graph``, a SciPy
 adjacency ``A[dst, src]``, or a ready ``SparseOp`` (used as the propagation matrix / attention pattern as is).
-The propagation operator is built once per graph and cached (PyG's ``cached=True``).
+The propagation operator is built once per graph and cached (PyG's ``cached=True``), and shared by every layer
+that builds the same operator of the same graph object (a 2-layer GCN's two layers: one ``SparseOp``, so one set
+of plans, converted, uploaded and autotuned once, where each layer used to build its own).
 """
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,17 +37,45 @@ def _glorot(t: torch.Tensor) -> None:
         t.uniform_(-a, a)
 
 
+_SHARED: dict = {}  # id(graph) -> (weakref to graph, {operator key: SparseOp}); entries go with their graph
+
+
+def shared_op(graph, key: tuple, build) -> SparseOp:
+    """The operator ``key`` (what the layer builds: its class and options) of ``graph``, built once per graph object
+    and shared by the layers that ask for it; dropped when the graph is collected. A graph that takes no weak
+    reference is not shared (built per call site, as before)."""
+    entry = _SHARED.get(id(graph))
+    if entry is None or entry[0]() is not graph:
+        try:
+            ref = weakref.ref(graph, lambda _r, gid=id(graph): _SHARED.pop(gid, None))
+        except TypeError:  # no weak reference to it: nothing to key a shared cache on
+            return build(*_adjacency(graph))
+        entry = _SHARED[id(graph)] = (ref, {})
+    ops = entry[1]
+    if key not in ops:
+        ops[key] = build(*_adjacency(graph))
+    return ops[key]
+
+
 class _Cached(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self._cache: tuple | None = None
 
-    def _op(self, graph, build) -> SparseOp:
+    def _op(self, graph, build, key: tuple) -> SparseOp:
         if isinstance(graph, SparseOp):
             return graph
-        if self._cache is None or self._cache[0] is not graph:
-            self._cache = (graph, build(*_adjacency(graph)))
+        if self._cache is None or self._cache[0]() is not graph:  # weakly held: the layer keeps no graph alive
+            self._cache = (_strong_or_weak(graph), shared_op(graph, key, build))
         return self._cache[1]
+
+
+def _strong_or_weak(graph):
+    """A callable returning graph: a weak reference where it takes one."""
+    try:
+        return weakref.ref(graph)
+    except TypeError:
+        return lambda: graph
 
 
 class GCNConv(_Cached):
@@ -71,7 +102,7 @@ class GCNConv(_Cached):
                 return SparseOp.gcn(A, perm, add_self_loops=self.add_self_loops)
             return SparseOp(A, perm)
 
-        return self._op(graph, build)
+        return self._op(graph, build, ("gcn", self.normalize, self.add_self_loops))
 
     def forward(self, x: torch.Tensor, graph) -> torch.Tensor:
         out = spmm(self.propagation(graph), self.lin(x))
@@ -115,7 +146,7 @@ class GATConv(_Cached):
                 A.sort_indices()
             return SparseOp(A)  # per-call values run on cuSPARSE in the stored order: no row permutation needed
 
-        return self._op(graph, build)
+        return self._op(graph, build, ("gat", self.heads, self.add_self_loops))
 
     def forward(self, x: torch.Tensor, graph, *, return_attention: bool = False):
         op = self.pattern(graph)
@@ -124,8 +155,8 @@ class GATConv(_Cached):
         h = self.lin(x).view(n, H, C).transpose(0, 1)  # [H, N, C]: head k's rows are rows k N.. of the pattern
         a_src = (h * self.att_src.transpose(0, 1)).sum(-1).reshape(H * n, 1)  # [H N, 1]
         a_dst = (h * self.att_dst.transpose(0, 1)).sum(-1).reshape(H * n, 1)
-        ones = torch.ones_like(a_src)
-        logits = sddmm(op, torch.cat([a_dst, ones], 1), torch.cat([ones, a_src], 1))  # [H nnz], head-major
+        # [a_dst, 1] and [1, a_src] by one pad each (a cat with a ones tensor took a fill and two copies)
+        logits = sddmm(op, F.pad(a_dst, (0, 1), value=1.0), F.pad(a_src, (1, 0), value=1.0))  # [H nnz]
         alpha = edge_softmax(op, F.leaky_relu(logits, self.negative_slope))
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
         out = edge_spmm(op, alpha, h.reshape(H * n, C)).view(H, n, C).transpose(0, 1)  # [N, H, C]

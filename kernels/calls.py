@@ -3,6 +3,12 @@ the operator's ``bind``, then a CUDA graph of it replayed on the caller's curren
 its cache on the buffers' pointers, shapes, strides and dtypes, and a hit costs one dict lookup and this call:
 keep it that lean (benchmarks/host_overhead.py measures it: a few microseconds per call). `capture(plan, B, out)`
 is ``SpmmPlan.capture``: one explicit graph for an iterative caller.
+
+``SpmmPlan.bind(B, out)`` hands a `Call` to a caller that owns it (a GNN layer's product: gnn.products): its
+``set_io(B, out)`` re-points the bound launch at new buffers of the same shapes and dtypes (the packed arguments
+rewritten in place, no check and no rebuild), so a caller whose buffers move between calls (torch's caching
+allocator) pays a few pointer writes instead of a new binding; the graph captured on the old pointers is kept
+(`KEPT_GRAPHS` of them) and replayed again when those pointers come back, as they do epoch after epoch.
 """
 from __future__ import annotations
 
@@ -12,6 +18,8 @@ AUTO_GRAPH_AFTER = 3  # run replays a captured graph from the 3rd call on the sa
 # while a one-off call on fresh buffers never captures
 MAX_BOUND_CALLS = 8  # bound (B, out) pairs a plan keeps (each holds its B and out alive): a GNN layer's forward and
 # backward buffers, a solver's few vectors
+KEPT_GRAPHS = 4  # (graph, call count) pairs a re-pointed Call keeps, one per (B, out) pointer pair: a training
+# loop's forward (train and eval) and backward buffers come back at a few addresses; a graph holds no memory
 
 
 class Call:
@@ -20,10 +28,32 @@ class Call:
     permitted there: cudaErrorStreamCaptureUnsupported, seen on the H200), so the caller's graph records the
     kernels themselves."""
 
-    __slots__ = ("bound", "ret", "choice", "graphs", "calls", "graph")
+    __slots__ = ("bound", "ret", "choice", "graphs", "calls", "graph", "ptrs", "kept", "rebinds")
 
-    def __init__(self, bound, ret, choice, graphs: bool):
+    def __init__(self, bound, ret, choice, graphs: bool, ptrs=None):
         self.bound, self.ret, self.choice, self.graphs, self.calls, self.graph = bound, ret, choice, graphs, 0, None
+        self.ptrs, self.kept, self.rebinds = ptrs, {}, 0  # (B, out) pointers bound; graphs of other pointers
+
+    @property
+    def kernel(self) -> str:
+        return self.choice["kernel"]
+
+    def set_io(self, B, out) -> None:
+        """Point the call at new B and out of the same shapes and dtypes (the caller checked that): the bound
+        launch's arguments are rewritten (``bound.set_io``); the old pointers' graph and call count are kept aside
+        and the new ones' come back, if kept from before (a graph replays the addresses it was captured on; a
+        caller alternating between a few buffer pairs, a layer's forward and backward, still reaches
+        AUTO_GRAPH_AFTER calls on each)."""
+        ptrs = (B.data.ptr, out.data.ptr)
+        if ptrs == self.ptrs:
+            return
+        if self.ptrs is not None:
+            if len(self.kept) >= KEPT_GRAPHS:
+                self.kept.pop(next(iter(self.kept)))
+            self.kept[self.ptrs] = (self.graph, self.calls)
+        self.bound.set_io(B, out)
+        self.ptrs, self.ret, self.rebinds = ptrs, out, self.rebinds + 1
+        self.graph, self.calls = self.kept.pop(ptrs, (None, 0))
 
     def __call__(self):
         stream = _current_stream()

@@ -58,6 +58,32 @@ class CpuPath:
         return {"kernel": self.choice["kernel"], "median_ms": float(np.median(ts)), "repeats": repeats}
 
 
+class CpuCall:
+    """``SpmmPlan.bind``'s call on the CPU path, with the GPU `kernels.calls.Call`'s interface: ``call()`` writes
+    A @ B into out (NumPy arrays; float32 straight into a C-contiguous out) and returns it, ``set_io(B, out)``
+    re-points it. Lets a caller of the bound form (gnn.products) run, and be tested, without a GPU."""
+
+    __slots__ = ("path", "B", "out", "accumulate", "ret", "rebinds")
+
+    def __init__(self, path: CpuPath, B, out, accumulate: bool):
+        self.path, self.B, self.out, self.accumulate, self.ret, self.rebinds = path, B, out, accumulate, out, 0
+
+    @property
+    def choice(self):
+        return self.path.choice
+
+    @property
+    def kernel(self) -> str:
+        return self.path.choice["kernel"]
+
+    def set_io(self, B, out) -> None:
+        if B is not self.B or out is not self.out:
+            self.B, self.out, self.ret, self.rebinds = B, out, out, self.rebinds + 1
+
+    def __call__(self):
+        return self.path.run(self.B, self.out, self.accumulate)
+
+
 def into_host(C: np.ndarray, out, accumulate: bool):
     """C written into (or, with accumulate, added to) a host ``out``, or C itself without one."""
     if out is None:

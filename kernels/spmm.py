@@ -28,7 +28,7 @@ from configs.names import DEFAULT_FORMAT
 from kernels import launch
 from kernels.baselines import BASELINES
 from kernels.calls import AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture  # noqa: F401 (AUTO_GRAPH_AFTER: re-exported)
-from kernels.cpu_path import CpuPath, into_host
+from kernels.cpu_path import CpuCall, CpuPath, into_host
 from kernels.formats.contract import Choice
 from kernels.formats.ranking import AUTO_CANDIDATES, check_candidates
 from kernels.formats.ranking import select as select_formats
@@ -274,6 +274,43 @@ class SpmmPlan:
         if on_host:
             return into_host(cupy.asnumpy(C), out, accumulate)  # synchronize!
         return C
+
+    def bind(self, B, out, *, kernel: str | None = None, accumulate: bool = False):
+        """out (=, or += with ``accumulate``) A @ B as a call the caller keeps: ``call()`` launches it on the current
+        stream and returns out; ``call.set_io(B2, out2)`` re-points it at other buffers of the same shapes and
+        dtypes without checking or binding again (kernels.calls). The kernel is the one chosen for B's N (decided,
+        and autotuned on B, here when N is new: B must hold data ready on the current stream), or ``kernel``. GPU:
+        B a C-contiguous cupy array in the precision's storage dtype, out C-contiguous in ``out_dtype`` (the
+        operator checks both once, here); CPU path: NumPy arrays, a `kernels.cpu_path.CpuCall`."""
+        if self.device == "cpu":
+            if not isinstance(B, np.ndarray) or not isinstance(out, np.ndarray):
+                raise TypeError(f"bind on the CPU path takes NumPy B and out, got {type(B).__name__} and "
+                                f"{type(out).__name__}")
+            if B.ndim != 2 or B.shape[0] != self.shape[1] or out.shape != (self.shape[0], B.shape[1]):
+                raise ValueError(f"B is {B.shape} and out {out.shape}; expected ({self.shape[1]}, N) and "
+                                 f"({self.shape[0]}, N)")
+            return CpuCall(self._cpu, B, out, accumulate)
+        import cupy
+
+        if not isinstance(B, cupy.ndarray) or B.dtype != self.precision.storage_dtype or B.ndim != 2:
+            raise TypeError(f"bind takes a 2-D cupy B in {self.precision.storage_dtype}, got {type(B).__name__} "
+                            f"{getattr(B, 'dtype', None)} (run() converts; a bound call reads B as it is)")
+        if B.shape[0] != self.shape[1]:
+            raise ValueError(f"B has shape {tuple(B.shape)}, expected ({self.shape[1]}, N)")
+        N = int(B.shape[1])
+        if kernel is None:
+            if N not in self.choices:
+                self.choices[N] = self._decide(N, B)
+            self.choice = self.choices[N]
+            kernel = self.choice["kernel"]
+        op_dtype = self._op(kernel).out_dtype
+        if op_dtype is not None and op_dtype != self.out_dtype:
+            raise TypeError(f"kernel {kernel} writes {op_dtype}, not the plan's {self.out_dtype}: bind needs a "
+                            f"kernel that writes out directly (run() casts)")
+        choice = self.choices.get(N, self.choice) if kernel == self.choices.get(N, {}).get("kernel") else \
+            self.choice.replace(kernel=kernel)
+        return Call(self._bind(kernel, B, out, accumulate), out, choice, self._graphs,
+                    ptrs=(B.data.ptr, out.data.ptr))
 
     @property
     def graphs(self) -> bool:

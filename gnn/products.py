@@ -1,0 +1,91 @@
+"""The per-call path of ``gnn.SparseOp``'s fixed-value products on a device: `PlanProduct`, one ``SpmmPlan`` product
+(A's or A.T's plan, one N and dtype) bound once and re-pointed per call, and `array_view`, a torch tensor seen by
+the plan's array library without DLPack or ownership.
+
+Why (issue #33): the layers called ``plan.run(B)`` without ``out``, which is the plan's slow path on every call
+(B converted and checked, C allocated from CuPy's pool, the launch packed anew), with a DLPack conversion each way
+and a CuPy stream object made per call. Per call a `PlanProduct` now costs: two pointer comparisons; when torch's
+allocator has moved X or the output, a view of each (`array_view`, no DLPack) and ``call.set_io`` (a few writes
+into the packed arguments); the bound launch, or the CUDA graph of it replayed (kernels.calls); and, for a plan on
+permuted rows, one gather into the fresh output. Nothing is checked, converted or synchronised per call.
+
+Buffers: the kernel's output ``C`` of a permuted plan is this object's, allocated once and overwritten by every
+call (only the gather reads it, on the same stream); what is returned is always a fresh torch tensor from torch's
+caching allocator (no cudaMalloc, no sync), because autograd may hold it (a later op saving it for its backward).
+A plan on unpermuted rows writes straight into that fresh output. One product serves one stream at a time (its C
+is shared by the calls, which torch's stream order keeps apart; the old per-call C from CuPy's per-stream pool did
+not need that): forward and backward on concurrent streams would need a C per stream.
+
+The same code runs on the CPU path of ``SpmmPlan`` (NumPy views, a ``kernels.cpu_path.CpuCall``), which is how
+tests/gnn/test_products.py counts bindings, re-pointings and allocations without a GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "uint16"}  # bfloat16: bits
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint16": torch.bfloat16}
+KEPT_VIEWS = 8  # array views a product keeps by data pointer (the same shape and dtype each time, so the pointer
+# names the view): X of the forward and the backward call, the fresh outputs of an unpermuted plan
+
+
+def array_view(t: torch.Tensor):
+    """``t`` (contiguous) as the plan's array type, sharing its memory and not owning it: a NumPy view on the CPU;
+    on CUDA a cupy array on ``cupy.cuda.UnownedMemory`` (no DLPack capsule, no stream handshake; bfloat16 as
+    uint16 bit patterns, what ``SpmmPlan`` takes). The view must be used only while ``t`` lives, on t's stream
+    order: a bound launch issued now is ordered before any reuse of t's block by torch's allocator."""
+    if t.device.type == "cpu":
+        return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+    import cupy
+
+    mem = cupy.cuda.UnownedMemory(t.data_ptr(), t.numel() * t.element_size(), None, t.device.index)
+    return cupy.ndarray(tuple(t.shape), _CUPY_DTYPES[t.dtype], cupy.cuda.MemoryPointer(mem, 0))
+
+
+class PlanProduct:
+    """``A @ X`` for one plan and one (N, dtype) of X: ``product(X)`` with X [n_cols, N] contiguous in the plan's
+    input dtype returns a new tensor [n_rows, N] in the plan's output dtype, rows in the user's order.
+
+    ``plan``: an ``SpmmPlan`` (GPU or CPU path); ``inverse``: None, or for a plan on A[perm] the inverse
+    permutation (``inverse[perm[r]] = r``) as a long tensor on X's device, so that ``out = C[inverse]``.
+    Counters (read by the tests and benchmarks/gnn.py): ``binds`` (1), ``rebinds`` (re-pointings), ``calls``."""
+
+    def __init__(self, plan, X: torch.Tensor, inverse: torch.Tensor | None = None):
+        self.plan, self.inverse = plan, inverse
+        self.shape = (plan.shape[0], int(X.shape[1]))
+        self.device = X.device
+        self.out_dtype = _TORCH_DTYPES[np.dtype(plan.out_dtype).name]
+        # a permuted plan's C: this product's own, reused by every call
+        self.C = None if inverse is None else self._empty()
+        first_out = self.C if self.C is not None else self._empty()
+        self.call = plan.bind(array_view(X), array_view(first_out))
+        self.kernel = self.call.kernel
+        self._ptrs = (X.data_ptr(), first_out.data_ptr())
+        self._views: dict = {}  # data pointer -> array_view: a layer's forward and backward X come back each epoch
+        self.binds, self.rebinds, self.calls = 1, 0, 0
+
+    def _view(self, t: torch.Tensor):
+        ptr = t.data_ptr()
+        view = self._views.get(ptr)
+        if view is None:
+            if len(self._views) >= KEPT_VIEWS:
+                self._views.pop(next(iter(self._views)))
+            view = self._views[ptr] = array_view(t)
+        return view
+
+    def _empty(self) -> torch.Tensor:
+        return torch.empty(self.shape, dtype=self.out_dtype, device=self.device)
+
+    def __call__(self, X: torch.Tensor) -> torch.Tensor:
+        out = self.C if self.C is not None else self._empty()
+        ptrs = (X.data_ptr(), out.data_ptr())
+        if ptrs != self._ptrs:  # torch's allocator moved a buffer: re-point the bound launch (no rebuild)
+            self.call.set_io(self._view(X), self._view(out))
+            self._ptrs = ptrs
+            self.rebinds += 1
+        self.call()
+        self.calls += 1
+        if self.inverse is None:
+            return out
+        return out.index_select(0, self.inverse)  # C's row r is the user's row perm[r]: out[i] = C[inverse[i]]

@@ -1,0 +1,111 @@
+"""benchmarks/epoch_profile.py (the GNN per-epoch fixed-cost breakdown of benchmarks/gnn.py): kernel categories,
+events attributed to phases, the phase timers on a CPU model, the table; benchmarks/gnn.py's new options parse and
+its GPU-only path refuses a machine without CUDA."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ep = load("epoch_profile")
+
+
+@pytest.mark.parametrize("name, cat", [
+    ("metcf_spmm_window", "sparse product"),
+    ("void cusparse::csrmm_alg2_kernel<float>", "sparse product"),
+    ("void spmm_kernel<float, (ReductionType)0, true>", "sparse product"),
+    ("void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<...>", "transpose / format"),
+    ("void at::native::(anonymous)::convert_indices_from_csr_to_coo_cuda_kernel<int>", "transpose / format"),
+    ("void at::native::index_elementwise_kernel<128, 4>", "gather-scatter"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "cast-copy"),
+    ("ampere_sgemm_128x64_tn", "other dense"),
+    ("void at::native::(anonymous)::fused_dropout_kernel_vec<float>", "other dense"),
+])
+def test_kernel_categories(name, cat):
+    assert ep.category(name) == cat
+
+
+def test_events_go_to_the_phase_that_holds_their_start():
+    ranges = {"forward": (0, 10), "loss": (10, 20), "backward": (20, 30), "optimizer": (30, 40)}
+    events = [("cudaLaunchKernel", "cpu", 1, 0), ("cuLaunchKernel", "cpu", 2, 0), ("metcf_spmm_window", "cuda", 3, 0),
+              ("[memory]", "memory", 4, 512), ("[memory]", "memory", 5, -512),  # a free is not an allocation
+              ("cudaStreamSynchronize", "cpu", 12, 0), ("Memcpy DtoH (Device -> Pageable)", "cuda", 13, 0),
+              ("cudaGraphLaunch", "cpu", 25, 0), ("cudaMalloc", "cpu", 26, 0),
+              ("cudaLaunchKernel", "cpu", 35, 0), ("cudaEventSynchronize", "cpu", 36, 0),  # the separator
+              ("cudaLaunchKernel", "cpu", 99, 0)]  # outside every phase: dropped
+    got = ep.attribute(ranges, events)
+    assert got["forward"]["launches"] == 2 and got["forward"]["allocations"] == 1
+    assert got["forward"]["kernels"] == {"sparse product": 1}
+    assert got["forward"]["kernel_names"] == {"sparse product": ["metcf_spmm_window"]}
+    assert got["loss"]["syncs"] == 1 and got["loss"]["dtoh"] == 1 and got["loss"]["launches"] == 0
+    assert got["backward"]["launches"] == 1 and got["backward"]["cuda_malloc"] == 1
+    assert got["optimizer"]["launches"] == 1 and got["optimizer"]["syncs"] == 0
+    total = ep.summary({"epoch_ms": 1.0, "host_ms": {}, "gpu_ms": None, "host_total_ms": 0.0}, got)
+    assert total["launches"] == 4 and total["syncs"] == 1 and total["allocations"] == 1
+    assert total["kernels"] == {"sparse product": 1, "cast-copy": 1}
+
+
+def test_phase_times_on_a_cpu_model_and_the_table():
+    torch = pytest.importorskip("torch", reason="needs torch: pip install -e '.[gnn]'")
+    import gnn
+    from gnn.models import GCN
+
+    rng = np.random.default_rng(0)
+    A = sp.random_array((50, 50), density=0.1, rng=rng, format="csr")
+    g = gnn.Graph("g", sp.csr_array(A + A.T))
+    torch.manual_seed(0)
+    model, x = GCN(8, 16, 3), torch.randn(50, 8)
+    idx = torch.arange(0, 50, 2)
+    y = torch.randint(0, 3, (50,))[idx]
+    before = [p.detach().clone() for p in model.parameters()]
+    t = ep.phase_times(model, x, y, idx, g, epochs=3, warmup=1)
+    assert set(t["host_ms"]) == set(ep.PHASES) and t["gpu_ms"] is None
+    assert all(v > 0 for v in t["host_ms"].values()) and t["epoch_ms"] >= max(t["host_ms"].values())
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # it trained
+    row = {"graph": "g", "model": "gcn", "library": "tcspmm", **ep.summary(t, None)}
+    lines = ep.table([row]).splitlines()
+    assert len(lines) == 3 and lines[2].split()[:3] == ["g", "gcn", "tcspmm"] and "/-" in lines[2]
+
+
+def test_gnn_benchmark_takes_the_fixed_cost_options_and_needs_cuda(capsys):
+    torch = pytest.importorskip("torch", reason="needs torch: pip install -e '.[gnn]'")
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal without a GPU")
+    bench = load("gnn")
+    assert bench.main(["--suite", "smoke", "--fixed-cost-epochs", "5", "--no-fixed-cost"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_doc_section_carries_the_budget_and_a_measured_breakdown(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    summarize = load("summarize")
+    import summarize_gnn  # beside summarize.py, which put its folder on the path
+
+    h = SimpleNamespace(**vars(summarize))
+    row = {"graph": "sbm-20k", "model": "gcn", "library": "pyg", "epoch_ms": 2.4, "host_total_ms": 1.9,
+           "gpu_ms": {"forward": 0.3, "loss": 0.1, "backward": 0.4, "optimizer": 0.2}, "launches": 60, "syncs": 2,
+           "allocations": 40}
+    path = tmp_path / "gnn-x-2026-01-01-000000.json"
+    path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": [],
+                                "fixed_cost": [row]}))
+    lines = summarize_gnn.fixed_cost_lines([summarize.load(path)], h)
+    assert lines[0].startswith("### GNN per-epoch fixed cost")
+    assert any("| `sbm-20k` | gcn | pyg | 2.400 | 1.900 | 0.300 / 0.400 / 0.200 | 60 | 2 | 40 |" == ln
+               for ln in lines), lines[-4:]
+    path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": []}))
+    assert "not run yet" in summarize_gnn.fixed_cost_lines([summarize.load(path)], h)[-2]

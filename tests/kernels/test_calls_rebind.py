@@ -1,0 +1,69 @@
+"""kernels.calls.Call.set_io (a bound call re-pointed at new buffers, issue #33) and SpmmPlan.bind on the CPU path:
+the re-pointing logic is host-only, so fake buffers (anything with ``.data.ptr``) and a fake bound launch test it
+without a GPU; tests/kernels/test_gpu_host_path.py and tests/gnn/test_gpu_layers.py run the real ones."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from kernels import calls
+from kernels.spmm import SpmmPlan
+
+
+def buf(ptr):
+    return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr))
+
+
+class FakeBound:
+    def __init__(self):
+        self.io = []
+
+    def set_io(self, B, out):
+        self.io.append((B.data.ptr, out.data.ptr))
+
+
+def test_set_io_repoints_once_per_move_and_keeps_each_pointer_pairs_graph():
+    bound = FakeBound()
+    call = calls.Call(bound, buf(20), {"kernel": "k"}, True, ptrs=(10, 20))
+    call.graph, call.calls = "graph-10-20", 5  # as if captured on the first buffers
+    call.set_io(buf(10), buf(20))  # same pointers: nothing to do
+    assert bound.io == [] and call.graph == "graph-10-20" and call.rebinds == 0
+    call.set_io(buf(11), buf(21))
+    assert bound.io == [(11, 21)] and call.graph is None and call.calls == 0 and call.ret.data.ptr == 21
+    call.calls = 1  # one call on the second buffers, no graph yet
+    call.set_io(buf(10), buf(20))  # back to the first buffers: their graph replays again, no capture
+    assert call.graph == "graph-10-20" and call.calls == 5 and call.rebinds == 2
+    assert call.kept == {(11, 21): (None, 1)}
+    call.set_io(buf(11), buf(21))  # alternating pairs keep counting towards AUTO_GRAPH_AFTER each
+    assert call.calls == 1 and call.graph is None
+    assert call.kernel == "k"
+
+
+def test_set_io_keeps_a_bounded_number_of_graphs():
+    call = calls.Call(FakeBound(), buf(0), {"kernel": "k"}, True, ptrs=(0, 0))
+    for i in range(1, calls.KEPT_GRAPHS + 4):
+        call.graph = f"g{i - 1}"
+        call.set_io(buf(i), buf(i))
+    assert len(call.kept) == calls.KEPT_GRAPHS
+    assert (1, 1) not in call.kept and (0, 0) not in call.kept  # the oldest went first
+
+
+def test_cpu_plan_bind_writes_into_out_and_repoints():
+    rng = np.random.default_rng(0)
+    A = sp.random_array((7, 9), density=0.4, rng=rng, format="csr", dtype=np.float32)
+    plan = SpmmPlan(A, device="cpu")
+    B, out = rng.standard_normal((9, 5)).astype(np.float32), np.empty((7, 5), np.float32)
+    call = plan.bind(B, out)
+    assert call() is out and call.kernel == "cpu-csr"
+    np.testing.assert_allclose(out, A @ B, rtol=1e-5, atol=1e-6)
+    B2, out2 = 2 * B, np.empty_like(out)
+    call.set_io(B2, out2)
+    assert call() is out2 and call.rebinds == 1
+    np.testing.assert_allclose(out2, 2 * out, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"expected \(9, N\)"):
+        plan.bind(B[:8], out)
+    with pytest.raises(TypeError, match="NumPy B and out"):
+        plan.bind(B.tolist(), out)
