@@ -28,14 +28,15 @@ def weak_rows(rows: list) -> list[tuple]:
     return out
 
 
+TITLE = "Multi-GPU weak scaling (resident iterations, the matrix grown with the GPUs)"
+
+
 def weak_section(runs, v0, older, *, h) -> list[str]:
-    title = "Multi-GPU weak scaling (resident iterations, the matrix grown with the GPUs)"
     if not runs:
-        return h.absent("multi_gpu_weak", title)
-    run = runs[0]
-    per_gpu = run.meta.get("args", {}).get("weak")
-    out = [f"## {title}", ""] + h.env(run)
-    out += [f"{h.mnnz(per_gpu) if per_gpu else '?'} nonzeros per GPU, N = {run.meta.get('args', {}).get('n_cols')}, "
+        return h.absent("multi_gpu_weak", TITLE)
+    run, args = runs[0], runs[0].meta.get("args", {})
+    out = [f"## {TITLE}", "", *h.env(run)]
+    out += [f"{h.mnnz(args['weak']) if args.get('weak') else '?'} nonzeros per GPU, N = {args.get('n_cols')}, "
             "one batch of iterations per actor call (no host sync between iterations); \"loop ms\": the slowest "
             "GPU's time per iteration inside that call; weak efficiency T_1 / T_P against the 1-GPU row of the same "
             "kind and order (ideal 1.0: each GPU's share stays the same size). Breakdown (medians, CUDA events): the "

@@ -109,6 +109,15 @@ class DeviceOperator(Protocol):
              choice: Choice | None = None): ...
 
 
+def check_single_kernel(kernel: str, name: str, ksplit, no_ksplit: str) -> None:
+    """The check of an operator with one kernel ``name`` and no split-K choice of its own: ValueError in one line
+    for another kernel, or a ``ksplit`` other than None / 1 (``no_ksplit`` says why it takes none)."""
+    if kernel != name:
+        raise ValueError(f"unknown kernel {kernel!r}: this operator runs {name}")
+    if ksplit not in (None, 1):
+        raise ValueError(f"{no_ksplit}, got ksplit={ksplit}")
+
+
 class PerCall:
     """The bound form of an operator that only launches: the same interface as kernels.launch.Bound, launching per
     call on the current stream, which is the stream it is given (the plan's call cache passes the current one and

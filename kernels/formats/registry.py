@@ -38,8 +38,22 @@ from storage.formats import register_layout
 DEFAULT_BUILDS = (("default", ()),)  # a .cu compiled once, without -D options (its own #ifndef defaults)
 
 
+class DeviceRecord:
+    """What a plan reads of a record with ``block_width`` (precision name -> width: the precisions it runs) and
+    ``device`` ("module:Class"): shared by `Format` and kernels.hybrid's `Composite`."""
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        return tuple(self.block_width)
+
+    def device_class(self):
+        """The device operator class, imported on first use (a GPU plan)."""
+        module, cls = self.device.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+
 @dataclass(frozen=True)
-class Format:
+class Format(DeviceRecord):
     name: str
     summary: str  # one line: the paper and what the format is
     block_width: dict  # precision name -> TC block columns
@@ -68,14 +82,6 @@ class Format:
     # its estimate's terms are element-wise sums over 16-row windows, and its operator runs any set of whole windows
     # as a matrix of its own: the hybrid (kernels.hybrid) may give it a part of A (kernels.formats.ranking.split)
     per_window_cost: bool = False
-
-    @property
-    def precisions(self) -> tuple[str, ...]:
-        return tuple(self.block_width)
-
-    def device_class(self):
-        module, cls = self.device.split(":")
-        return getattr(importlib.import_module(module), cls)
 
 
 REGISTRY: dict[str, Format] = {}

@@ -16,12 +16,11 @@ the plan's candidates.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kernels.formats.ranking import split
-from kernels.formats.registry import candidates, get
+from kernels.formats.registry import DeviceRecord, candidates, get
 from kernels.hybrid.parts import (CUDA_CORE, HybridA, applicable, check_applicable, convert, reference_spmm,
                                   tc_formats, to_csr)
 from kernels.precision import PRECISIONS
@@ -29,7 +28,7 @@ from kernels.precision import precision as as_precision
 
 
 @dataclass(frozen=True)
-class Composite:
+class Composite(DeviceRecord):
     """What SpmmPlan, its CPU path and the ranking read of a format, for a plan built from registered formats."""
 
     name: str
@@ -43,14 +42,6 @@ class Composite:
     block_width: dict = field(default_factory=dict)  # precision name -> 1: every precision it runs
     gpu_ready: bool = True
     gpu_not_ready_why: str = ""
-
-    @property
-    def precisions(self) -> tuple[str, ...]:
-        return tuple(self.block_width)
-
-    def device_class(self):
-        module, cls = self.device.split(":")
-        return getattr(importlib.import_module(module), cls)
 
 
 def estimate(stats, precision, N: int) -> float | None:

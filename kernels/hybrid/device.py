@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from kernels import launch
-from kernels.formats.contract import Choice
+from kernels.formats.contract import Choice, check_single_kernel
 from kernels.formats.csr.launch import CSR_CONFIG, CsrRows
 from kernels.formats.registry import get
 from kernels.hybrid.parts import HybridA, split_matrix
@@ -133,10 +133,7 @@ class HybridDevice:
 
     @staticmethod
     def _check(kernel: str, ksplit) -> None:
-        if kernel != "hybrid":
-            raise ValueError(f"unknown hybrid kernel {kernel!r} (hybrid)")
-        if ksplit not in (None, 1):
-            raise ValueError(f"the hybrid takes its TC part's ksplit from its choice, got ksplit={ksplit}")
+        check_single_kernel(kernel, "hybrid", ksplit, "the hybrid takes its TC part's ksplit from its choice")
 
 
 class HybridBound:

@@ -171,22 +171,8 @@ def _counting(monkeypatch):
     return n
 
 
-def _epochs(model, x, y, graph, epochs):
-    import torch.nn.functional as F
-
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    for _ in range(epochs):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x, graph), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
-    return losses
-
-
 @pytest.mark.parametrize("model_name", ["gcn", "gat"])
-def test_epochs_after_the_first_bind_convert_allocate_and_sync_nothing(monkeypatch, model_name):
+def test_epochs_after_the_first_bind_convert_allocate_and_sync_nothing(monkeypatch, model_name, adam_epochs):
     from gnn.models import GAT, GCN
 
     A = graph(n=900, deg=8, seed=6, hub=False)
@@ -194,18 +180,18 @@ def test_epochs_after_the_first_bind_convert_allocate_and_sync_nothing(monkeypat
     torch.manual_seed(0)
     model = (GCN(64, 32, 5) if model_name == "gcn" else GAT(64, 32, 5, heads=4)).to(CUDA)
     x, y = torch.randn(900, 64, device=CUDA), torch.randint(0, 5, (900,), device=CUDA)
-    _epochs(model, x, y, g, 2)  # plans built, products bound and tuned
+    adam_epochs(model, x, y, g, 2)  # plans built, products bound and tuned
     torch.cuda.synchronize()
     n = _counting(monkeypatch)
     pool = cupy.get_default_memory_pool()
     used = pool.used_bytes()
-    losses = _epochs(model, x, y, g, 3)
+    losses = adam_epochs(model, x, y, g, 3)
     assert n == {"run": 0, "bind": 0, "dlpack": 0, "sync": 0}, n
     assert pool.used_bytes() == used  # nothing allocated from CuPy's pool per call
     assert all(torch.isfinite(t) for t in losses)
 
 
-def test_gcn_steady_epochs_launch_the_same_kernels_and_copy_nothing_to_the_host():
+def test_gcn_steady_epochs_launch_the_same_kernels_and_copy_nothing_to_the_host(adam_epochs):
     from torch.profiler import ProfilerActivity, profile
 
     from gnn.models import GCN
@@ -215,12 +201,12 @@ def test_gcn_steady_epochs_launch_the_same_kernels_and_copy_nothing_to_the_host(
     torch.manual_seed(0)
     model = GCN(64, 32, 5).to(CUDA)
     x, y = torch.randn(900, 64, device=CUDA), torch.randint(0, 5, (900,), device=CUDA)
-    _epochs(model, x, y, g, 3)
+    adam_epochs(model, x, y, g, 3)
     torch.cuda.synchronize()
     counts = []
     for _ in range(2):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            _epochs(model, x, y, g, 1)
+            adam_epochs(model, x, y, g, 1)
             torch.cuda.synchronize()
         events = [e for e in prof.events() if e.device_type.name == "CUDA"]
         assert not [e.name for e in events if "DtoH" in e.name or "Device -> Host" in e.name]

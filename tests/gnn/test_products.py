@@ -156,30 +156,21 @@ def cpu_plans(monkeypatch):
     monkeypatch.setattr(kernels.spmm.SpmmPlan, "__init__", init)
 
 
-def train(op, engine, epochs, seed=0):
-    """Epochs of the 2-layer GCN on ``op`` with its products through ``engine`` (None: SparseOp's own CPU
-    path); the losses."""
-    from torch.nn import functional as F
-
+def train(op, engine, epochs, adam_epochs, seed=0):
+    """Epochs (``adam_epochs``: the fixture's loop) of the 2-layer GCN on ``op`` with its products through
+    ``engine`` (None: SparseOp's own CPU path); the losses."""
     if engine is not None:
         op.matmul = lambda X, transpose=False: engine.matmul(X.detach(), transpose)
     torch.manual_seed(seed)
     n = op.shape[0]
     x, y = torch.randn(n, 16), torch.randint(0, 3, (n,))
     model = GCN(16, 8, 3, dropout=0.5)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    for _ in range(epochs):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x, op), y)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
+    return [float(loss) for loss in adam_epochs(model, x, y, op, epochs)]
 
 
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_epochs_after_the_first_build_bind_convert_and_sync_nothing(counts, cpu_plans, monkeypatch, symmetric):
+def test_epochs_after_the_first_build_bind_convert_and_sync_nothing(counts, cpu_plans, monkeypatch, symmetric,
+                                                                   adam_epochs):
     A = graph(seed=3)
     if not symmetric:
         A = sp.csr_array(sp.triu(A, format="csr") + sp.eye_array(37))
@@ -196,14 +187,14 @@ def test_epochs_after_the_first_build_bind_convert_and_sync_nothing(counts, cpu_
         real_init(self, *a, **kw)
 
     monkeypatch.setattr(PlanProduct, "__init__", product_init)
-    train(op, engine, 1)
+    train(op, engine, 1, adam_epochs)
     first = dict(counts, syncs=engine.syncs, products=len(products))
     # epoch 1: one plan (A's) when symmetric, else A's and A.T's; one product per (plan, N): N = 8 and 3
     assert first["plans"] == (1 if symmetric else 2) and first["bind"] == first["products"] == \
         (2 if symmetric else 4)
     assert first["syncs"] == first["products"]  # the first call of each product autotunes after a sync
     ptrs = [p.C.data_ptr() for p in products]
-    train(op, engine, 3)
+    train(op, engine, 3, adam_epochs)
     assert counts["plans"] == first["plans"] and counts["bind"] == first["bind"]  # nothing built or bound
     assert counts["run"] == 0  # never the slow path
     assert engine.syncs == first["syncs"] and not dlpack
@@ -211,12 +202,12 @@ def test_epochs_after_the_first_build_bind_convert_and_sync_nothing(counts, cpu_
     assert sum(p.calls for p in products) == 4 * 4  # 2 forward + 2 backward products per epoch
 
 
-def test_the_engine_path_repeats_bitwise_and_follows_the_scipy_loss_curve(cpu_plans):
+def test_the_engine_path_repeats_bitwise_and_follows_the_scipy_loss_curve(cpu_plans, adam_epochs):
     A = graph(seed=4)
     perm = np.random.default_rng(4).permutation(37)
     op_a, op_b, op_ref = (gnn.SparseOp.gcn(A, perm) for _ in range(3))
-    a = train(op_a, CountingEngine(op_a), 6)
-    b = train(op_b, CountingEngine(op_b), 6)
-    ref = train(op_ref, None, 6)  # scipy csr @ X in float32: another summation order
+    a = train(op_a, CountingEngine(op_a), 6, adam_epochs)
+    b = train(op_b, CountingEngine(op_b), 6, adam_epochs)
+    ref = train(op_ref, None, 6, adam_epochs)  # scipy csr @ X in float32: another summation order
     assert a == b  # bitwise, epoch by epoch
     np.testing.assert_allclose(a, ref, rtol=1e-5)

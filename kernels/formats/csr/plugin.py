@@ -13,7 +13,7 @@ import time
 
 import scipy.sparse as sp
 
-from kernels.formats.contract import Choice
+from kernels.formats.contract import Choice, check_single_kernel
 from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
 from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows
 from kernels.formats.csr.shard import CSR_SHARD
@@ -71,10 +71,7 @@ class CsrDevice:
 
     @staticmethod
     def _check(kernel: str, ksplit) -> None:
-        if kernel != "csr-rows":
-            raise ValueError(f"unknown CSR kernel {kernel!r} (csr-rows)")
-        if ksplit not in (None, 1):
-            raise ValueError(f"the CSR kernel has no split-K, got ksplit={ksplit}")
+        check_single_kernel(kernel, "csr-rows", ksplit, "the CSR kernel has no split-K")
 
 
 def cost_terms(stats, prec: Precision, N: int) -> dict:
