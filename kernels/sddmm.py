@@ -91,6 +91,7 @@ class SddmmPlan:
             else "cusparse"
         import cupy
 
+        self._vec_out = None  # the CVSE kernel's vector-order output, made on the first call
         if self.kernel == "cvse":
             self._dm = launch_cvse.upload(self._cvse, p.name)
             self._gather_dev = cupy.asarray(self._gather)
@@ -109,29 +110,60 @@ class SddmmPlan:
             raise ValueError(f"A is {A.shape} and B {B.shape}; expected ({M}, Kd) and ({K}, Kd) for S of shape "
                              f"{self.shape}")
 
-    def run(self, A, B):
+    def run(self, A, B, out=None):
         """The values of (A @ B^T) (.) S in S's CSR order, float32 [nnz]: NumPy on the CPU path; on the GPU,
         CuPy for CuPy inputs and NumPy for NumPy inputs. A and B in any float dtype, or in the plan's storage
         dtype (float16; bfloat16 as uint16 bits, as `SpmmPlan` takes B): then the CVSE kernel reads them as they
-        are, with no pass over them (it rounds float32 to TF32 itself, at its mma)."""
+        are, with no pass over them (it rounds float32 to TF32 itself, at its mma). ``out``: a contiguous float32
+        [nnz] array of the inputs' kind (CuPy on the GPU) written and returned instead of a new one.
+
+        Per GPU call of the CVSE kernel: the kernel into the plan's vector-order buffer (made once, reused: calls
+        of one plan are ordered on one stream) and one gather into CSR order, nothing allocated when ``out`` is
+        given."""
         p = self.precision
         self._check(A, B)
         if self.device == "cpu":
             Ar, Br = p.rounded(_float32(A, p)), p.rounded(_float32(B, p))
             if self._cvse is None:
-                return csr_sddmm(self._S, Ar, Br).astype(np.float32)
-            return cvse_sddmm(self._cvse, Ar, Br).reshape(-1)[self._gather].astype(np.float32)
+                vals = csr_sddmm(self._S, Ar, Br)
+            else:
+                vals = cvse_sddmm(self._cvse, Ar, Br).reshape(-1)[self._gather]
+            if out is None:
+                return vals.astype(np.float32)
+            self._check_out(out, np.ndarray)
+            out[...] = vals
+            return out
         import cupy
 
         host = not isinstance(A, cupy.ndarray)
+        dev_out = None
+        if out is not None and not host:
+            self._check_out(out, cupy.ndarray)
+            dev_out = out
         Ad, Bd = _device_operand(A, p), _device_operand(B, p)
         if self.kernel == "cvse":
-            return _out(launch_cvse.sddmm(self._dm, Ad, Bd).reshape(-1)[self._gather_dev], host)
-        # cuSPARSE SDDMM reads float32: the precision's values (TF32-rounded, or the 16-bit values widened)
-        rnd = tf32_round if p.name == "float32" else p.to_float32
-        out = self._op.run(cupy.ascontiguousarray(rnd(Ad)), cupy.ascontiguousarray(rnd(Bd)))
-        out *= self._s_dev
-        return _out(out, host)
+            if self._vec_out is None:
+                self._vec_out = cupy.empty((self._dm.n_vectors, self._dm.vector), dtype=cupy.float32)
+            vec = launch_cvse.sddmm(self._dm, Ad, Bd, out=self._vec_out)
+            vals = cupy.take(vec.reshape(-1), self._gather_dev, out=dev_out)
+        else:
+            # cuSPARSE SDDMM reads float32: the precision's values (TF32-rounded, or the 16-bit values widened)
+            rnd = tf32_round if p.name == "float32" else p.to_float32
+            vals = self._op.run(cupy.ascontiguousarray(rnd(Ad)), cupy.ascontiguousarray(rnd(Bd)), dev_out)
+            vals *= self._s_dev
+        if host and out is not None:
+            self._check_out(out, np.ndarray)
+            out[...] = cupy.asnumpy(vals)
+            return out
+        return _out(vals, host)
+
+    def _check_out(self, out, kind) -> None:
+        if not isinstance(out, kind) or out.dtype != np.float32 or out.shape != (self.nnz,) \
+                or not out.flags.c_contiguous:
+            lib = "numpy" if kind is np.ndarray else "cupy"
+            raise ValueError(f"out must be a C-contiguous float32 {lib} array of shape "
+                             f"({self.nnz},) like the inputs, got {type(out).__name__} {getattr(out, 'dtype', None)} "
+                             f"{getattr(out, 'shape', None)}")
 
 
 def _float32(X, p) -> np.ndarray:

@@ -111,3 +111,16 @@ def test_operands_in_the_storage_dtype_are_taken_as_they_are(dtype, fmt):
     plan = SddmmPlan(S, dtype=dtype, format=fmt, device="cpu")
     np.testing.assert_array_equal(plan.run(As, Bs), plan.run(p.to_float32(As), p.to_float32(Bs)))
     assert As.dtype == p.storage_dtype and np.abs(plan.run(As, Bs)).max() < 1e3  # uint16 bits as ints: ~1e9
+
+
+@pytest.mark.parametrize("fmt", ["csr", "cvse"])
+def test_run_writes_into_out(fmt):
+    S, A, B = case()
+    plan = SddmmPlan(S, format=fmt, dtype="float16", device="cpu")
+    want = plan.run(A, B)
+    out = np.full(S.nnz, np.nan, dtype=np.float32)
+    assert plan.run(A, B, out=out) is out and np.array_equal(out, want)
+    for bad in (np.zeros(S.nnz, np.float64), np.zeros(S.nnz + 1, np.float32), np.zeros((S.nnz, 1), np.float32),
+                np.zeros(2 * S.nnz, np.float32)[::2], [0.0] * S.nnz):
+        with pytest.raises(ValueError, match=rf"out must be a C-contiguous float32 numpy array of shape \({S.nnz},\)"):
+            plan.run(A, B, out=bad)

@@ -10,7 +10,7 @@ B [K, Kd] in the precision's dtype, out float32 [n_vectors, V].
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +92,7 @@ class CvseArrays:
     indices: object  # cupy int32 [max(n_vectors, 1)]
     data: object  # cupy [max(n_vectors, 1), V]
     vec_ptr_host: np.ndarray  # int64
+    _max_per_row: int | None = field(default=None, repr=False)  # `max_vectors_per_row`, computed once
 
     @property
     def n_vec_rows(self) -> int:
@@ -100,6 +101,13 @@ class CvseArrays:
     @property
     def n_vectors(self) -> int:
         return int(self.vec_ptr_host[-1])
+
+    @property
+    def max_vectors_per_row(self) -> int:
+        """The longest vector row's vector count (the SDDMM grid's height): a pass over the host offsets, once."""
+        if self._max_per_row is None:
+            self._max_per_row = int(np.diff(self.vec_ptr_host).max()) if self.n_vec_rows else 0
+        return self._max_per_row
 
 
 def check_columns(n_cols: int) -> None:
@@ -366,8 +374,7 @@ def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG):
         return out
     per = 4 if dm.precision == "float32" else 8  # elements of one 16-byte piece
     flags = FLAG_VEC if vector_path(Kd, per, A, B) else 0
-    max_per_row = int(np.diff(dm.vec_ptr_host).max())
-    grid, block = sddmm_grid(dm.n_vec_rows, max_per_row, config)
+    grid, block = sddmm_grid(dm.n_vec_rows, dm.max_vectors_per_row, config)
     launch.function(kernel_name("sddmm", dm.precision, dm.vector), config, SDDMM_SOURCE)(
         grid, block, (dm.vec_ptr, dm.indices, dm.data, A, B, out, np.int64(n_rows), np.int64(Kd), np.int32(flags)))
     return out

@@ -180,7 +180,20 @@ def test_plans_with_format_cvse(name):
     W = np.random.default_rng(7).standard_normal((200, 32)).astype(np.float32)
     sd = SddmmPlan(A, dtype=name, format="cvse", kernel="cvse", device="gpu")
     assert sd.choice["kernel"] == "cvse"
-    assert rel_err(sd.run(U, W), csr_sddmm(A, U, W)) < p.tolerance
+    first = sd.run(U, W)
+    assert rel_err(first, csr_sddmm(A, U, W)) < p.tolerance
+    # storage-dtype device operands, a caller's out: nothing allocated per call, the same bits every call
+    Ud, Wd = cupy.asarray(p.to_storage(U)), cupy.asarray(p.to_storage(W))
+    out = cupy.full(A.nnz, cupy.nan, dtype=cupy.float32)
+    assert sd.run(Ud, Wd, out=out) is out
+    pool = cupy.get_default_memory_pool()
+    used = pool.used_bytes()
+    for _ in range(3):
+        sd.run(Ud, Wd, out=out)
+    assert pool.used_bytes() == used
+    assert np.array_equal(out.get().view(np.uint32), first.view(np.uint32))
+    with pytest.raises(ValueError, match="out must be a C-contiguous float32 cupy array"):
+        sd.run(Ud, Wd, out=cupy.zeros(A.nnz, dtype=cupy.float64))
 
 
 # ---- the tiled kernel (16-bit; B's K chunk staged once per block of vector rows: kernels/formats/cvse/tiles.py) ----
