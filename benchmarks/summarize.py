@@ -37,6 +37,7 @@ from summarize_precision import precision_section, seam_section  # noqa: E402
 from startup_summary import startup_section  # noqa: E402
 from summarize_ab import ab_section  # noqa: E402
 from summarize_rank import rank_section  # noqa: E402
+from summarize_plan import plan_section  # noqa: E402
 from summarize_weak import weak_section  # noqa: E402
 
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
@@ -51,7 +52,9 @@ DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibrati
                "bindings": "benchmarks/bindings.py --ns 128",
                "cvse": "benchmarks/cvse.py --ns 256 1024 --sizes 4096 --budget-s 480",
                "svc-slack": "benchmarks/svc_slack.py", "startup": "benchmarks/startup.py --repeats 3",
-               "rank-check": "benchmarks/rank_check.py", "ab": "scripts/ab_timings.sh BEFORE_TREE"}
+               "rank-check": "benchmarks/rank_check.py",
+               "plan-time": "benchmarks/plan_time.py --sizes 1M 10M --dtypes float32 float16",
+               "ab": "scripts/ab_timings.sh BEFORE_TREE"}
 VERSION_KEYS = ("python", "numpy", "scipy", "numba", "cupy", "cuda_runtime", "driver", "fast_matrix_market",
                 "pyarrow", "dask", "distributed", "dask_cuda", "torch")
 SIZE_RE = re.compile(r"^([a-z0-9]+)-(\d+(?:\.\d+)?)([KMG])$", re.I)  # reorder's generated labels, e.g. sbm-10M
@@ -745,6 +748,7 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "cpu_spmm": lambda *a: cpu_section(*a, h=SimpleNamespace(**globals())),
             "startup": lambda *a: startup_section(*a, h=SimpleNamespace(**globals())),
             "rank-check": lambda *a: rank_section(*a, h=SimpleNamespace(**globals())),
+            "plan-time": lambda *a: plan_section(*a, h=SimpleNamespace(**globals())),
             "ab": lambda *a: ab_section(*a, h=SimpleNamespace(**globals()))}
 
 

@@ -139,8 +139,9 @@ def test_empty_results_say_not_run(results, tmp_path):
     md = out.read_text()
     sections = md.split("\n## ")[1:]
     # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, calibration, reorder, multi_gpu, multi_gpu_weak,
-    # host-overhead, bindings, convert, parse, cpu_spmm, startup, rank-check, ab (formats adds none without results)
-    assert len(sections) == 19
+    # host-overhead, bindings, convert, parse, cpu_spmm, startup, rank-check, plan-time, ab (formats adds none
+    # without results)
+    assert len(sections) == 20
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():

@@ -1,0 +1,70 @@
+"""The plan-time section of docs/benchmarks.md (benchmarks/plan_time.py's files), for benchmarks/summarize.py: what
+``SpmmPlan`` costs to build and decide per format, size and precision, next to the reordering it follows (issue 32),
+and the targets: ``auto`` within 10% of the reordering time and under 2 s at 10M nonzeros, its kernel within 3% of
+the default format's.
+"""
+from __future__ import annotations
+
+from plan_time import PLAN_TARGETS, summary  # benchmarks/ is the script folder (summarize.py puts it on the path)
+
+TITLE = "Plan time per format and size (`SpmmPlan` build + first decision)"
+
+
+def plan_table(rows: list, mnnz=str) -> tuple[list[str], list[tuple]]:
+    """(plan kinds in first-seen order, one row per (matrix, dtype, N): matrix, nnz, dtype, N, reorder s, then each
+    plan's "build + decide s (kernel ms)" or ERROR, auto's chosen format)."""
+    kinds = list(dict.fromkeys(r["plan"] for r in rows))
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["matrix"], r["dtype"], r["N"]), {})[r["plan"]] = r
+    out = []
+    for (matrix, dtype, N), plans in groups.items():
+        any_row = next(iter(plans.values()))
+        cells = []
+        for k in kinds:
+            r = plans.get(k)
+            cells.append("–" if r is None else "ERROR" if "error" in r else
+                         f"{r['plan_s']:.2f} ({r['kernel_ms']:.3f})")
+        auto = plans.get("auto") or {}
+        out.append((matrix, mnnz(any_row["nnz"]), dtype, N, f"{any_row['reorder_s']:.2f}", *cells,
+                    auto.get("format") or "–"))
+    return kinds, out
+
+
+TARGET_NAMES = (("`auto` plan (build + decide) / reordering time", f"≤ {PLAN_TARGETS['auto_over_reorder']:g}"),
+                ("`auto` plan at 10M nonzeros", f"≤ {PLAN_TARGETS['auto_s_at_10M']:g} s"),
+                ("`auto` kernel / the default format's", f"≤ {PLAN_TARGETS['auto_kernel_over_default']:g}"))
+
+
+def plan_targets(rows: list, h) -> list[tuple]:
+    """The targets' rows from the runs' rows (benchmarks/plan_time.py's `summary`: per matrix, dtype and N)."""
+    s = summary(rows)
+    ratio = [(k, v["auto_over_reorder"]) for k, v in s.items() if v.get("auto_over_reorder") is not None]
+    big = [(k, v["auto_plan_s"]) for k, v in s.items() if v["nnz"] >= 9e6]
+    kern = [(k, v["auto_kernel_over_default"]) for k, v in s.items() if v.get("auto_kernel_over_default") is not None]
+    out = []
+    for (name, thr), pairs, limit, fmt in zip(TARGET_NAMES, (ratio, big, kern),
+                                               (PLAN_TARGETS["auto_over_reorder"], PLAN_TARGETS["auto_s_at_10M"],
+                                                PLAN_TARGETS["auto_kernel_over_default"]),
+                                               ("{:.3f}", "{:.2f} s", "{:.3f}")):
+        got = "; ".join(f"{k}: {fmt.format(v)}" for k, v in pairs) or "–"
+        out.append((name, thr, got, h.status(max(v for _, v in pairs) <= limit if pairs else None)))
+    return out
+
+
+def plan_section(runs, v0, older, *, h) -> list[str]:
+    if not runs:
+        return h.absent("plan-time", TITLE, TARGET_NAMES)
+    run = runs[0]
+    kinds, rows = plan_table(run.rows, h.mnnz)
+    out = [f"## {TITLE}", "", *h.env(run)]
+    out += ["Per matrix (seeded generator, rows reordered by `auto_reorder` at the precision's block width: its "
+            "seconds in \"reorder s\") and precision, each plan's build + first decision in seconds, and in "
+            "parentheses its kernel's ms (CUDA-graph replay of the chosen kernel). `auto`: the cost model's first "
+            "two built and timed (the default); `auto-all`: every candidate built and timed (what `auto` cost "
+            "before the ranking); `hybrid`: dense windows on a Tensor Core format, the rest on the CUDA-core CSR "
+            "kernel. Kernels compiled by an earlier plan of the run come from the compile cache, as for a user's "
+            "second plan. Every C was checked against float64 on sampled rows in the run.", ""]
+    out += h.table(("matrix", "nnz", "dtype", "N", "reorder s", *kinds, "auto chose"), rows)
+    out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
+    return out + h.older_note(older) + h.targets(plan_targets(run.rows, h)) + [h.reproduce("plan-time", run), ""]
