@@ -1,6 +1,7 @@
 """GNN training benchmark on one GPU: tcspmm's GCNConv/GATConv (gnn/) against PyG's on the same graphs and weights.
 
     PYTHONPATH=. python3 benchmarks/gnn.py [--suite quick|full] [--epochs 50] [--hidden 128,256] [--half bfloat16]
+                                           [--cuda-graph]
 
 Graphs: seeded generators (tasks.fetch.generators: sbm with community labels, rmat with random labels) with seeded
 features (a class mean plus noise, examples/train_gcn.py's recipe), rows reordered by TCA when that lowers the TC
@@ -15,6 +16,13 @@ epochs 2..E (epoch 1 builds plans and PyG's caches; reported apart). Correctness
 forward of both implementations on identical weights (relative Frobenius error, TF32 tolerance 1e-2) and the
 largest relative gap between the two loss curves. JSON under benchmarks/results/ (device, versions, command, date,
 every loss curve); with matplotlib, a PNG of the curves beside it. The table is printed last.
+
+Captured steps (``--cuda-graph``): both libraries are also trained with ``gnn.models.fit(cuda_graph=True)`` from the
+same starting weights: three eager epochs, then one training step (forward, loss, backward, Adam with
+``capturable=True``) captured into a CUDA graph and replayed per epoch; "gr" columns: the median replayed epoch,
+"x graph": PyG's over ours, both captured; where a library's step cannot be captured the row says why
+(``*_graph_error``) and the eager columns still hold. The loss curve of our captured run is compared with our eager
+run's (``graph_loss_max_rel_gap``).
 
 Fixed cost (issue #33; off with ``--no-fixed-cost``): on the suite's smallest graph, each model at the first hidden
 size in float32, ours and PyG's from the same weights are run in four phases (forward, loss, backward, optimizer)
@@ -106,7 +114,33 @@ def rel(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
-def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype) -> dict:
+def graphed_ms(res: dict) -> float | None:
+    """Median ms of the epochs that replayed a captured step (after the capture's epoch); None without a graph."""
+    first = res.get("graph_from_epoch")
+    replays = res["epoch_ms"][first:] if first else []
+    return float(np.median(replays)) if replays else None
+
+
+def bench_graphed(build_model, init: dict, x, y, graph, masks, epochs, autocast_dtype) -> dict:
+    """fit(cuda_graph=True) of a fresh model from ``init`` (the eager run's starting weights): replayed-epoch ms,
+    losses, and why not where the step could not be captured."""
+    import torch
+
+    from gnn.models import fit
+
+    torch.manual_seed(0)
+    model = build_model()
+    model.load_state_dict(init)
+    try:
+        res = fit(model, x, y, graph, masks, epochs=epochs, autocast_dtype=autocast_dtype, cuda_graph=True)
+    except RuntimeError as err:
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+    return {"ms": graphed_ms(res), "losses": res["losses"], "error": res.get("graph_error")}
+
+
+def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype, cuda_graph=False) -> dict:
+    import copy
+
     import torch
 
     import gnn
@@ -131,9 +165,26 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype)
         with torch.no_grad(), torch.autocast("cuda", dtype=autocast_dtype, enabled=autocast_dtype is not None):
             row["forward_rel_err"] = rel(ours(x, g).float(), theirs(x, arg).float())
         row["forward_ok"] = row["forward_rel_err"] < TOL_FORWARD * (3 if autocast_dtype else 1)
+    init = {"ours": copy.deepcopy(ours.state_dict()),
+            "theirs": copy.deepcopy(theirs.state_dict()) if theirs is not None else None}
+    if cuda_graph:  # the same training with one captured step replayed per epoch, ours and PyG's
+        conv = gnn.GCNConv if name == "gcn" else gnn.GATConv
+        got = bench_graphed(lambda: build(conv).to(x.device), init["ours"], x, y, g, masks, epochs, autocast_dtype)
+        row.update({"ours_graph_ms": got.get("ms"), "ours_graph_error": got.get("error"),
+                    "ours_graph_losses": got.get("losses")})
+        if theirs is not None:
+            pconv = pyg[0] if name == "gcn" else pyg[2]
+            got = bench_graphed(lambda: build(pconv).to(x.device), init["theirs"], x, y, arg, masks, epochs,
+                                autocast_dtype)
+            row.update({"pyg_graph_ms": got.get("ms"), "pyg_graph_error": got.get("error")})
+            if row.get("ours_graph_ms") and row.get("pyg_graph_ms"):
+                row["speedup_graph"] = row["pyg_graph_ms"] / row["ours_graph_ms"]
     res = fit(ours, x, y, g, masks, epochs=epochs, autocast_dtype=autocast_dtype)
     row.update({"ours_first_ms": res["epoch_ms"][0], "ours_ms": float(np.median(res["epoch_ms"][1:])),
                 "ours_losses": res["losses"], "ours_test_acc": res["test_acc"]})
+    if row.get("ours_graph_losses"):  # the captured step's losses against the eager run's (same start, same seed)
+        row["graph_loss_max_rel_gap"] = float(max(abs(a - b) / max(abs(b), 1e-12)
+                                                  for a, b in zip(row.pop("ours_graph_losses"), res["losses"])))
     if theirs is not None:
         try:
             res_p = fit(theirs, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype)
@@ -206,16 +257,23 @@ def versions() -> dict:
 
 
 def table(rows) -> str:
+    graphs = any("ours_graph_ms" in r or "ours_graph_error" in r for r in rows)
     head = (f"{'graph':10} {'nnz':>10} {'model':5} {'hid':>4} {'prec':8} {'ours ms':>8} {'pyg ms':>8} {'speedup':>7} "
             f"{'fwd err':>8} {'loss gap':>8} {'acc ours':>8} {'acc pyg':>8}")
+    if graphs:
+        head += f" {'ours gr':>8} {'pyg gr':>8} {'x graph':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
         f = (lambda k, fmt: format(r[k], fmt) if r.get(k) is not None else "-")
         speedup = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
-        lines.append(f"{r['graph']:10} {r['nnz']:>10} {r['model']:5} {r['hidden']:>4} {r['precision']:8} "
-                     f"{f('ours_ms', '8.2f'):>8} {f('pyg_ms', '8.2f'):>8} {speedup:>7} "
-                     f"{f('forward_rel_err', '8.1e'):>8} {f('loss_max_rel_gap', '8.1e'):>8} "
-                     f"{f('ours_test_acc', '8.3f'):>8} {f('pyg_test_acc', '8.3f'):>8}")
+        line = (f"{r['graph']:10} {r['nnz']:>10} {r['model']:5} {r['hidden']:>4} {r['precision']:8} "
+                f"{f('ours_ms', '8.2f'):>8} {f('pyg_ms', '8.2f'):>8} {speedup:>7} "
+                f"{f('forward_rel_err', '8.1e'):>8} {f('loss_max_rel_gap', '8.1e'):>8} "
+                f"{f('ours_test_acc', '8.3f'):>8} {f('pyg_test_acc', '8.3f'):>8}")
+        if graphs:
+            x_graph = f"{r['speedup_graph']:.2f}x" if r.get("speedup_graph") else "-"
+            line += f" {f('ours_graph_ms', '8.2f'):>8} {f('pyg_graph_ms', '8.2f'):>8} {x_graph:>7}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -254,6 +312,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reorder", default="tca")
     ap.add_argument("--half", default="", help="also time under autocast: float16 and/or bfloat16, comma-separated")
     ap.add_argument("--no-pyg", action="store_true", help="time ours only")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="also train ours and PyG's with one captured step replayed per epoch (gnn.models.fit "
+                         "cuda_graph=True, from the same starting weights): columns ours gr / pyg gr / x graph")
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--no-fixed-cost", action="store_true",
                     help="skip the per-epoch fixed-cost breakdown on the smallest graph (benchmarks/epoch_profile.py)")
@@ -285,7 +346,8 @@ def main(argv=None) -> int:
             for hidden in (int(h) for h in args.hidden.split(",")):
                 for prec in precisions:
                     log(f"{label}: {model} hidden={hidden} {prec or 'float32'}")
-                    row = bench_model(model, hidden, A, perm, x, y, masks, args.epochs, pyg, prec)
+                    row = bench_model(model, hidden, A, perm, x, y, masks, args.epochs, pyg, prec,
+                                      cuda_graph=args.cuda_graph)
                     rows.append({"graph": label, "generator": f"gen:{kind}?{params}", "nodes": A.shape[0],
                                  "nnz": int(A.nnz), **info, **row})
                     torch.cuda.empty_cache()

@@ -81,12 +81,26 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
             "`gnn.GATConv` on `SpmmPlan` and cuSPARSE SDDMM) and of PyG's (`GCNConv` on a cached normalised "
             "`torch.sparse` CSR adjacency, `GATConv` on `edge_index`) on the same GPU; loss gap = the largest "
             "relative difference of the two loss curves; test accuracy of ours / PyG's.", ""]
+    graphed = any("ours_graph_ms" in r or "ours_graph_error" in r for r in rows)
+
+    def captured(r, who):  # the median replayed epoch of a captured step, or why there is none
+        return h.f(r.get(f"{who}_graph_ms"), 2) if r.get(f"{who}_graph_ms") else \
+            ("not capturable" if r.get(f"{who}_graph_error") else "–")
     out += h.table(("graph", "nnz", "model", "hidden", "precision", "ours ms", "PyG ms", "speedup", "loss gap",
-                    "test acc (ours / PyG)"),
+                    "test acc (ours / PyG)")
+                   + (("ours ms, captured step", "PyG ms, captured step", "speedup, both captured") if graphed
+                      else ()),
                    [(f"`{r['graph']}`", h.mnnz(r["nnz"]), r["model"], r["hidden"], r["precision"],
                      h.f(r.get("ours_ms"), 2), h.f(r.get("pyg_ms"), 2) if r.get("pyg_ms") else "failed",
                      h.f(r.get("speedup"), 2, "x") if r.get("speedup") else "–", h.f(r.get("loss_max_rel_gap"), 4),
-                     f"{h.f(r.get('ours_test_acc'), 3)} / {h.f(r.get('pyg_test_acc'), 3)}") for r in rows])
+                     f"{h.f(r.get('ours_test_acc'), 3)} / {h.f(r.get('pyg_test_acc'), 3)}")
+                    + ((captured(r, "ours"), captured(r, "pyg"),
+                        h.f(r.get("speedup_graph"), 2, "x") if r.get("speedup_graph") else "–") if graphed else ())
+                    for r in rows])
+    if graphed:
+        out += ["Captured step (`benchmarks/gnn.py --cuda-graph`, `gnn.models.fit(cuda_graph=True)`): both libraries "
+                "from the same starting weights, three eager epochs, then one training step captured into a CUDA "
+                "graph and replayed per epoch; the median replayed epoch.", ""]
     images = sorted(p for p in (runs[0].path.parent.glob("gnn-*.png")))
     out += [f"![loss curves, ours vs PyG: {p.stem}](../benchmarks/results/{p.name})" for p in images[-3:]] + [""]
     big = [r for r in rows if r["nnz"] >= 1_000_000 and r["precision"] == "float32" and r.get("speedup")]

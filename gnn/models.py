@@ -56,33 +56,70 @@ def split_masks(n: int, seed: int = 0, train: float = 0.6, val: float = 0.2) -> 
     return tuple(masks)
 
 
+GRAPH_WARMUP_EPOCHS = 3  # eager epochs before a whole step is captured: plans built and bound, caches made
+
+
 def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight_decay: float = 5e-4,
-        seed: int = 0, autocast_dtype=None) -> dict:
+        seed: int = 0, autocast_dtype=None, cuda_graph: bool = False) -> dict:
     """Full-batch training with Adam; per epoch the training loss and the wall time of forward + backward + step
     (CUDA synchronised). Returns losses, epoch_ms, and train/val/test accuracy at the epoch of best validation.
 
     The training rows are gathered by an index tensor made once (``out[train_idx]``): a boolean mask index is a
     ``nonzero``, which waits for the GPU (a host sync) on every epoch; the rows and their order are the same, so
-    the loss is bitwise the one of ``out[mask]``."""
+    the loss is bitwise the one of ``out[mask]``.
+
+    ``cuda_graph`` (CUDA tensors): after `GRAPH_WARMUP_EPOCHS` eager epochs (on a side stream, as PyTorch's
+    whole-network capture asks), one training step (forward, loss, backward, Adam's step with ``capturable=True``)
+    is captured into a CUDA graph and every later epoch replays it: the same arithmetic on the same addresses, the
+    host's per-op cost paid once. Works for any model whose ops are capturable (ours: bound products, no host sync;
+    dropout draws from the graph-safe generator). The result adds ``graph_from_epoch`` (the first replayed epoch,
+    1-based; the capture's epoch includes the capture) or ``graph_error`` when the capture failed and the epochs
+    went on eagerly."""
     train, val, test = (m.to(x.device) for m in masks)
     y = y.to(x.device)
     train_idx = torch.nonzero(train).flatten()  # once, before the loop: the epochs then gather without a sync
     y_train = y[train_idx]
     torch.manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     cuda = x.device.type == "cuda"
-    losses, epoch_ms, best = [], [], (-1.0, None)
-    for _ in range(epochs):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        model.train()
-        opt.zero_grad()
+    if cuda_graph and not cuda:
+        raise ValueError("fit: cuda_graph=True needs CUDA tensors (x is on the CPU)")
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, capturable=cuda_graph)
+
+    def step():
         with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out = model(x, graph)
         loss = F.cross_entropy(out[train_idx].float(), y_train)
         loss.backward()
         opt.step()
+        return loss
+
+    side = torch.cuda.Stream() if cuda_graph else None
+    losses, epoch_ms, best = [], [], (-1.0, None)
+    captured, result = None, {}
+    for epoch in range(epochs):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model.train()
+        if captured is not None:
+            captured[0].replay()
+            loss = captured[1]
+        elif cuda_graph and epoch >= GRAPH_WARMUP_EPOCHS and "graph_error" not in result:
+            captured, loss = _capture_step(step, opt, result)
+            if captured is None:  # failed: this epoch and the rest run eagerly
+                opt.zero_grad()
+                loss = step()
+            else:
+                result["graph_from_epoch"] = epoch + 1
+        elif side is not None:  # warm-up on a side stream (PyTorch's recipe before a capture)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                opt.zero_grad()
+                loss = step()
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            opt.zero_grad()
+            loss = step()
         if cuda:
             torch.cuda.synchronize()
         epoch_ms.append((time.perf_counter() - t0) * 1e3)
@@ -91,7 +128,23 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
         if acc[1] > best[0]:
             best = (acc[1], acc)
     return {"losses": losses, "epoch_ms": epoch_ms, "train_acc": best[1][0], "val_acc": best[1][1],
-            "test_acc": best[1][2]}
+            "test_acc": best[1][2], **result}
+
+
+def _capture_step(step, opt, result: dict):
+    """((graph, its loss tensor), loss) with the step captured and replayed once; (None, None) with
+    ``result["graph_error"]`` when capturing failed (nothing of the step ran)."""
+    opt.zero_grad(set_to_none=True)  # the captured backward then assigns the gradients: replays need no zeroing
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            static_loss = step()
+    except Exception as err:  # an op that syncs, allocates outside torch, or is not capturable
+        result["graph_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+        torch.cuda.synchronize()
+        return None, None
+    graph.replay()
+    return (graph, static_loss), static_loss
 
 
 @torch.no_grad()

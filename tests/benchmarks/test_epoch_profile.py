@@ -109,3 +109,25 @@ def test_the_doc_section_carries_the_budget_and_a_measured_breakdown(tmp_path):
                for ln in lines), lines[-4:]
     path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": []}))
     assert "not run yet" in summarize_gnn.fixed_cost_lines([summarize.load(path)], h)[-2]
+
+
+def test_the_doc_table_shows_captured_steps_when_the_run_has_them(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    summarize = load("summarize")
+    import summarize_gnn
+
+    h = SimpleNamespace(**vars(summarize))
+    base = {"graph": "sbm-20k", "nnz": 200_000, "hidden": 128, "precision": "float32", "ours_ms": 2.0, "pyg_ms": 2.4,
+            "speedup": 1.2, "loss_max_rel_gap": 1e-6, "ours_test_acc": 0.9, "pyg_test_acc": 0.9}
+    rows = [{**base, "model": "gcn", "ours_graph_ms": 0.5, "pyg_graph_ms": 0.9, "speedup_graph": 1.8},
+            {**base, "model": "gat", "ours_graph_error": "RuntimeError: not capturable", "pyg_graph_ms": 1.1}]
+    path = tmp_path / "gnn-x-2026-01-01-000000.json"
+    path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": rows}))
+    text = "\n".join(summarize_gnn.gnn_section([summarize.load(path)], [], [], h=h))
+    assert "| ours ms, captured step | PyG ms, captured step | speedup, both captured |" in text
+    assert "| 0.50 | 0.90 | 1.80x |" in text and "| not capturable | 1.10 | – |" in text
+    path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": [base | {"model":
+                                                                                                     "gcn"}]}))
+    assert "captured step" not in "\n".join(summarize_gnn.gnn_section([summarize.load(path)], [], [], h=h))

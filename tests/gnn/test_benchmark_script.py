@@ -37,3 +37,18 @@ def test_table_and_versions(bench):
     lines = bench.table(rows).splitlines()
     assert "2.00x" in lines[2] and lines[3].split()[7] == "-"
     assert bench.versions()["torch"]
+
+
+def test_captured_step_columns(bench):
+    rows = [{"graph": "g", "nnz": 10, "model": "gcn", "hidden": 8, "precision": "float32", "ours_ms": 1.0,
+             "pyg_ms": 2.0, "speedup": 2.0, "ours_graph_ms": 0.5, "pyg_graph_ms": 0.9, "speedup_graph": 1.8},
+            {"graph": "g", "nnz": 10, "model": "gat", "hidden": 8, "precision": "float32", "ours_ms": 1.0,
+             "ours_graph_error": "RuntimeError: operation not permitted when stream is capturing"}]
+    head, _, gcn, gat = bench.table(rows).splitlines()
+    assert head.split()[-3:] == ["gr", "x", "graph"] and gcn.split()[-3:] == ["0.50", "0.90", "1.80x"]
+    assert gat.split()[-3:] == ["-", "-", "-"]
+    eager_only = {k: v for k, v in rows[0].items() if not k.endswith(("_graph_ms", "_graph"))}
+    assert "ours gr" not in bench.table([eager_only])
+    # the replayed epochs only: the capture's epoch (1-based graph_from_epoch) and the eager ones left out
+    assert bench.graphed_ms({"epoch_ms": [5.0, 4.0, 4.0, 9.0, 1.0, 3.0], "graph_from_epoch": 4}) == 2.0
+    assert bench.graphed_ms({"epoch_ms": [5.0, 4.0], "graph_error": "x"}) is None

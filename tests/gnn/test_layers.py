@@ -158,3 +158,12 @@ def test_pyg_layers_agree_forward_and_backward():
         for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
             np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
     assert tg.__version__
+
+
+def test_fit_refuses_a_cuda_graph_on_the_cpu():
+    from gnn.models import GCN, fit, split_masks
+
+    A = graph(n=50, nnz=200, seed=9)
+    with pytest.raises(ValueError, match="cuda_graph=True needs CUDA tensors"):
+        fit(GCN(8, 8, 2), torch.randn(50, 8), torch.randint(0, 2, (50,)), gnn.Graph("g", A + A.T),
+            split_masks(50, 0), epochs=1, cuda_graph=True)
