@@ -20,6 +20,12 @@ Host transport:
 iteration) and pulls the peers' rows with `pull_batched`, which waits until that peer has published the same
 iteration; the kernel runs on the worker's actor thread, as a per-call `compute` does. Both give the same C as the
 same number of `run`/`step` calls.
+
+Overlap (`DistributedSpmm.set_overlap`): "rows" (the default of ``True``; `tasks.distribute.row_split`) computes the
+boundary rows (those peers receive) first and moves the next iteration's halo, into a second extended B, while the
+interior rows' kernel runs; every row once, C kept in the split's row order (undone by `get_C`/`get_C_rows`). On the
+host transport it runs the same timeline (`_iterate_rows_host`) and gives the plain loop's C bitwise. "columns"
+runs the own-column kernel beside the exchange and adds the halo-column kernel into C.
 """
 from __future__ import annotations
 

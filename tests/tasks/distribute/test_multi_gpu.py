@@ -139,13 +139,15 @@ def test_resident_two_gpus_batched_equals_single_steps(client, case):
         ds.close()
 
 
-def test_resident_two_gpus_overlapped_exchange(client, case):
-    """Overlap (own-column kernel while NCCL moves the halo, the halo-column kernel adding into C): per call,
-    batched and advancing, equal to the single-GPU products."""
+@pytest.mark.parametrize("mode", ["columns", "rows"])
+def test_resident_two_gpus_overlapped_exchange(client, case, mode):
+    """Overlap ("columns": own-column kernel while NCCL moves the halo, the halo-column kernel adding into C;
+    "rows": boundary rows first, their exchange beside the interior rows' kernel): per call, batched and
+    advancing, equal to the single-GPU products."""
     from tasks.distribute import DistributedSpmm, make_plan
     M, perm, B = case
     plan = make_plan(M, 2, perm=perm)
-    with DistributedSpmm(plan, client, M=M, overlap=True) as ds:
+    with DistributedSpmm(plan, client, M=M, overlap=mode) as ds:
         ds.scatter(B)
         ref = single_gpu(M, perm, B)
         for _ in range(2):  # the C buffer is reused: the second call must overwrite, not add to, the first
@@ -154,7 +156,7 @@ def test_resident_two_gpus_overlapped_exchange(client, case):
         C = ds.iterate(2).gather()  # two power steps from C = A B: A^3 B
         ref3 = single_gpu(M, perm, single_gpu(M, perm, ref))
         assert rel(C, ref3) < 3 * TF32_RTOL
-        assert all(h["overlap"] for h in ds.history)
+        assert all(h["overlap"] == mode for h in ds.history)
         assert {s["transport"] for h in ds.history for s in h["shards"]} == {ds.transport}
 
 
