@@ -24,7 +24,11 @@ GPU 0), and P in the GPU counts:
   (``DistributedSpmm.iterate``, after a warm-up batch), so the Dask round trip is paid once per batch:
   ``resident_batched_iter_ms`` = batch wall time / ``--iters``, efficiency against the P = 1 batched iteration;
 - at P > 1, with the overlapped halo exchange (the own-column kernel runs while NCCL moves the halo rows, the
-  halo-column kernel then adds into C), per call and batched.
+  halo-column kernel then adds into C), per call and batched (``overlap`` mode, ``*_overlap*`` keys);
+- at P > 1, batched with the row-split overlap (``rowoverlap`` mode, ``resident_batched_rowoverlap_*`` keys: the
+  boundary rows' kernel first, their exchange for the next iteration beside the interior rows' kernel; each row
+  computed once), with its breakdown (kernel, boundary kernel, exchange, exposed ms) and an advancing batch checked
+  against a per-call iteration on the B it left (``resident_batched_rowoverlap_advance_rel_err``).
 
 C of every P > 1 run (one-shot, resident, batched, overlapped) is checked against the single-GPU C (TF32:
 relative Frobenius error < 1e-3) on ``--check-rows`` rows drawn at random (fetched from their shards with
@@ -60,7 +64,8 @@ from tasks.distribute.synth import mesh_keys, relabel, rmat_keys, sbm_keys  # no
 
 TF32_RTOL = 2e-3  # the TF32 accuracy contract: relative Frobenius error against float64 (README "Precision")
 ERRS = ("oneshot_rel_err", "stored_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
-        "resident_batched_overlap_rel_err", "resident_batched_advance_rel_err")  # each checked against TF32_RTOL
+        "resident_batched_overlap_rel_err", "resident_batched_advance_rel_err", "resident_batched_rowoverlap_rel_err",
+        "resident_batched_rowoverlap_advance_rel_err")  # each checked against TF32_RTOL
 
 
 def parse_args(argv=None):
@@ -86,9 +91,9 @@ def parse_args(argv=None):
     p.add_argument("--transport", default="auto", choices=("auto", "nccl", "dask"),
                    help="resident halo exchange: NCCL, or Dask actor calls (host rows over TCP, device rows over UCX)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--modes", default="oneshot,stored,resident,batched,overlap",
+    p.add_argument("--modes", default="oneshot,stored,resident,batched,overlap,rowoverlap",
                    help="what to run per P: oneshot, stored (driver-free one-shot), resident (per call), batched, "
-                        "overlap; without oneshot the "
+                        "overlap (column split), rowoverlap (row split, batched); without oneshot the "
                         "P = 1 resident C is the reference the P > 1 results are checked against")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="start no new matrix variant after this many seconds (the JSON is rewritten after each)")
@@ -237,7 +242,7 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
             if "stored" in modes:
                 bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1, check)
                 E1 = row["stored_e2e_ms"] if P == 1 else E1
-            if modes & {"resident", "batched", "overlap"}:
+            if modes & {"resident", "batched", "overlap", "rowoverlap"}:
                 R1, RB1 = bench_resident(plan, client, M, B, spmm_kw, row, P, C1, R1, RB1, check, modes, args, log)
         except Exception as err:  # keep going: one failing configuration must not hide the others
             row["error"] = f"{type(err).__name__}: {err}"
@@ -277,6 +282,9 @@ def bench_resident(plan, client, M, B, spmm_kw, row, P, C1, R1, RB1, check, mode
             bench_overlap(ds, row, R1, P, C1, check, args, log)
             if "batched" in modes:  # the split plans are set: a batch of overlapped iterations
                 bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched_overlap")
+        if P > 1 and "rowoverlap" in modes:
+            bench_rowoverlap(ds, row, RB1, P, C1, check, args, log)
+        if P > 1 and modes & {"overlap", "rowoverlap"}:
             check_batched_advance(ds, row, check, log)  # last: it moves the resident B on
     finally:
         ds.close()
@@ -363,14 +371,39 @@ def breakdown(hist: list, key: str) -> dict:
             f"{key}_kernel_ms": float(per_shard.max()), f"{key}_exchange_ms": med("exchange_ms"),
             f"{key}_exposed_ms": med("exposed_ms"), f"{key}_advance_ms": med("advance_ms"),
             f"{key}_gap_ms": float(hist[-1].get("batch_gap_ms") or 0.0) / len(hist),
-            f"{key}_halo_mb": [s["halo_bytes_recv"] / 2**20 for s in shards[-1]]}
+            f"{key}_halo_mb": [s["halo_bytes_recv"] / 2**20 for s in shards[-1]],
+            **({f"{key}_boundary_ms": med("boundary_ms")} if any("boundary_ms" in s for s in shards[-1]) else {})}
+
+
+def bench_rowoverlap(ds, row, RB1, P, C1, check, args, log) -> None:
+    """Batched iterations with the row-split overlap (`DistributedSpmm.set_overlap("rows")`) under
+    ``resident_batched_rowoverlap_*`` (`bench_batched`, its breakdown with ``_boundary_ms``), and each shard's
+    boundary rows (``rowoverlap_boundary_rows``: the rows peers receive, computed first)."""
+    try:
+        ds.set_overlap("rows")
+        row["rowoverlap_boundary_rows"] = [i.get("boundary_rows") for i in ds.info]
+    except Exception as err:  # the other modes' numbers stand on their own
+        row["batched_rowoverlap_error"] = f"{type(err).__name__}: {err}"
+        log(traceback.format_exc())
+        return
+    bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched_rowoverlap")
 
 
 def check_batched_advance(ds, row, check, log) -> None:
     """A batch of 2 advancing iterations (C becomes B, halo exchange, kernel, all inside one call per shard) ends
     with C = A @ B_left, B_left the B it advanced to; a per-call `run` then multiplies that same B with a fresh
     exchange: the two C must agree (an in-batch exchange or kernel reading rows from before the advance would
-    not). The whole chain against NumPy is in tests/tasks/distribute (CPU) and test_multi_gpu.py (2 GPUs)."""
+    not). With the row-split overlap set, its advancing batch is checked first the same way (its next iteration's
+    halo travels during the interior kernel, into the other extended B). The whole chain against NumPy is in
+    tests/tasks/distribute (CPU) and test_multi_gpu.py (2 GPUs)."""
+    if ds.overlap == "rows":
+        try:
+            C_rows = ds.iterate(2).rows(check)
+            ds.set_overlap(False)
+            row["resident_batched_rowoverlap_advance_rel_err"] = rel_err(C_rows, ds.run().rows(check))
+        except Exception as err:
+            row["batched_rowoverlap_error"] = f"{type(err).__name__}: {err}"
+            log(traceback.format_exc())
     try:
         if ds.overlap:
             ds.set_overlap(False)
@@ -382,9 +415,9 @@ def check_batched_advance(ds, row, check, log) -> None:
 
 
 def bench_overlap(ds, row, R1, P, C1, check, args, log) -> None:
-    """Resident iterations with the halo exchange overlapped by the own-column kernel (split plans)."""
+    """Resident iterations with the halo exchange overlapped by the own-column kernel (the column split)."""
     try:
-        ds.set_overlap(True)
+        ds.set_overlap("columns")
         ds.run()  # warm-up of the two split plans
         for _ in range(args.iters):
             parts = ds.run()
@@ -409,14 +442,17 @@ def versions() -> dict:
     return out
 
 
+ROW = "resident_batched_rowoverlap"  # the row-split overlap's keys
+
+
 def _mega(n) -> str:
     return f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M"
 
 
 def fmt_table(rows) -> str:
     head = ("kind", "order", "nnz", "P", "kern ms", "eff", "e2e ms", "st.e2e", "st.ratio",
-            "iter ms", "it eff", "ovl eff", "loop ms", "loop eff", "ovl loop", "ovl l.eff", "imbal", "xchg",
-            "exposed", "gap", "via", "halo MB/gpu", "err")
+            "iter ms", "it eff", "ovl eff", "loop ms", "loop eff", "ovl loop", "ovl l.eff", "row loop", "row l.eff",
+            "row exp", "row bnd", "imbal", "xchg", "exposed", "gap", "via", "halo MB/gpu", "err")
     lines = [" | ".join(f"{h:>9}" for h in head)]
     f = lambda v, p=1: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
     for r in rows:
@@ -432,7 +468,9 @@ def fmt_table(rows) -> str:
                 f(r.get("stored_e2e_ratio"), 2), f(r.get("iter_ms"), 2), f(r.get("iter_eff"), 3),
                 f(r.get("iter_eff_overlap"), 3), f(r.get("resident_batched_loop_ms"), 2),
                 f(r.get("resident_batched_loop_eff"), 3), f(r.get("resident_batched_overlap_loop_ms"), 2),
-                f(r.get("resident_batched_overlap_loop_eff"), 3), f(r.get(f"{b}_imbalance"), 2),
+                f(r.get("resident_batched_overlap_loop_eff"), 3), f(r.get(f"{ROW}_loop_ms"), 2),
+                f(r.get(f"{ROW}_loop_eff"), 3), f(r.get(f"{ROW}_exposed_ms"), 2), f(r.get(f"{ROW}_boundary_ms"), 2),
+                f(r.get(f"{b}_imbalance"), 2),
                 f(r.get(f"{b}_exchange_ms"), 2), f(r.get(f"{b}_exposed_ms"), 2), f(r.get(f"{b}_gap_ms"), 3),
                 r.get("transport", "-"), f"{halo:.1f}", f"{err:.1e}")
         lines.append(" | ".join(f"{v:>9}" for v in vals))
@@ -506,7 +544,8 @@ def main(argv=None) -> int:
                         log(f"skip {skipped[-1]}")
                         break
     out, doc = write_json()
-    bad = [r for r in rows if any(f"{e}error" in r for e in ("", "batched_", "batched_overlap_", "overlap_"))
+    bad = [r for r in rows if any(f"{e}error" in r for e in ("", "batched_", "batched_overlap_", "overlap_",
+                                                             "batched_rowoverlap_"))
            or max(r.get(k) or 0.0 for k in ERRS) > TF32_RTOL]
     print(f"\nwrote {out} ({doc['wall_s']:.0f} s); {len(bad)} failing rows; skipped: {skipped or 'none'}")
     print(fmt_table(rows))
@@ -519,7 +558,7 @@ def main(argv=None) -> int:
 def weak_scaling(client, xp, gpu_counts, root, args, log, rows, skipped, started, write_json) -> None:
     """``--weak``: for each kind and P, a matrix of about P x ``--weak`` nonzeros, resident modes at that P only
     (rows tagged ``weak``); `weak_table` compares each P's batched loop ms with P = 1's."""
-    args.modes = ",".join(m for m in args.modes.split(",") if m in ("resident", "batched", "overlap"))
+    args.modes = ",".join(m for m in args.modes.split(",") if m in ("resident", "batched", "overlap", "rowoverlap"))
     for kind in args.kinds.split(","):
         for P in gpu_counts:
             if time.perf_counter() - started > args.budget_s:
@@ -536,11 +575,13 @@ def weak_scaling(client, xp, gpu_counts, root, args, log, rows, skipped, started
 
 
 def weak_table(rows) -> str:
-    """Per kind and order: P, nnz, batched loop ms (the faster of plain and overlapped where both ran), T_1 / T_P."""
+    """Per kind and order: P, nnz, batched loop ms (the fastest of plain and the two overlaps where they ran),
+    T_1 / T_P."""
     lines = ["kind | order | P | nnz | loop ms | weak eff"]
     base = {}
     for r in sorted((r for r in rows if r.get("weak")), key=lambda r: (r["kind"], r["order"], r["P"])):
-        ms = min((r[k] for k in ("resident_batched_loop_ms", "resident_batched_overlap_loop_ms") if r.get(k)),
+        ms = min((r[k] for k in ("resident_batched_loop_ms", "resident_batched_overlap_loop_ms", f"{ROW}_loop_ms")
+                  if r.get(k)),
                  default=None)
         if r["P"] == 1:
             base[(r["kind"], r["order"])] = ms

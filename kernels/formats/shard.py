@@ -17,9 +17,13 @@ A format shards over row windows when it provides (`ShardOps`):
   split): ME-TCF and Tiled-CSR re-condense their slots, CVSE drops vectors; BCSR goes through CSR and back
   (exact, once per resident setup).
 
+Row subsets (the resident "rows" overlap: boundary rows, interior rows) need no per-format operation: `csr_rows`
+takes any registered format's rows through its ``to_csr`` and ``convert`` (a window-range ``take`` cannot pick
+arbitrary rows, and the parts are built once per resident setup).
+
 Each format's `Format` record carries its `ShardOps` (``Format.shard``), defined in its folder
 (``kernels/formats/<name>/shard.py``) from the generic helpers below (`distinct_columns`, `slot_halo`,
-`window_bytes`, `rebase`, `relabel`, `keeps_order`, `csr_split`). A format without one is refused with one
+`window_bytes`, `rebase`, `relabel`, `keeps_order`, `csr_split`, `csr_rows`). A format without one is refused with one
 line by ``tasks.distribute.formats.shard_ops``. Plain NumPy; no Dask.
 """
 from __future__ import annotations
@@ -87,18 +91,36 @@ def keeps_order(cols: np.ndarray, local: np.ndarray) -> bool:
 
 
 
-def csr_split(S, keep_col, prec):
-    """Any registered format's object (its ``format_name`` names it): the kept columns through a CSR round trip
-    with the format's ``to_csr`` and ``convert`` (exact: the values are already in the precision)."""
+def float32_csr(S, prec):
+    """Any registered format's object (its ``format_name`` names it) as a float32 SciPy CSR through the format's
+    ``to_csr`` (exact: the values are already in the precision; bfloat16 bits widened)."""
     import scipy.sparse as sp
 
-    fmt = get(S.format_name)
-    A = sp.csr_array(fmt.to_csr(S))
+    A = sp.csr_array(get(S.format_name).to_csr(S))
     if prec.name == "bfloat16" and A.dtype == np.uint16:
         A = sp.csr_array((prec.to_float32(A.data), A.indices, A.indptr), shape=A.shape)
-    A = A.astype(np.float32)
+    return A.astype(np.float32)
+
+
+def csr_split(S, keep_col, prec):
+    """Any registered format's object: the kept columns through a CSR round trip with the format's ``to_csr`` and
+    ``convert`` (exact: the values are already in the precision)."""
+    import scipy.sparse as sp
+
+    A = float32_csr(S, prec)
     coo = A.tocoo()
     keep = keep_col[coo.col]
     part = sp.csr_array((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=A.shape)
     part.sum_duplicates()
-    return fmt.convert(part, prec)
+    return get(S.format_name).convert(part, prec)
+
+
+def csr_rows(S, rows, prec):
+    """Any registered format's object: its rows ``rows`` (int64, in that order; may be empty) as a new object of
+    the same format, shape (len(rows), n_cols), through a CSR round trip (exact, as `csr_split`). Every row keeps
+    its columns and their order, so a row-wise product (the CPU path) gives each row bitwise as S does; the
+    resident "rows" overlap builds its boundary and interior parts with it."""
+    A = float32_csr(S, prec)
+    part = A[np.asarray(rows, dtype=np.int64)]
+    part.sort_indices()
+    return get(S.format_name).convert(part, prec)

@@ -10,6 +10,7 @@
 - `DistributedSpmm(plan, client, ...)` (resident.py): one actor per shard, halo exchange by NCCL or Dask;
   ``iterate(n)`` batches n iterations into one actor call per shard, on GPUs enqueued without a host sync between
   them (nccl_loop.py: fixed buffers, events read once per batch into kernel / exchange / exposed / gap ms);
+  ``set_overlap("rows")`` hides the exchange behind the interior rows' kernel (row_split.py: boundary rows first);
 - `cluster_client(address=None, n_workers=None)` (cluster.py): dask-cuda when GPUs are present (an RMM pool that
   CuPy allocates from, the tcp or ucx protocol: `gpu_cluster_options`), else CPU workers; halo_order.py's
   `auto_for_devices` is ``--reorder auto`` over several devices;

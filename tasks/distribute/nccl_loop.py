@@ -5,17 +5,45 @@ One iteration of shard k (`enqueue`), on two CUDA streams of the shard's actor::
     s_comp:  [advance: own rows of B <- C] e_adv ........ own-column kernel e_own | wait e_x | halo kernel e_end
     s_comm:            wait e_adv | pack send rows | grouped NCCL send/recv e_x
 
-With ``overlap`` off, the whole-shard kernel runs after ``wait e_x`` instead of the two split kernels. Every
-buffer is allocated once (the packed send rows, C, the extended B), so each `SpmmPlan.run` call repeats one bound
-call on the same pointers and is replayed as a CUDA graph from its third call. The stream order makes the next
-iteration safe without a sync: its advance (s_comp) follows this iteration's halo kernel, and its receive
-(s_comm) waits for that advance, so no halo row is overwritten while a kernel still reads it.
+With ``overlap`` off, the whole-shard kernel runs after ``wait e_x`` instead of the two split kernels (this is the
+"columns" overlap). Every buffer is allocated once (the packed send rows, C, the extended B), so each
+`SpmmPlan.run` call repeats one bound call on the same pointers and is replayed as a CUDA graph from its third call.
+The stream order makes the next iteration safe without a sync: its advance (s_comp) follows this iteration's halo
+kernel, and its receive (s_comm) waits for that advance, so no halo row is overwritten while a kernel still reads it.
+
+The "rows" overlap (`enqueue_rows`; `tasks.distribute.row_split`): the boundary rows (those peers receive) are
+computed first, and the NEXT iteration's exchange runs beside this iteration's interior rows. Two extended Bs, X
+(``B_ext``, this iteration's) and Y (``B_alt``, the next one's); C in the split's row order, [boundary | interior]::
+
+    s_comp:  [i = 0: advance C -> X; e_adv] wait e_x(i) | boundary kernel C[:nb] = A_bnd X | bnd rows C -> Y e_bnd
+             | interior kernel C[nb:] = A_int X | interior rows C -> Y | (swap: Y is the next iteration's X)
+    s_comm:  [i = 0: wait e_adv | pack X's own rows | NCCL into X's halo e_x(0)]
+             wait e_bnd | pack Y's own rows | grouped NCCL send/recv into Y's halo  e_x(i + 1)
+
+Y's own rows are the next B: with advancing iterations each part's rows of C, rounded to the precision, are stored
+into them right after that part's kernel (row scatters: B keeps its natural row order); without advancing, the
+first iteration copies X's own rows into Y once. The last iteration of a batch issues no exchange and no stores
+(the batch ends as the plain loop does: ``B_ext`` is the last iteration's B, C its product); the first gets its
+halo with the prologue exchange, which is therefore exposed once per batch. Every row of C is written by one
+kernel, no accumulate pass. Why it is race-free without a sync:
+
+- the receive into Y's halo (s_comm, after e_bnd) never touches X, which the interior kernel reads; the pack reads
+  Y's boundary rows, stored before e_bnd, while s_comp stores Y's interior rows (disjoint rows);
+- iteration i + 1 reads Y only after ``wait e_x(i + 1)`` (its halo) on s_comp, behind the interior stores;
+- iteration i + 1 writes X (now its Y): the stores on s_comp, behind iteration i's kernels that read X; the receive
+  on s_comm waits e_bnd(i + 1), recorded on s_comp after iteration i's interior kernel; halo-order formats read a
+  gathered copy of X made on s_comp before the boundary kernel, so they follow the same order;
+- C: iteration i + 1's boundary kernel overwrites C[:nb] after iteration i's stores read it (same stream); the
+  send buffers are rewritten by the next pack on s_comm after the previous grouped send completed (same stream).
 
 `IterationEvents` keeps the CUDA events of each iteration; they are read once, after the batch's one
 ``synchronize``, into per-iteration milliseconds: ``advance_ms``, ``exchange_ms`` (s_comm: pack + NCCL, which
 includes waiting for a late peer), ``kernel_ms`` (the kernels' own time), ``exposed_ms`` (how long s_comp waited for
 the halo rows: exchange not hidden by the own-column kernel), ``iteration_ms`` (first event to last of the
 iteration) and, per batch, ``gap_ms`` (GPU time between iterations: host launch latency that the GPU waited for).
+"rows" (`RowEvents`): ``exchange_ms`` is the exchange that brought the iteration's halo (issued in the previous
+iteration, or the prologue), ``exposed_ms`` how long s_comp waited for it, ``kernel_ms`` both kernels,
+``boundary_ms`` the boundary rows' kernel alone, ``advance_ms`` the C -> next-B stores (and the prologue's advance).
 Runs inside Dask workers; imports neither Prefect nor Dask.
 """
 from __future__ import annotations
@@ -49,6 +77,26 @@ class IterationEvents:
                 "iteration_ms": ms(self.start, self.end)}
 
 
+class RowEvents:
+    """The CUDA events of one "rows" iteration (module docstring); ``x_start``/``x`` time the exchange that brings
+    its halo, recorded on s_comm by the previous iteration (or the first's prologue)."""
+
+    __slots__ = ("start", "adv", "x_start", "x", "wait", "go", "bnd", "bnd_adv", "int", "end")
+
+    def __init__(self):
+        import cupy
+        for name in self.__slots__:
+            setattr(self, name, cupy.cuda.Event())
+
+    def times(self) -> dict:
+        from cupy.cuda import get_elapsed_time as ms
+        boundary = ms(self.go, self.bnd)
+        return {"advance_ms": ms(self.start, self.adv) + ms(self.bnd, self.bnd_adv) + ms(self.int, self.end),
+                "exchange_ms": ms(self.x_start, self.x), "kernel_ms": boundary + ms(self.bnd_adv, self.int),
+                "boundary_ms": boundary, "exposed_ms": ms(self.wait, self.go),
+                "iteration_ms": ms(self.start, self.end)}
+
+
 class DeviceLoop:
     """Shard k's resident iteration on its GPU: the streams, the fixed send and C buffers, and `enqueue`.
 
@@ -77,8 +125,6 @@ class DeviceLoop:
 
     def enqueue(self, advance: bool, overlap: bool) -> IterationEvents:
         """Issue one iteration on the streams (no host sync); C is ``self.C`` once its ``end`` event completes."""
-        import cupy
-        from cupy.cuda import nccl
         sh = self.shard
         C = self._buffers()
         ev = IterationEvents()
@@ -87,21 +133,7 @@ class DeviceLoop:
             with self.s_comp:
                 sh.advance_from(C)
         ev.adv.record(self.s_comp)
-        self.s_comm.wait_event(ev.adv)
-        ev.x_start.record(self.s_comm)
-        if sh.comm is not None and (sh.sends or sh.recv):
-            with self.s_comm:
-                own = sh.own_rows()
-                for p, idx in sh.sends.items():
-                    cupy.take(own, idx, axis=0, out=self.send_bufs[p])
-                nccl.groupStart()
-                for p, buf in self.send_bufs.items():
-                    sh.comm.send(buf.data.ptr, buf.size, nccl_type(buf.dtype), p, self.s_comm.ptr)
-                for p, n, start in sh.recv:
-                    view = sh.B_ext[start:start + n]  # contiguous rows of a C-ordered buffer
-                    sh.comm.recv(view.data.ptr, view.size, nccl_type(view.dtype), p, self.s_comm.ptr)
-                nccl.groupEnd()
-        ev.x.record(self.s_comm)
+        self._exchange(ev.adv, ev, sh.B_ext)
         with self.s_comp:
             if overlap:  # reads only own rows: no conflict with the rows being received
                 sh.plan_own.run(sh.b_in(sh.own_cols), C)
@@ -113,7 +145,72 @@ class DeviceLoop:
             else:
                 sh.plan.run(sh.b_in(), C)
         ev.end.record(self.s_comp)
+        sh.C, sh.c_split = C, False
         return ev
+
+    def _exchange(self, after, ev, B) -> None:
+        """On s_comm, once ``after`` (an s_comp event) completed: pack the own rows of extended B ``B`` each peer
+        needs and the grouped NCCL send/recv, the received rows landing in ``B``'s halo; ``ev.x_start``/``ev.x``
+        around it (recorded also when this shard exchanges nothing)."""
+        import cupy
+        from cupy.cuda import nccl
+        sh = self.shard
+        self.s_comm.wait_event(after)
+        ev.x_start.record(self.s_comm)
+        if sh.comm is not None and (sh.sends or sh.recv):
+            with self.s_comm:
+                own = sh.own_rows(B)
+                for p, idx in sh.sends.items():
+                    cupy.take(own, idx, axis=0, out=self.send_bufs[p])
+                nccl.groupStart()
+                for p, buf in self.send_bufs.items():
+                    sh.comm.send(buf.data.ptr, buf.size, nccl_type(buf.dtype), p, self.s_comm.ptr)
+                for p, n, start in sh.recv:
+                    view = B[start:start + n]  # contiguous rows of a C-ordered buffer
+                    sh.comm.recv(view.data.ptr, view.size, nccl_type(view.dtype), p, self.s_comm.ptr)
+                nccl.groupEnd()
+        ev.x.record(self.s_comm)
+
+    def enqueue_rows(self, evs: list, i: int, advance_first: bool, advance_rest: bool) -> None:
+        """Issue iteration ``i`` of a "rows" batch (``evs``: one `RowEvents` per iteration of the batch; the
+        module docstring has the timeline); C (split order) is ``self.C`` once ``evs[i].end`` completes."""
+        sh = self.shard
+        split = sh.row_split
+        C = self._buffers()
+        ev, last = evs[i], i + 1 == len(evs)
+        store_next = not last and advance_rest
+        ev.start.record(self.s_comp)
+        if i == 0:
+            with self.s_comp:
+                if advance_first:
+                    sh.advance_from(C)
+                if not last and not advance_rest:  # the next iterations multiply this same B
+                    sh.own_rows(sh.alt_B())[...] = sh.own_rows()
+            ev.adv.record(self.s_comp)
+            self._exchange(ev.adv, ev, sh.B_ext)
+        else:
+            ev.adv.record(self.s_comp)
+        ev.wait.record(self.s_comp)
+        self.s_comp.wait_event(ev.x)
+        ev.go.record(self.s_comp)
+        with self.s_comp:
+            B_in = sh.b_in()
+            split.run("boundary", B_in, C)
+            ev.bnd.record(self.s_comp)
+            if store_next:
+                split.store(sh.own_rows(sh.alt_B()), C, "boundary")
+            ev.bnd_adv.record(self.s_comp)
+        if not last:
+            self._exchange(ev.bnd_adv, evs[i + 1], sh.alt_B())
+        with self.s_comp:
+            split.run("interior", B_in, C)
+            ev.int.record(self.s_comp)
+            if store_next:
+                split.store(sh.own_rows(sh.alt_B()), C, "interior")
+        ev.end.record(self.s_comp)
+        sh.C, sh.c_split = C, True
+        if not last:
+            sh.swap_B()
 
     def release(self) -> None:
         """Wait for the streams and drop the buffers (before the communicator is destroyed)."""
@@ -121,11 +218,18 @@ class DeviceLoop:
         self.s_comp.synchronize()
         self.C, self.send_bufs = None, {}
 
-    def run(self, n_iters: int, advance_first: bool, advance_rest: bool, overlap: bool) -> tuple[list, float]:
-        """``n_iters`` enqueued back to back, one sync at the end. Returns (per-iteration times, gap ms)."""
-        evs = [self.enqueue(advance_first if i == 0 else advance_rest, overlap) for i in range(int(n_iters))]
+    def run(self, n_iters: int, advance_first: bool, advance_rest: bool, overlap) -> tuple[list, float]:
+        """``n_iters`` enqueued back to back, one sync at the end (``overlap``: False, "columns" or "rows").
+        Returns (per-iteration times, gap ms)."""
+        n = int(n_iters)
+        if overlap == "rows":
+            evs = [RowEvents() for _ in range(n)]
+            for i in range(n):
+                self.enqueue_rows(evs, i, advance_first, advance_rest)
+        else:
+            evs = [self.enqueue(advance_first if i == 0 else advance_rest, bool(overlap)) for i in range(n)]
         evs[-1].end.synchronize()  # synchronize! (one per batch)
-        times = [e.times(overlap) for e in evs]
+        times = [e.times() if overlap == "rows" else e.times(bool(overlap)) for e in evs]
         from cupy.cuda import get_elapsed_time
         span = get_elapsed_time(evs[0].start, evs[-1].end)
         return times, max(0.0, float(span - sum(t["iteration_ms"] for t in times)))

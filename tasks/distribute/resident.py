@@ -20,6 +20,12 @@ Host transport:
 iteration) and pulls the peers' rows with `pull_batched`, which waits until that peer has published the same
 iteration; the kernel runs on the worker's actor thread, as a per-call `compute` does. Both give the same C as the
 same number of `run`/`step` calls.
+
+Overlap (`DistributedSpmm.set_overlap`): "rows" (the default of ``True``; `tasks.distribute.row_split`) computes the
+boundary rows (those peers receive) first and moves the next iteration's halo, into a second extended B, while the
+interior rows' kernel runs; every row once, C kept in the split's row order (undone by `get_C`/`get_C_rows`). On the
+host transport it runs the same timeline (`_iterate_rows_host`) and gives the plain loop's C bitwise. "columns"
+runs the own-column kernel beside the exchange and adds the halo-column kernel into C.
 """
 from __future__ import annotations
 
@@ -37,6 +43,26 @@ from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_of
 NCCL_INIT_TIMEOUT_S = 120
 BATCH_ABORT_TIMEOUT_S = 30  # a failed host-transport batch: how long to tell the peers / wait for their calls
 RELEASE_TIMEOUT_S = 60  # close(): how long the shards may take to free their state and destroy the communicator
+
+
+# What ``overlap=True`` means. The row split: every row of C is computed once (boundary rows first, their exchange
+# beside the interior rows' kernel), so it adds no work to the plain loop but a second launch and a second B
+# buffer. The column split computes each row in two kernels and adds the second into C: on 4 H100s (SBM, 25M nnz
+# per GPU, N = 256) it was slower than the plain loop (5.4 / 6.1 ms against 4.5 / 5.2 ms at 2 / 4 GPUs,
+# docs/scale-out.md), so it stays available by name only.
+OVERLAP_DEFAULT = "rows"
+OVERLAP_MODES = ("rows", "columns")
+
+
+def overlap_mode(on) -> str | bool:
+    """An overlap setting: "rows", "columns", True (= OVERLAP_DEFAULT) or False/None (off)."""
+    if on is True or (isinstance(on, np.bool_) and bool(on)):
+        return OVERLAP_DEFAULT
+    if on is None or on is False or (isinstance(on, np.bool_) and not on):
+        return False
+    if isinstance(on, str) and on in OVERLAP_MODES:
+        return on
+    raise ValueError(f"overlap is {on!r}, expected 'rows', 'columns', True (= {OVERLAP_DEFAULT!r}) or False")
 
 
 def check_n_iters(n_iters) -> int:
@@ -73,12 +99,16 @@ class ShardActor:
             self.gather, self.ext_cols = dev.to_device(ext_index, self.on_gpu), ext_index
         self.n_own, self.off, self.n_ext = S.shape[0], layout["own_offset"], layout["n_ext"]
         self.recv = [(int(p), int(idx.shape[0]), int(start)) for p, idx, start in layout["recv"]]
-        self.sends = {int(p): dev.to_device(idx, self.on_gpu) for p, idx in sends.items()}
+        self._sends_host = {int(p): np.asarray(idx, dtype=np.int64) for p, idx in sends.items()}
+        self.sends = {p: dev.to_device(idx, self.on_gpu) for p, idx in self._sends_host.items()}
         self.plan = dev.make_spmm_plan(S, self.on_gpu, self.prec.name, spmm_kw=spmm_kw)
         self.kernel = str(self.plan.choice.get("kernel"))
         self.S, self.spmm_kw = S, spmm_kw  # kept to build the own/remote split on demand
         self.overlap, self.plan_own, self.plan_rem, self._device_loop, self._c_buf = False, None, None, None, None
         self.own_cols = self.rem_cols = None
+        # "rows" overlap: the row split, the second extended B (its halo is received while the interior kernel still
+        # reads the current one), and whether C is in the split's row order (`row_split.RowSplit`)
+        self.row_split, self.B_alt, self.c_split = None, None, False
         self.B_ext = self.C = self._b_loc = None
         self.peers: list = []
         self.device_rows = False
@@ -94,7 +124,8 @@ class ShardActor:
         return {"shard": self.k, "worker": _worker_address(), "gpu": dev.device_name(self.on_gpu),
                 "kernel": self.kernel, "load_ms": self.load_ms, "n_own": self.n_own, "n_ext": self.n_ext,
                 "halo_rows": self.n_ext - self.n_own, "dtype": self.prec.name, "format": self.ops.name,
-                "gathers_halo": self.gather is not None}
+                "gathers_halo": self.gather is not None, "overlap": self.overlap,
+                **(self.row_split.info() if self.row_split is not None else {})}
 
     def set_peers(self, peers: list, device_rows: bool = False) -> None:
         """The peer actors; ``device_rows``: the host transport hands peers device arrays (a UCX comm moves them
@@ -133,12 +164,20 @@ class ShardActor:
                 xp.zeros((int(self.gather.shape[0]), B_k.shape[1]), dtype=self.prec.storage_dtype)
         self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(B_k.astype(np.float32, copy=False), self.prec)
 
-    def set_overlap(self, on: bool) -> None:
-        """Split A_k into the columns of its own rows and the halo columns (two plans) so that the own part's
-        kernel runs while the halo rows are in flight; C_k = A_own B_own, then C_k += A_halo B_halo (the second
-        kernel adds into C_k as it stores: no extra pass over C)."""
-        self.overlap = bool(on)
-        if self.overlap and self.plan_own is None:
+    def set_overlap(self, on) -> None:
+        """How an iteration hides its halo exchange (`overlap_mode`; True = OVERLAP_DEFAULT, "rows", see there).
+
+        "rows": A_k split by rows (`row_split.RowSplit`): the boundary rows' kernel first, then their exchange
+        (for the next iteration, into the second extended B) beside the interior rows' kernel; each row once.
+        "columns": A_k split into the columns of its own rows and the halo columns (two plans) so that the own
+        part's kernel runs while the halo rows are in flight; C_k = A_own B_own, then C_k += A_halo B_halo (the
+        second kernel adds into C_k as it stores: no extra pass over C). Builds the split's plans on first use."""
+        mode = overlap_mode(on)
+        if mode == "rows" and self.row_split is None:
+            from tasks.distribute.row_split import RowSplit
+            self.row_split = RowSplit(self.S, self._sends_host, self.prec, self.on_gpu, self.spmm_kw)
+        self.overlap = mode
+        if self.overlap == "columns" and self.plan_own is None:
             ext = np.arange(self.n_ext) if self.gather is None else self.ext_cols  # ext row of each A_k column
             own = (ext >= self.off) & (ext < self.off + self.n_own)
             parts = [self.ops.split(self.S, keep, self.prec) for keep in (own, ~own)]
@@ -154,8 +193,12 @@ class ShardActor:
         self.advance_from(self.C)
 
     def advance_from(self, C) -> None:
-        """Own rows of B <- C (float32 [n_own, N]) in the precision's storage, on the current stream."""
-        self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(C, self.prec)
+        """Own rows of B <- C (float32 [n_own, N]; in the row split's order when ``c_split``) in the precision's
+        storage, on the current stream."""
+        if self.c_split:
+            self.row_split.store(self.own_rows(), C)
+        else:
+            self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(C, self.prec)
 
     def b_in(self, cols=None):
         """What A_k multiplies: the extended B, or (halo-order formats) its rows gathered into A_k's column order;
@@ -169,8 +212,21 @@ class ShardActor:
         return self._b_loc
 
     # ---- exchange -----------------------------------------------------------------------------------------------
-    def own_rows(self):
-        return self.B_ext[self.off:self.off + self.n_own]
+    def own_rows(self, B=None):
+        """The own rows (a view) of the extended B, or of ``B`` (the "rows" overlap's other buffer)."""
+        B = self.B_ext if B is None else B
+        return B[self.off:self.off + self.n_own]
+
+    def alt_B(self):
+        """The second extended B of the "rows" overlap (allocated on first use / new N): the next iteration's
+        halo is received into it while this iteration's interior kernel reads ``B_ext``."""
+        if self.B_alt is None or self.B_alt.shape != self.B_ext.shape:
+            self.B_alt = _xp(self.on_gpu).zeros(self.B_ext.shape, dtype=self.B_ext.dtype)
+        return self.B_alt
+
+    def swap_B(self) -> None:
+        """The other extended B becomes the current one (the next iteration's; a host-side pointer swap)."""
+        self.B_ext, self.B_alt = self.alt_B(), self.B_ext
 
     async def pull(self, dst: int):
         """The own rows shard ``dst`` needs, in ``dst``'s receive order (a host copy, or with ``device_rows`` a
@@ -195,17 +251,27 @@ class ShardActor:
     # ---- compute ------------------------------------------------------------------------------------------------
     def compute(self, repeats: int = 0) -> dict:
         """C_k = A_k @ extended B: one timed run (``repeats`` > 0: a warm-up then the median of that many).
-        With overlap set (host transport) the two parts run one after the other: same result, tests the split."""
+        With overlap set (host transport) the two parts run one after the other: same result, tests the split
+        ("rows": C in the split's row order, ``boundary_ms`` the boundary rows' kernel)."""
+        if self.overlap == "rows":
+            B_in, C = self.b_in(), self._overlap_out()
+            with dev.Timer(self.on_gpu) as tb:
+                self.row_split.run("boundary", B_in, C)
+            with dev.Timer(self.on_gpu) as ti:
+                self.row_split.run("interior", B_in, C)
+            self.C, self.c_split = C, True
+            return {"shard": self.k, "kernel_ms": tb.ms + ti.ms, "boundary_ms": tb.ms, "kernel": self._kernels()}
         if self.overlap:
             with dev.Timer(self.on_gpu) as t:
                 B_in = self.b_in()
                 C = self.plan_own.run(B_in, self._overlap_out())
                 self.plan_rem.run(B_in, C, accumulate=True)
-            self.C, kernel_ms = C, t.ms
+            self.C, self.c_split, kernel_ms = C, False, t.ms
         else:
             with dev.Timer(self.on_gpu) as g:
                 B_in = self.b_in()
             self.C, kernel_ms, _ = dev.time_kernel(self.plan, B_in, self.on_gpu, repeats)
+            self.c_split = False
             kernel_ms += g.ms if self.gather is not None else 0.0
         return {"shard": self.k, "kernel_ms": kernel_ms, "kernel": self._kernels()}
 
@@ -233,12 +299,12 @@ class ShardActor:
             self.advance()  # on the legacy stream, which the loop's blocking streams wait for
             advance_first = False
         times, gap_ms = loop.run(n, advance_first, advance_rest, self.overlap)
-        self.C = loop.C
         kernel = self._kernels()
         its = [({**self._exchange_stats(t["exchange_ms"], "nccl"), "overlap": self.overlap,
                  "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"]},
                 {"shard": self.k, "kernel_ms": t["kernel_ms"], "iteration_gpu_ms": t["iteration_ms"],
-                 "kernel": kernel}) for t in times]
+                 "kernel": kernel, **({"boundary_ms": t["boundary_ms"]} if "boundary_ms" in t else {})})
+               for t in times]
         return its, gap_ms
 
     def _overlap_out(self):
@@ -283,18 +349,21 @@ class ShardActor:
             cond.notify_all()
         its, t0 = [], time.perf_counter()
         try:
-            for i in range(n):
-                self._check_batch(batch)
-                if advance_first if i == 0 else advance_rest:
-                    await loop.run_in_executor(pool, self.advance)
-                await self._publish(batch, i)
-                t1 = time.perf_counter()
-                parts = await asyncio.gather(*(self.peers[p].pull_batched(self.k, batch, i) for p, _, _ in self.recv))
-                self._check_batch(batch)
-                for (p, n_rows, start), rows in zip(self.recv, parts):
-                    self.B_ext[start:start + n_rows] = dev.to_device(rows, self.on_gpu)
-                ex = self._exchange_stats((time.perf_counter() - t1) * 1e3, "dask")
-                its.append((ex, await loop.run_in_executor(pool, self.compute, repeats)))
+            if self.overlap == "rows":
+                await self._iterate_rows_host(n, batch, advance_first, advance_rest, its)
+            else:
+                for i in range(n):
+                    self._check_batch(batch)
+                    if advance_first if i == 0 else advance_rest:
+                        await loop.run_in_executor(pool, self.advance)
+                    await self._publish(batch, i)
+                    t1 = time.perf_counter()
+                    parts = await asyncio.gather(*(self.peers[p].pull_batched(self.k, batch, i) for p, _, _ in self.recv))
+                    self._check_batch(batch)
+                    for (p, n_rows, start), rows in zip(self.recv, parts):
+                        self.B_ext[start:start + n_rows] = dev.to_device(rows, self.on_gpu)
+                    ex = self._exchange_stats((time.perf_counter() - t1) * 1e3, "dask")
+                    its.append((ex, await loop.run_in_executor(pool, self.compute, repeats)))
         except BaseException as err:
             reason = f"{type(err).__name__}: {err}"
             async with cond:
@@ -309,6 +378,71 @@ class ShardActor:
                     pass
             raise
         return self._batch_stats(its, (time.perf_counter() - t0) * 1e3)
+
+    async def _iterate_rows_host(self, n: int, batch: int, advance_first: bool, advance_rest: bool,
+                                 its: list) -> None:
+        """`iterate_many_host` with the "rows" overlap, the `nccl_loop` timeline with host rows: iteration 0 gets
+        its halo first (exposed); then each iteration runs the boundary rows' kernel on the actor thread, stores
+        those rows of the next B into the other extended B (``alt_B``) and publishes them at once, and pulls the
+        peers' rows of the next iteration into ``alt_B``'s halo in the event loop while the interior rows' kernel
+        runs on the actor thread (on ``B_ext``, which nothing writes meanwhile); then the interior rows of the next
+        B, the wait for the pull (``exposed_ms``) and the swap. Same C, bitwise, as the plain loop."""
+        loop, pool = asyncio.get_running_loop(), _actor_executor()
+        split, pending = self.row_split, None
+
+        def kernel(part: str, store: bool, C, B_in):  # on the actor thread
+            with dev.Timer(self.on_gpu) as t:
+                B_in = self.b_in() if B_in is None else B_in  # halo-order formats: gathered once per iteration
+                split.run(part, B_in, C)
+            if store:
+                split.store(self.own_rows(self.alt_B()), C, part)
+            return B_in, t.ms
+
+        try:
+            for i in range(n):
+                self._check_batch(batch)
+                last = i + 1 == n
+                if i == 0:
+                    if advance_first:
+                        await loop.run_in_executor(pool, self.advance)
+                    if not last and not advance_rest:  # the next iterations multiply this same B
+                        self.own_rows(self.alt_B())[...] = self.own_rows()
+                    await self._publish(batch, 0)
+                    t1 = time.perf_counter()
+                    await self._pull_into(batch, 0, self.B_ext)
+                    ex_ms = exposed_ms = (time.perf_counter() - t1) * 1e3
+                C = self._overlap_out()
+                B_in, bnd_ms = await loop.run_in_executor(pool, kernel, "boundary", not last and advance_rest, C,
+                                                          None)
+                if not last:
+                    await self._publish(batch, i + 1, self.own_rows(self.alt_B()))
+                    pending = asyncio.ensure_future(self._timed_pull(batch, i + 1, self.alt_B()))
+                _, int_ms = await loop.run_in_executor(pool, kernel, "interior", not last and advance_rest, C, B_in)
+                self.C, self.c_split = C, True
+                ex = {**self._exchange_stats(ex_ms, "dask"), "overlap": "rows", "exposed_ms": exposed_ms}
+                its.append((ex, {"shard": self.k, "kernel_ms": bnd_ms + int_ms, "boundary_ms": bnd_ms,
+                                 "kernel": self._kernels()}))
+                if not last:
+                    t1 = time.perf_counter()
+                    ex_ms = await pending
+                    pending, exposed_ms = None, (time.perf_counter() - t1) * 1e3
+                    self.swap_B()
+        finally:
+            if pending is not None:  # a failed iteration: the pull ends (rows, or the batch's failure) unwaited
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+
+    async def _pull_into(self, batch: int, i: int, B) -> None:
+        """Iteration ``i``'s rows from every peer (`pull_batched`) into the halo rows of extended B ``B``."""
+        parts = await asyncio.gather(*(self.peers[p].pull_batched(self.k, batch, i) for p, _, _ in self.recv))
+        self._check_batch(batch)
+        for (p, n_rows, start), rows in zip(self.recv, parts):
+            B[start:start + n_rows] = dev.to_device(rows, self.on_gpu)
+
+    async def _timed_pull(self, batch: int, i: int, B) -> float:
+        t0 = time.perf_counter()
+        await self._pull_into(batch, i, B)
+        return (time.perf_counter() - t0) * 1e3
 
     async def pull_batched(self, dst: int, batch: int, i: int) -> np.ndarray:
         """Host rows shard ``dst`` needs for iteration ``i`` of ``batch``; waits until they are published."""
@@ -337,14 +471,16 @@ class ShardActor:
                 del self._failed[old]
             cond.notify_all()
 
-    async def _publish(self, batch: int, i: int) -> None:
+    async def _publish(self, batch: int, i: int, own=None) -> None:
+        """Host copies of the rows each peer needs for iteration ``i`` (from ``own``, default the current own
+        rows), once the peers took iteration ``i - 1``'s."""
         cond = self._condition()
         async with cond:
             await cond.wait_for(lambda: (batch, i - 1) not in self._outbox or batch in self._failed
                                 or self._batch != batch)
             self._check_batch(batch)
             if self.sends:
-                own = self.own_rows()
+                own = self.own_rows() if own is None else own
                 self._outbox[(batch, i)] = {p: self._rows_out(own[idx]) for p, idx in self.sends.items()}
                 cond.notify_all()
 
@@ -366,6 +502,8 @@ class ShardActor:
                 "total_exchange_ms": float(sum(ex)), "total_kernel_ms": float(sum(ker)), "loop_ms": loop_ms}
 
     def _kernels(self) -> str:
+        if self.overlap == "rows":
+            return self.row_split.kernels()
         if self.overlap:
             return f"{self.plan_own.choice.get('kernel')}+{self.plan_rem.choice.get('kernel')}"
         return str(self.plan.choice.get("kernel"))
@@ -381,16 +519,22 @@ class ShardActor:
         if self.comm is not None:
             self.comm.destroy()
             self.comm = None
-        self.B_ext = self.C = self._b_loc = self._c_buf = None
+        if self.row_split is not None:
+            self.row_split.release()
+        self.B_ext = self.B_alt = self.C = self._b_loc = self._c_buf = self.row_split = None
         self.plan = self.plan_own = self.plan_rem = None
         dev.release_device_memory(self.on_gpu)
 
     def get_C(self) -> np.ndarray:
-        return dev.to_host(self.C)  # float32 (the plans' out_dtype)
+        """Host C_k (float32, the plans' out_dtype) in the shard's row order (a row split's order undone)."""
+        return self.row_split.natural(self.C) if self.c_split else dev.to_host(self.C)
 
     def get_C_rows(self, index: np.ndarray) -> np.ndarray:
         """Host copy of C_k[index] (rows of this shard's block)."""
-        return dev.to_host(self.C[dev.to_device(np.asarray(index, dtype=np.int64), self.on_gpu)])
+        index = np.asarray(index, dtype=np.int64)
+        if self.c_split:
+            index = self.row_split.pos[index]
+        return dev.to_host(self.C[dev.to_device(index, self.on_gpu)])
 
     def get_B(self) -> np.ndarray:
         """Own rows of B as float32 (exact: widened from the precision's storage)."""
@@ -423,14 +567,17 @@ class DistributedSpmm:
     ``batched`` (False for `run`/`step`; True with ``batch_size``, ``batch_index``, ``batch_ms``, ``batch_loop_ms``,
     the slowest shard's time inside its call, and on NCCL ``batch_gap_ms``, the GPU's idle time between
     iterations), on NCCL ``exposed_ms`` (max over shards of the exchange time the kernels waited for) and
-    ``iteration_gpu_ms`` (max over shards, CUDA events), and per shard ``shards`` rows (halo bytes sent/received,
-    exchange ms, kernel ms, and on NCCL exposed / advance / iteration GPU ms). ``transport``: "nccl" or "dask" plus ``transport_reason``.
+    ``iteration_gpu_ms`` (max over shards, CUDA events), with the "rows" overlap ``boundary_ms`` (max over shards
+    of the boundary rows' kernel, part of ``kernel_ms``; batched on the host transport ``exposed_ms`` too),
+    ``overlap`` (False, "rows" or "columns"), and per shard ``shards`` rows (halo bytes sent/received,
+    exchange ms, kernel ms, and on NCCL exposed / advance / iteration GPU ms). ``transport``: "nccl" or "dask" plus
+    ``transport_reason``. ``overlap``: see `set_overlap`.
     ``repeats`` = 0 times the one kernel run of each iteration; ``spmm_kw`` goes to each shard's ``SpmmPlan``.
     """
 
     def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
                  fmt: str = DEFAULT_FORMAT, device: str = "auto", transport: str = "auto", repeats: int = 0,
-                 spmm_kw: dict | None = None, overlap: bool = False, dtype: str = "float32"):
+                 spmm_kw: dict | None = None, overlap: bool | str = False, dtype: str = "float32"):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
         from tasks.distribute.oneshot import _workers
@@ -463,14 +610,20 @@ class DistributedSpmm:
         self.history: list = []
         self.overlap = False
         self._batches = 0  # batch ids for the host transport's batched exchange
-        if overlap:
-            self.set_overlap(True)
+        if overlap_mode(overlap):
+            self.set_overlap(overlap)
 
-    def set_overlap(self, on: bool) -> None:
-        """Overlap each iteration's halo exchange with the kernel over the shard's own columns (see
-        `ShardActor.set_overlap`); builds the split plans on first use."""
-        _wait([a.set_overlap(on) for a in self.actors])
-        self.overlap = bool(on)
+    def set_overlap(self, on) -> None:
+        """Overlap each iteration's halo exchange with a kernel (`ShardActor.set_overlap`): "rows" (the boundary
+        rows' kernel first, their exchange beside the interior rows' kernel), "columns" (the own-column kernel
+        beside the exchange, the halo-column kernel adding into C), True (= OVERLAP_DEFAULT, "rows": it adds no
+        work, the column split adds a pass and measured slower than no overlap) or False. Builds the split plans
+        on first use; ``info`` is refreshed (per shard ``overlap``, and for "rows" ``boundary_rows`` and
+        ``interior_rows``)."""
+        mode = overlap_mode(on)
+        _wait([a.set_overlap(mode) for a in self.actors])
+        self.overlap = mode
+        self.info = _wait([a.info() for a in self.actors])
 
     def _pick_transport(self, transport: str) -> tuple[str, str]:
         if transport == "dask":
@@ -523,7 +676,7 @@ class DistributedSpmm:
     def _record(self, shards: list, wall_ms: float, **extra) -> None:
         shards = [{**s, "gpu": self.info[s["shard"]]["gpu"]} for s in shards]
         worst = {key: max((s[key] for s in shards if key in s), default=None)
-                 for key in ("exchange_ms", "kernel_ms", "exposed_ms", "iteration_gpu_ms")}
+                 for key in ("exchange_ms", "kernel_ms", "exposed_ms", "iteration_gpu_ms", "boundary_ms")}
         self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms, "overlap": self.overlap,
                              **{k: (0.0 if v is None and k in ("exchange_ms", "kernel_ms") else v)
                                 for k, v in worst.items()}, "shards": shards, **extra})

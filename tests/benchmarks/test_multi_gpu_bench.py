@@ -42,6 +42,12 @@ def test_strong_scaling_on_cpu_workers_checks_every_mode(tmp_path):
     two = [r for r in rows if r["P"] == 2]
     assert all(r["resident_batched_overlap_rel_err"] < 1e-5 and r["resident_batched_advance_rel_err"] < 1e-6
                for r in two)
+    for r in two:  # the row-split overlap: checked, its breakdown filled, its advancing batch equal to a plain run
+        assert r["resident_batched_rowoverlap_rel_err"] < 1e-5
+        assert r["resident_batched_rowoverlap_advance_rel_err"] == 0.0  # CPU: bitwise the plain loop
+        assert r["resident_batched_rowoverlap_loop_ms"] > 0 and r["resident_batched_rowoverlap_boundary_ms"] >= 0
+        assert len(r["rowoverlap_boundary_rows"]) == 2
+    assert all("resident_batched_rowoverlap_loop_ms" not in r for r in rows if r["P"] == 1)
     none, rcm = (next(r for r in two if r["order"] == o) for o in ("none", "rcm"))
     assert max(rcm["halo_recv_bytes"]) < max(none["halo_recv_bytes"])  # a mesh's bandwidth order shrinks the halo
 

@@ -176,7 +176,9 @@ def test_multi_gpu_batched_resident_judges_the_target(summarize, results, tmp_pa
     assert cells[10:13] == ["batch wall ms", "batch eff", "overlap batch eff"]
     lines = [ln for ln in body.splitlines() if ln.startswith("| sbm | natural | 100.00M | 2 |")]
     vals = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert len(vals) == len(cells) and vals[10:12] == ["6.40 (failed)", "0.700"] and vals[23] == "2.0e-06"
+    assert len(vals) == len(cells) and vals[10:12] == ["6.40 (failed)", "0.700"] and vals[27] == "2.0e-06"
+    assert cells[17:21] == ["row-overlap loop ms", "row-overlap loop eff", "row-overlap boundary ms",
+                            "row-overlap exposed ms"] and vals[17:21] == ["–"] * 4
     assert "\"batch wall ms\" is a batch of iterations in one actor call per GPU" in body
 
     # batched with the overlapped exchange: the better of the two batched efficiencies judges the row
@@ -190,7 +192,24 @@ def test_multi_gpu_batched_resident_judges_the_target(summarize, results, tmp_pa
     body = md.split("## Multi-GPU", 1)[1].split("\n## ", 1)[0]
     lines = [ln for ln in body.splitlines() if ln.startswith("| sbm | natural | 100.00M | 2 |")]
     vals = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert vals[12] == "0.800" and vals[23] == "3.0e-06"
+    assert vals[12] == "0.800" and vals[27] == "3.0e-06"
+
+    # the row-split overlap: its in-call loop efficiency judges the row (the only loop measured), shown beside the
+    # others, its columns filled, its error counted
+    doc["rows"][3] = {**doc["rows"][3], "resident_batched_rowoverlap_iter_eff": 0.88,
+                      "resident_batched_rowoverlap_loop_ms": 4.5, "resident_batched_rowoverlap_loop_eff": 0.9,
+                      "resident_batched_rowoverlap_boundary_ms": 0.7, "resident_batched_rowoverlap_exposed_ms": 0.1,
+                      "resident_batched_rowoverlap_rel_err": 4e-6}
+    path.write_text(json.dumps(doc))
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    md = out.read_text()
+    row = target(md, "Multi-GPU", "resident per-iteration efficiency")
+    assert ("sbm natural 100.00M: in-call loop –, overlapped –, row-overlapped 0.900; batch wall 0.700, "
+            "overlapped 0.800, row-overlapped 0.880 (per call") in row[2] and row[3] == "**met**"
+    body = md.split("## Multi-GPU", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in body.splitlines() if ln.startswith("| sbm | natural | 100.00M | 2 |")]
+    vals = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert vals[17:21] == ["4.50", "0.900", "0.70", "0.10"] and vals[27] == "4.0e-06"
 
     # only the P = 2 row of one variant batched: that variant by batched, the other still by its per-call best
     doc["rows"] = [r[0], batched(r[1], 5.0, 0.90), r[2], r[3]]
@@ -289,7 +308,9 @@ def test_weak_scaling_section(summarize, results, tmp_path):
         "machine": "host1", "gpus": ["Test GPU"] * 4, "versions": {"python": "3.11"}, "args": {"weak": 25e6,
                                                                                                "n_cols": 256},
         "skipped": ["weak rmat P=1: over --budget-s 10"],
-        "rows": [weak_row("none", 1, 3.0, 3.5, 0.0, 0), weak_row("none", 2, 4.0, 5.0, 1.0, 200),
+        "rows": [weak_row("none", 1, 3.0, 3.5, 0.0, 0),
+                 {**weak_row("none", 2, 4.0, 5.0, 1.0, 200), "resident_batched_rowoverlap_loop_ms": 3.2,
+                  "resident_batched_rowoverlap_boundary_ms": 0.6, "resident_batched_rowoverlap_exposed_ms": 0.05},
                  weak_row("none", 4, 6.0, 7.0, 3.0, 300), weak_row("tca", 2, 5.0, 6.0, 2.0, 100),
                  {"kind": "mesh", "order": "none", "P": 1, "nnz": 1, "error": "boom"}]})
     out = tmp_path / "bench.md"
@@ -301,6 +322,11 @@ def test_weak_scaling_section(summarize, results, tmp_path):
     assert [(c[1], c[2], c[5], c[7]) for c in cells] == [
         ("none", "1", "1.000", "1.000"), ("none", "2", "0.750", "0.700"), ("none", "4", "0.500", "0.500"),
         ("tca", "2", "–", "–")]  # no 1-GPU row of that order: no efficiency
+    # the row overlap (P = 2 only): its efficiency against the plain 1-GPU loop, its boundary and exposed ms
+    head = next(ln for ln in body.splitlines() if ln.startswith("| kind"))
+    assert [c.strip() for c in head.strip("|").split("|")][8:12] == [
+        "row-overlap loop ms", "row-overlap weak eff", "row-overlap boundary ms", "row-overlap exposed ms"]
+    assert [c[8:12] for c in cells] == [["–"] * 4, ["3.20", "0.938", "0.60", "0.05"], ["–"] * 4, ["–"] * 4]
     assert "300" in lines[2] and "Skipped: weak rmat P=1" in body and "mesh" not in "".join(lines)
     strong = out.read_text().split("## Multi-GPU strong scaling", 1)[1].split("\n## ", 1)[0]
     assert "25.00M" not in strong  # weak rows stay out of the strong-scaling table

@@ -191,10 +191,11 @@ def test_resident_half_iterations_and_halo_bytes(client, case, tmp_path, fmt, dt
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_resident_float32_overlap_matches(client, case, tmp_path, fmt):
+@pytest.mark.parametrize("mode", ["columns", "rows"])
+def test_resident_float32_overlap_matches(client, case, tmp_path, fmt, mode):
     A, perm, B, ref = case
     M, plan, mstore = stored(tmp_path, A, perm, fmt, "float32")
-    with DistributedSpmm(plan, client, store=mstore, perm_key="k-float32", fmt=fmt, overlap=True) as ds:
+    with DistributedSpmm(plan, client, store=mstore, perm_key="k-float32", fmt=fmt, overlap=mode) as ds:
         ds.scatter(B)
         assert rel(ds.run().gather(), ref) < TOL["float32"]
         assert all(i["gathers_halo"] == (not shard_ops(fmt).any_order) for i in ds.info)

@@ -212,11 +212,13 @@ def test_more_shards_than_windows_and_empty_rows(client):
         ds.close()
 
 
-def test_resident_overlap_split_gives_the_same_result(client, case):
-    """Overlap mode (own-column part + halo part, summed) equals the plain iteration, over 3 steps."""
+@pytest.mark.parametrize("mode", ["columns", "rows"])
+def test_resident_overlap_split_gives_the_same_result(client, case, mode):
+    """Overlap modes (own-column part + halo part, summed; boundary rows then interior rows) equal the plain
+    iteration, over 3 steps."""
     A, perm, M, B, _ = case
     plan = make_plan(M, 2, perm=perm)
-    ds = DistributedSpmm(plan, client, M=M, overlap=True)
+    ds = DistributedSpmm(plan, client, M=M, overlap=mode)
     try:
         ds.scatter(B)
         want = A.astype(np.float64) @ B.astype(np.float64)
@@ -226,7 +228,7 @@ def test_resident_overlap_split_gives_the_same_result(client, case):
             want = A.astype(np.float64) @ want
         scale = np.abs(want).max()
         np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * scale)
-        assert all(h["overlap"] for h in ds.history)
+        assert all(h["overlap"] == mode for h in ds.history)
         ds.set_overlap(False)
         prev = parts.gather()
         nxt = ds.step()
@@ -309,10 +311,11 @@ def test_resident_batched_without_advance_repeats_run(client, case):
         assert len(ds.history) == 6
 
 
-def test_resident_batched_overlap_split(client, case):
+@pytest.mark.parametrize("mode", ["columns", "rows"])
+def test_resident_batched_overlap_split(client, case, mode):
     A, perm, M, B, _ = case
     plan = make_plan(M, 3, perm=perm)
-    with DistributedSpmm(plan, client, M=M, overlap=True) as ds:
+    with DistributedSpmm(plan, client, M=M, overlap=mode) as ds:
         ds.scatter(B)
         parts = ds.iterate(3, [B[plan.shard_rows(k)] for k in range(3)])
         want = power(A.astype(np.float64), B.astype(np.float64), 3)

@@ -139,13 +139,15 @@ def test_resident_two_gpus_batched_equals_single_steps(client, case):
         ds.close()
 
 
-def test_resident_two_gpus_overlapped_exchange(client, case):
-    """Overlap (own-column kernel while NCCL moves the halo, the halo-column kernel adding into C): per call,
-    batched and advancing, equal to the single-GPU products."""
+@pytest.mark.parametrize("mode", ["columns", "rows"])
+def test_resident_two_gpus_overlapped_exchange(client, case, mode):
+    """Overlap ("columns": own-column kernel while NCCL moves the halo, the halo-column kernel adding into C;
+    "rows": boundary rows first, their exchange beside the interior rows' kernel): per call, batched and
+    advancing, equal to the single-GPU products."""
     from tasks.distribute import DistributedSpmm, make_plan
     M, perm, B = case
     plan = make_plan(M, 2, perm=perm)
-    with DistributedSpmm(plan, client, M=M, overlap=True) as ds:
+    with DistributedSpmm(plan, client, M=M, overlap=mode) as ds:
         ds.scatter(B)
         ref = single_gpu(M, perm, B)
         for _ in range(2):  # the C buffer is reused: the second call must overwrite, not add to, the first
@@ -154,7 +156,7 @@ def test_resident_two_gpus_overlapped_exchange(client, case):
         C = ds.iterate(2).gather()  # two power steps from C = A B: A^3 B
         ref3 = single_gpu(M, perm, single_gpu(M, perm, ref))
         assert rel(C, ref3) < 3 * TF32_RTOL
-        assert all(h["overlap"] for h in ds.history)
+        assert all(h["overlap"] == mode for h in ds.history)
         assert {s["transport"] for h in ds.history for s in h["shards"]} == {ds.transport}
 
 
@@ -194,3 +196,87 @@ def test_every_format_and_precision_two_gpus(client, case, fmt, dtype):
     assert rel(C2, one) < CONTRACT[dtype] and rel(C2, ref) < CONTRACT[dtype]
     print(fmt, dtype, "kernels:", sorted({t["kernel"] for t in timings}), "one-shot", rel(C, one), "resident",
           rel(C2, one))
+
+
+def test_resident_two_gpus_rows_overlap(client, case):
+    """The "rows" overlap on NCCL (boundary rows' kernel, their exchange into the second extended B beside the
+    interior rows' kernel): per call, batched with and without advancing, against float64 and the plain loop;
+    the history's breakdown (exchange / exposed / kernel / boundary ms) and the split's row counts."""
+    from tasks.distribute import DistributedSpmm, make_plan
+    M, perm, B = case
+    plan = make_plan(M, 2, perm=perm)
+    A64 = sp_of(M, perm)
+    ref1 = A64 @ B.astype(np.float64)
+    ref3 = A64 @ (A64 @ ref1)
+    with DistributedSpmm(plan, client, M=M) as ds:
+        parts = [B[plan.shard_rows(k)] for k in range(2)]
+        plain3 = ds.iterate(3, parts).gather()
+        plain1 = ds.iterate(2, parts, advance=False).gather()
+        ds.set_overlap("rows")
+        assert ds.overlap == "rows" and all(i["overlap"] == "rows" for i in ds.info)
+        assert all(i["boundary_rows"] + i["interior_rows"] == i["n_own"] for i in ds.info)
+        assert all(0 < i["boundary_rows"] < i["n_own"] for i in ds.info)  # communities: both kinds of rows
+        for _ in range(2):  # the second batch replays the bound calls (CUDA graphs) on both extended Bs
+            rows3 = ds.iterate(3, parts).gather()
+            assert rel(rows3, ref3) < 3 * TF32_RTOL and rel(rows3, plain3) < 3 * TF32_RTOL
+        rows1 = ds.iterate(4, parts, advance=False).gather()
+        assert rel(rows1, ref1) < TF32_RTOL and rel(rows1, plain1) < TF32_RTOL
+        for h in ds.history[-4:]:
+            assert h["overlap"] == "rows" and h["batched"]
+            assert 0 <= h["boundary_ms"] <= h["kernel_ms"] and h["exposed_ms"] >= 0 and h["exchange_ms"] > 0
+            assert ds.transport != "nccl" or h["iteration_gpu_ms"] > 0  # CUDA events of the NCCL loop
+            for s in h["shards"]:
+                assert s["transport"] == ds.transport and "+" in s["kernel"]
+                assert ds.transport != "nccl" or s["advance_ms"] >= 0
+        assert rel(ds.run(parts).gather(), ref1) < TF32_RTOL  # per call: the two kernels, C in the split order
+        C = ds.step(2).gather()  # continues from that C (advanced in the split's row order)
+        assert rel(C, ref3) < 3 * TF32_RTOL
+        print("rows overlap, last batch: kernel ms", [round(h["kernel_ms"], 3) for h in ds.history[-2:]],
+              "boundary ms", [round(h["boundary_ms"], 3) for h in ds.history[-2:]],
+              "exposed ms", [round(h["exposed_ms"] or 0.0, 3) for h in ds.history[-2:]])
+
+
+def sp_of(M, perm):
+    """A (original row order) as float64 SciPy CSR from the ME-TCF of A[perm]."""
+    import scipy.sparse as sp
+
+    from kernels.formats.metcf.container import metcf_to_csr
+    Ap = sp.csr_array(metcf_to_csr(M)).astype(np.float64)
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(perm.shape[0])
+    return sp.csr_array(Ap[inv])
+
+
+@pytest.mark.parametrize("fmt", ["metcf", "bcsr", "tiledcsr", "cvse", "csr"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_rows_overlap_every_format_and_precision_two_gpus(client, case, fmt, dtype):
+    """Every sharded format and precision with the "rows" overlap: three advancing iterations in one batch equal
+    the plain batched loop's and the float64 power iteration on the same roundings within the precision's
+    contract (three products: 3x)."""
+    import scipy.sparse as sp
+
+    from kernels.formats import get
+    from kernels.formats.metcf.container import metcf_to_csr
+    from kernels.precision import precision
+    from tasks.distribute import DistributedSpmm, make_plan
+    M, perm, B = case
+    prec = precision(dtype)
+    Ap = sp.csr_array(metcf_to_csr(M))  # rows of A[perm]
+    X = get(fmt).convert(Ap, prec)
+    plan = make_plan(X, 2, perm=perm)
+    A64 = sp_of(M, perm)
+    A64 = sp.csr_array((prec.rounded(A64.data.astype(np.float32)), A64.indices, A64.indptr), shape=A64.shape)
+    Bs = B / 4  # three products stay within float16's range
+    ref = prec.rounded(Bs).astype(np.float64)
+    for i in range(3):
+        ref = A64 @ ref
+        if i < 2:
+            ref = prec.rounded(ref.astype(np.float32)).astype(np.float64)
+    with DistributedSpmm(plan, client, M=X, dtype=dtype) as ds:
+        parts = [Bs[plan.shard_rows(k)] for k in range(2)]
+        plain = ds.iterate(3, parts).gather()
+        ds.set_overlap("rows")
+        got = ds.iterate(3, parts).gather()
+        assert all(i["format"] == fmt and i["overlap"] == "rows" for i in ds.info)
+    assert rel(got, ref) < 3 * CONTRACT[dtype] and rel(got, plain) < 3 * CONTRACT[dtype]
+    print(fmt, dtype, "rows overlap vs float64", rel(got, ref), "vs plain", rel(got, plain))
