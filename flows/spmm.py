@@ -51,8 +51,9 @@ def build_parser() -> cli.Parser:
     order.add_argument("--seed", type=cli.nonnegative_int, default=0, help="seed of B and of randomized reorderings")
     fmt = p.add_argument_group("format and precision")
     fmt.add_argument("--format", dest="fmt", default=cli.DEFAULT_FORMAT, metavar="FORMAT",
-                     help=f"converted format: a registered one (kernels/formats/<name>/; default {cli.DEFAULT_FORMAT}) or auto "
-                          "(every format, the selector picks)")
+                     help=f"converted format: a registered one (kernels/formats/<name>/; default {cli.DEFAULT_FORMAT}), "
+                          "auto (the two formats the cost model ranks first, timed) or hybrid (dense 16-row windows "
+                          "on a Tensor Core format, the other rows on the CUDA-core CSR kernel; one device)")
     fmt.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                      help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 "
                           "(FP32 accumulation)")
@@ -77,6 +78,7 @@ def build_parser() -> cli.Parser:
     p.late_check("--matrix", "matrix", cli.matrix_spec)  # these import part of the pipeline
     p.late_check("--devices", "devices", cli.devices)
     p.late_check("--format", "fmt", cli.format_name)
+    p.joint_check("--format/--devices", cli.format_devices)
     return p
 
 

@@ -13,6 +13,7 @@ from configs.names import DEFAULT_FORMAT
 
 from tasks import steps
 from tasks.cli import data_root as resolve_data_root
+from tasks.execute import check_format_devices
 from tasks.stages import flow_cluster
 
 
@@ -26,6 +27,7 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
     float16 or bfloat16; float16 refuses values it cannot hold unless ``allow_overflow``. ``nondeterministic``
     lets the SpMM fall back to cuSPARSE (faster on some matrices, not bitwise repeatable)."""
     root = resolve_data_root(data_root)
+    check_format_devices(fmt, devices)  # before anything is fetched: a composite format runs on one device
     run_id = uuid.uuid4().hex[:12]
     ingested = steps.ingest(matrix, root, drop_zeros, complex_mode, allow_nonfinite)
     matrix_id = ingested["matrix_id"]

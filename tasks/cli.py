@@ -45,9 +45,14 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._late: list[tuple[str, str, Callable[[str], object]]] = []
+        self._joint: list[tuple[str, Callable[[argparse.Namespace], object]]] = []
 
     def late_check(self, option: str, dest: str, check: Callable[[str], object]) -> None:
         self._late.append((option, dest, check))
+
+    def joint_check(self, options: str, check: Callable[[argparse.Namespace], object]) -> None:
+        """A check of several options together (``options`` names them in its error), after the late checks."""
+        self._joint.append((options, check))
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -58,6 +63,11 @@ class Parser(argparse.ArgumentParser):
                     check(value)
                 except argparse.ArgumentTypeError as err:
                     self.error(f"{option}: {err}")
+        for options, check in self._joint:
+            try:
+                check(namespace)
+            except argparse.ArgumentTypeError as err:
+                self.error(f"{options}: {err}")
         return namespace, extras
 
     def error(self, message: str):
@@ -109,13 +119,25 @@ def devices(text: str) -> str:
 
 
 def format_name(text: str) -> str:
-    """``auto`` or a registered format (kernels.formats.REGISTRY, imported here: after the other options)."""
+    """``auto``, a registered format (kernels.formats.REGISTRY, imported here: after the other options) or a
+    composite of them (kernels.hybrid.COMPOSITES: ``hybrid``)."""
     from kernels.formats import REGISTRY
+    from kernels.hybrid import COMPOSITES
 
-    if text != "auto" and text not in REGISTRY:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a registered format; choose auto or one of "
-                                         f"{', '.join(REGISTRY)}")
+    if text != "auto" and text not in REGISTRY and text not in COMPOSITES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a registered format; choose auto, "
+                                         f"{', '.join(COMPOSITES)} or one of {', '.join(REGISTRY)}")
     return text
+
+
+def format_devices(args: argparse.Namespace) -> None:
+    """``--format`` and ``--devices`` together: a composite (the hybrid) runs on one device only."""
+    from tasks.execute import check_format_devices
+
+    try:
+        check_format_devices(args.fmt, args.devices)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[-1]) from None
 
 
 def matrix_spec(text: str) -> str:

@@ -15,7 +15,7 @@ from configs.errors import InputError
 from configs.names import DEFAULT_FORMAT
 from storage import BlockStore
 from kernels.precision import precision as as_precision
-from tasks.stages import _jsonable, auto_formats, dask_client
+from tasks.stages import _jsonable, auto_formats, dask_client, is_composite, load_composite
 
 # TF32 inputs (10-bit mantissa) accumulated in fp32: about 1e-3 of ||ref||; fp32 CPU paths land far below. The
 # half precisions' contract (kernels.precision): 1e-2 float16, 3e-2 bfloat16, on the CPU path too (rounded inputs).
@@ -143,12 +143,28 @@ def cusparse_product(A, B: np.ndarray, algorithm: str, dtype: str = "float32") -
         op.close()
 
 
-def load_format(mstore, fmt: str, format_key: str):
+def load_format(mstore, fmt, format_key: str, A=None, perm=None, prec=None):
     """A stored format of a matrix as its host object (``Format.from_arrays``), as each shard's worker rebuilds its
-    own; ``fmt`` a registered name."""
+    own; ``fmt`` a registered name or record. A composite (the hybrid) is rebuilt from its stored split and the
+    reordered ``A[perm]`` at ``prec`` (float32 values, as the convert stage split it)."""
     from kernels.formats import get
 
-    return get(fmt).from_arrays(mstore.read_format(fmt, format_key))
+    fmt = get(fmt) if isinstance(fmt, str) else fmt
+    if not is_composite(fmt):
+        return fmt.from_arrays(mstore.read_format(fmt.name, format_key))
+    M = A[perm] if perm is not None else A
+    return load_composite(mstore, fmt, format_key, M.astype(np.float32) if M.dtype != np.float32 else M, prec)
+
+
+def check_format_devices(fmt: str, devices: str | int) -> None:
+    """InputError in one line when ``fmt`` is a composite (``kernels.hybrid.COMPOSITES``) and ``devices`` more
+    than one: a composite's split is of the whole matrix, it has no row-window shards."""
+    from kernels.hybrid import COMPOSITES
+
+    devices = parse_devices(devices)
+    if fmt in COMPOSITES and devices not in ("auto", "cpu", 1):
+        raise InputError(f"--format {fmt} --devices {devices}: {COMPOSITES[fmt].one_device_why}; run it with "
+                         f"--devices auto, cpu or 1, or shard a registered format")
 
 
 def parse_devices(devices: str | int) -> str | int:
@@ -176,28 +192,39 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
     mstore = BlockStore(data_root).matrix(matrix_id)
     A = mstore.read_csr()
     perm = mstore.read_perm(perm_key)
-    from kernels.formats import REGISTRY, candidates
+    from kernels.formats import REGISTRY
+    from kernels.hybrid import plan_candidates
 
     prec = as_precision(dtype)
-    formats = candidates(fmt, prec.name)
-    # One format: its stored object; auto over several: SpmmPlan converts the reordered CSR to each on the device
-    M = load_format(mstore, formats[0].name, format_key) if len(formats) == 1 else None
+    formats = plan_candidates(fmt, prec.name)
+    check_format_devices(fmt, devices)
+    # One format: its stored object (a composite: rebuilt from its stored split and the reordered CSR); auto over
+    # several: SpmmPlan converts the reordered CSR to each on the device
+    M = load_format(mstore, formats[0], format_key, A, perm, prec) if len(formats) == 1 else None
     B = dense_b(A.shape[1], n_cols_b, seed)
     t0 = time.perf_counter()
     if devices in ("auto", "cpu", 1):
         C, result = _run_one_device(A, perm, M, B, "cpu" if devices == "cpu" else "auto", repeats, prec.name, fmt,
                                     deterministic)
+        for f in formats:  # a composite's split as it ran: the stored one, or the one an auto plan built and chose
+            split = M.summary() if M is not None and is_composite(f) else (result["choice"] or {}).get(f.name)
+            if is_composite(f) and split is not None:
+                result["split"] = {"composite": f.name, **split}
     else:
         if scheduler is None:
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
         from tasks.distribute.formats import shard_ops
 
-        if M is None:  # --format auto: the first format the ranking kept that shards (the convert stage stored
-            # exactly those; each worker's selector then picks that format's kernel for its shard)
-            ranked = ([REGISTRY[n] for n in stored_formats] if stored_formats else
-                      auto_formats(A[perm], formats, prec.name)[0])
+        if M is None:  # --format auto: the first registered format the ranking kept that shards (the convert stage
+            # stored exactly those; each worker's selector then picks that format's kernel for its shard)
+            ranked = ([REGISTRY[n] for n in stored_formats if n in REGISTRY] if stored_formats else
+                      [f for f in auto_formats(A[perm], formats, prec.name)[0] if f.name in REGISTRY])
+            if not ranked:
+                raise InputError(f"--format auto --devices {devices}: the ranking kept only "
+                                 f"{', '.join(stored_formats or ())}, which runs on one device; pass a registered "
+                                 f"--format")
             shardable = [f for f in ranked if f.shard is not None] or ranked
-            M = load_format(mstore, shardable[0].name, format_key)
+            M = load_format(mstore, shardable[0], format_key, A, perm, prec)
         shard_ops(M)  # one line naming the format when it cannot run sharded
         C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats, prec.name, seed)
     result["wall_ms"] = (time.perf_counter() - t0) * 1e3

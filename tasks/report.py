@@ -10,7 +10,8 @@ STAGES = ("fetch", "parse", "reorder", "convert", "spmm")
 # What the printed table shows per stage (the runs table keeps everything in ``extra``).
 DETAIL_KEYS = ("format", "dtype", "block_shape", "reused", "applied", "tc_blocks", "why", "n_tc_blocks", "mean_nnz_tc",
                "kernel_ms", "rel_err", "nnz", "shape",
-               "cusparse_original_ms", "cusparse_reordered_ms", "devices", "halo_mb", "nonfinite_a", "nonfinite_c")
+               "cusparse_original_ms", "cusparse_reordered_ms", "devices", "halo_mb", "nonfinite_a", "nonfinite_c",
+               "split")
 
 
 def _before_after(order: dict, key: str) -> str | None:
@@ -29,6 +30,15 @@ def _devices(per_device) -> str | None:
     return ", ".join(f"{n} x {g}" for g, n in counts.items())
 
 
+def _split(split: dict | None) -> str | None:
+    """``"metcf 12 windows (192 rows, 5,000 nnz) + csr 8,000 rows (100,000 nnz)"``: a composite's two sides."""
+    if not split:
+        return None
+    return (f"{split.get('tc_format')} {split.get('tc_windows', 0):.0f} windows ({split.get('tc_rows')} rows, "
+            f"{split.get('tc_nnz'):,} nnz) + {split.get('cuda_format')} {split.get('cuda_rows')} rows "
+            f"({split.get('cuda_nnz'):,} nnz)")
+
+
 def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
     """Runs-table rows (one per stage) from the stage results the flow collected."""
     ingest, order, conv, mult = (results.get(k, {}) for k in ("ingest", "reorder", "convert", "spmm"))
@@ -40,8 +50,9 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
         "reorder": {**{k: order.get(k) for k in ("method", "applied", "why", "reused", "before", "after", "methods")},
                     "tc_blocks": _before_after(order, "n_tc_blocks"),
                     "mean_nnz_tc": _before_after(order, "mean_nnz_tc")},
-        "convert": {k: conv.get(k) for k in ("format", "dtype", "block_shape", "reused", "n_tc_blocks", "mean_nnz_tc",
-                                             "metcf_bytes", "csr_bytes", "formats")},
+        "convert": {**{k: conv.get(k) for k in ("format", "dtype", "block_shape", "reused", "n_tc_blocks",
+                                                "mean_nnz_tc", "metcf_bytes", "csr_bytes", "formats")},
+                    "split": _split(conv.get("split"))},
         "spmm": {**{k: mult.get(k) for k in ("dtype", "kernel_ms", "rel_err", "choice", "baseline", "per_device",
                                              "nonfinite_a", "nonfinite_c", "precision_check")},
                  "devices": _devices(mult.get("per_device")),

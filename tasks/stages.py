@@ -231,20 +231,22 @@ def check_precision(matrix_id: str, data_root: str, dtype: str = "float32", *, a
 
 def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT_FORMAT, dtype: str = "float32",
             scheduler: str | None = None) -> dict:
-    """Convert the reordered matrix to ``fmt`` (a registered format, or ``auto``: the formats an auto plan builds,
-    `auto_formats`) at ``dtype`` and store it in row-window-range blocks (reused when stored). Large matrices are
-    converted in window-aligned row blocks on the flow's Dask workers. Returns the first format's key and stats,
-    with ``formats`` mapping every converted format to its key (and, for ``auto``, ``format_ranking``)."""
-    from kernels.formats import candidates
+    """Convert the reordered matrix to ``fmt`` (a registered format, ``hybrid``, or ``auto``: the formats an auto
+    plan builds, `auto_formats`) at ``dtype`` and store it in row-window-range blocks (reused when stored). Large
+    matrices are converted in window-aligned row blocks on the flow's Dask workers. A composite (the hybrid) stores
+    its split instead (`store_composite`). Returns the first format's key and stats, with ``formats`` mapping every
+    stored format to its key (for ``auto``, ``format_ranking``; with a hybrid, ``split``: its windows, rows and nnz
+    on each side and the TC format)."""
+    from kernels.hybrid import plan_candidates
     from kernels.precision import precision
     from tasks.convert import SHARD_MIN_NNZ, convert_on_cluster
 
     prec = precision(dtype)
-    formats = candidates(fmt, prec.name)
+    formats = plan_candidates(fmt, prec.name)
     mstore = BlockStore(data_root).matrix(matrix_id)
     fkey = f"{perm_key}-{dtype}"
     t0 = time.perf_counter()
-    results, A, ranking = {}, None, None
+    results, A, ranking, composite = {}, None, None, {}
     if len(formats) > 1:
         A = reordered_csr(mstore, perm_key)
         formats, ranking = auto_formats(A, formats, prec.name)
@@ -256,6 +258,11 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT
                 continue
             if A is None:
                 A = reordered_csr(mstore, perm_key)
+            if is_composite(f):
+                with progress.task(f"split {matrix_id} for {f.name} {dtype}"):
+                    stats = store_composite(mstore, f, fkey, A, prec, perm_key)
+                results[f.name] = {"reused": False, **stats}
+                continue
             with dask_client(scheduler if A.nnz >= SHARD_MIN_NNZ else None) as client, \
                     progress.task(f"convert {matrix_id} to {f.name} {dtype}"):
                 obj = f.convert(A, prec) if client is None else convert_on_cluster(A, client, f, prec)
@@ -264,9 +271,42 @@ def convert(matrix_id: str, perm_key: str, data_root: str, *, fmt: str = DEFAULT
             mstore.write_format(f.name, fkey, obj, {"perm_key": perm_key, "dtype": dtype, "stats": stats,
                                                     "value_types": {f.layout.value_column: prec.name}})
             results[f.name] = {"reused": False, **stats}
+    for f in formats:  # the report's view of a composite's split, stored or reused (at most one composite)
+        if is_composite(f):
+            composite["split"] = {"composite": f.name, **(results[f.name].get("split") or {})}
     first = formats[0].name
     return {"format": first, "format_key": fkey, "dtype": dtype, "formats": {n: fkey for n in results},
-            **({"format_ranking": _jsonable(ranking)} if ranking else {}), "ms": _elapsed_ms(t0), **results[first]}
+            **({"format_ranking": _jsonable(ranking)} if ranking else {}), **composite, "ms": _elapsed_ms(t0),
+            **{k: v for k, v in results[first].items() if k != "split"}}
+
+
+def is_composite(f) -> bool:
+    """Whether ``f`` is a plan composed of registered formats (``kernels.hybrid.Composite``), stored as its split."""
+    from kernels.hybrid import Composite
+
+    return isinstance(f, Composite)
+
+
+def store_composite(mstore, f, fkey: str, A, prec, perm_key: str) -> dict:
+    """Split the reordered ``A`` for composite ``f`` at ``prec`` and store the split (``f.record``: a label per
+    16-row window and its parameters) as ``formats/<f.name>/<fkey>``; the SpMM stage rebuilds the composite from it
+    and the stored CSR (`load_composite`). Returns the stats the report shows (``split``: the parts' windows, rows,
+    nnz and the TC format)."""
+    from storage.splits import write_split
+
+    labels, meta = f.record(A, prec)
+    stats = _jsonable({"split": meta["summary"], "csr_bytes": int(A.indptr.nbytes + A.indices.nbytes
+                                                                   + A.data.nbytes)})
+    write_split(mstore, f.name, fkey, labels, {**meta, "perm_key": perm_key, "dtype": prec.name, "stats": stats})
+    return stats
+
+
+def load_composite(mstore, f, format_key: str, A, prec):
+    """The composite ``f`` the convert stage stored for the reordered ``A`` (float32 values, as it converted)."""
+    from storage.splits import read_split
+
+    labels, meta = read_split(mstore, f.name, format_key)
+    return f.rebuild(A, prec, labels, meta)
 
 
 def reordered_csr(mstore, perm_key: str):

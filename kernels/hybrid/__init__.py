@@ -13,6 +13,12 @@ slice of the whole one's), so it has no block layout and no window-range read. `
 `Composite`: the part of a format's record that ``SpmmPlan`` and the ranking read (name, device operator, NumPy
 twin, estimate, fallbacks), kept out of ``REGISTRY`` so those stages never see it; `plan_candidates` adds it to
 the plan's candidates.
+
+In the pipeline (``--format hybrid``, or ``auto`` ranking it among the first) the convert stage stores what
+decides a hybrid, not a converted copy: `record` (each window's TC flag, the TC format, the N it was split at),
+and the SpMM stage rebuilds the same split from it and the stored reordered CSR (`rebuild`); each part is then
+converted by its own format's operator, on the device when there is one. A hybrid runs on one device: its split is
+of the whole matrix, and it has no window-range shards.
 """
 from __future__ import annotations
 
@@ -21,8 +27,8 @@ from typing import Any, Callable
 
 from kernels.formats.ranking import split
 from kernels.formats.registry import DeviceRecord, candidates, get
-from kernels.hybrid.parts import (CUDA_CORE, HybridA, applicable, check_applicable, convert, reference_spmm,
-                                  tc_formats, to_csr)
+from kernels.hybrid.parts import (CUDA_CORE, HybridA, applicable, check_applicable, convert, rebuild, record,
+                                  reference_spmm, tc_formats, to_csr)
 from kernels.precision import PRECISIONS
 from kernels.precision import precision as as_precision
 
@@ -42,6 +48,10 @@ class Composite(DeviceRecord):
     block_width: dict = field(default_factory=dict)  # precision name -> 1: every precision it runs
     gpu_ready: bool = True
     gpu_not_ready_why: str = ""
+    record: Callable[..., tuple] | None = None  # (A, precision) -> (per-window labels, meta): what the store keeps
+    rebuild: Callable[..., Any] | None = None  # (A, precision, labels, meta) -> host object, `record` inverted
+    shard = None  # no window-range shards (kernels.formats.registry.Format.shard's place): one device only
+    one_device_why: str = ""  # why, in the words of the one-line refusal of several devices
 
 
 def estimate(stats, precision, N: int) -> float | None:
@@ -57,7 +67,10 @@ HYBRID = Composite(
     name="hybrid", summary="dense 16-row windows on a Tensor Core format, the other rows on the CUDA-core CSR "
     "kernel; windows split by the cost model", convert=convert, reference_spmm=reference_spmm, to_csr=to_csr,
     device="kernels.hybrid.device:HybridDevice", estimate=estimate, fallbacks=("csr-rows",),
-    block_width={name: 1 for name in PRECISIONS})
+    block_width={name: 1 for name in PRECISIONS}, record=record, rebuild=rebuild,
+    one_device_why="the hybrid runs on one device: its split is chosen from the whole matrix's windows and it has no "
+    "row-window shards")
+COMPOSITES = {HYBRID.name: HYBRID}  # the plans built from registered formats, by name (the CLI's --format)
 
 
 def plan_candidates(name: str, precision: str) -> list:
@@ -70,4 +83,4 @@ def plan_candidates(name: str, precision: str) -> list:
     return found + [HYBRID] if name == "auto" and applicable(precision) else found
 
 
-__all__ = ["HYBRID", "Composite", "HybridA", "plan_candidates"]
+__all__ = ["COMPOSITES", "HYBRID", "Composite", "HybridA", "plan_candidates"]

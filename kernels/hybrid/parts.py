@@ -91,14 +91,18 @@ class HybridA:
                 "tc_range": list(self.tc_range) if self.tc_range else None, "split_s": round(self.seconds, 6)}
 
 
-def split_matrix(A, precision, N: int = RANK_N, *, tc_windows=None) -> HybridA:
+def split_matrix(A, precision, N: int = RANK_N, *, tc_windows=None, tc_format: str | None = None) -> HybridA:
     """A's split and its two SciPy parts (no format conversion: the device operators convert their part).
-    ``tc_windows`` (bool [ceil(M / 16)]): these windows on the TC format the cost model ranks first for A, the rest
-    on CUDA cores, instead of the model's split (tests and experiments; ``SpmmPlan`` takes the result as A)."""
+    ``tc_windows`` (bool [ceil(M / 16)]): these windows on the TC format, the rest on CUDA cores, instead of the
+    model's split (tests and experiments; ``SpmmPlan`` takes the result as A); the TC format is ``tc_format``, or
+    without it the one the cost model ranks first for A. Both given (a stored split, `rebuild`): the model is not
+    consulted for the choice, only its estimates of that split are (the report's microseconds)."""
     t0 = time.perf_counter()
     A = canonical_csr(A, "the hybrid plan")
     n_rows = int(A.shape[0])
-    s = choose_split(A, precision, N)
+    if tc_format is not None and tc_windows is None:
+        raise ValueError("tc_format names the TC part's format of a given split: pass tc_windows with it")
+    s = choose_split(A, precision, N) if tc_format is None else _given_split(A, precision, N, tc_format)
     if tc_windows is not None:
         mask = np.asarray(tc_windows)
         if mask.dtype != bool or mask.shape != (s.windows.n_windows,):
@@ -118,6 +122,58 @@ def split_matrix(A, precision, N: int = RANK_N, *, tc_windows=None) -> HybridA:
         tc_range = (int(tc_rows[0]), int(tc_rows[-1]) + 1)
     return HybridA((n_rows, int(A.shape[1])), as_precision(precision).name, s, tc_rows, cuda_rows, tc_range,
                    _rows_of(A, tc_rows), _rows_of(A, cuda_rows), seconds=time.perf_counter() - t0)
+
+
+def _given_split(A, precision, N: int, tc_format: str) -> Split:
+    """A `Split` of every window of A on ``tc_format`` (a TC format the hybrid may use at ``precision``), with the
+    estimates of all windows on either side; `split_matrix` then applies the given windows."""
+    prec = as_precision(precision)
+    check_applicable(prec)
+    allowed = [f.name for f in tc_formats(prec)]
+    if tc_format not in allowed:
+        raise InputError(f"the hybrid's Tensor Core format is {tc_format!r}, expected one of {', '.join(allowed)} "
+                         f"at {prec.name}; convert the matrix again")
+    windows, fmt, cuda = window_stats(A), get(tc_format), get(CUDA_CORE)
+    every = np.ones(windows.n_windows, dtype=bool)
+    tc_us = split_cost(windows, every, fmt, cuda, prec, N)[0]
+    cuda_us = split_cost(windows, ~every, fmt, cuda, prec, N)[0]
+    return Split(tc_format, CUDA_CORE, prec.name, int(N), windows, every, tc_us, tc_us, cuda_us, False)
+
+
+def record(A, precision) -> tuple[np.ndarray, dict]:
+    """What the pipeline stores of A's split (its convert stage; the hybrid has no bytes of its own): `split_record`
+    of `split_matrix`."""
+    return split_record(split_matrix(A, precision))
+
+
+def split_record(H: HybridA) -> tuple[np.ndarray, dict]:
+    """The TC flag of every 16-row window of H's split (uint8 [ceil(M / 16)]) and the choice's parameters with the
+    report's summary: `rebuild` turns them and the same A back into the same split."""
+    s = H.split
+    if not s.windows.exact:
+        raise ValueError("a split of sampled windows cannot be stored: split_matrix splits every window")
+    return s.tc.astype(np.uint8), {"tc_format": s.tc_format, "cuda_format": s.cuda_format, "N": int(s.N),
+                                   "precision": H.precision, "shape": list(H.shape), "summary": H.summary()}
+
+
+def rebuild(A, precision, tc_windows, meta: dict) -> HybridA:
+    """The split `record` stored, rebuilt on the same (reordered) A: InputError in one line when A or the
+    precision is not the one it was stored for."""
+    prec = as_precision(precision)
+    shape = [int(s) for s in A.shape]
+    if list(meta.get("shape", [])) != shape or meta.get("precision") != prec.name:
+        raise InputError(f"the stored hybrid split is of a {meta.get('shape')} matrix at {meta.get('precision')}, "
+                         f"expected {shape} at {prec.name}; convert the matrix again")
+    if meta.get("cuda_format") != CUDA_CORE:
+        raise InputError(f"the stored hybrid split runs its other rows on {meta.get('cuda_format')!r}, expected "
+                         f"{CUDA_CORE!r}; convert the matrix again")
+    mask = np.asarray(tc_windows)
+    n_windows = -(-shape[0] // WINDOW)
+    if mask.ndim != 1 or mask.size != n_windows or (mask.size and int(mask.max()) > 1):
+        raise InputError(f"the stored hybrid split has {mask.size} window flags (largest "
+                         f"{int(mask.max()) if mask.size else 0}), expected {n_windows} flags of 0 or 1 for "
+                         f"{shape[0]} rows; convert the matrix again")
+    return split_matrix(A, prec, int(meta["N"]), tc_windows=mask.astype(bool), tc_format=meta["tc_format"])
 
 
 def convert(A, precision: Precision) -> HybridA:

@@ -27,6 +27,12 @@ GEN = "gen:sbm?n=1500&blocks=15&p_in=0.05&p_out=0.0005&seed=4"
     (["--devices", "two"], "error: --devices: expected auto, cpu, all or a count (see --help)"),
     (["--seed", "-1"], "error: --seed: must be >= 0, got -1 (see --help)"),
     (["--matrix", "gen:rmat?scale=x"], "error: --matrix: gen:rmat: scale='x' is not a valid int (see --help)"),
+    (["--format", "hybrid", "--devices", "2"], "error: --format/--devices: the hybrid runs on one device: its split "
+     "is chosen from the whole matrix's windows and it has no row-window shards; run it with --devices auto, cpu or "
+     "1, or shard a registered format (see --help)"),
+    (["--format", "hybrid", "--devices", "all"], "error: --format/--devices: the hybrid runs on one device: its "
+     "split is chosen from the whole matrix's windows and it has no row-window shards; run it with --devices auto, "
+     "cpu or 1, or shard a registered format (see --help)"),
     (["--matrix", "gen:rmat?scale=5&bogus=1"], "error: --matrix: gen:rmat: unknown parameter(s) bogus; valid: "
                                                "scale, edge_factor, a, b, c, seed, shuffle, values (see --help)"),
     (["--memory-limit", "lots"], "error: --memory-limit: 'lots' is not a size; use bytes or a number with K, M, G "
@@ -62,7 +68,7 @@ def test_the_parsers_names_are_the_pipelines():
     from tasks.cli import DEFAULT_FORMAT, REORDER_METHODS
 
     assert REORDER_METHODS == METHODS and DEFAULT_FORMAT in REGISTRY
-    for name in (*REGISTRY, "auto"):  # every registered format is accepted, by the registry itself
+    for name in (*REGISTRY, "auto", "hybrid"):  # every registered format is accepted, by the registry itself
         assert build_parser().parse_args(["--matrix", "gen:rmat?scale=5", "--format", name]).fmt == name
 
 
@@ -73,7 +79,7 @@ def test_an_unregistered_format_is_refused_naming_the_registered_ones(capsys):
         build_parser().parse_args(["--matrix", "gen:rmat?scale=5", "--format", "nope"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines() == [f"error: --format: 'nope' is not a registered format; choose "
-                                                    f"auto or one of {', '.join(REGISTRY)} (see --help)"]
+                                                    f"auto, hybrid or one of {', '.join(REGISTRY)} (see --help)"]
 
 
 def test_help_lists_the_options_grouped():
@@ -172,3 +178,51 @@ def test_plot_draws_the_runs_chart(tmp_path, data_root, capsys):
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["--matrix", "gen:banded?n=5", "--plot", str(tmp_path / "no" / "x.png")]) == 2
     assert "the folder" in capsys.readouterr().err
+
+
+POWER_LAW = "gen:rmat?scale=13&edge_factor=16&seed=1"  # natural R-MAT order: the hybrid splits it
+
+
+def test_hybrid_runs_end_to_end_and_reuses_its_split(data_root):
+    """``--format hybrid``: the convert stage stores the split (TC windows, rows and nnz on each side, the TC
+    format) and the report shows it; the SpMM's C passed the float64 check (run_spmm raises otherwise); a second
+    run reuses the stored split and gives the same one."""
+    args = ["--matrix", POWER_LAW, "-N", "8", "--reorder", "none", "--format", "hybrid", "--devices", "cpu",
+            "--repeats", "2", "--data-root", str(data_root)]
+    first = run_cli([*args, "--json"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    out = json.loads(first.stdout)
+    conv, split = out["convert"], out["convert"]["split"]
+    assert conv["format"] == "hybrid" and not conv["reused"] and split["composite"] == "hybrid"
+    assert split["tc_format"] in ("metcf", "bcsr", "tiledcsr", "cvse") and split["cuda_format"] == "csr"
+    assert 0 < split["tc_windows"] < split["windows"] == 512
+    assert split["tc_rows"] + split["cuda_rows"] == 8192 and split["tc_nnz"] + split["cuda_nnz"] == out["spmm"]["nnz"]
+    assert out["spmm"]["rel_err"] < 1e-5 and out["spmm"]["choice"]["format"] == "hybrid"
+    assert out["spmm"]["split"]["tc_rows"] == split["tc_rows"]
+    stored = list((Path(data_root) / "matrices" / out["matrix_id"] / "formats").iterdir())
+    assert [p.name for p in stored] == ["hybrid"]
+    second = run_cli(args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    (line,) = [line for line in second.stdout.splitlines() if line.startswith("convert")]
+    assert "format=hybrid" in line and "reused=True" in line
+    assert (f"split={split['tc_format']} {split['tc_windows']:.0f} windows ({split['tc_rows']} rows, "
+            f"{split['tc_nnz']:,} nnz) + csr {split['cuda_rows']} rows ({split['cuda_nnz']:,} nnz)") in line
+
+
+def test_auto_with_the_hybrid_ranked(data_root):
+    """``--format auto`` where the float32 ranking keeps the hybrid: its split and the other format are stored,
+    the ranking and the split are in the report, C passes the check."""
+    proc = run_cli(["--matrix", POWER_LAW, "-N", "8", "--reorder", "none", "--format", "auto", "--devices", "cpu",
+                    "--repeats", "1", "--data-root", str(data_root), "--json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    built = out["convert"]["format_ranking"]["built"]
+    assert "hybrid" in built and list(out["convert"]["formats"]) == built
+    assert out["convert"]["split"]["tc_rows"] > 0 and out["spmm"]["rel_err"] < 1e-5
+
+
+def test_hybrid_on_several_devices_fails_before_anything_starts(data_root):
+    proc = run_cli(["--matrix", POWER_LAW, "--format", "hybrid", "--devices", "2", "--data-root", str(data_root)])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error: --format/--devices: the hybrid ")
+    assert not list(Path(data_root).iterdir())

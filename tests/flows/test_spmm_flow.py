@@ -120,3 +120,14 @@ def test_nonfinite_values_refused_or_counted(prefect_harness, data_root, tmp_pat
     assert "nonfinite_a=2" in out["table"] and f"nonfinite_c={rows_hit * 8}" in out["table"]
     with pytest.raises(InputError, match="holds 2 values that are not finite"):  # the stored copy, without the option
         spmm_flow(matrix=str(path), n_cols_b=8, reorder="none", devices="cpu", data_root=str(data_root))
+
+
+def test_auto_sharded_with_the_hybrid_ranked_shards_the_other_format(prefect_harness, data_root):
+    """``--format auto --devices 2`` where the ranking keeps the hybrid (one device only): the other format kept
+    is the one sharded, the hybrid's split is still stored and reported."""
+    out = spmm_flow(matrix="gen:rmat?scale=13&edge_factor=16&seed=1", n_cols_b=8, reorder="none", fmt="auto",
+                    devices="2", data_root=str(data_root), repeats=1)
+    built = out["convert"]["format_ranking"]["built"]
+    assert "hybrid" in built and out["convert"]["split"]["composite"] == "hybrid"
+    assert out["spmm"]["sharded"]["format"] == next(n for n in built if n != "hybrid")
+    assert out["spmm"]["rel_err"] < 2e-3 and len(out["spmm"]["per_device"]) == 2

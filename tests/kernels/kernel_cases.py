@@ -93,3 +93,24 @@ def mma_isa(a_regs, b_regs, tf32: bool, to_f):
     D = A @ Bt
     return [[D[lane >> 2, 2 * (lane & 3)], D[lane >> 2, 2 * (lane & 3) + 1], D[(lane >> 2) + 8, 2 * (lane & 3)],
              D[(lane >> 2) + 8, 2 * (lane & 3) + 1]] for lane in range(32)]
+
+
+def special_values():
+    """-0.0, NaN, inf, a float16 overflow (1e6 -> inf), a bfloat16 tie and a float16 subnormal: a converter that
+    converts values per nonzero must give the host converter's bits."""
+    vals = np.array([-0.0, np.nan, np.inf, 1e6, 1.0 + 2.0**-8, 3e-6, 1.0 / 3.0, -7.0])
+    return sp.csr_array((vals, ([0, 1, 2, 3, 15, 16, 16, 40], [0, 9, 17, 30, 31, 0, 33, 1])), shape=(41, 34))
+
+
+# The GPU converters' cases (checked on NumPy by the *_xp tests, on the device by the GPU ones): every BASE_CASES
+# shape plus no rows, one row, no columns, one column, special values, int64 indices, and random shapes
+CONVERTER_CASES = {**BASE_CASES,
+                   "zero_rows": lambda: sp.csr_array((0, 5)),
+                   "one_row": lambda: random_csr((1, 300), 120, seed=9),
+                   "one_row_no_cols": lambda: sp.csr_array((1, 0)),
+                   "one_column": lambda: random_csr((70, 1), 40, seed=10),
+                   "special_values": special_values,
+                   "int64_columns": int64_columns,  # K = 2**36: column ids int64
+                   "int64_indices_small": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64),
+                   **{f"random_{s}": (lambda s=s: random_csr((50 + 97 * s, 20 + 61 * s), 300 * s + 5, seed=s))
+                      for s in range(6)}}

@@ -23,10 +23,13 @@ import time
 
 import numpy as np
 
+from kernels.formats.blocks import canonical_csr
 from kernels.formats.cvse import launch as lc
 from kernels.formats.cvse.container import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
 from kernels.formats.contract import Choice, PerCall
+from kernels.formats.cvse.gpu import csr_to_cvse_gpu
+from kernels.formats.cvse.gpu import to_host as cvse_to_host
 from kernels.formats.cvse.svc import PAPER_CANDIDATES, choose, compress
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
@@ -55,9 +58,20 @@ def reference_spmm(X: CVSE, B, precision: Precision | None = None):
     return cvse_spmm(X, B)
 
 
+def _convert_on_device(A, *, vector: int, to_storage) -> CVSE:
+    """`compress`'s converter on the GPU: CSR uploaded, CVSE built there (bitwise the host's), back as host arrays
+    for the upload, whose checks and the tiled layout read them on the host."""
+    import cupy
+
+    A = canonical_csr(A, "CvseDevice")
+    X = csr_to_cvse_gpu(cupy.asarray(A.indptr), cupy.asarray(A.indices), cupy.asarray(A.data), A.shape,
+                        vector=vector, to_storage=to_storage)
+    return cvse_to_host(X)  # synchronize!
+
+
 class CvseDevice:
-    """CVSE of one matrix on the current device at one precision: converted on the host (Sparse Vector Compression
-    chooses V from the whole matrix, or the given CVSE's V is kept), uploaded once. Two kernels, both deterministic
+    """CVSE of one matrix on the current device at one precision: converted on the device (Sparse Vector Compression
+    chooses V from the whole matrix's vector counts; or the given CVSE, V kept, converted on the host), uploaded once. Two kernels, both deterministic
     (each C element has one writer, fixed summation order): the per-vector kernel ("cvse-vector", every precision)
     and, 16-bit, the tiled kernel ("cvse-tiled": B's K chunk staged in shared memory once per block of vector rows,
     kernels/formats/cvse/tiles.py), which `decide` picks by vectors per chunk or, with B, by timing."""
@@ -73,9 +87,11 @@ class CvseDevice:
         self.timings: dict = {}
         t0 = time.perf_counter()
         if isinstance(A, CVSE):
-            X, self.svc = A, {"vector": A.vector, "reason": "given CVSE"}
-        else:
-            X, self.svc = compress(A, precision)
+            X, self.svc, how = A, {"vector": A.vector, "reason": "given CVSE"}, "host CVSE upload"
+        else:  # V chosen from the host's vector counts, the CVSE built on the device (kernels.formats.cvse.gpu)
+            X, self.svc = compress(A, precision, converter=_convert_on_device)
+            how = "GPU CVSE"
+            self.timings["convert_gpu_s"] = time.perf_counter() - t0
         self._dm = lc.upload(X, precision.name)
         # the tiled kernel's layout (16-bit, and only where segments of a K chunk hold >= 4 vectors on average)
         self.autotune = autotune
@@ -85,7 +101,7 @@ class CvseDevice:
         lc.module(lc.SPMM_SOURCE)  # compile now, not in the first run
         cupy.cuda.Device().synchronize()  # synchronize!
         self.timings["convert_upload_s"] = time.perf_counter() - t0
-        self.timings["conversion"] = f"host CVSE upload (V = {X.vector}: {self.svc['reason']})"
+        self.timings["conversion"] = f"{how} (V = {X.vector}: {self.svc['reason']})"
         per = WINDOW_ROWS // X.vector  # vectors per 16 rows, what SpmmPlan's callers read
         self.row_window_offset_host = self._dm.vec_ptr_host[np.minimum(
             np.arange(-(-int(X.shape[0]) // WINDOW_ROWS) + 1) * per, self._dm.n_vec_rows)]

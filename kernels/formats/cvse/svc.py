@@ -84,9 +84,12 @@ def choose(nnz: int, shape, counts: dict[int, int]) -> tuple[int, str]:
                   f"densities alike, the larger V's parallelism wins (SSpMM Fig. 14) ({detail})")
 
 
-def compress(A, precision=None, *, vectors=PAPER_CANDIDATES, vector: int | None = None) -> tuple[CVSE, dict]:
+def compress(A, precision=None, *, vectors=PAPER_CANDIDATES, vector: int | None = None,
+             converter=None) -> tuple[CVSE, dict]:
     """Sparse Vector Compression of ``A``: CVSE at the chosen (or the given ``vector``) V, and a report with, per
-    candidate V, n_vectors, padding (stored zeros), new sparsity and density improvement, plus the choice and why."""
+    candidate V, n_vectors, padding (stored zeros), new sparsity and density improvement, plus the choice and why.
+    ``converter(A, vector=V, to_storage=...)`` builds the CVSE (default the host's `csr_to_cvse`; the device
+    operator passes the GPU one, kernels.formats.cvse.gpu, whose arrays are the same bits)."""
     A = sp.csr_array(A)
     nnz = int(A.nnz)
     cands = tuple(sorted({check_vector(V) for V in (vectors if vector is None else (vector,))}))
@@ -97,7 +100,7 @@ def compress(A, precision=None, *, vectors=PAPER_CANDIDATES, vector: int | None 
              for V, n in counts.items()}
     V, reason = (vector, "given") if vector is not None else choose(nnz, A.shape, counts)
     to_storage = precision.to_storage if precision is not None else None
-    X = csr_to_cvse(A, vector=V, to_storage=to_storage)
+    X = (converter or csr_to_cvse)(A, vector=V, to_storage=to_storage)
     report = {"vector": V, "reason": reason, "nnz": nnz, "sparsity": 1.0 - nnz / dense if dense else 1.0,
               "padding": per_v[V]["padding"], "new_sparsity": per_v[V]["new_sparsity"], "candidates": per_v}
     return X, report

@@ -1,0 +1,65 @@
+"""The GPU CVSE conversion (kernels/formats/cvse/gpu.py) on the device: the host converter's arrays bit for bit at
+every V, precision and edge case, from device inputs too; the device operator builds its CVSE there ("GPU CVSE", V
+still chosen by Sparse Vector Compression) and runs the same C as from a host-converted CVSE."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from kernels.formats.cvse import gpu as cvse_gpu  # noqa: E402
+from kernels.formats.cvse.container import VECTORS, csr_to_cvse  # noqa: E402
+from kernels.precision import precision  # noqa: E402
+from kernel_cases import CONVERTER_CASES as CASES  # noqa: E402
+
+PRECISIONS = ("float32", "float16", "bfloat16")
+
+
+def assert_device_equals_host(G, X):
+    assert G.shape == X.shape
+    for field in ("vec_ptr", "indices", "data"):
+        got, want = getattr(G, field), getattr(X, field)
+        assert isinstance(got, cupy.ndarray), field
+        assert got.dtype == want.dtype and got.shape == want.shape, field
+        assert cupy.asnumpy(got).tobytes() == want.tobytes(), field
+
+
+@pytest.mark.parametrize("vector", VECTORS)
+@pytest.mark.parametrize("p_name", PRECISIONS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_conversion_equals_host(name, p_name, vector):
+    p = precision(p_name)
+    A = CASES[name]()
+    assert_device_equals_host(cvse_gpu.csr_to_cvse_gpu_from_scipy(A, p, vector=vector),
+                              csr_to_cvse(A, vector=vector, to_storage=p.to_storage))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_gpu_conversion_device_inputs(index_dtype):
+    p = precision("bfloat16")
+    A = sp.csr_array(CASES["random_3"]())
+    d = [cupy.asarray(a) for a in (A.indptr.astype(index_dtype), A.indices.astype(index_dtype), A.data)]
+    G = cvse_gpu.csr_to_cvse_gpu(*d, A.shape, vector=4, to_storage=p.to_storage)
+    assert_device_equals_host(G, csr_to_cvse(A, vector=4, to_storage=p.to_storage))
+    assert isinstance(cvse_gpu.to_host(G).data, np.ndarray)
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_device_operator_converts_on_the_gpu(p_name):
+    from kernels.spmm import SpmmPlan
+
+    p = precision(p_name)
+    A = sp.csr_array(CASES["random_4"](), dtype=np.float32)
+    plan = SpmmPlan(A, dtype=p_name, format="cvse", out_dtype=np.float32)
+    assert plan.timings["conversion"].startswith("GPU CVSE (V = ") and plan.timings["convert_gpu_s"] > 0
+    V = int(plan.timings["conversion"].split("V = ")[1].split(":")[0])
+    given = SpmmPlan(csr_to_cvse(A, vector=V, to_storage=p.to_storage), dtype=p_name, format="cvse",
+                     out_dtype=np.float32)
+    assert given.timings["conversion"].startswith("host CVSE upload")
+    B = np.random.default_rng(3).standard_normal((A.shape[1], 64)).astype(np.float32)
+    assert np.array_equal(plan.run(B, kernel="cvse-vector"), given.run(B, kernel="cvse-vector"))
