@@ -8,6 +8,9 @@
   of the pieces before it (their last entry), as int64.
 - `WINDOW`: rows per row window, the unit of Dask row blocks, store groups and shards for every format;
   `window_chunks(wptr, chunk_nnz)`: window ranges of about ``chunk_nnz`` nonzeros each.
+- The GPU converters (``<format>/gpu.py``, one code path for NumPy and CuPy): `array_namespace(*arrays)` (cupy if
+  any input is a CuPy array), `convert_scipy(converter, A, who, xp, **kw)` (canonical on the host, uploaded,
+  converted there), `host_copy(X, fields)` (a container's arrays brought to the host, synchronizing).
 """
 from __future__ import annotations
 
@@ -25,6 +28,34 @@ def canonical_csr(A, who: str) -> sp.csr_array:
         A = A.copy()
         A.sum_duplicates()  # sorts indices; keeps explicit zeros
     return A
+
+
+def array_namespace(*arrays):
+    """cupy if any input is a CuPy array (imported only then), else numpy."""
+    for a in arrays:
+        if type(a).__module__.startswith("cupy"):
+            import cupy
+            return cupy
+    return np
+
+
+def convert_scipy(converter, A, who: str, xp=None, **kw):
+    """A SciPy sparse matrix made canonical on the host (as the CPU converters do), its CSR arrays uploaded to
+    ``xp`` (default cupy) and converted there: ``converter(indptr, indices, data, shape, **kw)``."""
+    if xp is None:
+        import cupy as xp
+    A = canonical_csr(A, who)
+    return converter(xp.asarray(A.indptr), xp.asarray(A.indices), xp.asarray(A.data), A.shape, **kw)
+
+
+def host_copy(X, fields: tuple[str, ...]):
+    """``type(X)(X.shape, *fields as NumPy)``: the host container of a device one (synchronizes); a host one (its
+    first field a NumPy array) is returned as is."""
+    arrays = [getattr(X, f) for f in fields]
+    if array_namespace(*arrays) is np:
+        return X
+    import cupy
+    return type(X)(X.shape, *(cupy.asnumpy(a) for a in arrays))
 
 
 def check_pieces(pieces: list, name: str, rows_multiple: int, same, multiple_label: str = "") -> None:

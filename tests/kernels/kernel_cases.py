@@ -114,3 +114,17 @@ CONVERTER_CASES = {**BASE_CASES,
                    "int64_indices_small": lambda: random_csr((300, 200), 2000, seed=7, index_dtype=np.int64),
                    **{f"random_{s}": (lambda s=s: random_csr((50 + 97 * s, 20 + 61 * s), 300 * s + 5, seed=s))
                       for s in range(6)}}
+
+
+def assert_same_arrays(G, X, fields, where=np.ndarray):
+    """Container G's arrays equal host container X's field by field, bit for bit (dtype, shape, bytes: -0.0 and NaN
+    payloads included); G's arrays must be ``where`` arrays (np.ndarray, or cupy.ndarray for a device conversion:
+    compared through a host copy)."""
+    assert G.shape == X.shape and all(isinstance(n, int) for n in G.shape)
+    for field in fields:
+        got, want = getattr(G, field), getattr(X, field)
+        assert isinstance(got, where), f"{field}: {type(got).__name__}, expected {where.__name__}"
+        got = got if isinstance(got, np.ndarray) else got.get()
+        assert got.dtype == want.dtype, f"{field}: dtype {got.dtype}, expected {want.dtype}"
+        assert got.shape == want.shape, f"{field}: shape {got.shape}, expected {want.shape}"
+        assert got.tobytes() == want.tobytes(), field

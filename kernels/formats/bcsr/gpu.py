@@ -1,6 +1,6 @@
 """CSR -> BCSR on the GPU (CuPy): the same arrays, dtypes and canonical order as `kernels.formats.bcsr.csr_to_bcsr`.
 
-Written once for NumPy and CuPy: the array module is the inputs' (``kernels.precision._xp``), so the CPU suite
+Written once for NumPy and CuPy: the array module is the inputs' (``blocks.array_namespace``), so the CPU suite
 runs this very code on NumPy and checks it bit for bit against the CPU converter (tests/kernels/test_bcsr_xp.py);
 on CuPy everything stays on the device. CuPy is imported only for CuPy inputs (and by `csr_to_bcsr_gpu_from_scipy`).
 Method (device-wide primitives, no custom kernel, no loop over rows or blocks): row of each nonzero by
@@ -14,20 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.formats.bcsr.container import BCSR, BLOCK_ROWS
-from kernels.formats.blocks import canonical_csr
+from kernels.formats.blocks import array_namespace, convert_scipy, host_copy
 from storage.indexing import index_dtype
-from kernels.precision import _xp, precision as as_precision
+from kernels.precision import precision as as_precision
 
 KEY_LIMIT = 2**62  # n_block_rows * n_block_cols above this would overflow the int64 sort key: rank columns first
 
-
-def _namespace(*arrays):
-    """cupy if any input is a CuPy array, else numpy."""
-    for a in arrays:
-        xp = _xp(a)
-        if xp is not np:
-            return xp
-    return np
 
 
 def _starts(sorted_x, xp):
@@ -58,7 +50,7 @@ def csr_to_bcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_storage
     """
     if width not in (8, 16):
         raise ValueError(f"width is {width}, expected 8 (TF32 m16n8k8) or 16 (FP16/BF16 m16n8k16)")
-    xp = _namespace(indptr, indices, data)
+    xp = array_namespace(indptr, indices, data)
     indptr, indices, data = xp.asarray(indptr), xp.asarray(indices), xp.asarray(data)
     n_rows, n_cols = (int(s) for s in shape)
     nbr, nbc = -(-n_rows // BLOCK_ROWS), -(-n_cols // width)
@@ -124,21 +116,13 @@ def csr_to_bcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_storage
 def csr_to_bcsr_gpu_from_scipy(A, precision, xp=None) -> BCSR:
     """Upload a SciPy sparse matrix (made canonical on the host first, as the CPU converter does) and convert it
     at ``precision`` (a `Precision` or its name): block width and storage dtype. ``xp`` defaults to cupy."""
-    if xp is None:
-        import cupy as xp
     p = as_precision(precision)
-    A = canonical_csr(A, "csr_to_bcsr_gpu")
-    return csr_to_bcsr_gpu(xp.asarray(A.indptr), xp.asarray(A.indices), xp.asarray(A.data), A.shape,
-                           width=p.block_width, to_storage=p.to_storage)
+    return convert_scipy(csr_to_bcsr_gpu, A, "csr_to_bcsr_gpu", xp, width=p.block_width, to_storage=p.to_storage)
 
 
 def to_host(X: BCSR) -> BCSR:
     """The host (NumPy) `BCSR` of a device one (synchronizes); a host one is returned as is."""
-    if _namespace(X.indptr, X.indices, X.data) is np:
-        return X
-    import cupy
-
-    return BCSR(X.shape, cupy.asnumpy(X.indptr), cupy.asnumpy(X.indices), cupy.asnumpy(X.data))
+    return host_copy(X, ("indptr", "indices", "data"))
 
 
 __all__ = ["KEY_LIMIT", "csr_to_bcsr_gpu", "csr_to_bcsr_gpu_from_scipy", "free_device_bytes", "to_host"]

@@ -1,6 +1,6 @@
 """CSR -> CVSE on the GPU (CuPy): the same arrays, dtypes and canonical order as `csr_to_cvse` (CPU), at a given V.
 
-Written once for NumPy and CuPy: the array module is the inputs' (``kernels.precision._xp``), so the CPU suite runs
+Written once for NumPy and CuPy: the array module is the inputs' (``blocks.array_namespace``), so the CPU suite runs
 this very code on NumPy and checks it bit for bit against the host converter (tests/kernels/formats/cvse/
 test_cvse_xp.py); on CuPy everything stays on the device. CuPy is imported only for CuPy inputs (and by
 `csr_to_cvse_gpu_from_scipy`). The host converter (``container.csr_to_cvse``) stays the reference; choosing V
@@ -17,22 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.blocks import canonical_csr
+from kernels.formats.blocks import array_namespace, convert_scipy, host_copy
 from kernels.formats.cvse.container import CVSE, check_vector
-from kernels.precision import _xp
 from kernels.precision import precision as as_precision
 from storage.indexing import index_dtype
 
 KEY_LIMIT = 2**62  # n_vec_rows * K above this would overflow the int64 sort key: rank the columns first
 
-
-def _namespace(*arrays):
-    """cupy if any input is a CuPy array, else numpy."""
-    for a in arrays:
-        xp = _xp(a)
-        if xp is not np:
-            return xp
-    return np
 
 
 def csr_to_cvse_gpu(indptr, indices, data, shape, *, vector: int = 8, to_storage=None) -> CVSE:
@@ -45,7 +36,7 @@ def csr_to_cvse_gpu(indptr, indices, data, shape, *, vector: int = 8, to_storage
     elementwise with 0 -> 0 bits, so converting the scattered vectors equals the host's converting them.
     """
     V = check_vector(vector)
-    xp = _namespace(indptr, indices, data)
+    xp = array_namespace(indptr, indices, data)
     indptr, indices, data = xp.asarray(indptr), xp.asarray(indices), xp.asarray(data)
     n_rows, n_cols = (int(s) for s in shape)
     nvr = -(-n_rows // V)
@@ -89,21 +80,13 @@ def csr_to_cvse_gpu(indptr, indices, data, shape, *, vector: int = 8, to_storage
 def csr_to_cvse_gpu_from_scipy(A, precision, *, vector: int = 8, xp=None) -> CVSE:
     """Upload a SciPy sparse matrix (made canonical on the host first, as the CPU converter does) and convert it
     at V = ``vector`` and ``precision`` (a `Precision` or its name: the storage dtype). ``xp`` defaults to cupy."""
-    if xp is None:
-        import cupy as xp
-    p = as_precision(precision)
-    A = canonical_csr(A, "csr_to_cvse_gpu")
-    return csr_to_cvse_gpu(xp.asarray(A.indptr), xp.asarray(A.indices), xp.asarray(A.data), A.shape,
-                           vector=vector, to_storage=p.to_storage)
+    return convert_scipy(csr_to_cvse_gpu, A, "csr_to_cvse_gpu", xp, vector=vector,
+                         to_storage=as_precision(precision).to_storage)
 
 
 def to_host(X: CVSE) -> CVSE:
     """The host (NumPy) `CVSE` of a device one (synchronizes); a host one is returned as is."""
-    if _namespace(X.vec_ptr, X.data) is np:
-        return X
-    import cupy
-
-    return CVSE(X.shape, cupy.asnumpy(X.vec_ptr), cupy.asnumpy(X.indices), cupy.asnumpy(X.data))
+    return host_copy(X, ("vec_ptr", "indices", "data"))
 
 
 __all__ = ["KEY_LIMIT", "csr_to_cvse_gpu", "csr_to_cvse_gpu_from_scipy", "to_host"]

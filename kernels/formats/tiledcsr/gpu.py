@@ -1,6 +1,6 @@
 """CSR -> Tiled-CSR on the GPU (CuPy): the same arrays, dtypes and canonical order as `csr_to_tiledcsr` (CPU).
 
-Written once for NumPy and CuPy: the array module is the inputs' (``kernels.precision._xp``), so the CPU suite runs
+Written once for NumPy and CuPy: the array module is the inputs' (``blocks.array_namespace``), so the CPU suite runs
 this very code on NumPy and checks it bit for bit against the host converter (tests/kernels/formats/tiledcsr/
 test_tiledcsr_xp.py); on CuPy everything stays on the device. CuPy is imported only for CuPy inputs (and by
 `csr_to_tiledcsr_gpu_from_scipy`). The host converter (``container.csr_to_tiledcsr`` over
@@ -18,22 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.blocks import canonical_csr
+from kernels.formats.blocks import array_namespace, convert_scipy, host_copy
 from kernels.formats.tiledcsr.container import HEIGHT, TiledCSR, indptr_dtype
-from kernels.precision import _xp
 from kernels.precision import precision as as_precision
 from storage.indexing import index_dtype
 
 KEY_LIMIT = 2**62  # n_groups * K above this would overflow the int64 sort key: rank the columns first
 
-
-def _namespace(*arrays):
-    """cupy if any input is a CuPy array, else numpy."""
-    for a in arrays:
-        xp = _xp(a)
-        if xp is not np:
-            return xp
-    return np
 
 
 def csr_to_tiledcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_storage=None) -> TiledCSR:
@@ -47,7 +38,7 @@ def csr_to_tiledcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_sto
     """
     if width not in (8, 16):
         raise ValueError(f"width is {width}, expected 8 (TF32 m16n8k8) or 16 (FP16/BF16 m16n8k16)")
-    xp = _namespace(indptr, indices, data)
+    xp = array_namespace(indptr, indices, data)
     indptr, indices, data = xp.asarray(indptr), xp.asarray(indices), xp.asarray(data)
     n_rows, n_cols = (int(s) for s in shape)
     n_groups = -(-n_rows // HEIGHT)
@@ -105,22 +96,14 @@ def csr_to_tiledcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_sto
 def csr_to_tiledcsr_gpu_from_scipy(A, precision, xp=None) -> TiledCSR:
     """Upload a SciPy sparse matrix (made canonical on the host first, as the CPU converter does) and convert it
     at ``precision`` (a `Precision` or its name): tile width and storage dtype. ``xp`` defaults to cupy."""
-    if xp is None:
-        import cupy as xp
     p = as_precision(precision)
-    A = canonical_csr(A, "csr_to_tiledcsr_gpu")
-    return csr_to_tiledcsr_gpu(xp.asarray(A.indptr), xp.asarray(A.indices), xp.asarray(A.data), A.shape,
-                               width=p.block_width, to_storage=p.to_storage)
+    return convert_scipy(csr_to_tiledcsr_gpu, A, "csr_to_tiledcsr_gpu", xp, width=p.block_width,
+                         to_storage=p.to_storage)
 
 
 def to_host(X: TiledCSR) -> TiledCSR:
     """The host (NumPy) `TiledCSR` of a device one (synchronizes); a host one is returned as is."""
-    if _namespace(X.group_ptr, X.data) is np:
-        return X
-    import cupy
-
-    return TiledCSR(X.shape, *(cupy.asnumpy(a) for a in (X.group_ptr, X.tile_ptr, X.tile_cols, X.tile_indptr,
-                                                          X.tile_indices, X.data)))
+    return host_copy(X, ("group_ptr", "tile_ptr", "tile_cols", "tile_indptr", "tile_indices", "data"))
 
 
 __all__ = ["KEY_LIMIT", "csr_to_tiledcsr_gpu", "csr_to_tiledcsr_gpu_from_scipy", "to_host"]

@@ -63,17 +63,22 @@ def plain_then_rows(ds, plan, B, n=3):
     return out
 
 
+def assert_rows_equal_plain_and_a3b(ds, plan, A, B):
+    """The rows overlap's C equal the plain loop's bit for bit, and its first (3 advancing iterations) A^3 B."""
+    plain, rows = plain_then_rows(ds, plan, B)
+    for p, r in zip(plain, rows):
+        np.testing.assert_array_equal(r, p)
+    want = A.astype(np.float64) @ (A.astype(np.float64) @ (A.astype(np.float64) @ B))
+    np.testing.assert_allclose(rows[0], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("n_parts", [1, 2, 3])
 def test_rows_overlap_equals_plain_loop_bitwise(client, case, n_parts):
     A, perm, Ap, B = case
     X = get("metcf").convert(Ap, precision("float32"))
     plan = make_plan(X, n_parts, perm=perm)
     with DistributedSpmm(plan, client, M=X) as ds:
-        plain, rows = plain_then_rows(ds, plan, B)
-        for p, r in zip(plain, rows):
-            np.testing.assert_array_equal(r, p)
-        want = A.astype(np.float64) @ (A.astype(np.float64) @ (A.astype(np.float64) @ B))
-        np.testing.assert_allclose(rows[0], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        assert_rows_equal_plain_and_a3b(ds, plan, A, B)
         info = ds.info
         assert all(i["overlap"] == "rows" for i in info)
         assert all(i["boundary_rows"] + i["interior_rows"] == i["n_own"] for i in info)
@@ -173,11 +178,7 @@ def test_rows_overlap_uneven_and_empty_shards(client):
     assert sorted(plan.n_rows.tolist()) == [0, 8, 16, 16]
     B = rng.standard_normal((40, N_COLS)).astype(np.float32)
     with DistributedSpmm(plan, client, M=X) as ds:
-        plain, rows = plain_then_rows(ds, plan, B)
-        for p, r in zip(plain, rows):
-            np.testing.assert_array_equal(r, p)
-        want = A.astype(np.float64) @ (A.astype(np.float64) @ (A.astype(np.float64) @ B))
-        np.testing.assert_allclose(rows[0], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        assert_rows_equal_plain_and_a3b(ds, plan, A, B)
 
 
 def test_rows_overlap_switches_with_the_column_overlap(client, case):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import BASE_CASES, int64_columns, random_csr
+from kernel_cases import BASE_CASES, assert_same_arrays, int64_columns, random_csr
 from kernels.formats import get
 from kernels.formats.bcsr import gpu as bcsr_gpu
 from kernels.formats.bcsr.gpu import csr_to_bcsr_gpu, csr_to_bcsr_gpu_from_scipy, to_host
@@ -41,13 +41,7 @@ CASES = {**BASE_CASES,
 
 
 def assert_same_bits(G, X):
-    assert G.shape == X.shape
-    for field in ("indptr", "indices", "data"):
-        got, want = getattr(G, field), getattr(X, field)
-        assert isinstance(got, np.ndarray), field
-        assert got.dtype == want.dtype, f"{field}: dtype {got.dtype}, expected {want.dtype}"
-        assert got.shape == want.shape, f"{field}: shape {got.shape}, expected {want.shape}"
-        assert got.tobytes() == want.tobytes(), field  # bitwise: -0.0 and NaN payloads included
+    assert_same_arrays(G, X, ("indptr", "indices", "data"))
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import CONVERTER_CASES, random_csr
+from kernel_cases import CONVERTER_CASES, assert_same_arrays, random_csr
 from kernels.formats.cvse import gpu as cvse_gpu
 from kernels.formats.cvse.container import VECTORS, csr_to_cvse
 from kernels.formats.cvse.gpu import csr_to_cvse_gpu, csr_to_cvse_gpu_from_scipy, to_host
@@ -28,13 +28,7 @@ CASES = {**CONVERTER_CASES, "shared_columns": shared_columns}
 
 
 def assert_same_bits(G, X):
-    assert G.shape == X.shape and isinstance(G.shape[0], int)
-    for field in ("vec_ptr", "indices", "data"):
-        got, want = getattr(G, field), getattr(X, field)
-        assert isinstance(got, np.ndarray), field
-        assert got.dtype == want.dtype, f"{field}: dtype {got.dtype}, expected {want.dtype}"
-        assert got.shape == want.shape, f"{field}: shape {got.shape}, expected {want.shape}"
-        assert got.tobytes() == want.tobytes(), field  # bitwise: -0.0 and NaN payloads included
+    assert_same_arrays(G, X, ("vec_ptr", "indices", "data"))
 
 
 @pytest.mark.parametrize("vector", VECTORS)

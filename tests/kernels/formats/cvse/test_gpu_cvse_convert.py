@@ -15,18 +15,13 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
 from kernels.formats.cvse import gpu as cvse_gpu  # noqa: E402
 from kernels.formats.cvse.container import VECTORS, csr_to_cvse  # noqa: E402
 from kernels.precision import precision  # noqa: E402
-from kernel_cases import CONVERTER_CASES as CASES  # noqa: E402
+from kernel_cases import CONVERTER_CASES as CASES, assert_same_arrays  # noqa: E402
 
 PRECISIONS = ("float32", "float16", "bfloat16")
 
 
 def assert_device_equals_host(G, X):
-    assert G.shape == X.shape
-    for field in ("vec_ptr", "indices", "data"):
-        got, want = getattr(G, field), getattr(X, field)
-        assert isinstance(got, cupy.ndarray), field
-        assert got.dtype == want.dtype and got.shape == want.shape, field
-        assert cupy.asnumpy(got).tobytes() == want.tobytes(), field
+    assert_same_arrays(G, X, ("vec_ptr", "indices", "data"), where=cupy.ndarray)
 
 
 @pytest.mark.parametrize("vector", VECTORS)

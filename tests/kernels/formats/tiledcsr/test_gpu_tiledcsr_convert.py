@@ -15,19 +15,14 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
 from kernels.formats import get  # noqa: E402
 from kernels.formats.tiledcsr import gpu as tiled_gpu  # noqa: E402
 from kernels.precision import precision  # noqa: E402
-from kernel_cases import CONVERTER_CASES as CASES  # noqa: E402
+from kernel_cases import CONVERTER_CASES as CASES, assert_same_arrays  # noqa: E402
 
 PRECISIONS = ("float32", "float16", "bfloat16")
 FIELDS = ("group_ptr", "tile_ptr", "tile_cols", "tile_indptr", "tile_indices", "data")
 
 
 def assert_device_equals_host(G, X):
-    assert G.shape == X.shape
-    for field in FIELDS:
-        got, want = getattr(G, field), getattr(X, field)
-        assert isinstance(got, cupy.ndarray), field
-        assert got.dtype == want.dtype and got.shape == want.shape, field
-        assert cupy.asnumpy(got).tobytes() == want.tobytes(), field
+    assert_same_arrays(G, X, FIELDS, where=cupy.ndarray)
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
