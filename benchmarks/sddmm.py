@@ -37,8 +37,9 @@ it) when the fixtures are found (TCSPMM_FIXTURES, ../shared/fixtures or .fixture
 ``dnn``: weights pruned at V x 1 = 8 x 1 to 80 % sparsity, M = K = 4096 (``gen:dlmc``, what benchmarks/cvse.py
 uses: the DLMC collection is not reachable here). S keeps each matrix's pattern with unit values.
 
-JSON: benchmarks/results/sddmm-<device>-<date>.json (device, versions, command, date), rewritten after each matrix;
-no new matrix is started after --budget-s. The table prints last. Without CuPy and a CUDA device it exits 2.
+JSON: benchmarks/results/sddmm-<device>-<date>.json (or --out: a file, or a folder for that name; device, versions,
+command, date), rewritten after each matrix; no new matrix is started after --budget-s. The table prints last, then
+the targets (benchmarks/summarize_sddmm.py) and any failures. Without CuPy and a CUDA device it exits 2.
 """
 from __future__ import annotations
 
@@ -349,7 +350,8 @@ def parse_args(argv=None):
                                                   "these (e.g. rmat-s16 fixture:SNAP dlmc)")
     ap.add_argument("--repeats", type=int, default=20, help="graph replays and issued loops per timing (median)")
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no new matrix after this many seconds")
-    ap.add_argument("--out", type=Path, help="results file (default benchmarks/results/sddmm-<device>-<date>.json)")
+    ap.add_argument("--out", type=Path, help="results file, or a folder for sddmm-<device>-<date>.json (default "
+                                             "benchmarks/results)")
     args = ap.parse_args(argv)
     if any(k < 1 for k in args.kd):
         ap.error(f"--kd must be positive, got {args.kd}")
@@ -360,6 +362,14 @@ def parse_args(argv=None):
     if unknown:
         ap.error(f"--matrices: {unknown} match no class or label; choose from {' '.join(sorted(known))}")
     return args
+
+
+def results_path(out: Path | None, slug: str, date: str) -> Path:
+    """--out as given, or ``sddmm-<device>-<date>.json`` in --out when it is a folder, else in benchmarks/results."""
+    name = f"sddmm-{slug}-{date}.json"
+    if out is None:
+        return REPO / "benchmarks" / "results" / name
+    return out / name if out.is_dir() else out
 
 
 def device_meta() -> dict:
@@ -403,7 +413,7 @@ def main(argv=None) -> int:
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     if meta.get("torch_missing"):
         log(f"no torch baseline: {meta['torch_missing']}")
-    path = args.out or REPO / "benchmarks" / "results" / f"sddmm-{meta['slug']}-{dt.date.today().isoformat()}.json"
+    path = results_path(args.out, meta["slug"], dt.date.today().isoformat())
     path.parent.mkdir(parents=True, exist_ok=True)
     rows, failures, skipped, matrices = [], [], [], {}
 

@@ -50,6 +50,13 @@ def test_arguments(bench, capsys):
         assert msg in capsys.readouterr().err
 
 
+def test_results_path(bench, tmp_path):
+    assert bench.results_path(None, "nvidia-h100", "2026-01-02") == \
+        REPO / "benchmarks" / "results" / "sddmm-nvidia-h100-2026-01-02.json"
+    assert bench.results_path(tmp_path, "gpu", "2026-01-02") == tmp_path / "sddmm-gpu-2026-01-02.json"
+    assert bench.results_path(tmp_path / "r.json", "gpu", "2026-01-02") == tmp_path / "r.json"
+
+
 def test_matrix_list_and_filters(bench):
     labels = [c["label"] for c in bench.cases(bench.parse_args([]))]
     # the first graph, then the pruned weights (a budget stop leaves both classes), then the other graphs
