@@ -38,6 +38,7 @@ from startup_summary import startup_section  # noqa: E402
 from summarize_ab import ab_section  # noqa: E402
 from summarize_rank import rank_section  # noqa: E402
 from summarize_plan import plan_section  # noqa: E402
+from summarize_sddmm import sddmm_section  # noqa: E402
 from summarize_weak import weak_section  # noqa: E402
 
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
@@ -54,6 +55,7 @@ DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibrati
                "svc-slack": "benchmarks/svc_slack.py", "startup": "benchmarks/startup.py --repeats 3",
                "rank-check": "benchmarks/rank_check.py",
                "plan-time": "benchmarks/plan_time.py --sizes 1M 10M --dtypes float32 float16",
+               "sddmm": "benchmarks/sddmm.py --kd 64 256",
                "ab": "scripts/ab_timings.sh BEFORE_TREE"}
 VERSION_KEYS = ("python", "numpy", "scipy", "numba", "cupy", "cuda_runtime", "driver", "fast_matrix_market",
                 "pyarrow", "dask", "distributed", "dask_cuda", "torch")
@@ -105,7 +107,7 @@ def pick(results: Path, family: str):
     elif family == "host-overhead" and runs:  # --reorder auto runs of the newest day (--matrices parts pooled)
         auto = [r for r in runs if r.meta.get("reorder") == "auto"]
         chosen = [pooled(auto)] if auto else runs[:1]
-    elif family in ("multi_gpu", "spmm", "precision", "gnn", "bcsr") and runs:
+    elif family in ("multi_gpu", "spmm", "precision", "gnn", "bcsr", "sddmm") and runs:
         chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:
         chosen = runs[:1]
@@ -749,6 +751,7 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "formats": lambda *a: formats_section(*a, h=SimpleNamespace(**globals())),
             "cvse": lambda *a: cvse_section(*a, h=SimpleNamespace(**globals())),
             "svc-slack": lambda *a: svc_slack_section(*a, h=SimpleNamespace(**globals())),
+            "sddmm": lambda *a: sddmm_section(*a, h=SimpleNamespace(**globals())),
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
             "multi_gpu_weak": lambda *a: weak_section(*a, h=SimpleNamespace(**globals())),
             "host-overhead": lambda *a: host_section(*a, h=SimpleNamespace(**globals())),

@@ -138,10 +138,10 @@ def test_empty_results_say_not_run(results, tmp_path):
                    capture_output=True)
     md = out.read_text()
     sections = md.split("\n## ")[1:]
-    # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, calibration, reorder, multi_gpu, multi_gpu_weak,
+    # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, sddmm, calibration, reorder, multi_gpu, multi_gpu_weak,
     # host-overhead, bindings, convert, parse, cpu_spmm, startup, rank-check, plan-time, ab (formats adds none
     # without results)
-    assert len(sections) == 20
+    assert len(sections) == 21
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():
