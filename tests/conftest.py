@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import importlib.util
 import json
 import os
 import re
@@ -206,3 +207,20 @@ def pytest_runtest_logreport(report):
         with open(path, "a") as log:  # (Dask workers write to the test's stderr; their nanny logs their deaths)
             log.write(f"==== {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n"
                       f"{sections}\n")
+
+
+def load_path(path: Path, name: str | None = None):
+    """The Python file at ``path`` imported as a module of its own name (default ``script_<stem>``): benchmark and
+    example scripts are loaded this way, never by putting their folder on sys.path (benchmarks/gnn.py would shadow
+    the gnn package for every test collected after)."""
+    spec = importlib.util.spec_from_file_location(name or f"script_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """`load_path`, for the tests of scripts (a module fixture takes it: ``def bench(load_script)``)."""
+    return load_path
+

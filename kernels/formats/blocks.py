@@ -9,8 +9,9 @@
 - `WINDOW`: rows per row window, the unit of Dask row blocks, store groups and shards for every format;
   `window_chunks(wptr, chunk_nnz)`: window ranges of about ``chunk_nnz`` nonzeros each.
 - The GPU converters (``<format>/gpu.py``, one code path for NumPy and CuPy): `array_namespace(*arrays)` (cupy if
-  any input is a CuPy array), `convert_scipy(converter, A, who, xp, **kw)` (canonical on the host, uploaded,
-  converted there), `host_copy(X, fields)` (a container's arrays brought to the host, synchronizing).
+  any input is a CuPy array), `csr_inputs(indptr, indices, data, shape)` (their checked CSR inputs and nnz),
+  `convert_scipy(converter, A, who, xp, **kw)` (canonical on the host, uploaded, converted there),
+  `host_copy(X, fields)` (a container's arrays brought to the host, synchronizing).
 """
 from __future__ import annotations
 
@@ -37,6 +38,22 @@ def array_namespace(*arrays):
             import cupy
             return cupy
     return np
+
+
+def csr_inputs(indptr, indices, data, shape):
+    """(xp, indptr, indices, data, n_rows, n_cols, nnz) of a GPU converter's CSR inputs, in their array library;
+    ValueError in one line for an indptr of the wrong length or indices / data shorter than nnz. Reading nnz
+    synchronizes on the device."""
+    xp = array_namespace(indptr, indices, data)
+    indptr, indices, data = xp.asarray(indptr), xp.asarray(indices), xp.asarray(data)
+    n_rows, n_cols = (int(s) for s in shape)
+    if indptr.shape != (n_rows + 1,):
+        raise ValueError(f"indptr has {indptr.shape[0] if indptr.ndim else 0} entries, expected n_rows + 1 = "
+                         f"{n_rows + 1}")
+    nnz = int(indptr[-1])  # synchronize!
+    if indices.shape[0] < nnz or data.shape[0] < nnz:
+        raise ValueError(f"indices/data have {indices.shape[0]}/{data.shape[0]} entries, expected nnz = {nnz}")
+    return xp, indptr, indices, data, n_rows, n_cols, nnz
 
 
 def convert_scipy(converter, A, who: str, xp=None, **kw):

@@ -2,7 +2,6 @@
 plan-time section of docs/benchmarks.md from its file."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,11 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def plan_time():
-    spec = importlib.util.spec_from_file_location("bench_plan_time", REPO / "benchmarks" / "plan_time.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def plan_time(load_script):
+    return load_script(REPO / "benchmarks" / "plan_time.py")
 
 
 def test_cpu_run_times_every_plan_kind_and_checks_c(plan_time, tmp_path, capsys):

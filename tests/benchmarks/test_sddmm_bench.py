@@ -3,7 +3,6 @@ float64 reference and the failure rules, torch's call (CPU torch, where installe
 section benchmarks/summarize.py renders from a synthetic sddmm-*.json."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import subprocess
@@ -20,11 +19,8 @@ SCRIPT = REPO / "benchmarks" / "sddmm.py"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_sddmm", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_script):
+    return load_script(SCRIPT)
 
 
 def test_refuses_without_cuda(bench):

@@ -1,7 +1,6 @@
 """benchmarks/summarize.py on synthetic result folders: the Targets math, newest-file choice and "not run"."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,11 +13,8 @@ SCRIPT = REPO / "benchmarks" / "summarize.py"
 
 
 @pytest.fixture(scope="module")
-def summarize():
-    spec = importlib.util.spec_from_file_location("bench_summarize", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def summarize(load_script):
+    return load_script(SCRIPT)
 
 
 def spmm_row(matrix, order, N, nnz, orig, same, tc=0.5, mean_nnz_tc=8.0):

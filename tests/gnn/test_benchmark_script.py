@@ -1,7 +1,6 @@
 """benchmarks/gnn.py's CPU-side pieces: case generation (seeded, reordered), versions, the table."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +12,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gnn.py"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_gnn", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_script):
+    return load_script(SCRIPT)
 
 
 def test_cases_are_seeded_and_carry_community_labels(bench):

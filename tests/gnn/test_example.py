@@ -1,7 +1,6 @@
 """examples/train_gcn.py end to end on the CPU: the stages, node data, and a few epochs of GCN and GAT."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +12,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gcn.py"
 
 
 @pytest.fixture(scope="module")
-def example():
-    spec = importlib.util.spec_from_file_location("train_gcn", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def example(load_script):
+    return load_script(EXAMPLE)
 
 
 def test_sbm_labels_follow_the_generator_communities(example):

@@ -1,6 +1,6 @@
 """CSR -> CVSE on the GPU (CuPy): the same arrays, dtypes and canonical order as `csr_to_cvse` (CPU), at a given V.
 
-Written once for NumPy and CuPy: the array module is the inputs' (``blocks.array_namespace``), so the CPU suite runs
+Written once for NumPy and CuPy: the array module is the inputs' (``blocks.csr_inputs``), so the CPU suite runs
 this very code on NumPy and checks it bit for bit against the host converter (tests/kernels/formats/cvse/
 test_cvse_xp.py); on CuPy everything stays on the device. CuPy is imported only for CuPy inputs (and by
 `csr_to_cvse_gpu_from_scipy`). The host converter (``container.csr_to_cvse``) stays the reference; choosing V
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.blocks import array_namespace, convert_scipy, host_copy
+from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy
 from kernels.formats.cvse.container import CVSE, check_vector
 from kernels.precision import precision as as_precision
 from storage.indexing import index_dtype
@@ -36,16 +36,8 @@ def csr_to_cvse_gpu(indptr, indices, data, shape, *, vector: int = 8, to_storage
     elementwise with 0 -> 0 bits, so converting the scattered vectors equals the host's converting them.
     """
     V = check_vector(vector)
-    xp = array_namespace(indptr, indices, data)
-    indptr, indices, data = xp.asarray(indptr), xp.asarray(indices), xp.asarray(data)
-    n_rows, n_cols = (int(s) for s in shape)
+    xp, indptr, indices, data, n_rows, n_cols, nnz = csr_inputs(indptr, indices, data, shape)
     nvr = -(-n_rows // V)
-    if indptr.shape != (n_rows + 1,):
-        raise ValueError(f"indptr has {indptr.shape[0] if indptr.ndim else 0} entries, expected n_rows + 1 = "
-                         f"{n_rows + 1}")
-    nnz = int(indptr[-1])  # synchronize!
-    if indices.shape[0] < nnz or data.shape[0] < nnz:
-        raise ValueError(f"indices/data have {indices.shape[0]}/{data.shape[0]} entries, expected nnz = {nnz}")
     to_storage = to_storage or (lambda x: x)
     if nnz == 0:
         return CVSE((n_rows, n_cols), xp.zeros(nvr + 1, dtype=index_dtype(0)), xp.zeros(0, dtype=index_dtype(n_cols)),

@@ -1,6 +1,6 @@
 """CSR -> Tiled-CSR on the GPU (CuPy): the same arrays, dtypes and canonical order as `csr_to_tiledcsr` (CPU).
 
-Written once for NumPy and CuPy: the array module is the inputs' (``blocks.array_namespace``), so the CPU suite runs
+Written once for NumPy and CuPy: the array module is the inputs' (``blocks.csr_inputs``), so the CPU suite runs
 this very code on NumPy and checks it bit for bit against the host converter (tests/kernels/formats/tiledcsr/
 test_tiledcsr_xp.py); on CuPy everything stays on the device. CuPy is imported only for CuPy inputs (and by
 `csr_to_tiledcsr_gpu_from_scipy`). The host converter (``container.csr_to_tiledcsr`` over
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.blocks import array_namespace, convert_scipy, host_copy
+from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy
 from kernels.formats.tiledcsr.container import HEIGHT, TiledCSR, indptr_dtype
 from kernels.precision import precision as as_precision
 from storage.indexing import index_dtype
@@ -38,16 +38,8 @@ def csr_to_tiledcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_sto
     """
     if width not in (8, 16):
         raise ValueError(f"width is {width}, expected 8 (TF32 m16n8k8) or 16 (FP16/BF16 m16n8k16)")
-    xp = array_namespace(indptr, indices, data)
-    indptr, indices, data = xp.asarray(indptr), xp.asarray(indices), xp.asarray(data)
-    n_rows, n_cols = (int(s) for s in shape)
+    xp, indptr, indices, data, n_rows, n_cols, nnz = csr_inputs(indptr, indices, data, shape)
     n_groups = -(-n_rows // HEIGHT)
-    if indptr.shape != (n_rows + 1,):
-        raise ValueError(f"indptr has {indptr.shape[0] if indptr.ndim else 0} entries, expected n_rows + 1 = "
-                         f"{n_rows + 1}")
-    nnz = int(indptr[-1])  # synchronize!
-    if indices.shape[0] < nnz or data.shape[0] < nnz:
-        raise ValueError(f"indices/data have {indices.shape[0]}/{data.shape[0]} entries, expected nnz = {nnz}")
     to_storage = to_storage or (lambda x: x.astype(xp.float32))
     if nnz == 0:
         return TiledCSR((n_rows, n_cols), xp.zeros(n_groups + 1, dtype=index_dtype(0)),
