@@ -3,7 +3,7 @@
 Per call nothing crosses through DLPack and nothing is checked twice: the fixed-value products are bound once per
 (A or A.T, dtype, N) and re-pointed when torch's allocator moves a buffer (gnn.products.PlanProduct); the cuSPARSE
 products and the SDDMM read and write torch tensors through non-owning CuPy views (gnn.products.array_view) and
-write into outputs torch allocates (no CuPy pool allocation, no zero fill). CuPy's current stream is torch's
+write into outputs torch allocates (no CuPy pool allocation; the SDDMM's is zero-filled, see `sddmm`). CuPy's current stream is torch's
 current stream (one ``ExternalStream`` kept per torch stream), so CuPy and cuSPARSE work is ordered with the torch
 work around it. The only host synchronisations are on the first call per (product, N), before autotuning times
 candidates on private streams. The per-epoch budget this gives is written down in docs/benchmarks.md ("GNN
@@ -177,7 +177,9 @@ class GpuEngine:
             self.op.compute[(str(self.device), "sddmm")] = "cuSPARSE SDDMM"
         U32 = U.detach().to(torch.float32).contiguous()
         V32 = V.detach().to(torch.float32).contiguous()
-        out = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)  # every entry written: no fill
+        # zeros, as kernels.cusparse_sddmm allocates its own: cuSPARSE documents C = alpha (A B) o spy(C) + beta C,
+        # not that beta = 0 leaves C unread (an uninitialised NaN would survive 0 * NaN); one fill launch
+        out = torch.zeros(self.op.nnz, dtype=torch.float32, device=self.device)
         with self._on_torch_stream():
             self._sddmm.run(array_view(U32), array_view(V32), array_view(out))
         return out
