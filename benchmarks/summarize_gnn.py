@@ -44,7 +44,7 @@ BUDGET = [
     "| GAT logits factors | `ones_like` + 2 `cat`: 3 launches per layer | 2 `pad`: 2 launches per layer |",
     "| GAT cuSPARSE SpMM (8 per epoch) | values copied by a CuPy assignment, C from CuPy's pool, 3 DLPack each | "
     "values copied by torch's `copy_`, C torch's, 0 DLPack |",
-    "| GAT SDDMM (4 per epoch) | `cupy.zeros` output (a fill launch), 3 DLPack each | torch output, no fill, 0 "
+    "| GAT SDDMM (4 per epoch) | `cupy.zeros` output (a fill launch), 3 DLPack each | torch zeros output (a fill), 0 "
     "DLPack |",
     "",
     "Left per product: the permutation gather (removing it needs each format's kernel to store row r at perm[r]).",
