@@ -1,0 +1,530 @@
+"""The shard actor of the resident SpMM (`tasks.distribute.resident`): shard k on one Dask worker keeps A_k (renamed
+into its extended-B rows), the extended B and C_k on the worker's device and runs the iterations there, over NCCL
+(`tasks.distribute.nccl_loop`) or the host transport (Dask actor calls, batched by (batch, iteration)), plain or
+overlapped ("rows": `tasks.distribute.row_split`; "columns"). `resident.DistributedSpmm` drives one per shard.
+Runs inside Dask workers.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from tasks.distribute import device as dev
+from tasks.distribute.formats import shard_ops
+from tasks.distribute.oneshot import load_shard
+
+BATCH_ABORT_TIMEOUT_S = 30  # a failed host-transport batch: how long to tell the peers / wait for their calls
+
+
+# What ``overlap=True`` means. The row split: every row of C is computed once (boundary rows first, their exchange
+# beside the interior rows' kernel), so it adds no work to the plain loop but a second launch and a second B
+# buffer. The column split computes each row in two kernels and adds the second into C: on 4 H100s (SBM, 25M nnz
+# per GPU, N = 256) it was slower than the plain loop (5.4 / 6.1 ms against 4.5 / 5.2 ms at 2 / 4 GPUs,
+# docs/scale-out.md), so it stays available by name only.
+OVERLAP_DEFAULT = "rows"
+OVERLAP_MODES = ("rows", "columns")
+
+
+def overlap_mode(on) -> str | bool:
+    """An overlap setting: "rows", "columns", True (= OVERLAP_DEFAULT) or False/None (off)."""
+    if on is True or (isinstance(on, np.bool_) and bool(on)):
+        return OVERLAP_DEFAULT
+    if on is None or on is False or (isinstance(on, np.bool_) and not on):
+        return False
+    if isinstance(on, str) and on in OVERLAP_MODES:
+        return on
+    raise ValueError(f"overlap is {on!r}, expected 'rows', 'columns', True (= {OVERLAP_DEFAULT!r}) or False")
+
+
+def check_n_iters(n_iters) -> int:
+    """A batch size: an int >= 1 (bool and non-integral values are refused)."""
+    if isinstance(n_iters, (bool, np.bool_)) or not isinstance(n_iters, (int, np.integer)):
+        raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}")
+    if n_iters < 1:
+        raise ValueError(f"n_iters must be >= 1, got {n_iters}")
+    return int(n_iters)
+
+
+class ShardActor:
+    """Shard k on one worker: A_k renamed into its extended-B rows, the extended B buffer, C_k.
+
+    The extended B holds the precision's storage dtype (float32, float16, bfloat16 bits), so the halo exchange
+    moves 2 bytes per value in half precision; C_k is float32 and rounded to the precision when it becomes B."""
+
+    def __init__(self, k: int, shard, layout: tuple, device: str = "auto", spmm_kw: dict | None = None,
+                 dtype: str = "float32"):
+        """``layout`` = (halo_cols, `exchange_lists` dict, sends {peer: own rows to send, in the peer's order})."""
+        from kernels.precision import precision
+        halo_cols, layout, sends = layout
+        self.k = int(k)
+        self.prec = precision(dtype)
+        self.on_gpu = dev.worker_device(device)
+        S, self.load_ms, _ = load_shard(shard)
+        self.ops = shard_ops(S)
+        ext_index = np.asarray(layout["ext_index"], dtype=np.int64)
+        if self.ops.any_order:  # the format takes any column ids: A_k reads the extended B directly
+            S = self.ops.remap(S, halo_cols, ext_index, layout["n_ext"])
+            self.gather, self.ext_cols = None, ext_index
+        else:  # columns stay in halo order: gather the extended B's rows into that order before each kernel
+            S = self.ops.remap(S, halo_cols, np.arange(halo_cols.shape[0], dtype=np.int64), halo_cols.shape[0])
+            self.gather, self.ext_cols = dev.to_device(ext_index, self.on_gpu), ext_index
+        self.n_own, self.off, self.n_ext = S.shape[0], layout["own_offset"], layout["n_ext"]
+        self.recv = [(int(p), int(idx.shape[0]), int(start)) for p, idx, start in layout["recv"]]
+        self._sends_host = {int(p): np.asarray(idx, dtype=np.int64) for p, idx in sends.items()}
+        self.sends = {p: dev.to_device(idx, self.on_gpu) for p, idx in self._sends_host.items()}
+        self.plan = dev.make_spmm_plan(S, self.on_gpu, self.prec.name, spmm_kw=spmm_kw)
+        self.kernel = str(self.plan.choice.get("kernel"))
+        self.S, self.spmm_kw = S, spmm_kw  # kept to build the own/remote split on demand
+        self.overlap, self.plan_own, self.plan_rem, self._device_loop, self._c_buf = False, None, None, None, None
+        self.own_cols = self.rem_cols = None
+        # "rows" overlap: the row split, the second extended B (its halo is received while the interior kernel still
+        # reads the current one), and whether C is in the split's row order (`row_split.RowSplit`)
+        self.row_split, self.B_alt, self.c_split = None, None, False
+        self.B_ext = self.C = self._b_loc = None
+        self.peers: list = []
+        self.device_rows = False
+        self.comm = None
+        # Batched host exchange (`iterate_many_host`): {(batch, iteration): {dst: host rows}} still to be pulled,
+        # the current batch id, {batch: why it failed}, and the condition guarding them (made in the event loop).
+        self._outbox: dict = {}
+        self._batch, self._failed, self._cond = None, {}, None
+
+    # ---- setup ------------------------------------------------------------------------------------------------
+    def info(self) -> dict:
+        from tasks.distribute.oneshot import _worker_address
+        return {"shard": self.k, "worker": _worker_address(), "gpu": dev.device_name(self.on_gpu),
+                "kernel": self.kernel, "load_ms": self.load_ms, "n_own": self.n_own, "n_ext": self.n_ext,
+                "halo_rows": self.n_ext - self.n_own, "dtype": self.prec.name, "format": self.ops.name,
+                "gathers_halo": self.gather is not None, "overlap": self.overlap,
+                **(self.row_split.info() if self.row_split is not None else {})}
+
+    def set_peers(self, peers: list, device_rows: bool = False) -> None:
+        """The peer actors; ``device_rows``: the host transport hands peers device arrays (a UCX comm moves them
+        GPU to GPU) instead of host copies (what TCP would copy through the host anyway)."""
+        self.peers, self.device_rows = list(peers), bool(device_rows) and self.on_gpu
+
+    def _rows_out(self, rows):
+        return rows if self.device_rows else dev.to_host(rows)
+
+    def nccl_uid(self):
+        """A fresh NCCL unique id (rank 0 makes it; raises when CuPy has no NCCL)."""
+        from cupy.cuda import nccl
+        return nccl.get_unique_id()
+
+    def init_nccl(self, uid, n_ranks: int) -> None:
+        """Join the communicator; blocks until all ranks have joined (call on every actor concurrently)."""
+        import os
+
+        from cupy.cuda import nccl
+
+        from tasks.distribute.cluster import SAFE_GPU_ENV
+        os.environ.update(SAFE_GPU_ENV)  # NCCL reads NCCL_NVLS_ENABLE=0 at communicator creation: no multicast
+        self.comm = nccl.NcclCommunicator(int(n_ranks), uid, self.k)
+
+    def set_B(self, B_k) -> None:
+        """Own rows of B [n_own, N] (host or device array, float values; rounded to the precision here);
+        allocates the extended B on first use / new N."""
+        B_k = dev.to_device(np.asarray(B_k, dtype=np.float32) if not hasattr(B_k, "__cuda_array_interface__")
+                            else B_k, self.on_gpu)
+        if B_k.shape[0] != self.n_own:
+            raise ValueError(f"shard {self.k}: B part has {B_k.shape[0]} rows, expected {self.n_own}")
+        if self.B_ext is None or self.B_ext.shape[1] != B_k.shape[1]:
+            xp = _xp(self.on_gpu)
+            self.B_ext = xp.zeros((self.n_ext, B_k.shape[1]), dtype=self.prec.storage_dtype)
+            self._b_loc = None if self.gather is None else \
+                xp.zeros((int(self.gather.shape[0]), B_k.shape[1]), dtype=self.prec.storage_dtype)
+        self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(B_k.astype(np.float32, copy=False), self.prec)
+
+    def set_overlap(self, on) -> None:
+        """How an iteration hides its halo exchange (`overlap_mode`; True = OVERLAP_DEFAULT, "rows", see there).
+
+        "rows": A_k split by rows (`row_split.RowSplit`): the boundary rows' kernel first, then their exchange
+        (for the next iteration, into the second extended B) beside the interior rows' kernel; each row once.
+        "columns": A_k split into the columns of its own rows and the halo columns (two plans) so that the own
+        part's kernel runs while the halo rows are in flight; C_k = A_own B_own, then C_k += A_halo B_halo (the
+        second kernel adds into C_k as it stores: no extra pass over C). Builds the split's plans on first use."""
+        mode = overlap_mode(on)
+        if mode == "rows" and self.row_split is None:
+            from tasks.distribute.row_split import RowSplit
+            self.row_split = RowSplit(self.S, self._sends_host, self.prec, self.on_gpu, self.spmm_kw)
+        self.overlap = mode
+        if self.overlap == "columns" and self.plan_own is None:
+            ext = np.arange(self.n_ext) if self.gather is None else self.ext_cols  # ext row of each A_k column
+            own = (ext >= self.off) & (ext < self.off + self.n_own)
+            parts = [self.ops.split(self.S, keep, self.prec) for keep in (own, ~own)]
+            self.plan_own, self.plan_rem = (dev.make_spmm_plan(p, self.on_gpu, self.prec.name, spmm_kw=self.spmm_kw)
+                                            for p in parts)
+            self.own_cols = None if self.gather is None else dev.to_device(np.flatnonzero(own), self.on_gpu)
+            self.rem_cols = None if self.gather is None else dev.to_device(np.flatnonzero(~own), self.on_gpu)
+
+    def advance(self) -> None:
+        """C becomes the next B (square A), rounded to the precision."""
+        if self.C is None:
+            raise RuntimeError(f"shard {self.k}: no C to advance from: run an iteration first")
+        self.advance_from(self.C)
+
+    def advance_from(self, C) -> None:
+        """Own rows of B <- C (float32 [n_own, N]; in the row split's order when ``c_split``) in the precision's
+        storage, on the current stream."""
+        if self.c_split:
+            self.row_split.store(self.own_rows(), C)
+        else:
+            self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(C, self.prec)
+
+    def b_in(self, cols=None):
+        """What A_k multiplies: the extended B, or (halo-order formats) its rows gathered into A_k's column order;
+        ``cols`` gathers only those of A_k's columns (the overlap's own part before the halo has arrived)."""
+        if self.gather is None:
+            return self.B_ext
+        if cols is None:
+            self._b_loc[...] = self.B_ext[self.gather]
+        else:
+            self._b_loc[cols] = self.B_ext[self.gather[cols]]
+        return self._b_loc
+
+    # ---- exchange -----------------------------------------------------------------------------------------------
+    def own_rows(self, B=None):
+        """The own rows (a view) of the extended B, or of ``B`` (the "rows" overlap's other buffer)."""
+        B = self.B_ext if B is None else B
+        return B[self.off:self.off + self.n_own]
+
+    def alt_B(self):
+        """The second extended B of the "rows" overlap (allocated on first use / new N): the next iteration's
+        halo is received into it while this iteration's interior kernel reads ``B_ext``."""
+        if self.B_alt is None or self.B_alt.shape != self.B_ext.shape:
+            self.B_alt = _xp(self.on_gpu).zeros(self.B_ext.shape, dtype=self.B_ext.dtype)
+        return self.B_alt
+
+    def swap_B(self) -> None:
+        """The other extended B becomes the current one (the next iteration's; a host-side pointer swap)."""
+        self.B_ext, self.B_alt = self.alt_B(), self.B_ext
+
+    async def pull(self, dst: int):
+        """The own rows shard ``dst`` needs, in ``dst``'s receive order (a host copy, or with ``device_rows`` a
+        device array)."""
+        return self._rows_out(self.own_rows()[self.sends[dst]])
+
+    async def exchange_host(self) -> dict:
+        """Pull every peer's rows concurrently through Dask actor calls into the extended B."""
+        t0 = time.perf_counter()
+        parts = await asyncio.gather(*(self.peers[p].pull(self.k) for p, _, _ in self.recv))
+        for (p, n, start), rows in zip(self.recv, parts):
+            self.B_ext[start:start + n] = dev.to_device(rows, self.on_gpu)
+        return self._exchange_stats((time.perf_counter() - t0) * 1e3, "dask")
+
+    def _exchange_stats(self, ms: float, transport: str) -> dict:
+        row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]  # 2 bytes per value in half precision
+        return {"shard": self.k, "exchange_ms": ms, "transport": transport,
+                "halo_rows_recv": sum(n for _, n, _ in self.recv),
+                "halo_bytes_recv": sum(n for _, n, _ in self.recv) * row_bytes,
+                "halo_bytes_sent": sum(int(i.shape[0]) for i in self.sends.values()) * row_bytes}
+
+    # ---- compute ------------------------------------------------------------------------------------------------
+    def compute(self, repeats: int = 0) -> dict:
+        """C_k = A_k @ extended B: one timed run (``repeats`` > 0: a warm-up then the median of that many).
+        With overlap set (host transport) the two parts run one after the other: same result, tests the split
+        ("rows": C in the split's row order, ``boundary_ms`` the boundary rows' kernel)."""
+        if self.overlap == "rows":
+            B_in, C = self.b_in(), self._overlap_out()
+            with dev.Timer(self.on_gpu) as tb:
+                self.row_split.run("boundary", B_in, C)
+            with dev.Timer(self.on_gpu) as ti:
+                self.row_split.run("interior", B_in, C)
+            self.C, self.c_split = C, True
+            return {"shard": self.k, "kernel_ms": tb.ms + ti.ms, "boundary_ms": tb.ms, "kernel": self._kernels()}
+        if self.overlap:
+            with dev.Timer(self.on_gpu) as t:
+                B_in = self.b_in()
+                C = self.plan_own.run(B_in, self._overlap_out())
+                self.plan_rem.run(B_in, C, accumulate=True)
+            self.C, self.c_split, kernel_ms = C, False, t.ms
+        else:
+            with dev.Timer(self.on_gpu) as g:
+                B_in = self.b_in()
+            self.C, kernel_ms, _ = dev.time_kernel(self.plan, B_in, self.on_gpu, repeats)
+            self.c_split = False
+            kernel_ms += g.ms if self.gather is not None else 0.0
+        return {"shard": self.k, "kernel_ms": kernel_ms, "kernel": self._kernels()}
+
+    def iterate_nccl(self, repeats: int = 0) -> tuple[dict, dict]:
+        """One iteration in one actor call (one driver round trip): the `DeviceLoop` iteration (NCCL exchange,
+        then the kernel, or with overlap the own-column kernel while NCCL moves the halo), synchronized.
+        ``repeats`` > 0 (kernel-only timing): the exchange, then `compute`'s median of that many runs."""
+        if repeats > 0 and not self.overlap:
+            times, _ = self._loop().run(1, False, False, False)
+            ex = self._exchange_stats(times[0]["exchange_ms"], "nccl")
+            return ex, self.compute(repeats)
+        its, _ = self._nccl_iterations(1, False, False)
+        return its[0]
+
+    def _loop(self):
+        from tasks.distribute.nccl_loop import DeviceLoop
+        if self._device_loop is None:
+            self._device_loop = DeviceLoop(self)
+        return self._device_loop
+
+    def _nccl_iterations(self, n: int, advance_first: bool, advance_rest: bool) -> tuple[list, float]:
+        """n `DeviceLoop` iterations (one sync): [(exchange stats, compute stats)] per iteration and the gap ms."""
+        loop = self._loop()
+        if advance_first and self.C is not loop.C:  # the last C came from `compute`, not from the loop's buffer
+            self.advance()  # on the legacy stream, which the loop's blocking streams wait for
+            advance_first = False
+        times, gap_ms = loop.run(n, advance_first, advance_rest, self.overlap)
+        kernel = self._kernels()
+        its = [({**self._exchange_stats(t["exchange_ms"], "nccl"), "overlap": self.overlap,
+                 "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"]},
+                {"shard": self.k, "kernel_ms": t["kernel_ms"], "iteration_gpu_ms": t["iteration_ms"],
+                 "kernel": kernel, **({"boundary_ms": t["boundary_ms"]} if "boundary_ms" in t else {})})
+               for t in times]
+        return its, gap_ms
+
+    def _overlap_out(self):
+        """C_k's buffer for the split kernels, kept across iterations (both kernels write into it)."""
+        shape = (self.n_own, self.B_ext.shape[1])
+        if self._c_buf is None or self._c_buf.shape != shape:
+            self._c_buf = _xp(self.on_gpu).empty(shape, dtype=np.float32)
+        return self._c_buf
+
+    # ---- batches: several iterations in one actor call -----------------------------------------------------------
+    def iterate_many(self, n_iters: int, advance_first: bool = False, advance_rest: bool = True,
+                     repeats: int = 0) -> dict:
+        """NCCL transport: ``n_iters`` iterations in this one call, each (advance when asked: ``advance_first`` for
+        the first, ``advance_rest`` for the others) then the halo exchange and the kernel(s), all enqueued on the
+        GPU by `nccl_loop.DeviceLoop` with one sync at the end and timed with CUDA events (``gap_ms``: GPU time
+        between iterations). Call it on every actor concurrently with the same arguments: NCCL's matching
+        send/recv keep the ranks in step, iteration by iteration. ``repeats`` is ignored (kernel-only timing is
+        `iterate_nccl`'s)."""
+        n = check_n_iters(n_iters)
+        if self.comm is None:
+            raise RuntimeError(f"shard {self.k}: iterate_many needs the NCCL communicator; use iterate_many_host")
+        t0 = time.perf_counter()
+        its, gap_ms = self._nccl_iterations(n, advance_first, advance_rest)
+        return {**self._batch_stats(its, (time.perf_counter() - t0) * 1e3), "gap_ms": gap_ms}
+
+    async def iterate_many_host(self, n_iters: int, batch: int, advance_first: bool = False,
+                                advance_rest: bool = True, repeats: int = 0) -> dict:
+        """Host ("dask") transport: ``n_iters`` iterations in this one call. Each iteration: advance when asked,
+        publish host copies of the rows every peer needs (once the peers took the previous iteration's: at most one
+        iteration pending), pull this iteration's rows from every peer (`pull_batched` waits for the peer to publish
+        them), then `compute` on the worker's actor thread (where a per-call `compute` runs). ``batch``: an id the
+        driver increases per batch, the same on all actors, which are called concurrently. A shard that fails marks
+        the batch failed on every peer (`abort_batch`), so that no peer waits forever for its rows."""
+        n = check_n_iters(n_iters)
+        cond = self._condition()
+        loop = asyncio.get_running_loop()
+        pool = _actor_executor()
+        batch = int(batch)
+        async with cond:
+            self._batch = batch
+            self._outbox.clear()  # what an earlier, failed batch left
+            cond.notify_all()
+        its, t0 = [], time.perf_counter()
+        try:
+            if self.overlap == "rows":
+                await self._iterate_rows_host(n, batch, advance_first, advance_rest, its)
+            else:
+                for i in range(n):
+                    self._check_batch(batch)
+                    if advance_first if i == 0 else advance_rest:
+                        await loop.run_in_executor(pool, self.advance)
+                    await self._publish(batch, i)
+                    t1 = time.perf_counter()
+                    parts = await asyncio.gather(*(self.peers[p].pull_batched(self.k, batch, i) for p, _, _ in self.recv))
+                    self._check_batch(batch)
+                    for (p, n_rows, start), rows in zip(self.recv, parts):
+                        self.B_ext[start:start + n_rows] = dev.to_device(rows, self.on_gpu)
+                    ex = self._exchange_stats((time.perf_counter() - t1) * 1e3, "dask")
+                    its.append((ex, await loop.run_in_executor(pool, self.compute, repeats)))
+        except BaseException as err:
+            reason = f"{type(err).__name__}: {err}"
+            async with cond:
+                first = batch not in self._failed
+                self._failed.setdefault(batch, f"shard {self.k}: {reason}")
+                cond.notify_all()
+            if first:  # this shard is where the batch failed: tell the peers (they are waiting on its rows)
+                calls = [q.abort_batch(batch, self._failed[batch]) for j, q in enumerate(self.peers) if j != self.k]
+                try:
+                    await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), BATCH_ABORT_TIMEOUT_S)
+                except Exception:  # a peer that cannot be reached is not waiting on anything here
+                    pass
+            raise
+        return self._batch_stats(its, (time.perf_counter() - t0) * 1e3)
+
+    async def _iterate_rows_host(self, n: int, batch: int, advance_first: bool, advance_rest: bool,
+                                 its: list) -> None:
+        """`iterate_many_host` with the "rows" overlap, the `nccl_loop` timeline with host rows: iteration 0 gets
+        its halo first (exposed); then each iteration runs the boundary rows' kernel on the actor thread, stores
+        those rows of the next B into the other extended B (``alt_B``) and publishes them at once, and pulls the
+        peers' rows of the next iteration into ``alt_B``'s halo in the event loop while the interior rows' kernel
+        runs on the actor thread (on ``B_ext``, which nothing writes meanwhile); then the interior rows of the next
+        B, the wait for the pull (``exposed_ms``) and the swap. Same C, bitwise, as the plain loop."""
+        loop, pool = asyncio.get_running_loop(), _actor_executor()
+        split, pending = self.row_split, None
+
+        def kernel(part: str, store: bool, C, B_in):  # on the actor thread
+            with dev.Timer(self.on_gpu) as t:
+                B_in = self.b_in() if B_in is None else B_in  # halo-order formats: gathered once per iteration
+                split.run(part, B_in, C)
+            if store:
+                split.store(self.own_rows(self.alt_B()), C, part)
+            return B_in, t.ms
+
+        try:
+            for i in range(n):
+                self._check_batch(batch)
+                last = i + 1 == n
+                if i == 0:
+                    if advance_first:
+                        await loop.run_in_executor(pool, self.advance)
+                    if not last and not advance_rest:  # the next iterations multiply this same B
+                        self.own_rows(self.alt_B())[...] = self.own_rows()
+                    await self._publish(batch, 0)
+                    t1 = time.perf_counter()
+                    await self._pull_into(batch, 0, self.B_ext)
+                    ex_ms = exposed_ms = (time.perf_counter() - t1) * 1e3
+                C = self._overlap_out()
+                B_in, bnd_ms = await loop.run_in_executor(pool, kernel, "boundary", not last and advance_rest, C,
+                                                          None)
+                if not last:
+                    await self._publish(batch, i + 1, self.own_rows(self.alt_B()))
+                    pending = asyncio.ensure_future(self._timed_pull(batch, i + 1, self.alt_B()))
+                _, int_ms = await loop.run_in_executor(pool, kernel, "interior", not last and advance_rest, C, B_in)
+                self.C, self.c_split = C, True
+                ex = {**self._exchange_stats(ex_ms, "dask"), "overlap": "rows", "exposed_ms": exposed_ms}
+                its.append((ex, {"shard": self.k, "kernel_ms": bnd_ms + int_ms, "boundary_ms": bnd_ms,
+                                 "kernel": self._kernels()}))
+                if not last:
+                    t1 = time.perf_counter()
+                    ex_ms = await pending
+                    pending, exposed_ms = None, (time.perf_counter() - t1) * 1e3
+                    self.swap_B()
+        finally:
+            if pending is not None:  # a failed iteration: the pull ends (rows, or the batch's failure) unwaited
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+
+    async def _pull_into(self, batch: int, i: int, B) -> None:
+        """Iteration ``i``'s rows from every peer (`pull_batched`) into the halo rows of extended B ``B``."""
+        parts = await asyncio.gather(*(self.peers[p].pull_batched(self.k, batch, i) for p, _, _ in self.recv))
+        self._check_batch(batch)
+        for (p, n_rows, start), rows in zip(self.recv, parts):
+            B[start:start + n_rows] = dev.to_device(rows, self.on_gpu)
+
+    async def _timed_pull(self, batch: int, i: int, B) -> float:
+        t0 = time.perf_counter()
+        await self._pull_into(batch, i, B)
+        return (time.perf_counter() - t0) * 1e3
+
+    async def pull_batched(self, dst: int, batch: int, i: int) -> np.ndarray:
+        """Host rows shard ``dst`` needs for iteration ``i`` of ``batch``; waits until they are published."""
+        cond = self._condition()
+        async with cond:
+            def ready():  # published, failed, or this shard already past that batch
+                return (batch, i) in self._outbox or batch in self._failed or \
+                    (self._batch is not None and self._batch > batch)
+            await cond.wait_for(ready)
+            if (batch, i) not in self._outbox:
+                raise RuntimeError(self._failed.get(batch, f"shard {self.k}: batch {batch} is over "
+                                                           f"(now in batch {self._batch})"))
+            pending = self._outbox[(batch, i)]
+            rows = pending.pop(dst)
+            if not pending:
+                del self._outbox[(batch, i)]
+                cond.notify_all()
+            return rows
+
+    async def abort_batch(self, batch: int, reason: str) -> None:
+        """Mark ``batch`` failed (a peer failed in it): this shard's waits in that batch raise."""
+        cond = self._condition()
+        async with cond:
+            self._failed.setdefault(int(batch), reason)
+            for old in [b for b in self._failed if b < int(batch) - 8]:
+                del self._failed[old]
+            cond.notify_all()
+
+    async def _publish(self, batch: int, i: int, own=None) -> None:
+        """Host copies of the rows each peer needs for iteration ``i`` (from ``own``, default the current own
+        rows), once the peers took iteration ``i - 1``'s."""
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: (batch, i - 1) not in self._outbox or batch in self._failed
+                                or self._batch != batch)
+            self._check_batch(batch)
+            if self.sends:
+                own = self.own_rows() if own is None else own
+                self._outbox[(batch, i)] = {p: self._rows_out(own[idx]) for p, idx in self.sends.items()}
+                cond.notify_all()
+
+    def _check_batch(self, batch: int) -> None:
+        if batch in self._failed:
+            raise RuntimeError(f"batch {batch} failed: {self._failed[batch]}")
+        if self._batch != batch:
+            raise RuntimeError(f"shard {self.k}: batch {batch} was superseded by batch {self._batch}")
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:  # made inside the worker's event loop, where every async method runs
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    def _batch_stats(self, its: list, loop_ms: float) -> dict:
+        ex = [e["exchange_ms"] for e, _ in its]
+        ker = [c["kernel_ms"] for _, c in its]
+        return {"shard": self.k, "n_iters": len(its), "iterations": its, "exchange_ms": ex, "kernel_ms": ker,
+                "total_exchange_ms": float(sum(ex)), "total_kernel_ms": float(sum(ker)), "loop_ms": loop_ms}
+
+    def _kernels(self) -> str:
+        if self.overlap == "rows":
+            return self.row_split.kernels()
+        if self.overlap:
+            return f"{self.plan_own.choice.get('kernel')}+{self.plan_rem.choice.get('kernel')}"
+        return str(self.plan.choice.get("kernel"))
+
+    def release(self) -> None:
+        """Free this shard's device state and destroy its NCCL communicator. `DistributedSpmm.close` calls it on
+        every shard at once before dropping the actors: a communicator left to the garbage collector is destroyed
+        whenever its actor happens to be collected, and a destroy that waits for a peer's blocked the worker (the
+        next actor on it never started: H100 x4, the GPU tests after a batched run)."""
+        if self._device_loop is not None:
+            self._device_loop.release()
+            self._device_loop = None
+        if self.comm is not None:
+            self.comm.destroy()
+            self.comm = None
+        if self.row_split is not None:
+            self.row_split.release()
+        self.B_ext = self.B_alt = self.C = self._b_loc = self._c_buf = self.row_split = None
+        self.plan = self.plan_own = self.plan_rem = None
+        dev.release_device_memory(self.on_gpu)
+
+    def get_C(self) -> np.ndarray:
+        """Host C_k (float32, the plans' out_dtype) in the shard's row order (a row split's order undone)."""
+        return self.row_split.natural(self.C) if self.c_split else dev.to_host(self.C)
+
+    def get_C_rows(self, index: np.ndarray) -> np.ndarray:
+        """Host copy of C_k[index] (rows of this shard's block)."""
+        index = np.asarray(index, dtype=np.int64)
+        if self.c_split:
+            index = self.row_split.pos[index]
+        return dev.to_host(self.C[dev.to_device(index, self.on_gpu)])
+
+    def get_B(self) -> np.ndarray:
+        """Own rows of B as float32 (exact: widened from the precision's storage)."""
+        return self.prec.to_float32(dev.to_host(self.own_rows()))
+
+
+def _actor_executor():
+    """The Dask worker's actor thread (where sync actor methods run), or None (asyncio's default) outside one."""
+    try:
+        from distributed import get_worker
+        return get_worker().executors["actor"]
+    except Exception:  # not on a worker, or a distributed without the actor executor
+        return None
+
+
+def _xp(on_gpu: bool):
+    if on_gpu:
+        import cupy
+        return cupy
+    return np
