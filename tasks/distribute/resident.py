@@ -36,8 +36,9 @@ import numpy as np
 from configs.names import DEFAULT_FORMAT
 from tasks.distribute.oneshot import ShardRef
 from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_of
-from tasks.distribute.shard_actor import (BATCH_ABORT_TIMEOUT_S, OVERLAP_DEFAULT, OVERLAP_MODES,  # noqa: F401
-                                          ShardActor, check_n_iters, overlap_mode)  # (OVERLAP_*: re-exported)
+from tasks.distribute.host_batches import BATCH_ABORT_TIMEOUT_S, check_n_iters
+from tasks.distribute.shard_actor import (OVERLAP_DEFAULT, OVERLAP_MODES, ShardActor,  # noqa: F401 (re-exported)
+                                          overlap_mode)
 
 NCCL_INIT_TIMEOUT_S = 120
 RELEASE_TIMEOUT_S = 60  # close(): how long the shards may take to free their state and destroy the communicator
