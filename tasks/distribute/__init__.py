@@ -8,8 +8,7 @@
 - formats.py: what a format needs to run sharded (`shard_ops`; every registered format), halo_order.py: the row order
   for P > 1 shards by TC blocks and halo bytes (`choose_order`);
 - `DistributedSpmm(plan, client, ...)` (resident.py; its `ShardActor` in shard_actor.py, host batches in
-  host_batches.py): one actor per shard, halo
-  exchange by NCCL or Dask;
+  host_batches.py): one actor per shard, halo exchange by NCCL or Dask;
   ``iterate(n)`` batches n iterations into one actor call per shard, on GPUs enqueued without a host sync between
   them (nccl_loop.py: fixed buffers, events read once per batch into kernel / exchange / exposed / gap ms);
   ``set_overlap("rows")`` hides the exchange behind the interior rows' kernel (row_split.py: boundary rows first);
