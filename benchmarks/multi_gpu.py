@@ -57,7 +57,7 @@ from storage import BlockStore  # noqa: E402
 from tasks.distribute import DistributedSpmm, cluster_client, make_plan, persist_plan, run_oneshot  # noqa: E402
 from tasks.distribute.cluster import count_gpus  # noqa: E402
 from tasks.distribute.direct import b_artifact, read_c, run_oneshot_stored, store_b  # noqa: E402
-from tasks.distribute.device import cupy_allocator_name, to_host  # noqa: E402
+from tasks.distribute.device import cupy_allocator_name, to_host, worker_device  # noqa: E402
 from kernels.formats.metcf.container import WINDOW, expand  # noqa: E402
 from kernels.formats.metcf.synth import metcf_from_keys  # noqa: E402
 from tasks.distribute.synth import mesh_keys, relabel, rmat_keys, sbm_keys  # noqa: E402
@@ -519,7 +519,9 @@ def main(argv=None) -> int:
     cluster_kw = {} if args.cpu else {"protocol": args.protocol, "rmm_pool": args.rmm_pool}
     with cluster_client(n_workers=max(gpu_counts), gpu=not args.cpu, **cluster_kw) as client:
         cluster = {"address": client.scheduler.address, "options": cluster_kw,
-                   "allocator": client.run(lambda: cupy_allocator_name()) if not args.cpu else None}
+                   # as every shard task and actor sees it (worker_device: CuPy's pool in front of RMM's)
+                   "allocator": client.run(lambda: (worker_device("gpu"), cupy_allocator_name())[1])
+                   if not args.cpu else None}
         log(f"cluster: {len(client.scheduler_info()['workers'])} workers, GPU counts {gpu_counts}, {cluster}")
         if args.weak:
             weak_scaling(client, xp, gpu_counts, root, args, log, rows, skipped, started, write_json)
