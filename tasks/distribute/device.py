@@ -6,6 +6,7 @@ Under dask-cuda each worker sees one GPU (``CUDA_VISIBLE_DEVICES`` set per worke
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import numpy as np
@@ -24,6 +25,7 @@ def worker_device(device: str = "auto") -> bool:
 
 # CuPy's memory pool drawing its blocks from RMM, once `use_gc_safe_allocator` set it: (pool, RMM's allocator).
 _RMM_BACKED_POOL: tuple | None = None
+_POOL_LOCK = threading.Lock()
 
 
 def use_gc_safe_allocator() -> None:
@@ -39,14 +41,15 @@ def use_gc_safe_allocator() -> None:
     `release_device_memory`, outside any collection. Idempotent; does nothing under any other allocator."""
     global _RMM_BACKED_POOL
     import cupy
-    current = cupy.cuda.get_allocator()
-    if _RMM_BACKED_POOL is not None and current == _RMM_BACKED_POOL[0].malloc:
-        return
-    if not str(getattr(current, "__module__", "")).startswith("rmm"):
-        return
-    pool = cupy.cuda.MemoryPool(current)
-    cupy.cuda.set_allocator(pool.malloc)
-    _RMM_BACKED_POOL = (pool, current)
+    with _POOL_LOCK:  # a task thread and the actor thread may start at once; one pool, set once
+        current = cupy.cuda.get_allocator()
+        if _RMM_BACKED_POOL is not None and current == _RMM_BACKED_POOL[0].malloc:
+            return
+        if not str(getattr(current, "__module__", "")).startswith("rmm"):
+            return
+        pool = cupy.cuda.MemoryPool(current)
+        cupy.cuda.set_allocator(pool.malloc)
+        _RMM_BACKED_POOL = (pool, current)
 
 
 def device_name(on_gpu: bool) -> str:

@@ -74,3 +74,27 @@ def test_cpu_tasks_do_not_touch_cupy(fake_cupy):
     state["allocator"] = rmm_cupy_allocator
     assert dev.worker_device("cpu") is False
     assert state["allocator"] is rmm_cupy_allocator
+
+
+def test_two_threads_starting_at_once_make_one_pool(fake_cupy, monkeypatch):
+    """A task thread and the actor thread of a fresh worker: one pool, so no array outlives the pool it came from."""
+    import threading
+    import time
+
+    state, _ = fake_cupy
+    state["allocator"] = rmm_cupy_allocator
+    made = []
+
+    class SlowPool(FakePool):
+        def __init__(self, allocator=None):
+            time.sleep(0.05)  # widen the window between reading the allocator and setting the pool
+            super().__init__(allocator)
+            made.append(self)
+
+    monkeypatch.setattr(sys.modules["cupy"].cuda, "MemoryPool", SlowPool)
+    threads = [threading.Thread(target=dev.worker_device, args=("gpu",)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and state["allocator"].__self__ is made[0]
