@@ -30,3 +30,20 @@ def gpu_clocks() -> dict:
     if proc.returncode != 0:
         return {}
     return dict(zip(fields, (v.strip() for v in proc.stdout.strip().split(","))))
+
+
+def gpu_meta() -> dict:
+    """The current CUDA device and the software around it, for a results file: device name, its slug (file
+    names), SM count, CPU model, GPU clocks, Python / NumPy / SciPy / CuPy versions, CUDA runtime and driver."""
+    import cupy
+    import numpy as np
+    import scipy
+
+    from kernels.formats.metcf.selector import slug
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {"device": name, "slug": slug(name), "sm_count": props["multiProcessorCount"], "cpu_model": cpu_model(),
+            "gpu_clocks": gpu_clocks(), "python": platform.python_version(), "numpy": np.__version__,
+            "scipy": scipy.__version__, "cupy": cupy.__version__,
+            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion()}

@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from configs.names import DEFAULT_FORMAT  # noqa: E402
 from kernels.precision import precision as as_precision  # noqa: E402
+from storage.atomic import atomic_path  # noqa: E402
 
 # (kind, size label) -> generator params: about 1M and 10M nonzeros (R-MAT: scale 16 / 19 x 16 edges; SBM: n x
 # (deg_in + deg_out); mesh: a 27-point 3D stencil on nx^3 points)
@@ -186,19 +187,13 @@ def table(rows: list[dict]) -> str:
 
 
 def device_meta(cpu: bool) -> dict:
-    import importlib
-    meta = {"python": platform.python_version()}
-    for mod in ("numpy", "scipy", "cupy"):
-        try:
-            meta[mod] = importlib.import_module(mod).__version__
-        except ImportError:
-            pass
-    if cpu:
-        return {"device": f"cpu:{platform.node()}", "versions": meta}
-    import cupy
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return {"device": name, "versions": meta}
+    """benchmarks/machine.py's record of the GPU and its software; on the CPU path the host and versions."""
+    if not cpu:
+        from machine import gpu_meta
+        return gpu_meta()
+    import scipy
+    return {"device": f"cpu:{platform.node()}", "python": platform.python_version(), "numpy": np.__version__,
+            "scipy": scipy.__version__}
 
 
 def main(argv=None) -> int:
@@ -212,11 +207,17 @@ def main(argv=None) -> int:
 
     meta = {"benchmark": "plan-time", **device_meta(args.cpu), "command": " ".join([sys.executable, *sys.argv]),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(), "args": vars(args), "targets": PLAN_TARGETS}
-    tag = meta["device"].replace(" ", "_").replace(":", "-")
+    tag = meta.get("slug") or meta["device"].replace(" ", "_").replace(":", "-")
     path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / \
         f"plan-time-{tag}-{dt.date.today().isoformat()}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     rows, skipped, t_start = [], [], time.time()
+
+    def write():  # after each matrix and at the end: what ran so far, replaced whole (temp file, rename)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps({"meta": {**meta, "skipped": skipped, "wall_s": time.time() - t_start},
+                                       "rows": rows, "summary": summary(rows), "failures": failures(rows)},
+                                      indent=1, default=float))
     for size in args.sizes:
         for kind in args.kinds:
             label = f"{kind}-{size}"
@@ -242,11 +243,8 @@ def main(argv=None) -> int:
                         rows.append(r)
                         log(label, dtype, plan, {k: r.get(k) for k in ("build_s", "decide_s", "kernel_ms", "format",
                                                                         "error")})
-            path.write_text(json.dumps({"meta": {**meta, "skipped": skipped}, "rows": rows,
-                                        "summary": summary(rows), "failures": failures(rows)}, indent=1,
-                                       default=float))
-    path.write_text(json.dumps({"meta": {**meta, "skipped": skipped, "wall_s": time.time() - t_start}, "rows": rows,
-                                "summary": summary(rows), "failures": failures(rows)}, indent=1, default=float))
+            write()
+    write()
     print(f"wrote {path}")
     bad = failures(rows)
     if bad:

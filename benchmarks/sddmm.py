@@ -47,7 +47,6 @@ import argparse
 import datetime as dt
 import io
 import json
-import os
 import sys
 import tarfile
 import time
@@ -98,13 +97,6 @@ def cases(args) -> list[dict]:
     return out
 
 
-def fixture_path(rel: str) -> Path | None:
-    """``rel`` under the first fixtures folder holding it (TCSPMM_FIXTURES, ../shared/fixtures, .fixtures)."""
-    roots = [Path(p) for p in [os.environ.get("TCSPMM_FIXTURES")] if p]
-    roots += [REPO.parent / "shared" / "fixtures", REPO / ".fixtures"]
-    return next((r / rel for r in roots if (r / rel).is_file()), None)
-
-
 def igb_adjacency(path: Path) -> sp.csr_array:
     """``A[dst, src] = 1`` per edge of an IGB homogeneous archive (tasks/parse/igb.py's orientation), n = the
     largest node id + 1, repeated edges merged."""
@@ -128,13 +120,14 @@ def build(source) -> sp.csr_array | None:
         from tasks.fetch.generators import generate
 
         A = generate("dlmc", source[1])
-    elif kind == "fixture":
-        import spmm  # benchmarks/spmm.py: the SuiteSparse fixture reader the other benchmarks share
-
-        A = spmm.fixture(source[1])
     else:
-        path = fixture_path(source[1])
-        A = None if path is None else igb_adjacency(path)
+        import spmm  # benchmarks/spmm.py: the fixtures' finder and SuiteSparse reader the benchmarks share
+
+        if kind == "fixture":
+            A = spmm.fixture(source[1])
+        else:
+            path = spmm.fixture_path(source[1])
+            A = None if path is None else igb_adjacency(path)
     if A is None:
         return None
     A = sp.csr_array(A)
@@ -359,20 +352,9 @@ def results_path(out: Path | None, slug: str, date: str) -> Path:
 
 
 def device_meta() -> dict:
-    import platform
+    from machine import gpu_meta
 
-    import cupy
-    import scipy
-
-    from kernels.formats.metcf.selector import slug
-    from machine import cpu_model, gpu_clocks
-
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    meta = {"device": name, "slug": slug(name), "sm_count": props["multiProcessorCount"], "cpu_model": cpu_model(),
-            "gpu_clocks": gpu_clocks(), "python": platform.python_version(), "numpy": np.__version__,
-            "scipy": scipy.__version__, "cupy": cupy.__version__,
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion()}
+    meta = gpu_meta()
     try:
         import torch
 

@@ -88,12 +88,17 @@ def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
-def fixture(name: str):
-    """A SuiteSparse fixture as float32 CSR, from TCSPMM_FIXTURES, .fixtures or ../shared/fixtures (the tests'
-    order); None when none holds it."""
+def fixture_path(rel: str) -> Path | None:
+    """``rel`` under the first fixtures folder holding it: TCSPMM_FIXTURES, .fixtures or ../shared/fixtures (the
+    tests' order); None when none does."""
     roots = [Path(p) for p in [os.environ.get("TCSPMM_FIXTURES")] if p] + [REPO / ".fixtures",
                                                                           REPO.parent / "shared" / "fixtures"]
-    path = next((p for p in (r / "suitesparse" / "MM" / f"{name}.tar.gz" for r in roots) if p.exists()), None)
+    return next((r / rel for r in roots if (r / rel).is_file()), None)
+
+
+def fixture(name: str):
+    """A SuiteSparse fixture as float32 CSR (`fixture_path`); None when no fixtures folder holds it."""
+    path = fixture_path(f"suitesparse/MM/{name}.tar.gz")
     if path is None:
         return None
     with tarfile.open(path) as tar:

@@ -105,11 +105,13 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
             captured[0].replay()
             loss = captured[1]
         elif cuda_graph and epoch >= GRAPH_WARMUP_EPOCHS and "graph_error" not in result:
-            captured, loss = _capture_step(step, opt, result)
+            captured = _capture_step(step, opt, result)
             if captured is None:  # failed: this epoch and the rest run eagerly
                 opt.zero_grad()
                 loss = step()
             else:
+                captured[0].replay()
+                loss = captured[1]
                 result["graph_from_epoch"] = epoch + 1
         elif side is not None:  # warm-up on a side stream (PyTorch's recipe before a capture)
             side.wait_stream(torch.cuda.current_stream())
@@ -132,8 +134,8 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
 
 
 def _capture_step(step, opt, result: dict):
-    """((graph, its loss tensor), loss) with the step captured and replayed once; (None, None) with
-    ``result["graph_error"]`` when capturing failed (nothing of the step ran)."""
+    """(graph, its loss tensor) with the training step captured, not yet run; None with ``result["graph_error"]``
+    when capturing failed (nothing of the step ran)."""
     opt.zero_grad(set_to_none=True)  # the captured backward then assigns the gradients: replays need no zeroing
     graph = torch.cuda.CUDAGraph()
     try:
@@ -142,9 +144,8 @@ def _capture_step(step, opt, result: dict):
     except Exception as err:  # an op that syncs, allocates outside torch, or is not capturable
         result["graph_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
         torch.cuda.synchronize()
-        return None, None
-    graph.replay()
-    return (graph, static_loss), static_loss
+        return None
+    return graph, static_loss
 
 
 @torch.no_grad()
