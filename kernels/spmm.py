@@ -248,11 +248,7 @@ class SpmmPlan:
         if Bd.ndim != 2 or Bd.shape[0] != self.shape[1]:
             raise ValueError(f"B has shape {tuple(B.shape)}, expected ({self.shape[1]}, N) or ({self.shape[1]},)")
         N = int(Bd.shape[1])
-        if kernel is None:
-            if N not in self.choices:
-                self.choices[N] = self._decide(N, Bd)
-            self.choice = self.choices[N]
-            kernel = self.choice["kernel"]
+        kernel = kernel or self._kernel_for(N, Bd)
         dev_out = None
         if out is not None and not on_host:
             dev_out = out.reshape(self.shape[0], N) if vector else out
@@ -274,6 +270,14 @@ class SpmmPlan:
         if on_host:
             return into_host(cupy.asnumpy(C), out, accumulate)  # synchronize!
         return C
+
+    def _kernel_for(self, N: int, B) -> str:
+        """The kernel chosen for N, decided (and autotuned on B) on the first call with that N; it becomes
+        ``plan.choice``."""
+        if N not in self.choices:
+            self.choices[N] = self._decide(N, B)
+        self.choice = self.choices[N]
+        return self.choice["kernel"]
 
     def bind(self, B, out, *, kernel: str | None = None, accumulate: bool = False):
         """out (=, or += with ``accumulate``) A @ B as a call the caller keeps: ``call()`` launches it on the current
@@ -298,11 +302,7 @@ class SpmmPlan:
         if B.shape[0] != self.shape[1]:
             raise ValueError(f"B has shape {tuple(B.shape)}, expected ({self.shape[1]}, N)")
         N = int(B.shape[1])
-        if kernel is None:
-            if N not in self.choices:
-                self.choices[N] = self._decide(N, B)
-            self.choice = self.choices[N]
-            kernel = self.choice["kernel"]
+        kernel = kernel or self._kernel_for(N, B)
         op_dtype = self._op(kernel).out_dtype
         if op_dtype is not None and op_dtype != self.out_dtype:
             raise TypeError(f"kernel {kernel} writes {op_dtype}, not the plan's {self.out_dtype}: bind needs a "
