@@ -33,9 +33,8 @@ from kernels.formats.contract import Choice
 from kernels.formats.ranking import AUTO_CANDIDATES, check_candidates
 from kernels.formats.ranking import select as select_formats
 from kernels.formats.registry import REGISTRY
-from kernels.formats.registry import get as get_format
-from kernels.hybrid import HYBRID
 from kernels.hybrid import plan_candidates as format_candidates
+from kernels.hybrid import plan_record
 from kernels.precision import API_FIX, check_range
 from kernels.precision import precision as as_precision
 
@@ -125,10 +124,7 @@ class SpmmPlan:
 
     def _csr_of(self):
         """A as SciPy CSR (the baselines' input): as given, or the inverse conversion of a converted object."""
-        if self._csr is not None:
-            return self._csr
-        name = self._given.format_name
-        return (HYBRID if name == HYBRID.name else get_format(name)).to_csr(self._given)
+        return self._csr if self._csr is not None else plan_record(self._given.format_name).to_csr(self._given)
 
     def _op(self, kernel: str):
         """The device operator that runs ``kernel``: this plan's, else the registered format's whose operator lists

@@ -83,4 +83,9 @@ def plan_candidates(name: str, precision: str) -> list:
     return found + [HYBRID] if name == "auto" and applicable(precision) else found
 
 
-__all__ = ["COMPOSITES", "HYBRID", "Composite", "HybridA", "plan_candidates"]
+def plan_record(name: str):
+    """The record a plan reads for a converted object's ``format_name``: a composite's, else the registry's."""
+    return COMPOSITES.get(name) or get(name)
+
+
+__all__ = ["COMPOSITES", "HYBRID", "Composite", "HybridA", "plan_candidates", "plan_record"]
