@@ -144,8 +144,19 @@ def _capture_step(step, opt, result: dict):
     except Exception as err:  # an op that syncs, allocates outside torch, or is not capturable
         result["graph_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
         torch.cuda.synchronize()
+        _release_generator()
         return None
     return graph, static_loss
+
+
+def _release_generator() -> None:
+    """After a failed capture: the current device's default CUDA generator, registered with the aborted graph,
+    still counts as capturing, and its next eager draw (dropout) raises "Offset increment outside graph capture
+    encountered unexpectedly" (seen on H100 in benchmarks/gnn.py after a GAT capture failed). A clone of its
+    state (same seed and offset, not capturing) put in its place lets the eager epochs go on with the same stream
+    of random numbers."""
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    gen.graphsafe_set_state(gen.clone_state())
 
 
 @torch.no_grad()

@@ -124,7 +124,10 @@ def test_ucx_cluster_resident(tmp_path, transport):
     script = tmp_path / "ucx_case.py"
     script.write_text(UCX_SCRIPT.format(repo=str(REPO), P=N_GPUS, transport=transport,
                                         dump_s=max(UCX_TIMEOUT_S - 15, 10)))
-    env = {**os.environ, **SAFE_GPU_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    # its own cluster on the GPUs of the module's, which holds half of each GPU in its RMM pool: a smaller pool
+    # (with the default half, the second pool's 42.7 GB failed on an 80 GB H100, 2026-11-27)
+    env = {**os.environ, **SAFE_GPU_ENV, "TCSPMM_RMM_POOL": "0.2",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     try:
         run = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True,
                              timeout=UCX_TIMEOUT_S)
