@@ -278,7 +278,8 @@ def run_matrix(case: dict, S: sp.csr_array, args, torch_ok: bool) -> list[dict]:
             out.fill(cupy.nan)
             row["issued_ms"][f"{key}-out"] = launch.issued_ms(lambda: plan.run(Ad, Bd, out=out), repeats=args.repeats)
             check(f"{key}-out", out, p)
-            if plan.kernel != "cvse":
+            row.setdefault("route", {})[key] = plan.choices.get(Kd)  # what "auto" timed and kept for this Kd
+            if getattr(plan, "_dm", None) is None:  # no CVSE kernel in this plan (format csr)
                 return
             row["vector"][key] = plan.svc["vector"]
             vec = cupy.full((plan._dm.n_vectors, plan._dm.vector), cupy.nan, dtype=cupy.float32)

@@ -17,6 +17,7 @@ TIMING = {"issued": "CUDA events around a Python loop of back-to-back calls as i
 GRAPH_NNZ = (1e5, 3e6)  # issue 33: "graphs of 0.1-3M nnz"
 SPEEDUP_TARGETS = (("graph", "graphs of 0.1-3M nnz", 1.5), ("dnn", "pruned DNN weights (V = 8, 80 %)", 2.0))
 DEFAULT_KD = (64, 256)
+ROUTE = {"cvse": "cvse", "cusparse": "cusp"}  # the FP16 plan's route for the row's Kd (timed by the plan)
 TITLE = "SDDMM as users call it (`SddmmPlan.run` vs `torch.sparse.sampled_addmm`)"
 
 
@@ -77,7 +78,7 @@ def fmt(v, p: int = 4) -> str:
 
 def text_table(rows: list[dict]) -> list[str]:
     """Per S and Kd: torch and ours as issued (ms), ours over torch, the kernels by graph replay, the worst rel err."""
-    head = (f"{'matrix':22} {'class':5} {'nnz':>9} {'Kd':>4} {'V':>2} {'torch':>8} {'csr':>8} {'tf32':>8} "
+    head = (f"{'matrix':22} {'class':5} {'nnz':>9} {'Kd':>4} {'V':>2} {'route':>5} {'torch':>8} {'csr':>8} {'tf32':>8} "
             f"{'fp16':>8} {'bf16':>8} {'x tf32':>6} {'x fp16':>6} {'x bf16':>6} {'cusp[g]':>8} {'tf32[g]':>8} "
             f"{'fp16[g]':>8} {'bf16[g]':>8} {'max err':>8}")
     out = [f"timing: torch/csr/tf32/fp16/bf16 = {TIMING['issued']}, run(A, B) without out; x = torch ms / ours; "
@@ -88,7 +89,8 @@ def text_table(rows: list[dict]) -> list[str]:
         ratio = [speedup(r, f"cvse-{p}") for p in PRECISIONS]
         errs = list(r["rel_err_contract"].values())
         V = r["vector"].get("cvse-float16")
-        out.append(f"{r['matrix'][:22]:22} {r['class']:5} {r['nnz']:>9} {r['Kd']:>4} {V if V else '-':>2} "
+        route = ROUTE.get(r.get("route", {}).get("cvse-float16"), "-")
+        out.append(f"{r['matrix'][:22]:22} {r['class']:5} {r['nnz']:>9} {r['Kd']:>4} {V if V else '-':>2} {route:>5} "
                    f"{fmt(iss.get('torch')):>8} {fmt(iss.get('csr')):>8} "
                    + " ".join(f"{fmt(v):>8}" for v in ours) + " "
                    + " ".join(f"{fmt(v, 2):>6}" for v in ratio) + " "
@@ -109,7 +111,8 @@ def sddmm_table(rows: list, h) -> list[tuple]:
         errs = [e for e in r.get("rel_err_contract", {}).values() if e is not None]
         counted = in_target(r, r["class"])
         out.append((r["matrix"] + ("" if counted else " (†)"), r["class"], h.mnnz(r["nnz"]), r["Kd"],
-                    r.get("vector", {}).get("cvse-float16", "–"), h.f(iss.get("torch"), 3),
+                    r.get("vector", {}).get("cvse-float16", "–"),
+                    ROUTE.get(r.get("route", {}).get("cvse-float16"), "–"), h.f(iss.get("torch"), 3),
                     _cell(iss, "csr", h.f), *(_cell(iss, f"cvse-{p}", h.f) for p in PRECISIONS),
                     *(h.f(speedup(r, f"cvse-{p}")) for p in PRECISIONS), h.f(ms.get("cusparse-sddmm"), 3),
                     *(h.f(ms.get(f"cvse-{p}"), 3) for p in PRECISIONS), h.f(ms.get("cvse-float16-call"), 3),
@@ -127,7 +130,10 @@ def sddmm_section(runs, v0, older, *, h) -> list[str]:
             "SDDMM), i.e. `A[row_k] . B[col_k]` at every stored nonzero of S, a sparse CSR tensor of S's pattern "
             "returned; \"csr\" is `SddmmPlan(S, format=\"csr\").run(A, B)` (our cuSPARSE route: TF32-rounded copies "
             "of A and B, cuSPARSE SDDMM, x S); TF32 / FP16 / BF16 are `SddmmPlan(S, dtype=float32 / float16 / "
-            "bfloat16, format=\"cvse\").run(A, B)` with CuPy A and B already in the plan's storage dtype. Issued ms "
+            "bfloat16, format=\"cvse\").run(A, B)` with CuPy A and B already in the plan's storage dtype; since "
+            "2026-11-27 such a plan times its two routes on the first call with a Kd, the CVSE kernel and the "
+            "cuSPARSE route, and keeps the faster (\"FP16 route\": what the FP16 plan kept; \"–\" in older runs, "
+            "which ran the CVSE kernel only). Issued ms "
             f"({TIMING['issued']}), in parentheses the same call with `out=` (a float32 [nnz] made once); "
             "\"torch / X\": torch's issued ms over ours, without `out`. Graph ms "
             f"({TIMING['graph']}): cuSPARSE SDDMM float32 (kernels.cusparse_sddmm), the plan's CVSE kernel alone "
@@ -136,7 +142,7 @@ def sddmm_section(runs, v0, older, *, h) -> list[str]:
             "results, on up to 65,536 sampled nonzeros against float64 of the float32 inputs; the run also checks "
             "each against float64 of the inputs rounded to its precision, and fails beyond the precision's "
             "tolerance.", ""]
-    head = ("matrix", "class", "nnz", "Kd", "V", "torch ms", "csr ms", *(f"{SHORT[p]} ms" for p in PRECISIONS),
+    head = ("matrix", "class", "nnz", "Kd", "V", "FP16 route", "torch ms", "csr ms", *(f"{SHORT[p]} ms" for p in PRECISIONS),
             *(f"torch / {SHORT[p]}" for p in PRECISIONS), "cuSPARSE graph ms",
             *(f"{SHORT[p]} kernel graph ms" for p in PRECISIONS), "FP16 call graph ms", "max rel err")
     out += h.table(head, sddmm_table(run.rows, h))

@@ -7,9 +7,16 @@ Precision contract (README "Precision"): A, B and S's values are rounded to the 
 float16, bfloat16), products are exact in fp32 and summed in fp32; out is float32. Formats: ``"csr"`` and
 ``"cvse"`` (S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression, or ``vector=V``).
 
-Kernels: on a GPU, format ``"cvse"`` runs the CVSE SDDMM kernel (kernels/formats/cvse/cvse_sddmm.cu; ``kernel="cvse"``
-asks for it and is refused if the cvse format is not ``gpu_ready``); format ``"csr"`` (or ``kernel="cusparse"``)
-runs ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded inputs, then x S).
+Kernels: on a GPU, format ``"cvse"`` builds two routes, the CVSE SDDMM kernel (kernels/formats/cvse/cvse_sddmm.cu)
+and ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded inputs, then x S when
+S's values are not all one), and the first ``run`` with a new Kd times both as issued and keeps the faster for that
+Kd (``plan.choices``). Why not one rule: the CVSE kernel computes V = 8 rows per vector, so its work is the vectors'
+padding; on power-law and community graphs of 1-2M nonzeros (8-row vector density 0.13) at Kd = 64 cuSPARSE's
+per-nonzero kernel took 0.54 ms against 0.96 (R-MAT scale 17, H100), while at Kd = 256, and on small or meshed
+graphs at the same density, the CVSE kernel won by 1.3-4x (benchmarks/results/sddmm-*-2026-11-27.json): the
+crossing depends on size, locality and Kd, which a measurement settles. ``kernel="cvse"`` / ``"cusparse"`` fixes
+the route (cvse is refused where the format is not ``gpu_ready``); format ``"csr"`` runs cuSPARSE. Each route
+gives the same bits on every call.
 Without CuPy or a GPU (or ``device="cpu"``) the plan runs the format's float64 NumPy twin on the rounded inputs
 ("cpu-reference").
 """
@@ -87,22 +94,64 @@ class SddmmPlan:
                              "device='cpu'")
         if kernel == "cvse" and format != "cvse":
             raise InputError("kernel cvse needs format='cvse'")
-        self.kernel = "cvse" if kernel == "cvse" or (kernel == "auto" and format == "cvse" and fmt.gpu_ready) \
-            else "cusparse"
+        if kernel == "auto":
+            kernel = "auto" if format == "cvse" and fmt.gpu_ready else "cusparse"
+        self.kernel = kernel  # the route asked for: "cvse", "cusparse", or "auto" (timed per Kd: self.choices)
         import cupy
 
         self._vec_out = None  # the CVSE kernel's vector-order output, made on the first call
-        if self.kernel == "cvse":
+        if kernel in ("cvse", "auto"):
             self._dm = launch_cvse.upload(self._cvse, p.name)
             self._gather_dev = cupy.asarray(self._gather)
-        else:
+        if kernel in ("cusparse", "auto"):
             self._op = CusparseSddmm(self._S.indptr, self._S.indices, self.shape)
-            self._s_dev = cupy.asarray(self._S.data)
-        self.choice = {"kernel": self.kernel, "format": format if self.kernel == "cvse" else "csr",
-                       "precision": p.name,
-                       "reason": "the CVSE SDDMM kernel" if self.kernel == "cvse" else
-                                 "cuSPARSE SDDMM (float32 on precision-rounded inputs) until the CVSE kernel has "
-                                 "passed its GPU tests"}
+            # x S skipped for unit values (attention patterns, the benchmark's graphs): one pass less per call
+            self._s_dev = None if bool(np.all(self._S.data == 1)) else cupy.asarray(self._S.data)
+        self.choices: dict[int, str] = {}  # Kd -> the route run() takes
+        self.timings: dict[int, dict] = {}  # Kd -> {route: ms as issued} where "auto" timed them
+        self.choice = self._record(kernel if kernel != "auto" else "cvse",
+                                   "the CVSE SDDMM kernel" if kernel == "cvse" else
+                                   "cuSPARSE SDDMM (float32 on precision-rounded inputs)" if kernel == "cusparse" else
+                                   "the CVSE kernel until a run times both routes for its Kd")
+
+    def _record(self, route: str, reason: str) -> dict:
+        return {"kernel": route, "format": self.format if route == "cvse" else "csr",
+                "precision": self.precision.name, "reason": reason}
+
+    def _route(self, Ad, Bd, dev_out) -> str:
+        """The route for Ad's Kd: fixed by ``kernel``, or (auto) both timed as issued on these operands on the
+        first call with this Kd, the faster kept."""
+        Kd = int(Ad.shape[1])
+        route = self.choices.get(Kd)
+        if route is not None:
+            return route
+        if self.kernel != "auto":
+            route = self.choices[Kd] = self.kernel
+            return route
+        from kernels.launch import issued_ms
+
+        ms = {r: issued_ms(lambda r=r: self._launch(r, Ad, Bd, dev_out), repeats=3, warmup=2)
+              for r in ("cvse", "cusparse")}
+        route = min(ms, key=ms.get)
+        self.choices[Kd], self.timings[Kd] = route, ms
+        self.choice = self._record(route, f"Kd={Kd}: fastest as issued of {ms}")
+        return route
+
+    def _launch(self, route: str, Ad, Bd, dev_out):
+        import cupy
+
+        if route == "cvse":
+            if self._vec_out is None:
+                self._vec_out = cupy.empty((self._dm.n_vectors, self._dm.vector), dtype=cupy.float32)
+            vec = launch_cvse.sddmm(self._dm, Ad, Bd, out=self._vec_out)
+            return cupy.take(vec.reshape(-1), self._gather_dev, out=dev_out)
+        # cuSPARSE SDDMM reads float32: the precision's values (TF32-rounded, or the 16-bit values widened)
+        p = self.precision
+        rnd = tf32_round if p.name == "float32" else p.to_float32
+        vals = self._op.run(cupy.ascontiguousarray(rnd(Ad)), cupy.ascontiguousarray(rnd(Bd)), dev_out)
+        if self._s_dev is not None:
+            vals *= self._s_dev
+        return vals
 
     def _check(self, A, B):
         M, K = self.shape
@@ -141,16 +190,7 @@ class SddmmPlan:
             self._check_out(out, cupy.ndarray)
             dev_out = out
         Ad, Bd = _device_operand(A, p), _device_operand(B, p)
-        if self.kernel == "cvse":
-            if self._vec_out is None:
-                self._vec_out = cupy.empty((self._dm.n_vectors, self._dm.vector), dtype=cupy.float32)
-            vec = launch_cvse.sddmm(self._dm, Ad, Bd, out=self._vec_out)
-            vals = cupy.take(vec.reshape(-1), self._gather_dev, out=dev_out)
-        else:
-            # cuSPARSE SDDMM reads float32: the precision's values (TF32-rounded, or the 16-bit values widened)
-            rnd = tf32_round if p.name == "float32" else p.to_float32
-            vals = self._op.run(cupy.ascontiguousarray(rnd(Ad)), cupy.ascontiguousarray(rnd(Bd)), dev_out)
-            vals *= self._s_dev
+        vals = self._launch(self._route(Ad, Bd, dev_out), Ad, Bd, dev_out)
         if host and out is not None:
             self._check_out(out, np.ndarray)
             out[...] = cupy.asnumpy(vals)

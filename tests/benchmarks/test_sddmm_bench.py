@@ -160,7 +160,7 @@ def result_row(matrix, cls, nnz, Kd, torch_ms, tf32, fp16, bf16=None):
     if bf16:
         iss.update({"cvse-bfloat16": bf16, "cvse-bfloat16-out": bf16})
     return {"matrix": matrix, "class": cls, "shape": [10, 10], "nnz": nnz, "Kd": Kd, "vector": {"cvse-float16": 8},
-            "issued_ms": iss, "ms": {"cusparse-sddmm": 0.5, "cvse-float32": 0.2, "cvse-float16": 0.125,
+            "route": {"cvse-float16": "cusparse" if Kd == 64 and cls == "graph" else "cvse"}, "issued_ms": iss, "ms": {"cusparse-sddmm": 0.5, "cvse-float32": 0.2, "cvse-float16": 0.125,
                                      "cvse-float16-call": 0.15},
             "rel_err": {"cvse-float16": 1e-7}, "rel_err_contract": {"cvse-float16": 3e-4, "torch": 1e-7},
             "errors": {}}
@@ -168,11 +168,12 @@ def result_row(matrix, cls, nnz, Kd, torch_ms, tf32, fp16, bf16=None):
 
 def test_table_last_columns(bench):
     lines = bench.text_table([result_row("rmat-s16", "graph", 954_557, 64, 1.0, 0.8, 0.5)])
-    assert lines[0].startswith("timing: ") and lines[1].split()[:6] == ["matrix", "class", "nnz", "Kd", "V", "torch"]
+    assert lines[0].startswith("timing: ")
+    assert lines[1].split()[:7] == ["matrix", "class", "nnz", "Kd", "V", "route", "torch"]
     cells = lines[2].split()
-    assert cells[:8] == ["rmat-s16", "graph", "954557", "64", "8", "1.0000", "2.0000", "0.8000"]
-    assert cells[9] == "-" and cells[10:13] == ["1.25", "2.00", "-"]  # no bf16 timing: "-"
-    assert cells[13:15] == ["0.5000", "0.2000"] and cells[-1] == "3.0e-04"
+    assert cells[:9] == ["rmat-s16", "graph", "954557", "64", "8", "cusp", "1.0000", "2.0000", "0.8000"]
+    assert cells[10] == "-" and cells[11:14] == ["1.25", "2.00", "-"]  # no bf16 timing: "-"
+    assert cells[14:16] == ["0.5000", "0.2000"] and cells[-1] == "3.0e-04"
 
 
 def test_sddmm_section_and_targets(tmp_path):
@@ -189,7 +190,7 @@ def test_sddmm_section_and_targets(tmp_path):
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "summarize.py"), "--results", str(results), "--out",
                     str(out)], check=True, capture_output=True)
     body = out.read_text().split("## SDDMM as users call it", 1)[1].split("\n## ", 1)[0]
-    assert "| rmat-s16 | graph | 0.95M | 64 | 8 | 1.000 | 2.000 (1.900) | 0.800 (0.720) | 0.500 (0.450) | " \
+    assert "| rmat-s16 | graph | 0.95M | 64 | 8 | cusp | 1.000 | 2.000 (1.900) | 0.800 (0.720) | 0.500 (0.450) | " \
            "0.550 (0.550) | 1.25 | 2.00 | 1.82 | 0.500 | 0.200 | 0.125 | – | 0.150 | 3.0e-04 |" in body
     assert "| igb-tiny (†) | graph |" in body and "(†): a graph outside" in body
     assert "Skipped: rmat-s17: over --budget-s 10" in body and "torch 2.9" in body

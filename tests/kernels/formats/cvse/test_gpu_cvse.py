@@ -196,6 +196,37 @@ def test_plans_with_format_cvse(name):
         sd.run(Ud, Wd, out=cupy.zeros(A.nnz, dtype=cupy.float64))
 
 
+@pytest.mark.parametrize("name", PRECISIONS)
+def test_sddmm_plan_times_its_two_routes_per_kd(name):
+    """SddmmPlan(format="cvse") on a GPU: the first run with a Kd times the CVSE kernel and the cuSPARSE route
+    and keeps the faster; both routes (and each fixed one) within the precision's tolerance of float64, S's
+    non-unit values applied on either route, the same bits on a second call."""
+    from kernels.sddmm import SddmmPlan, csr_sddmm
+
+    A = sp.csr_array(random_csr((300, 200), 4000, seed=6), dtype=np.float32)
+    assert not np.all(A.data == 1)
+    p = precision(name)
+    plan = SddmmPlan(A, dtype=name, format="cvse", device="gpu")
+    assert plan.kernel == "auto" and not plan.choices
+    fixed = {r: SddmmPlan(A, dtype=name, format="cvse", kernel=r, device="gpu") for r in ("cvse", "cusparse")}
+    rng = np.random.default_rng(11)
+    for Kd in (16, 64):
+        U = rng.standard_normal((300, Kd)).astype(np.float32)
+        W = rng.standard_normal((200, Kd)).astype(np.float32)
+        Ud, Wd = cupy.asarray(p.to_storage(U)), cupy.asarray(p.to_storage(W))
+        exact = csr_sddmm(A, U, W)
+        got = plan.run(Ud, Wd)
+        ms = plan.timings[Kd]
+        assert set(ms) == {"cvse", "cusparse"} and plan.choices[Kd] == min(ms, key=ms.get)
+        assert plan.choice["kernel"] == plan.choices[Kd] and f"Kd={Kd}" in plan.choice["reason"]
+        assert rel_err(cupy.asnumpy(got), exact) < p.tolerance
+        assert bool((plan.run(Ud, Wd) == got).all())
+        for route, other in fixed.items():
+            vals = other.run(Ud, Wd)
+            assert other.choices[Kd] == route and not other.timings
+            assert rel_err(cupy.asnumpy(vals), exact) < p.tolerance, route
+
+
 # ---- the tiled kernel (16-bit; B's K chunk staged once per block of vector rows: kernels/formats/cvse/tiles.py) ----
 HALF = ("float16", "bfloat16")
 TILED_CASES = ("empty_vector_rows", "k_not_multiple_of_v", "dense_rows", "long_rows", "stage_edges", "37x5000",
