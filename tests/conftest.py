@@ -21,6 +21,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _pin_xdist_worker_gpu(env=os.environ) -> None:
+    """``TCSPMM_XDIST_GPUS=0,1`` with ``pytest -n 2``: xdist worker gwN sees only GPU N (mod the list), so one GPU
+    suite spreads over a machine's GPUs, a test module per worker at a time (``--dist loadfile``). Set before any
+    test imports CuPy or torch (CUDA reads the variable at its first call)."""
+    gpus, worker = env.get("TCSPMM_XDIST_GPUS", "").split(","), env.get("PYTEST_XDIST_WORKER", "")
+    if gpus != [""] and re.fullmatch(r"gw\d+", worker):
+        env["CUDA_VISIBLE_DEVICES"] = gpus[int(worker[2:]) % len(gpus)].strip()
+
+
+_pin_xdist_worker_gpu()
+
+
 def fixtures_dir() -> Path:
     candidates = [os.environ.get("TCSPMM_FIXTURES"), REPO.parent / "shared" / "fixtures", REPO / ".fixtures"]
     for candidate in candidates:
