@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location("tests_root_conftest", Path(__file__).with_name("conftest.py"))
-_conftest = importlib.util.module_from_spec(_spec)
+_conftest = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))  # dataclasses look it up
 _spec.loader.exec_module(_conftest)
 _pin_xdist_worker_gpu = _conftest._pin_xdist_worker_gpu
 
