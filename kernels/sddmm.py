@@ -10,13 +10,13 @@ float16, bfloat16), products are exact in fp32 and summed in fp32; out is float3
 Kernels: on a GPU, format ``"cvse"`` builds two routes, the CVSE SDDMM kernel (kernels/formats/cvse/cvse_sddmm.cu)
 and ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded inputs, then x S when
 S's values are not all one), and the first ``run`` with a new Kd times both as issued and keeps the faster for that
-Kd (``plan.choices``). Why not one rule: the CVSE kernel computes V = 8 rows per vector, so its work is the vectors'
-padding; on power-law and community graphs of 1-2M nonzeros (8-row vector density 0.13) at Kd = 64 cuSPARSE's
-per-nonzero kernel took 0.54 ms against 0.96 (R-MAT scale 17, H100), while at Kd = 256, and on small or meshed
-graphs at the same density, the CVSE kernel won by 1.3-4x (benchmarks/results/sddmm-*-2026-11-27.json): the
-crossing depends on size, locality and Kd, which a measurement settles. ``kernel="cvse"`` / ``"cusparse"`` fixes
-the route (cvse is refused where the format is not ``gpu_ready``); format ``"csr"`` runs cuSPARSE. Each route
-gives the same bits on every call.
+Kd (``plan.choices``; cuSPARSE only when clearly faster, ``CUSPARSE_MARGIN``). Why not one rule: the CVSE kernel
+computes V = 8 rows per vector, so its work is the vectors' padding; on power-law and community graphs of 1-2M
+nonzeros (8-row vector density 0.13) at Kd = 64 cuSPARSE's per-nonzero kernel took 0.54 ms against 0.96 (R-MAT
+scale 17, H100), while at Kd = 256, and on small or meshed graphs at the same density, the CVSE kernel won by
+1.3-4x (benchmarks/results/sddmm-*-2026-11-27.json): the crossing depends on size, locality and Kd, which a
+measurement settles. ``kernel="cvse"`` / ``"cusparse"`` fixes the route (cvse is refused where the format is not
+``gpu_ready``); format ``"csr"`` runs cuSPARSE. Each route gives the same bits on every call.
 Without CuPy or a GPU (or ``device="cpu"``) the plan runs the format's float64 NumPy twin on the rounded inputs
 ("cpu-reference").
 """
@@ -36,6 +36,10 @@ from kernels.launch import tf32_round
 from kernels.precision import precision as as_precision
 
 FORMATS = ("csr", "cvse")
+# "auto" takes the cuSPARSE route only when it times below this fraction of the CVSE kernel's: where both are
+# host-bound (~0.05 ms as issued) the timings are noise, and one such timing put R-MAT scale 13 at Kd = 64 on
+# cuSPARSE at 0.088 ms where the CVSE kernel runs in 0.048 (H100, 2026-11-27)
+CUSPARSE_MARGIN = 0.9
 
 
 def _canonical(S) -> sp.csr_array:
@@ -130,9 +134,9 @@ class SddmmPlan:
             return route
         from kernels.launch import issued_ms
 
-        ms = {r: issued_ms(lambda r=r: self._launch(r, Ad, Bd, dev_out), repeats=3, warmup=2)
+        ms = {r: issued_ms(lambda r=r: self._launch(r, Ad, Bd, dev_out), repeats=5, warmup=3)
               for r in ("cvse", "cusparse")}
-        route = min(ms, key=ms.get)
+        route = "cusparse" if ms["cusparse"] < CUSPARSE_MARGIN * ms["cvse"] else "cvse"
         self.choices[Kd], self.timings[Kd] = route, ms
         self.choice = self._record(route, f"Kd={Kd}: fastest as issued of {ms}")
         return route

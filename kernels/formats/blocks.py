@@ -65,6 +65,27 @@ def convert_scipy(converter, A, who: str, xp=None, **kw):
     return converter(xp.asarray(A.indptr), xp.asarray(A.indices), xp.asarray(A.data), A.shape, **kw)
 
 
+def host_nan_bits(to_storage):
+    """``to_storage`` for a GPU converter, giving NaN the 16-bit pattern NumPy gives it: CuPy's float -> float16
+    cast writes 0x7fff for every NaN where NumPy keeps the sign and the top payload bits (0x7e00 for the usual
+    NaN), so without this a device conversion differed from the host one in NaN's bits (the CVSE converter's
+    special_values case at float16, H100, 2026-11-27). NaNs are rare: their few values go through NumPy's cast on
+    the host (one device sync to find them); other values and dtypes are left as ``to_storage`` made them."""
+    def convert(x):
+        out = to_storage(x)
+        xp = array_namespace(out)
+        if xp is np or out.dtype != np.float16 or out.size == 0:
+            return out
+        flat = x.reshape(-1)
+        nan = xp.flatnonzero(xp.isnan(flat))  # synchronize! (sizes the result)
+        if nan.size:
+            bits = xp.asnumpy(flat[nan]).astype(np.float16).view(np.uint16)
+            out.reshape(-1).view(xp.uint16)[nan] = xp.asarray(bits)
+        return out
+
+    return convert
+
+
 def host_copy(X, fields: tuple[str, ...]):
     """``type(X)(X.shape, *fields as NumPy)``: the host container of a device one (synchronizes); a host one (its
     first field a NumPy array) is returned as is."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.formats.bcsr.container import BCSR, BLOCK_ROWS
-from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy
+from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy, host_nan_bits
 from storage.indexing import index_dtype
 from kernels.precision import precision as as_precision
 
@@ -53,7 +53,7 @@ def csr_to_bcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_storage
     xp, indptr, indices, data, n_rows, n_cols, nnz = csr_inputs(indptr, indices, data, shape)
     nbr, nbc = -(-n_rows // BLOCK_ROWS), -(-n_cols // width)
     hw = BLOCK_ROWS * width
-    to_storage = to_storage or (lambda x: x)
+    to_storage = host_nan_bits(to_storage) if to_storage else (lambda x: x)
     with np.errstate(over="ignore"):  # past float32's range -> inf, as the CPU converter's assignment casts
         vals = to_storage(data[:nnz].astype(xp.float32))
     if nnz == 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy
+from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy, host_nan_bits
 from kernels.formats.cvse.container import CVSE, check_vector
 from kernels.precision import precision as as_precision
 from storage.indexing import index_dtype
@@ -38,7 +38,7 @@ def csr_to_cvse_gpu(indptr, indices, data, shape, *, vector: int = 8, to_storage
     V = check_vector(vector)
     xp, indptr, indices, data, n_rows, n_cols, nnz = csr_inputs(indptr, indices, data, shape)
     nvr = -(-n_rows // V)
-    to_storage = to_storage or (lambda x: x)
+    to_storage = host_nan_bits(to_storage) if to_storage else (lambda x: x)
     if nnz == 0:
         return CVSE((n_rows, n_cols), xp.zeros(nvr + 1, dtype=index_dtype(0)), xp.zeros(0, dtype=index_dtype(n_cols)),
                     to_storage(xp.zeros((0, V), dtype=xp.float32)))

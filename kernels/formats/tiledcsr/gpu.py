@@ -16,9 +16,8 @@ memory about 70 bytes per nonzero on top of the inputs.
 """
 from __future__ import annotations
 
-import numpy as np
 
-from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy
+from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy, host_nan_bits
 from kernels.formats.tiledcsr.container import HEIGHT, TiledCSR, indptr_dtype
 from kernels.precision import precision as as_precision
 from storage.indexing import index_dtype
@@ -40,7 +39,7 @@ def csr_to_tiledcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_sto
         raise ValueError(f"width is {width}, expected 8 (TF32 m16n8k8) or 16 (FP16/BF16 m16n8k16)")
     xp, indptr, indices, data, n_rows, n_cols, nnz = csr_inputs(indptr, indices, data, shape)
     n_groups = -(-n_rows // HEIGHT)
-    to_storage = to_storage or (lambda x: x.astype(xp.float32))
+    to_storage = host_nan_bits(to_storage) if to_storage else (lambda x: x.astype(xp.float32))
     if nnz == 0:
         return TiledCSR((n_rows, n_cols), xp.zeros(n_groups + 1, dtype=index_dtype(0)),
                         xp.zeros(1, dtype=index_dtype(0)), xp.zeros((0, width), dtype=index_dtype(n_cols)),
