@@ -68,6 +68,11 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
     ``nonzero``, which waits for the GPU (a host sync) on every epoch; the rows and their order are the same, so
     the loss is bitwise the one of ``out[mask]``.
 
+    Each epoch's loss is kept detached: a loss holding its autograd graph keeps the parameters' AccumulateGrad
+    nodes of that epoch alive, and a backward on another stream (the capture's) then warns that their streams do
+    not match (torch 2.11, H100: "The AccumulateGrad node's stream does not match ...", an error under the tests'
+    warning filter, so the GCN step was not captured).
+
     ``cuda_graph`` (CUDA tensors): after `GRAPH_WARMUP_EPOCHS` eager epochs (on a side stream, as PyTorch's
     whole-network capture asks), one training step (forward, loss, backward, Adam's step with ``capturable=True``)
     is captured into a CUDA graph and every later epoch replays it: the same arithmetic on the same addresses, the
@@ -108,7 +113,7 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
             captured = _capture_step(step, opt, result)
             if captured is None:  # failed: this epoch and the rest run eagerly
                 opt.zero_grad()
-                loss = step()
+                loss = step().detach()
             else:
                 captured[0].replay()
                 loss = captured[1]
@@ -117,11 +122,11 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 opt.zero_grad()
-                loss = step()
+                loss = step().detach()  # no autograd graph of an earlier epoch alive at the capture (below)
             torch.cuda.current_stream().wait_stream(side)
         else:
             opt.zero_grad()
-            loss = step()
+            loss = step().detach()
         if cuda:
             torch.cuda.synchronize()
         epoch_ms.append((time.perf_counter() - t0) * 1e3)
@@ -146,7 +151,8 @@ def _capture_step(step, opt, result: dict):
         torch.cuda.synchronize()
         _release_generator()
         return None
-    return graph, static_loss
+    # detached (the same storage, refreshed by each replay): the captured step's autograd nodes are not kept alive
+    return graph, static_loss.detach()
 
 
 def _release_generator() -> None:

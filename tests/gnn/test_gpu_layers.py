@@ -3,6 +3,8 @@ cuSPARSE with per-call values), the layers' forward and backward against the CPU
 autocast, and torch streams. TF32 tolerances: about 1e-3 relative to the norm per product (10-bit mantissa)."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -194,6 +196,8 @@ def test_epochs_after_the_first_bind_convert_allocate_and_sync_nothing(monkeypat
 def test_gcn_steady_epochs_launch_the_same_kernels_and_copy_nothing_to_the_host(adam_epochs):
     from torch.profiler import ProfilerActivity, profile
 
+    from kernels.calls import AUTO_GRAPH_AFTER
+
     from gnn.models import GCN
 
     A = graph(n=900, deg=8, seed=7, hub=False)
@@ -201,11 +205,15 @@ def test_gcn_steady_epochs_launch_the_same_kernels_and_copy_nothing_to_the_host(
     torch.manual_seed(0)
     model = GCN(64, 32, 5).to(CUDA)
     x, y = torch.randn(900, 64, device=CUDA), torch.randint(0, 5, (900,), device=CUDA)
-    adam_epochs(model, x, y, g, 3)
+    # past AUTO_GRAPH_AFTER calls on each (X, out) pair of every product: the bound calls replay their graphs from
+    # here on, so both profiled epochs issue the same work (this test failed on H100, 2026-11-27, its message not
+    # seen: three warm-up epochs may leave a pair one call short of its graph, or the profiler warns)
+    adam_epochs(model, x, y, g, AUTO_GRAPH_AFTER + 3)
     torch.cuda.synchronize()
     counts = []
     for _ in range(2):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            warnings.simplefilter("ignore", UserWarning)  # the profiler's own notices are not this test's subject
             adam_epochs(model, x, y, g, 1)
             torch.cuda.synchronize()
         events = [e for e in prof.events() if e.device_type.name == "CUDA"]
