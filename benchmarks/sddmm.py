@@ -282,6 +282,7 @@ def run_matrix(case: dict, S: sp.csr_array, args, torch_ok: bool) -> list[dict]:
             if getattr(plan, "_dm", None) is None:  # no CVSE kernel in this plan (format csr)
                 return
             row["vector"][key] = plan.svc["vector"]
+            row.setdefault("vector_density", {})[key] = 1.0 - plan.svc["new_sparsity"]  # nnz / (V n_vectors)
             vec = cupy.full((plan._dm.n_vectors, plan._dm.vector), cupy.nan, dtype=cupy.float32)
             row["ms"][key] = launch.graph_ms(lambda: launch_cvse.sddmm(plan._dm, Ad, Bd, out=vec),
                                              repeats=args.repeats)

@@ -193,6 +193,10 @@ def test_sddmm_section_and_targets(tmp_path):
     assert "| rmat-s16 | graph | 0.95M | 64 | 8 | cusp | 1.000 | 2.000 (1.900) | 0.800 (0.720) | 0.500 (0.450) | " \
            "0.550 (0.550) | 1.25 | 2.00 | 1.82 | 0.500 | 0.200 | 0.125 | – | 0.150 | 3.0e-04 |" in body
     assert "| igb-tiny (†) | graph |" in body and "(†): a graph outside" in body
+    assert "Graphs below the 1.5x target (FP16)" in body
+    gaps = [ln for ln in body.splitlines() if ln.startswith("- ") and "(Kd = " in ln]
+    assert len(gaps) == 1 and gaps[0].startswith("- sbm-100k (Kd = 64): torch / FP16 1.00x, route cusp; kernels by "
+                                                 "graph replay: cuSPARSE 0.500 ms, CVSE FP16 0.125 ms; the CVSE kernel")
     assert "Skipped: rmat-s17: over --budget-s 10" in body and "torch 2.9" in body
     targets = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip().strip("|").split("|")]
                for ln in body.splitlines() if ln.startswith("| FP16")}
