@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _pin_xdist_worker_gpu(env=os.environ) -> None:
     """``TCSPMM_XDIST_GPUS=0,1`` with ``pytest -n 2``: xdist worker gwN sees only GPU N (mod the list), so one GPU
-    suite spreads over a machine's GPUs, a test module per worker at a time (``--dist loadfile``). Set before any
+    suite spreads over a machine's GPUs, a test module per worker at a time (``--dist loadfile``; with
+    ``-p no:benchmark``: pytest-benchmark warns under xdist, an error under the suite's filter). Set before any
     test imports CuPy or torch (CUDA reads the variable at its first call)."""
     gpus, worker = env.get("TCSPMM_XDIST_GPUS", "").split(","), env.get("PYTEST_XDIST_WORKER", "")
     if gpus != [""] and re.fullmatch(r"gw\d+", worker):
