@@ -16,7 +16,6 @@ memory about 70 bytes per nonzero on top of the inputs.
 """
 from __future__ import annotations
 
-
 from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy, host_nan_bits
 from kernels.formats.tiledcsr.container import HEIGHT, TiledCSR, indptr_dtype
 from kernels.precision import precision as as_precision
