@@ -7,16 +7,19 @@ Precision contract (README "Precision"): A, B and S's values are rounded to the 
 float16, bfloat16), products are exact in fp32 and summed in fp32; out is float32. Formats: ``"csr"`` and
 ``"cvse"`` (S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression, or ``vector=V``).
 
-Kernels: on a GPU, format ``"cvse"`` builds two routes, the CVSE SDDMM kernel (kernels/formats/cvse/cvse_sddmm.cu)
-and ``"cusparse"`` (kernels.cusparse_sddmm: cuSPARSE SDDMM in float32 on the precision-rounded inputs, then x S when
-S's values are not all one), and the first ``run`` with a new Kd times both as issued and keeps the faster for that
-Kd (``plan.choices``; cuSPARSE only when clearly faster, ``CUSPARSE_MARGIN``). Why not one rule: the CVSE kernel
-computes V = 8 rows per vector, so its work is the vectors' padding; on power-law and community graphs of 1-2M
-nonzeros (8-row vector density 0.13) at Kd = 64 cuSPARSE's per-nonzero kernel took 0.54 ms against 0.96 (R-MAT
-scale 17, H100), while at Kd = 256, and on small or meshed graphs at the same density, the CVSE kernel won by
-1.3-4x (benchmarks/results/sddmm-*-2026-11-27.json): the crossing depends on size, locality and Kd, which a
-measurement settles. ``kernel="cvse"`` / ``"cusparse"`` fixes the route (cvse is refused where the format is not
-``gpu_ready``); format ``"csr"`` runs cuSPARSE. Each route gives the same bits on every call.
+Kernels (routes): on a GPU a plan builds each route it may take, and the first ``run`` with a new Kd times them
+as issued and keeps the fastest for that Kd (``plan.choices``, ``plan.timings``; cuSPARSE only when clearly faster
+than our fastest, ``CUSPARSE_MARGIN``): ``"cvse"`` (format cvse: the Tensor Core kernel,
+kernels/formats/cvse/cvse_sddmm.cu), ``"csr"`` (the CUDA-core kernel, one dot product per nonzero,
+kernels/formats/csr/sddmm.py; a candidate once ``GPU_READY`` there) and ``"cusparse"`` (kernels.cusparse_sddmm:
+cuSPARSE SDDMM in float32 on the precision-rounded inputs, then x S when S's values are not all one). Why no
+single rule: the CVSE kernel computes V = 8 rows per vector, so its work is the vectors' padding; on power-law and
+community graphs of 1-2M nonzeros (8-row vector density 0.13) at Kd = 64 cuSPARSE's per-nonzero kernel took
+0.54 ms against 0.96 (R-MAT scale 17, H100), while at Kd = 256, and on small or meshed graphs at the same density,
+the CVSE kernel won by 1.3-4x (benchmarks/results/sddmm-*-2026-11-27.json): the crossing depends on size, locality
+and Kd, which a measurement settles. ``kernel=`` a route name fixes it (cvse is refused where the format is not
+``gpu_ready``, csr while its kernel is not); format ``"csr"`` runs cuSPARSE (and the CSR kernel once ready). Each
+route gives the same bits on every call.
 Without CuPy or a GPU (or ``device="cpu"``) the plan runs the format's float64 NumPy twin on the rounded inputs
 ("cpu-reference").
 """
@@ -29,6 +32,7 @@ from configs.errors import InputError
 from kernels import spmm
 from kernels.cusparse_sddmm import CusparseSddmm
 from kernels.formats import get
+from kernels.formats.csr import sddmm as csr_sddmm_gpu
 from kernels.formats.cvse import launch as launch_cvse
 from kernels.formats.cvse.container import cvse_sddmm
 from kernels.formats.cvse.svc import compress
@@ -36,7 +40,10 @@ from kernels.launch import tf32_round
 from kernels.precision import precision as as_precision
 
 FORMATS = ("csr", "cvse")
-# "auto" takes the cuSPARSE route only when it times below this fraction of the CVSE kernel's: where both are
+ROUTE_NAMES = {"cvse": "the CVSE SDDMM kernel (Tensor Cores)",
+               "csr": "the CSR SDDMM kernel (CUDA cores, kernels.formats.csr.sddmm)",
+               "cusparse": "cuSPARSE SDDMM (float32 on precision-rounded inputs)"}
+# "auto" takes the cuSPARSE route only when it times below this fraction of our fastest kernel's: where both are
 # host-bound (~0.05 ms as issued) the timings are noise, and one such timing put R-MAT scale 13 at Kd = 64 on
 # cuSPARSE at 0.088 ms where the CVSE kernel runs in 0.048 (H100, 2026-11-27)
 CUSPARSE_MARGIN = 0.9
@@ -73,8 +80,8 @@ class SddmmPlan:
             raise InputError(f"SDDMM format {format!r} is not supported; choose one of {', '.join(FORMATS)}")
         if device not in ("auto", "gpu", "cpu"):
             raise ValueError(f"device is {device!r}, expected 'auto', 'gpu' or 'cpu'")
-        if kernel not in ("auto", "cusparse", "cvse"):
-            raise ValueError(f"kernel is {kernel!r}, expected 'auto', 'cusparse' or 'cvse'")
+        if kernel not in ("auto", *ROUTE_NAMES):
+            raise ValueError(f"kernel is {kernel!r}, expected 'auto', {', '.join(map(repr, ROUTE_NAMES))}")
         S = _canonical(S)
         self.shape, self.nnz, self.format = tuple(int(s) for s in S.shape), int(S.nnz), format
         # S's values as the precision holds them (TF32 for float32), the contract of the module docstring
@@ -98,48 +105,57 @@ class SddmmPlan:
                              "device='cpu'")
         if kernel == "cvse" and format != "cvse":
             raise InputError("kernel cvse needs format='cvse'")
-        if kernel == "auto":
-            kernel = "auto" if format == "cvse" and fmt.gpu_ready else "cusparse"
-        self.kernel = kernel  # the route asked for: "cvse", "cusparse", or "auto" (timed per Kd: self.choices)
+        if kernel == "csr" and not csr_sddmm_gpu.GPU_READY:
+            raise InputError(f"kernel csr: {csr_sddmm_gpu.GPU_NOT_READY_WHY}; use kernel='cusparse' or 'cvse'")
+        if kernel == "auto":  # every route this plan can run, timed per Kd
+            routes = (["cvse"] if format == "cvse" and fmt.gpu_ready else []) + \
+                (["csr"] if csr_sddmm_gpu.GPU_READY else []) + ["cusparse"]
+        else:
+            routes = [kernel]
+        self.routes = tuple(routes)
+        self.kernel = kernel if len(routes) > 1 else routes[0]  # "auto" (timed per Kd: self.choices) or the route
         import cupy
 
+        unit = bool(np.all(self._S.data == 1))  # x S skipped for unit values (attention patterns, the benchmark's)
         self._vec_out = None  # the CVSE kernel's vector-order output, made on the first call
-        if kernel in ("cvse", "auto"):
+        if "cvse" in routes:
             self._dm = launch_cvse.upload(self._cvse, p.name)
             self._gather_dev = cupy.asarray(self._gather)
-        if kernel in ("cusparse", "auto"):
+        if "csr" in routes:
+            self._csr = csr_sddmm_gpu.CsrSddmm(self._S.indptr, self._S.indices, self.shape, p.name,
+                                               values=None if unit else self._S.data)
+        if "cusparse" in routes:
             self._op = CusparseSddmm(self._S.indptr, self._S.indices, self.shape)
-            # x S skipped for unit values (attention patterns, the benchmark's graphs): one pass less per call
-            self._s_dev = None if bool(np.all(self._S.data == 1)) else cupy.asarray(self._S.data)
+            self._s_dev = None if unit else cupy.asarray(self._S.data)
         self.choices: dict[int, str] = {}  # Kd -> the route run() takes
         self.timings: dict[int, dict] = {}  # Kd -> {route: ms as issued} where "auto" timed them
-        self.choice = self._record(kernel if kernel != "auto" else "cvse",
-                                   "the CVSE SDDMM kernel" if kernel == "cvse" else
-                                   "cuSPARSE SDDMM (float32 on precision-rounded inputs)" if kernel == "cusparse" else
-                                   "the CVSE kernel until a run times both routes for its Kd")
+        first = routes[0]
+        self.choice = self._record(first, ROUTE_NAMES[first] + (f" until a run times {', '.join(routes)} for its Kd"
+                                                                 if len(routes) > 1 else ""))
 
     def _record(self, route: str, reason: str) -> dict:
         return {"kernel": route, "format": self.format if route == "cvse" else "csr",
                 "precision": self.precision.name, "reason": reason}
 
     def _route(self, Ad, Bd, dev_out) -> str:
-        """The route for Ad's Kd: fixed by ``kernel``, or (auto) both timed as issued on these operands on the
-        first call with this Kd, the faster kept."""
+        """The route for Ad's Kd: the plan's one route, or (auto) every route timed as issued on these operands on
+        the first call with this Kd: the faster of our kernels, cuSPARSE only when clearly faster than it."""
         Kd = int(Ad.shape[1])
         route = self.choices.get(Kd)
         if route is not None:
             return route
-        if self.kernel != "auto":
-            route = self.choices[Kd] = self.kernel
+        if len(self.routes) == 1:
+            route = self.choices[Kd] = self.routes[0]
             return route
         from kernels.launch import issued_ms
 
-        ms = {r: issued_ms(lambda r=r: self._launch(r, Ad, Bd, dev_out), repeats=5, warmup=3)
-              for r in ("cvse", "cusparse")}
-        route = "cusparse" if ms["cusparse"] < CUSPARSE_MARGIN * ms["cvse"] else "cvse"
+        ms = {r: issued_ms(lambda r=r: self._launch(r, Ad, Bd, dev_out), repeats=5, warmup=3) for r in self.routes}
+        ours = {r: t for r, t in ms.items() if r != "cusparse"}
+        best = min(ours, key=ours.get)
+        route = "cusparse" if ms["cusparse"] < CUSPARSE_MARGIN * ours[best] else best
         self.choices[Kd], self.timings[Kd] = route, ms
         self.choice = self._record(route, f"Kd={Kd}: ms as issued {ms}; cuSPARSE kept only below "
-                                          f"{CUSPARSE_MARGIN} x the CVSE kernel's")
+                                          f"{CUSPARSE_MARGIN} x our fastest kernel's")
         return route
 
     def _launch(self, route: str, Ad, Bd, dev_out):
@@ -150,6 +166,8 @@ class SddmmPlan:
                 self._vec_out = cupy.empty((self._dm.n_vectors, self._dm.vector), dtype=cupy.float32)
             vec = launch_cvse.sddmm(self._dm, Ad, Bd, out=self._vec_out)
             return cupy.take(vec.reshape(-1), self._gather_dev, out=dev_out)
+        if route == "csr":  # reads Ad and Bd as they are (TF32 rounding in the kernel)
+            return self._csr.run(Ad, Bd, dev_out)
         # cuSPARSE SDDMM reads float32: the precision's values (TF32-rounded, or the 16-bit values widened)
         p = self.precision
         rnd = tf32_round if p.name == "float32" else p.to_float32

@@ -16,6 +16,8 @@ import scipy.sparse as sp
 from kernels.formats.contract import Choice, check_single_kernel
 from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
 from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows
+from kernels.formats.csr.sddmm import CSR_SDDMM_CONFIG
+from kernels.formats.csr.sddmm import SOURCE as SDDMM_SOURCE
 from kernels.formats.csr.shard import CSR_SHARD
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
@@ -89,8 +91,8 @@ FORMAT = Format(
     name="csr", summary="CSR on CUDA cores: the matrix as given, one warp per row piece, deterministic",
     block_width={"float32": 1, "float16": 1, "bfloat16": 1}, convert=convert, concat=csr_concat,
     layout=LAYOUT, from_arrays=csr_from_arrays, reference_spmm=csr_spmm, stats=csr_stats,
-    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD, cuda_sources=(SOURCE,),
-    cuda_builds=(("default", CSR_CONFIG.defines()),),
+    device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD,
+    cuda_sources=(SOURCE, SDDMM_SOURCE), cuda_builds=(("default", CSR_CONFIG.defines() + CSR_SDDMM_CONFIG.defines()),),
     per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 3.788, "a_mb": 2.703, "b_mb": 0.3173, "c_mb": 0.172},
                        source=FIT_SOURCE))

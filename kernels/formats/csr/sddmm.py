@@ -1,0 +1,139 @@
+"""The CUDA-core CSR SDDMM (csr_sddmm.cu beside this file): ``out[p] = s[p] * (A[row_p] . B[col_p])`` at every
+stored nonzero p of S, in S's CSR order, one dot product per nonzero by a team of lanes, reading A and B in the
+precision's storage type as they are (float32 rounded to TF32 in the kernel; float16; bfloat16 bits). A route of
+`kernels.sddmm.SddmmPlan` beside the CVSE Tensor Core kernel and cuSPARSE: where S's 8-row vectors are mostly
+padding (power-law and community graphs) the Tensor Core kernel's work grows with that padding, and cuSPARSE reads
+float32 copies of 16-bit inputs.
+
+`CsrSddmm(indptr, indices, shape, precision, values=None)` uploads the nonzeros' rows and columns (and S's values
+unless all are one) once; ``run(A, B, out=None)`` checks the operands and launches (``team_size`` lanes per
+nonzero, from Kd). Deterministic: one writer per output, sums in a fixed order. CuPy is imported lazily.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kernels import launch
+from kernels.precision import precision as as_precision
+from storage.indexing import INT32_MAX
+
+SOURCE = Path(__file__).resolve().parent / "csr_sddmm.cu"
+# Written and compile-checked (sm_80, sm_90) without a GPU in reach: kernels.sddmm.SddmmPlan offers this route
+# only once tests/kernels/formats/csr/test_gpu_csr_sddmm.py has passed on a GPU; flip this then.
+GPU_READY = False
+GPU_NOT_READY_WHY = "the CUDA-core SDDMM kernel has not passed its GPU tests yet (test_gpu_csr_sddmm.py)"
+SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+FLAG_VEC, FLAG_SCALE = 1, 2
+
+
+@dataclass(frozen=True)
+class CsrSddmmConfig:
+    """Compile-time constants of csr_sddmm.cu."""
+
+    warps: int = 4  # warps per thread block
+    steps: int = 4  # nonzeros per team per warp chunk: a warp takes steps x (32 / team size) consecutive nonzeros
+
+    def defines(self) -> tuple[str, ...]:
+        return (f"-DCSR_SDDMM_WARPS={self.warps}", f"-DCSR_SDDMM_STEPS={self.steps}")
+
+
+CSR_SDDMM_CONFIG = CsrSddmmConfig()
+
+
+def piece_elems(precision: str) -> int:
+    """Features per 16-byte piece a lane reads: 4 floats or 8 16-bit values."""
+    return 4 if as_precision(precision).name == "float32" else 8
+
+
+def team_size(Kd: int, precision: str) -> int:
+    """Lanes per nonzero: one piece each across a row of Kd features, a power of two from 1 to 32 (longer rows:
+    each lane takes several pieces)."""
+    pieces = max(1, -(-int(Kd) // piece_elems(precision)))
+    return min(32, 1 << (pieces - 1).bit_length())
+
+
+def grid(nnz: int, team: int, config: CsrSddmmConfig = CSR_SDDMM_CONFIG) -> tuple[tuple[int], tuple[int]]:
+    """(grid, block): a warp per chunk of ``steps x 32 / team`` consecutive nonzeros, ``warps`` warps per block."""
+    chunks = -(-int(nnz) // (config.steps * (32 // team)))
+    return (max(1, -(-chunks // config.warps)),), (32 * config.warps,)
+
+
+def reference(indptr, indices, A, B, values=None) -> np.ndarray:
+    """float64 twin: ``out[p] = values[p] * (A[row_p] . B[indices[p]])`` (values default 1), A and B as given."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    out = np.einsum("ij,ij->i", A[rows], B[np.asarray(indices, dtype=np.int64)])
+    return out if values is None else out * np.asarray(values, dtype=np.float64)
+
+
+class CsrSddmm:
+    """S's pattern (canonical CSR arrays) on the current device for the CUDA-core SDDMM in ``precision``.
+    ``values``: S's values (float32 [nnz]) multiplied into the result, or None for a pattern of ones."""
+
+    def __init__(self, indptr, indices, shape, precision, values=None, config: CsrSddmmConfig = CSR_SDDMM_CONFIG):
+        import cupy
+
+        self.precision, self.config = as_precision(precision), config
+        self.shape = (int(shape[0]), int(shape[1]))
+        if max(self.shape) > INT32_MAX:
+            raise ValueError(f"S has shape {self.shape}; the CSR SDDMM kernel takes int32 row and column ids")
+        indptr = np.asarray(indptr, dtype=np.int64)
+        if indptr.shape != (self.shape[0] + 1,):
+            raise ValueError(f"indptr has {indptr.shape[0]} entries, expected n_rows + 1 = {self.shape[0] + 1}")
+        self.nnz = int(indptr[-1]) if indptr.size else 0
+        if np.shape(indices)[0] < self.nnz:
+            raise ValueError(f"indices has {np.shape(indices)[0]} entries, expected nnz = {self.nnz}")
+        rows = np.repeat(np.arange(self.shape[0], dtype=np.int32), np.diff(indptr))
+        self.rows = cupy.asarray(rows) if self.nnz else cupy.zeros(1, cupy.int32)
+        self.indices = cupy.asarray(np.asarray(indices[:self.nnz], dtype=np.int32)) if self.nnz \
+            else cupy.zeros(1, cupy.int32)
+        self.scaled = values is not None
+        if self.scaled:
+            values = np.asarray(values, dtype=np.float32)
+            if values.shape[0] < self.nnz:
+                raise ValueError(f"values has {values.shape[0]} entries, expected nnz = {self.nnz}")
+        self.values = cupy.asarray(values[:self.nnz]) if self.scaled and self.nnz else cupy.ones(1, cupy.float32)
+        self._per = piece_elems(self.precision.name)
+        launch.module(config, SOURCE)  # compile now, not in the first run
+
+    def _check(self, X, name: str, rows: int):
+        import cupy
+
+        want = self.precision.storage_dtype
+        if not isinstance(X, cupy.ndarray) or X.ndim != 2 or not X.flags.c_contiguous or X.dtype != want:
+            raise TypeError(f"kernels.formats.csr.sddmm: {name} must be a C-contiguous 2-D cupy {np.dtype(want)} "
+                            f"array ({self.precision.name}), got {type(X).__name__} {getattr(X, 'dtype', None)}")
+        if X.shape[0] != rows:
+            raise ValueError(f"kernels.formats.csr.sddmm: {name} has {X.shape[0]} rows, expected {rows}")
+
+    def run(self, A, B, out=None):
+        """out (float32 [nnz], new unless given) = (A @ B^T) (.) S in S's CSR order."""
+        import cupy
+
+        self._check(A, "A", self.shape[0])
+        self._check(B, "B", self.shape[1])
+        Kd = int(A.shape[1])
+        if int(B.shape[1]) != Kd:
+            raise ValueError(f"kernels.formats.csr.sddmm: A has {Kd} columns and B {B.shape[1]}; they must match")
+        if out is None:
+            out = cupy.empty(self.nnz, dtype=cupy.float32)
+        elif out.dtype != np.float32 or out.shape != (self.nnz,) or not out.flags.c_contiguous:
+            raise ValueError(f"kernels.formats.csr.sddmm: out must be contiguous float32 ({self.nnz},), got "
+                             f"{out.dtype} {out.shape}")
+        if self.nnz == 0:
+            return out
+        if Kd == 0:
+            out.fill(0)
+            return out
+        team = team_size(Kd, self.precision.name)
+        flags = (FLAG_SCALE if self.scaled else 0) | (
+            FLAG_VEC if Kd % self._per == 0 and A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0 else 0)
+        fn = launch.function(f"csr_sddmm_{SUFFIX[self.precision.name]}_t{team}", self.config, SOURCE)
+        g, block = grid(self.nnz, team, self.config)
+        fn(g, block, (self.rows, self.indices, self.values, A, B, out, np.int64(self.nnz), np.int64(Kd),
+                      np.int32(flags)))
+        return out
