@@ -231,3 +231,51 @@ def test_checks_name_observed_and_expected():
         lh.spmm_split_half(dh, cupy.zeros((30, 8), dtype=cupy.uint16), ksplit=3)
     with pytest.raises(ValueError, match="pass out"):
         lh.spmm_window_half(dh, cupy.zeros((30, 8), dtype=cupy.uint16), accumulate=True)
+
+
+# ---- the half plans' conversion on the device (kernels/formats/metcf/plugin.py convert_on_gpu) ----
+def special_values_float64():
+    vals = np.array([-0.0, np.nan, np.inf, 1e6, 1.0 + 2.0**-11, 3e-6, 1.0 / 3.0, -7.0, 2.0**-25, 65519.0])
+    rows, cols = [0, 1, 2, 3, 15, 16, 16, 40, 40, 41], [0, 9, 17, 30, 31, 0, 33, 1, 5, 2]
+    return sp.csr_array((vals, (rows, cols)), shape=(42, 34))
+
+
+GPU_CONVERSION_CASES = {**BASE_CASES,
+                        "special_values_float64": special_values_float64,
+                        "random_float64": lambda: sp.csr_array(random_csr((300, 257), 5000, seed=21))}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("case", sorted(GPU_CONVERSION_CASES))
+def test_gpu_conversion_uploads_the_host_conversions_arrays(precision, case):
+    """convert_on_gpu(A) and the host's convert(A) give upload_half the same arrays, bit for bit, for float32 and
+    float64 values, NaN, infinities, overflow and subnormals included: the condition for HALF_GPU_CONVERSION."""
+    from kernels.formats.metcf.plugin import convert, convert_on_gpu
+    from kernels.precision import precision as as_precision
+
+    p = as_precision(precision)
+    A = GPU_CONVERSION_CASES[case]()
+    with np.errstate(over="ignore"):
+        host = lh.upload_half(convert(A, p), precision)
+        dev = lh.upload_half(convert_on_gpu(A, p), precision)
+    assert np.array_equal(host.row_window_offset_host, dev.row_window_offset_host)
+    for field in ("row_window_offset", "frag", "cols"):
+        h, d = getattr(host, field), getattr(dev, field)
+        assert (h.dtype, h.shape) == (d.dtype, d.shape), field
+        assert cupy.asnumpy(h).tobytes() == cupy.asnumpy(d).tobytes(), field
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_half_plan_converted_on_the_gpu_runs_like_the_host_one(precision, monkeypatch):
+    from kernels.formats.metcf import plugin
+    from kernels.spmm import SpmmPlan
+
+    A = sp.csr_array(random_csr((500, 400), 9000, seed=22), dtype=np.float32)
+    B = np.random.default_rng(2).standard_normal((400, 64)).astype(np.float32)
+    monkeypatch.setattr(plugin, "HALF_GPU_CONVERSION", False)
+    host = SpmmPlan(A, dtype=precision, format="metcf", out_dtype=np.float32)
+    monkeypatch.setattr(plugin, "HALF_GPU_CONVERSION", True)
+    dev = SpmmPlan(A, dtype=precision, format="metcf", out_dtype=np.float32)
+    assert host.timings["conversion"] == "host ME-TCF (16 x 16 blocks) upload"
+    assert dev.timings["conversion"] == "kernels.formats.metcf.gpu (16 x 16 blocks)"
+    assert np.array_equal(dev.run(B, kernel="metcf-window"), host.run(B, kernel="metcf-window"))
