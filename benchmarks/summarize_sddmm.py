@@ -17,7 +17,7 @@ TIMING = {"issued": "CUDA events around a Python loop of back-to-back calls as i
 GRAPH_NNZ = (1e5, 3e6)  # issue 33: "graphs of 0.1-3M nnz"
 SPEEDUP_TARGETS = (("graph", "graphs of 0.1-3M nnz", 1.5), ("dnn", "pruned DNN weights (V = 8, 80 %)", 2.0))
 DEFAULT_KD = (64, 256)
-ROUTE = {"cvse": "cvse", "cusparse": "cusp"}  # the FP16 plan's route for the row's Kd (timed by the plan)
+ROUTE = {"cvse": "cvse", "csr": "csr", "cusparse": "cusp"}  # the FP16 plan's route for the row's Kd (it timed them)
 TITLE = "SDDMM as users call it (`SddmmPlan.run` vs `torch.sparse.sampled_addmm`)"
 
 
@@ -78,9 +78,9 @@ def fmt(v, p: int = 4) -> str:
 
 def text_table(rows: list[dict]) -> list[str]:
     """Per S and Kd: torch and ours as issued (ms), ours over torch, the kernels by graph replay, the worst rel err."""
-    head = (f"{'matrix':22} {'class':5} {'nnz':>9} {'Kd':>4} {'V':>2} {'route':>5} {'torch':>8} {'csr':>8} {'tf32':>8} "
-            f"{'fp16':>8} {'bf16':>8} {'x tf32':>6} {'x fp16':>6} {'x bf16':>6} {'cusp[g]':>8} {'tf32[g]':>8} "
-            f"{'fp16[g]':>8} {'bf16[g]':>8} {'max err':>8}")
+    head = (f"{'matrix':22} {'class':5} {'nnz':>9} {'Kd':>4} {'V':>2} {'route':>5} {'torch':>8} {'csr':>8} "
+            f"{'tf32':>8} {'fp16':>8} {'bf16':>8} {'x tf32':>6} {'x fp16':>6} {'x bf16':>6} {'cusp[g]':>8} "
+            f"{'tf32[g]':>8} {'fp16[g]':>8} {'bf16[g]':>8} {'max err':>8}")
     out = [f"timing: torch/csr/tf32/fp16/bf16 = {TIMING['issued']}, run(A, B) without out; x = torch ms / ours; "
            f"[g] = {TIMING['graph']}", head]
     for r in rows:
@@ -90,8 +90,8 @@ def text_table(rows: list[dict]) -> list[str]:
         errs = list(r["rel_err_contract"].values())
         V = r["vector"].get("cvse-float16")
         route = ROUTE.get(r.get("route", {}).get("cvse-float16"), "-")
-        out.append(f"{r['matrix'][:22]:22} {r['class']:5} {r['nnz']:>9} {r['Kd']:>4} {V if V else '-':>2} {route:>5} "
-                   f"{fmt(iss.get('torch')):>8} {fmt(iss.get('csr')):>8} "
+        out.append(f"{r['matrix'][:22]:22} {r['class']:5} {r['nnz']:>9} {r['Kd']:>4} {V if V else '-':>2} "
+                   f"{route:>5} {fmt(iss.get('torch')):>8} {fmt(iss.get('csr')):>8} "
                    + " ".join(f"{fmt(v):>8}" for v in ours) + " "
                    + " ".join(f"{fmt(v, 2):>6}" for v in ratio) + " "
                    + " ".join(f"{fmt(ms.get(k)):>8}" for k in ("cusparse-sddmm", *(f"cvse-{p}" for p in PRECISIONS)))
@@ -131,7 +131,8 @@ def gap_lines(rows: list, h) -> list[str]:
            "grows with their padding (1 / vector density), and on these graphs cuSPARSE's per-nonzero kernel is as "
            "fast or faster. The plan keeps whichever route is faster as issued; the cuSPARSE route (\"cusp\") adds "
            "the float32 widening of A and B to that library call, so it cannot beat torch's own call of it by "
-           "much. Closing these needs a per-nonzero kernel that reads the 16-bit inputs directly.", ""]
+           "much. The CUDA-core kernel of kernels/formats/csr/sddmm.py (one dot product per nonzero, 16-bit inputs "
+           "read as they are) is written for these; it becomes a route once it has passed its GPU tests.", ""]
     for r in low:
         ms, dens = r.get("ms", {}), r.get("vector_density", {}).get("cvse-float16")
         route = ROUTE.get(r.get("route", {}).get("cvse-float16"), "–")
@@ -141,7 +142,8 @@ def gap_lines(rows: list, h) -> list[str]:
                    + (f"; vector density {dens:.2f}" if dens is not None else "")
                    + ("; the CVSE kernel is the faster one here: a host-bound timing kept cusp "
                       "(kernels.sddmm.CUSPARSE_MARGIN now asks cuSPARSE to be clearly faster)"
-                      if route == "cusp" and (ms.get("cvse-float16") or 1e9) < (ms.get("cusparse-sddmm") or 0) else ""))
+                      if route == "cusp" and (ms.get("cvse-float16") or 1e9) < (ms.get("cusparse-sddmm") or 0)
+                      else ""))
     return out + [""]
 
 
@@ -156,9 +158,9 @@ def sddmm_section(runs, v0, older, *, h) -> list[str]:
             "returned; \"csr\" is `SddmmPlan(S, format=\"csr\").run(A, B)` (our cuSPARSE route: TF32-rounded copies "
             "of A and B, cuSPARSE SDDMM, x S); TF32 / FP16 / BF16 are `SddmmPlan(S, dtype=float32 / float16 / "
             "bfloat16, format=\"cvse\").run(A, B)` with CuPy A and B already in the plan's storage dtype; since "
-            "2026-11-27 such a plan times its two routes on the first call with a Kd, the CVSE kernel and the "
-            "cuSPARSE route, and keeps the faster (\"FP16 route\": what the FP16 plan kept; \"–\" in older runs, "
-            "which ran the CVSE kernel only). Issued ms "
+            "2026-11-27 such a plan times its routes on the first call with a Kd (the CVSE kernel, the cuSPARSE "
+            "route, and the CUDA-core CSR kernel once it is GPU-ready) and keeps the fastest (\"FP16 route\": what "
+            "the FP16 plan kept; \"–\" in older runs, which ran the CVSE kernel only). Issued ms "
             f"({TIMING['issued']}), in parentheses the same call with `out=` (a float32 [nnz] made once); "
             "\"torch / X\": torch's issued ms over ours, without `out`. Graph ms "
             f"({TIMING['graph']}): cuSPARSE SDDMM float32 (kernels.cusparse_sddmm), the plan's CVSE kernel alone "
@@ -167,7 +169,8 @@ def sddmm_section(runs, v0, older, *, h) -> list[str]:
             "results, on up to 65,536 sampled nonzeros against float64 of the float32 inputs; the run also checks "
             "each against float64 of the inputs rounded to its precision, and fails beyond the precision's "
             "tolerance.", ""]
-    head = ("matrix", "class", "nnz", "Kd", "V", "FP16 route", "torch ms", "csr ms", *(f"{SHORT[p]} ms" for p in PRECISIONS),
+    head = ("matrix", "class", "nnz", "Kd", "V", "FP16 route", "torch ms", "csr ms",
+            *(f"{SHORT[p]} ms" for p in PRECISIONS),
             *(f"torch / {SHORT[p]}" for p in PRECISIONS), "cuSPARSE graph ms",
             *(f"{SHORT[p]} kernel graph ms" for p in PRECISIONS), "FP16 call graph ms", "max rel err")
     out += h.table(head, sddmm_table(run.rows, h))

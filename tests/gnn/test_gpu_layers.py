@@ -283,7 +283,6 @@ def test_fit_replaying_a_captured_step_follows_the_eager_loss_curve(model_name):
     np.testing.assert_allclose(graphed["losses"], eager["losses"], rtol=1e-5)
 
 
-
 def test_fit_goes_on_eagerly_with_dropout_after_a_failed_capture():
     """A step that syncs cannot be captured: fit reports graph_error and the epochs go on eagerly, dropout included
     (the generator the failed capture left marked as capturing is released)."""
