@@ -124,3 +124,90 @@ def test_run_writes_into_out(fmt):
                 np.zeros(2 * S.nnz, np.float32)[::2], [0.0] * S.nnz):
         with pytest.raises(ValueError, match=rf"out must be a C-contiguous float32 numpy array of shape \({S.nnz},\)"):
             plan.run(A, B, out=bad)
+
+
+def test_gpu_refuses_the_csr_kernel_until_it_is_gpu_ready(monkeypatch):
+    import kernels.spmm
+    from kernels.formats.csr import sddmm as csr_sddmm_gpu
+
+    monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+    monkeypatch.setattr(csr_sddmm_gpu, "GPU_READY", False)
+    S, _, _ = case()
+    with pytest.raises(InputError, match="kernel csr: the CUDA-core SDDMM kernel has not passed its GPU tests"):
+        SddmmPlan(S, format="csr", kernel="csr", device="gpu")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """SddmmPlan's GPU path with NumPy standing in for CuPy and each route a stub that records its calls; the
+    routes' "as issued" times come from ``times`` (route -> ms). Returns (times, calls)."""
+    import sys
+    import types
+
+    import kernels.launch
+    import kernels.spmm
+    import kernels.sddmm as ks
+    from kernels.formats.csr import sddmm as csr_sddmm_gpu
+
+    cupy = types.SimpleNamespace(asarray=np.asarray, empty=np.empty, ascontiguousarray=np.ascontiguousarray,
+                                 float32=np.float32, ndarray=np.ndarray,
+                                 take=lambda a, idx, out=None: np.take(a, idx, out=out))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+    times, calls = {}, []
+
+    class Stub:
+        def __init__(self, route, nnz):
+            self.route, self.nnz = route, nnz
+
+        def run(self, A, B, out=None):
+            calls.append(self.route)
+            return np.zeros(self.nnz, np.float32) if out is None else out
+
+    def upload(X, precision):
+        return types.SimpleNamespace(n_vectors=X.data.shape[0], vector=X.vector)
+
+    def cvse_sddmm(dm, A, B, out=None):
+        calls.append("cvse")
+        return out
+
+    monkeypatch.setattr(ks.launch_cvse, "upload", upload)
+    monkeypatch.setattr(ks.launch_cvse, "sddmm", cvse_sddmm)
+    monkeypatch.setattr(ks, "CusparseSddmm", lambda indptr, indices, shape: Stub("cusparse", len(indices)))
+    monkeypatch.setattr(csr_sddmm_gpu, "CsrSddmm", lambda indptr, indices, shape, p, values=None:
+                        Stub("csr", len(indices)))
+    monkeypatch.setattr(csr_sddmm_gpu, "GPU_READY", True)
+    monkeypatch.setattr(kernels.launch, "issued_ms", lambda fn, **kw: (fn(), times[calls[-1]])[1])
+    return times, calls
+
+
+@pytest.mark.parametrize(("times", "kept"), [({"cvse": 1.0, "csr": 0.5, "cusparse": 0.46}, "csr"),
+                                             ({"cvse": 1.0, "csr": 2.0, "cusparse": 0.89}, "cusparse"),
+                                             ({"cvse": 1.0, "csr": 2.0, "cusparse": 0.95}, "cvse")])
+def test_auto_times_every_route_per_kd_and_keeps_the_fastest(fake_gpu, times, kept):
+    """The first run with a Kd times every route; ours is the faster of cvse and csr, and cuSPARSE is kept only
+    below CUSPARSE_MARGIN (0.9) of it; later runs with that Kd take the kept route without timing."""
+    from kernels.sddmm import CUSPARSE_MARGIN
+
+    assert CUSPARSE_MARGIN == 0.9
+    fake_times, calls = fake_gpu
+    fake_times.update(times)
+    S, A, B = case()
+    plan = SddmmPlan(S, dtype="float16", format="cvse", device="gpu")
+    assert plan.kernel == "auto" and plan.routes == ("cvse", "csr", "cusparse")
+    plan.run(A, B)
+    assert plan.choices == {A.shape[1]: kept} and plan.timings[A.shape[1]] == times
+    assert plan.choice["kernel"] == kept and plan.choice["format"] == ("cvse" if kept == "cvse" else "csr")
+    calls.clear()
+    plan.run(A, B)
+    assert calls == [kept]
+
+
+def test_a_fixed_route_is_never_timed(fake_gpu):
+    _, calls = fake_gpu
+    S, A, B = case()
+    plan = SddmmPlan(S, dtype="float32", format="csr", kernel="csr", device="gpu")
+    assert plan.routes == ("csr",) and plan.kernel == "csr"
+    plan.run(A, B)
+    assert calls == ["csr"] and plan.choices == {A.shape[1]: "csr"} and not plan.timings
+    assert SddmmPlan(S, format="csr", device="gpu").routes == ("csr", "cusparse")
