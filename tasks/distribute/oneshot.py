@@ -109,10 +109,23 @@ def _worker_address() -> str:
         return "local"
 
 
-def _workers(client) -> list[str]:
+WORKERS_WAIT_S = 30.0  # how long an empty cluster is given to (re)connect a worker before it is refused
+
+
+def _workers(client, wait_s: float = WORKERS_WAIT_S) -> list[str]:
+    """The cluster's worker addresses, sorted. None connected: wait up to ``wait_s`` for one (a worker that missed
+    its heartbeats on a loaded machine drops out and reconnects; seen once in the CPU suite on a 2-core machine,
+    between a one-shot and the resident actors of one test), then refuse in one line."""
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers and wait_s > 0:
+        try:
+            client.wait_for_workers(1, timeout=wait_s)
+        except TimeoutError:
+            pass
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if not workers:
-        raise InputError("the Dask cluster has no workers; start some or pass n_workers")
+        raise InputError(f"the Dask cluster has no workers (none connected within {wait_s:g} s); start some or "
+                         "pass n_workers")
     return workers
 
 

@@ -1,9 +1,11 @@
 """dask-cuda options as users set them (tasks.distribute.cluster.gpu_cluster_options): the comm protocol and the
-RMM pool, from arguments or the environment, one-line errors for bad values; CPU clusters take the protocol too."""
+RMM pool, from arguments or the environment, one-line errors for bad values; CPU clusters take the protocol too; and
+the worker list a distributed run starts from (a reconnecting worker waited for)."""
 from __future__ import annotations
 
 import pytest
 
+from configs.errors import InputError
 from tasks.distribute import cluster
 from tasks.distribute.cluster import gpu_cluster_options
 
@@ -38,3 +40,30 @@ def test_cpu_cluster_checks_the_protocol_before_starting(monkeypatch):
     monkeypatch.setenv("TCSPMM_DASK_PROTOCOL", "carrier-pigeon")
     with pytest.raises(ValueError, match="TCSPMM_DASK_PROTOCOL"):
         cluster.make_cluster(1, gpu=False)
+
+
+class _Client:
+    """scheduler_info / wait_for_workers of a distributed.Client whose workers connect after ``arrive_after`` waits
+    (None: never)."""
+
+    def __init__(self, arrive_after):
+        self.arrive_after, self.waits = arrive_after, []
+
+    def scheduler_info(self, n_workers=5):
+        here = self.arrive_after is not None and len(self.waits) >= self.arrive_after
+        return {"workers": {"tcp://b:2": {}, "tcp://a:1": {}} if here else {}}
+
+    def wait_for_workers(self, n_workers, timeout=None):
+        self.waits.append((n_workers, timeout))
+        if self.arrive_after is None:
+            raise TimeoutError(f"Only 0 / {n_workers} workers arrived after {timeout}")
+
+
+def test_workers_waits_for_a_reconnecting_worker_then_refuses_in_one_line():
+    from tasks.distribute.oneshot import _workers
+
+    assert _workers(_Client(0)) == ["tcp://a:1", "tcp://b:2"]  # connected: no wait
+    late = _Client(1)
+    assert _workers(late, wait_s=5) == ["tcp://a:1", "tcp://b:2"] and late.waits == [(1, 5)]
+    with pytest.raises(InputError, match=r"the Dask cluster has no workers \(none connected within 5 s\)"):
+        _workers(_Client(None), wait_s=5)
