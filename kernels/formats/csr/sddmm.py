@@ -61,15 +61,6 @@ def grid(nnz: int, team: int, config: CsrSddmmConfig = CSR_SDDMM_CONFIG) -> tupl
     return (max(1, -(-chunks // config.warps)),), (32 * config.warps,)
 
 
-def reference(indptr, indices, A, B, values=None) -> np.ndarray:
-    """float64 twin: ``out[p] = values[p] * (A[row_p] . B[indices[p]])`` (values default 1), A and B as given."""
-    indptr = np.asarray(indptr, dtype=np.int64)
-    rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
-    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    out = np.einsum("ij,ij->i", A[rows], B[np.asarray(indices, dtype=np.int64)])
-    return out if values is None else out * np.asarray(values, dtype=np.float64)
-
-
 class CsrSddmm:
     """S's pattern (canonical CSR arrays) on the current device for the CUDA-core SDDMM in ``precision``.
     ``values``: S's values (float32 [nnz]) multiplied into the result, or None for a pattern of ones."""

@@ -1,15 +1,12 @@
 """The CUDA-core CSR SDDMM's host side (kernels/formats/csr/sddmm.py): the team size per Kd, the launch mapping of
 csr_sddmm.cu modelled in NumPy (every nonzero computed by exactly one team, every feature read by exactly one lane
-of it), and the float64 twin against kernels.sddmm's."""
+of it)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from kernels.formats.csr import sddmm as cs
-from kernels.sddmm import csr_sddmm
-from kernel_cases import random_csr
 
 
 @pytest.mark.parametrize(("Kd", "p_name", "team"), [(1, "float16", 1), (8, "float16", 1), (9, "float16", 2),
@@ -50,11 +47,3 @@ def test_every_nonzero_and_feature_has_one_owner(nnz, Kd, p_name):
     computed, read = kernel_mapping(nnz, Kd, p_name)
     assert (computed == 1).all() and (read == 1).all()
 
-
-def test_reference_is_the_sddmm_twin():
-    S = sp.csr_array(random_csr((70, 50), 600, seed=3), dtype=np.float32)
-    rng = np.random.default_rng(4)
-    A, B = rng.standard_normal((70, 9)), rng.standard_normal((50, 9))
-    np.testing.assert_allclose(cs.reference(S.indptr, S.indices, A, B, S.data), csr_sddmm(S, A, B), rtol=1e-12)
-    ones = sp.csr_array((np.ones(S.nnz), S.indices, S.indptr), shape=S.shape)
-    np.testing.assert_allclose(cs.reference(S.indptr, S.indices, A, B), csr_sddmm(ones, A, B), rtol=1e-12)
