@@ -21,9 +21,9 @@ from kernels.precision import precision as as_precision
 from storage.indexing import INT32_MAX
 
 SOURCE = Path(__file__).resolve().parent / "csr_sddmm.cu"
-# Written and compile-checked (sm_80, sm_90) without a GPU in reach: kernels.sddmm.SddmmPlan offers this route
-# only once tests/kernels/formats/csr/test_gpu_csr_sddmm.py has passed on a GPU; flip this then.
-GPU_READY = False
+# kernels.sddmm.SddmmPlan offers this route (timed beside the others per Kd) since
+# tests/kernels/formats/csr/test_gpu_csr_sddmm.py passed on a GPU (203 tests, H100, 2026-11-27); False withdraws it
+GPU_READY = True
 GPU_NOT_READY_WHY = "the CUDA-core SDDMM kernel has not passed its GPU tests yet (test_gpu_csr_sddmm.py)"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 FLAG_VEC, FLAG_SCALE = 1, 2
