@@ -153,9 +153,9 @@ def sddmm_case(S, Kd: int, repeats: int, rng) -> dict:
         o = cupy.empty((X.n_vectors, 8), dtype=cupy.float32)
         key = f"cvse-{'fp16' if name == 'float16' else 'tf32'}"
         ms[key] = launch.graph_ms(lambda: launch_cvse.sddmm(dm, Ap, Bp, o), repeats=repeats)
-        from kernels.sddmm import _gather_positions
+        from kernels.formats.cvse.sddmm import gather_positions
 
-        got = cupy.asnumpy(o).reshape(-1)[_gather_positions(X, ones)]
+        got = cupy.asnumpy(o).reshape(-1)[gather_positions(X, ones)]
         err[key] = float(np.linalg.norm(got[sample] - ref[sample]) / np.linalg.norm(ref[sample]))
     return {"ms": ms, "rel_err": err}
 

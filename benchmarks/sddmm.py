@@ -279,14 +279,15 @@ def run_matrix(case: dict, S: sp.csr_array, args, torch_ok: bool) -> list[dict]:
             row["issued_ms"][f"{key}-out"] = launch.issued_ms(lambda: plan.run(Ad, Bd, out=out), repeats=args.repeats)
             check(f"{key}-out", out, p)
             row.setdefault("route", {})[key] = plan.choices.get(Kd)  # what "auto" timed and kept for this Kd
-            if getattr(plan, "_dm", None) is None:  # no CVSE kernel in this plan (format csr)
+            cv = plan._dev.get("cvse")  # the CVSE route's device form (kernels.formats.cvse.sddmm)
+            if cv is None:  # no CVSE kernel in this plan (format csr)
                 return
             row["vector"][key] = plan.svc["vector"]
             row.setdefault("vector_density", {})[key] = 1.0 - plan.svc["new_sparsity"]  # nnz / (V n_vectors)
-            vec = cupy.full((plan._dm.n_vectors, plan._dm.vector), cupy.nan, dtype=cupy.float32)
-            row["ms"][key] = launch.graph_ms(lambda: launch_cvse.sddmm(plan._dm, Ad, Bd, out=vec),
+            vec = cupy.full((cv.dm.n_vectors, cv.dm.vector), cupy.nan, dtype=cupy.float32)
+            row["ms"][key] = launch.graph_ms(lambda: launch_cvse.sddmm(cv.dm, Ad, Bd, out=vec),
                                              repeats=args.repeats)
-            check(f"{key}-kernel", cupy.asnumpy(vec).reshape(-1)[plan._gather], p)
+            check(f"{key}-kernel", cupy.asnumpy(vec).reshape(-1)[plan._host.gather], p)
             try:  # the plan's whole call (kernel + gather) on the device: issued minus this is host time
                 row["ms"][f"{key}-call"] = launch.graph_ms(lambda: plan.run(Ad, Bd, out=out), repeats=args.repeats)
             except Exception as err:  # a capture the call does not allow: noted, not a failure

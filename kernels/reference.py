@@ -1,8 +1,10 @@
-"""Float64 NumPy/SciPy references every SpMM kernel is tested against.
+"""Float64 NumPy/SciPy references every SpMM and SDDMM kernel is tested against.
 
-- `csr_spmm(A, B)`: C = A @ B with SciPy in float64 (the ground truth).
-Each format's own twin lives in its folder (ME-TCF: `kernels.formats.metcf.reference.metcf_spmm`).
-Returns a float64 ndarray of shape (M, N) for B of shape (K, N), or (M,) for B of shape (K,). No GPU, no CuPy.
+- `csr_spmm(A, B)`: C = A @ B with SciPy in float64 (the ground truth). Returns a float64 ndarray of shape (M, N)
+  for B of shape (K, N), or (M,) for B of shape (K,).
+- `csr_sddmm(S, A, B)`: (A @ B^T) (.) S at S's nonzeros in float64, in S's CSR order (the ground truth of SDDMM,
+  and the CSR route's twin; `kernels.sddmm` re-exports it).
+Each format's own twin lives in its folder (ME-TCF: `kernels.formats.metcf.reference.metcf_spmm`). No GPU, no CuPy.
 """
 from __future__ import annotations
 
@@ -26,3 +28,16 @@ def csr_spmm(A, B) -> np.ndarray:
     A = sp.csr_array(A)
     B64 = as_float64_dense(B, int(A.shape[1]))
     return np.asarray(A.astype(np.float64) @ B64)
+
+
+def csr_sddmm(S: sp.csr_array, A, B) -> np.ndarray:
+    """float64 twin on CSR: out[k] = S.data[k] * (A[row_k] . B[col_k]) in S's CSR order."""
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    rows = np.repeat(np.arange(S.shape[0], dtype=np.int64), np.diff(S.indptr.astype(np.int64)))
+    cols = S.indices.astype(np.int64)
+    out = np.empty(S.nnz)
+    step = max(1, (1 << 22) // max(A.shape[1], 1))
+    for k0 in range(0, S.nnz, step):  # chunks of nonzeros: temporaries stay ~32 MB
+        k1 = min(S.nnz, k0 + step)
+        out[k0:k1] = np.einsum("ij,ij->i", A[rows[k0:k1]], B[cols[k0:k1]])
+    return out * np.asarray(S.data, dtype=np.float64)

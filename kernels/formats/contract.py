@@ -15,12 +15,23 @@ autotune=..., allow_cusparse=...)`` converts (or takes the converted object), up
 Attributes: ``format_name`` (the format whose arrays it runs: a choice's ``format``), ``kernels`` (the kernel
 names it owns), ``timings`` (conversion and upload ms), ``config`` (its compile-time configuration, or None), and
 ``out_dtype`` (None: C in the plan's out dtype; else the dtype it writes, cuSPARSE's B dtype).
+
+SDDMM (``kernels.sddmm.SddmmPlan``) has its own, smaller contract: a format that computes ``(A @ B^T) (.) S`` gives
+its record an `SddmmOperator` (``Format.sddmm``), one route of the plan. ``prepare`` turns S (canonical SciPy CSR,
+values already rounded to the precision) into the format's host form once, on the CPU; ``twin`` is the float64
+NumPy result on that form (the plan's CPU path); ``upload`` puts it on the current device as an `SddmmDevice`,
+whose ``run(A, B, out)`` is the route's per-call launch. ``route`` and ``description`` name it in ``plan.routes``,
+``kernel=`` and the plan's choice; ``gpu_ready`` / ``gpu_not_ready_why`` gate it on a GPU besides the format's own
+(a new SDDMM kernel waits for its GPU tests); ``on_csr`` says whether it runs on S's CSR as it is (any plan may
+take it) or on the format's own conversion (only a plan of that format).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+
+import numpy as np
 
 
 @dataclass(eq=False)
@@ -107,6 +118,40 @@ class DeviceOperator(Protocol):
 
     def bind(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None,
              choice: Choice | None = None): ...
+
+
+@runtime_checkable
+class SddmmDevice(Protocol):
+    """A format's SDDMM route with S on the device (`SddmmOperator.upload`), built once per plan."""
+
+    def run(self, A, B, out=None):
+        """out (float32 [nnz], new unless given) = (A @ B^T) (.) S in S's canonical CSR order, on the current
+        stream. A [M, Kd] and B [K, Kd]: C-contiguous CuPy arrays in the precision's storage dtype (float32 is
+        rounded to TF32 by the kernel). Nothing allocated per call when ``out`` is given."""
+
+
+@runtime_checkable
+class SddmmOperator(Protocol):
+    """What `kernels.sddmm.SddmmPlan` reads of a format that computes SDDMM (``Format.sddmm``; the module
+    docstring)."""
+
+    route: str  # the route's name: plan.routes, SddmmPlan(kernel=route), a choice's "kernel"
+    description: str  # one line: what runs (the plan's choice's "reason")
+    on_csr: bool  # True: runs on S's CSR as it is, so a plan of any format may take it
+    gpu_ready: bool  # False while its SDDMM kernel has not passed its GPU tests (the format's own gate applies too)
+    gpu_not_ready_why: str
+
+    def prepare(self, S, precision, *, vector: int | None = None) -> tuple[Any, dict | None]:
+        """(host form, conversion report or None) of S: canonical SciPy CSR, float32 values rounded to the
+        precision (`kernels.precision.Precision`). ``vector``: the plan's ``vector=`` (a vector length for formats
+        that compress into vectors; others ignore it). CPU only: also what the CPU path runs on."""
+
+    def twin(self, host, A, B) -> np.ndarray:
+        """float64 [nnz] (A @ B^T) (.) S in S's canonical CSR order from the host form, A and B float32 already
+        rounded to the precision: the plan's CPU path and what its kernel is tested against."""
+
+    def upload(self, host, precision) -> SddmmDevice:
+        """The host form on the current device (and its kernels compiled): the route's `SddmmDevice`."""
 
 
 def check_single_kernel(kernel: str, name: str, ksplit, no_ksplit: str) -> None:

@@ -21,10 +21,13 @@ A format provides, for each precision it supports (`kernels.precision`):
   structure statistics (``kernels.formats.ranking.CostModel`` on ``kernels.formats.structure.Structure``): a plan
   of ``format="auto"`` builds only the formats it ranks first (None: ranked after those with an estimate);
 - ``per_window_cost``: that estimate can be evaluated per window (``kernels.formats.ranking.window_costs``), so the
-  hybrid plan (``kernels.hybrid``) may run a set of A's windows on this format and the rest on another.
+  hybrid plan (``kernels.hybrid``) may run a set of A's windows on this format and the rest on another;
+- ``sddmm``: its SDDMM operator (``kernels.formats.contract.SddmmOperator``: prepare S once, its float64 twin, the
+  upload whose ``run(A, B, out)`` launches), one route of ``kernels.sddmm.SddmmPlan``, or None (no SDDMM).
 
-`SpmmPlan`, the convert stage, the store and the multi-GPU shards iterate `REGISTRY`; adding a format means its
-folder ``kernels/formats/<name>/``, one `register(...)` line in ``kernels/formats/__init__.py`` and its tests.
+`SpmmPlan`, `SddmmPlan` (`sddmm_formats`), the convert stage, the store and the multi-GPU shards iterate
+`REGISTRY`; adding a format means its folder ``kernels/formats/<name>/``, one `register(...)` line in
+``kernels/formats/__init__.py`` and its tests.
 """
 from __future__ import annotations
 
@@ -82,6 +85,8 @@ class Format(DeviceRecord):
     # its estimate's terms are element-wise sums over 16-row windows, and its operator runs any set of whole windows
     # as a matrix of its own: the hybrid (kernels.hybrid) may give it a part of A (kernels.formats.ranking.split)
     per_window_cost: bool = False
+    # its SDDMM operator (kernels.formats.contract.SddmmOperator): a route of kernels.sddmm.SddmmPlan; None: no SDDMM
+    sddmm: Any = None
 
 
 REGISTRY: dict[str, Format] = {}
@@ -116,3 +121,9 @@ def candidates(name: str, precision: str) -> list[Format]:
     if precision not in fmt.block_width:
         raise InputError(f"format {name!r} has no {precision} kernels; it supports {', '.join(fmt.precisions)}")
     return [fmt]
+
+
+def sddmm_formats() -> list[Format]:
+    """The registered formats with an SDDMM operator (``Format.sddmm``), in registration order: the routes of
+    ``kernels.sddmm.SddmmPlan`` besides cuSPARSE."""
+    return [f for f in REGISTRY.values() if f.sddmm is not None]

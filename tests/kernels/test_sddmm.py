@@ -148,6 +148,7 @@ def fake_gpu(monkeypatch):
     import kernels.spmm
     import kernels.sddmm as ks
     from kernels.formats.csr import sddmm as csr_sddmm_gpu
+    from kernels.formats.cvse import launch as launch_cvse
 
     cupy = types.SimpleNamespace(asarray=np.asarray, empty=np.empty, ascontiguousarray=np.ascontiguousarray,
                                  float32=np.float32, ndarray=np.ndarray,
@@ -171,8 +172,8 @@ def fake_gpu(monkeypatch):
         calls.append("cvse")
         return out
 
-    monkeypatch.setattr(ks.launch_cvse, "upload", upload)
-    monkeypatch.setattr(ks.launch_cvse, "sddmm", cvse_sddmm)
+    monkeypatch.setattr(launch_cvse, "upload", upload)
+    monkeypatch.setattr(launch_cvse, "sddmm", cvse_sddmm)
     monkeypatch.setattr(ks, "CusparseSddmm", lambda indptr, indices, shape: Stub("cusparse", len(indices)))
     monkeypatch.setattr(csr_sddmm_gpu, "CsrSddmm", lambda indptr, indices, shape, p, values=None:
                         Stub("csr", len(indices)))

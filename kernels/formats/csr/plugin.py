@@ -6,6 +6,7 @@ rows cut into pieces added in a fixed order), in every precision: the fallback w
 empty (power-law graphs, tiny matrices), in place of cuSPARSE, whose CSR SpMM gives bitwise-different C from call
 to call. A plan times it against a format's timed choice when that format lists "csr-rows" in its
 ``Format.fallbacks`` (ME-TCF does, as DTC-SpMM's selector does); ``--format csr`` or ``auto`` run it as a format.
+Its SDDMM route (``sddmm.py``, ``csr_sddmm.cu``) is the record's ``sddmm``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import scipy.sparse as sp
 from kernels.formats.contract import Choice, check_single_kernel
 from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
 from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows
-from kernels.formats.csr.sddmm import CSR_SDDMM_CONFIG
+from kernels.formats.csr.sddmm import CSR_SDDMM_CONFIG, SDDMM
 from kernels.formats.csr.sddmm import SOURCE as SDDMM_SOURCE
 from kernels.formats.csr.shard import CSR_SHARD
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
@@ -93,6 +94,6 @@ FORMAT = Format(
     layout=LAYOUT, from_arrays=csr_from_arrays, reference_spmm=csr_spmm, stats=csr_stats,
     device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD,
     cuda_sources=(SOURCE, SDDMM_SOURCE), cuda_builds=(("default", CSR_CONFIG.defines() + CSR_SDDMM_CONFIG.defines()),),
-    per_window_cost=True,
+    per_window_cost=True, sddmm=SDDMM,
     estimate=CostModel(cost_terms, {"launch": 3.788, "a_mb": 2.703, "b_mb": 0.3173, "c_mb": 0.172},
                        source=FIT_SOURCE))

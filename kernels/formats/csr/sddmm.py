@@ -8,6 +8,8 @@ float32 copies of 16-bit inputs.
 `CsrSddmm(indptr, indices, shape, precision, values=None)` uploads the nonzeros' rows and columns (and S's values
 unless all are one) once; ``run(A, B, out=None)`` checks the operands and launches (``team_size`` lanes per
 nonzero, from Kd). Deterministic: one writer per output, sums in a fixed order. CuPy is imported lazily.
+`SDDMM` is this route on the format seam (``kernels.formats.contract.SddmmOperator``, the csr `Format`'s
+``sddmm``): S as it is, the float64 twin ``kernels.reference.csr_sddmm``, `CsrSddmm` on the device.
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ import numpy as np
 
 from kernels import launch
 from kernels.precision import precision as as_precision
+from kernels.reference import csr_sddmm
 from storage.indexing import INT32_MAX
 
 SOURCE = Path(__file__).resolve().parent / "csr_sddmm.cu"
-# kernels.sddmm.SddmmPlan offers this route (timed beside the others per Kd) since
+# kernels.sddmm.SddmmPlan offers this route (`SDDMM.gpu_ready`, timed beside the others per Kd) since
 # tests/kernels/formats/csr/test_gpu_csr_sddmm.py passed on a GPU (203 tests, H100, 2026-11-27); False withdraws it
 GPU_READY = True
 GPU_NOT_READY_WHY = "the CUDA-core SDDMM kernel has not passed its GPU tests yet (test_gpu_csr_sddmm.py)"
@@ -128,3 +131,33 @@ class CsrSddmm:
         fn(g, block, (self.rows, self.indices, self.values, A, B, out, np.int64(self.nnz), np.int64(Kd),
                       np.int32(flags)))
         return out
+
+
+class CsrSddmmOperator:
+    """The CUDA-core CSR route of `kernels.sddmm.SddmmPlan` (``kernels.formats.contract.SddmmOperator``): it runs
+    on S's CSR as it is, so a plan of any format may take it, once `GPU_READY` (read per plan)."""
+
+    route, on_csr = "csr", True
+    description = "the CSR SDDMM kernel (CUDA cores, kernels.formats.csr.sddmm)"
+
+    @property
+    def gpu_ready(self) -> bool:
+        return GPU_READY
+
+    @property
+    def gpu_not_ready_why(self) -> str:
+        return GPU_NOT_READY_WHY
+
+    def prepare(self, S, precision, *, vector: int | None = None):
+        """S itself (canonical CSR, values rounded to the precision); no report."""
+        return S, None
+
+    def twin(self, S, A, B) -> np.ndarray:
+        return csr_sddmm(S, A, B)
+
+    def upload(self, S, precision) -> CsrSddmm:
+        unit = bool(np.all(S.data == 1))  # x S skipped for unit values (attention patterns, the benchmark's)
+        return CsrSddmm(S.indptr, S.indices, S.shape, precision.name, values=None if unit else S.data)
+
+
+SDDMM = CsrSddmmOperator()

@@ -3,8 +3,9 @@
 
 The arrays and CPU conversion live in ``kernels.formats.cvse.container``, Sparse Vector Compression (the choice of V) in
 ``kernels.formats.cvse.svc``; the kernels in ``kernels/formats/cvse/cvse_spmm.cu`` / ``cvse_sddmm.cu`` with launchers in
-``kernels.formats.cvse.launch``. Stored as one Parquet row per vector, grouped by 16-row window: ``indices`` (its column),
-``vec_row`` (its vector row within the window, uint8) and ``values`` (its V values) over ``value_offset``.
+``kernels.formats.cvse.launch``; its SDDMM route (``kernels.formats.cvse.sddmm``) is the record's ``sddmm``.
+Stored as one Parquet row per vector, grouped by 16-row window: ``indices`` (its column), ``vec_row`` (its vector
+row within the window, uint8) and ``values`` (its V values) over ``value_offset``.
 
 V on the seam: ``convert(csr_block, precision)`` runs per row block (Dask), so it cannot look at the whole matrix:
 it uses ``DEFAULT_VECTOR`` (the paper's V = 8 of its ablation and DNN runs). A device operator given the whole CSR
@@ -30,6 +31,7 @@ from kernels.formats.cvse.container import (CVSE, WINDOW_ROWS, csr_to_cvse, cvse
 from kernels.formats.contract import Choice, PerCall
 from kernels.formats.cvse.gpu import csr_to_cvse_gpu
 from kernels.formats.cvse.gpu import to_host as cvse_to_host
+from kernels.formats.cvse.sddmm import SDDMM
 from kernels.formats.cvse.svc import PAPER_CANDIDATES, choose, compress
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
@@ -235,4 +237,4 @@ FORMAT = Format(
     estimate=CostModel(cost_terms, {"launch": 1.31, "b_mb": 0.09168, "c_mb": 1.628, "hub_mb": 97.71,
                                     "hub_all_mb": 5.719}, source=FIT_SOURCE),
     # tests/kernels/test_gpu_cvse.py passed on an H200 (session 6): every V, precision and edge case
-    gpu_ready=True)
+    gpu_ready=True, sddmm=SDDMM)

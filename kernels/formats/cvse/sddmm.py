@@ -1,0 +1,78 @@
+"""CVSE's SDDMM route on the format seam (``kernels.formats.contract.SddmmOperator``, the cvse `Format`'s ``sddmm``):
+S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression (``svc.compress``, or the plan's ``vector=V``),
+the float64 twin ``container.cvse_sddmm``, and on the device the Tensor Core kernel (cvse_sddmm.cu,
+``launch.sddmm``) into the vectors' order, then one gather into S's CSR order (`gather_positions`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from kernels.formats.cvse import launch as lc
+from kernels.formats.cvse.container import CVSE, cvse_sddmm
+from kernels.formats.cvse.svc import compress
+
+
+def gather_positions(X: CVSE, S: sp.csr_array) -> np.ndarray:
+    """[nnz] int64: for CSR nonzero k of S, the flat position b * V + v of its value in the CVSE (forward map)."""
+    V = X.vector
+    rows = np.repeat(np.arange(S.shape[0], dtype=np.int64), np.diff(S.indptr.astype(np.int64)))
+    cols = S.indices.astype(np.int64)
+    vr = X.vec_row_of()
+    key_vec = vr * int(S.shape[1]) + X.indices.astype(np.int64)  # sorted: vector rows ascending, columns ascending
+    b = np.searchsorted(key_vec, (rows // V) * int(S.shape[1]) + cols)
+    return b * V + rows % V
+
+
+@dataclass(frozen=True)
+class CvseSddmmHost:
+    """S as CVSE and where each of S's nonzeros (CSR order) sits in the vectors' flat [n_vectors * V] order."""
+
+    X: CVSE
+    gather: np.ndarray  # int64 [nnz] (`gather_positions`)
+
+
+class CvseSddmmDevice:
+    """The host form on the current device: per call the kernel into a vector-order buffer (made on the first call,
+    then reused: calls of one plan are ordered on one stream) and one gather into CSR order, nothing allocated when
+    ``out`` is given."""
+
+    def __init__(self, host: CvseSddmmHost, precision):
+        import cupy
+
+        self.dm = lc.upload(host.X, precision.name)
+        self.gather = cupy.asarray(host.gather)
+        self._take, self._vec = cupy.take, None
+
+    def run(self, A, B, out=None):
+        if self._vec is None:
+            import cupy
+
+            self._vec = cupy.empty((self.dm.n_vectors, self.dm.vector), dtype=cupy.float32)
+        vec = lc.sddmm(self.dm, A, B, out=self._vec)
+        return self._take(vec.reshape(-1), self.gather, out=out)
+
+
+class CvseSddmmOperator:
+    """The CVSE Tensor Core route of `kernels.sddmm.SddmmPlan`: only a plan of format cvse takes it (it runs on the
+    plan's CVSE of S), gated by the format's ``gpu_ready`` alone."""
+
+    route, on_csr = "cvse", False
+    description = "the CVSE SDDMM kernel (Tensor Cores)"
+    gpu_ready, gpu_not_ready_why = True, ""
+
+    def prepare(self, S, precision, *, vector: int | None = None) -> tuple[CvseSddmmHost, dict]:
+        """S compressed (V by Sparse Vector Compression, or ``vector``); the report is compress's."""
+        X, svc = compress(S, precision, vector=vector)
+        return CvseSddmmHost(X, gather_positions(X, S)), svc
+
+    def twin(self, host: CvseSddmmHost, A, B) -> np.ndarray:
+        return cvse_sddmm(host.X, A, B).reshape(-1)[host.gather]
+
+    def upload(self, host: CvseSddmmHost, precision) -> CvseSddmmDevice:
+        return CvseSddmmDevice(host, precision)
+
+
+SDDMM = CvseSddmmOperator()
