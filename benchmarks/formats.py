@@ -376,10 +376,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from kernels.formats import get
 
-    unready = [f for f in args.formats if not get(f).gpu_ready]
+    unready = [f for f in args.formats if f not in COMPOSED and not get(f).gpu_ready]  # hybrid: a plan, not a format
     if unready:
         print(f"formats {unready} are registered gpu_ready=False ({get(unready[0]).gpu_not_ready_why}); flip them in "
-              f"kernels/formats/*_plugin.py once their GPU tests pass, or pass --formats without them", file=sys.stderr)
+              f"kernels/formats/<name>/plugin.py once their GPU tests pass, or pass --formats without them",
+              file=sys.stderr)
         return 2
     import multiprocessing
 

@@ -152,3 +152,25 @@ def test_summarize_renders_the_formats_section_and_nothing_without_files(summari
     assert "| `d` | dnn | 0.2500 | 0.5000 | 2.00x | 2.50x | yes |" in sec
     assert "Skipped (budget or missing fixtures): dlmc-4096-V8-s80" in sec
     assert "How to reproduce: `PYTHONPATH=. python3 benchmarks/formats.py --quick`" in sec
+
+
+def test_the_readiness_check_passes_the_default_formats_and_refuses_an_unready_one(formats, monkeypatch):
+    """The default --formats include the hybrid, a plan rather than a registered format: the readiness check lets it
+    through (it raised "not a registered format" on an H100, 2026-11-27) and stops at an unready format in one line."""
+    from kernels.formats import registry
+
+    reached = []
+    monkeypatch.setattr(formats, "cases", lambda args: reached.append(list(args.formats)) or [])
+    monkeypatch.setattr(formats, "_run", lambda args, todo, pending: 0)
+    assert formats.main(["--quick"]) == 0
+    assert "hybrid" in reached[0]
+    import dataclasses
+
+    import kernels.formats
+
+    real = registry.get
+    monkeypatch.setattr(kernels.formats, "get", lambda name: dataclasses.replace(
+        real(name), gpu_ready=False, gpu_not_ready_why="stood in by a test") if name == "cvse" else real(name))
+    reached.clear()
+    assert formats.main(["--quick", "--formats", "cvse", "hybrid"]) == 2
+    assert not reached
