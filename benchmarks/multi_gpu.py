@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -196,6 +197,13 @@ def rel_err(C, ref) -> float:
         num += float(((a - b) ** 2).sum())
         den += float((b ** 2).sum())
     return (num / den) ** 0.5 if den else float(num > 0)
+
+
+def comm_env() -> dict:
+    """The communication settings the run inherited (NCCL_*, UCX_*, TCSPMM_DASK_*, TCSPMM_RMM_*): they change the
+    halo exchange's times, so each result file records them."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith(("NCCL_", "UCX_", "TCSPMM_DASK_", "TCSPMM_RMM_"))}
 
 
 def reference_rows(M, perm, B, n_windows: int, seed: int):
@@ -505,7 +513,8 @@ def main(argv=None) -> int:
         doc = {"benchmark": "multi_gpu", "command": " ".join([sys.executable, *sys.argv]),
                "date": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": platform.node(),
                "gpus": gpu_names or sorted({g for r in rows for g in r.get("gpus", [])}), "versions": versions(),
-               "args": vars(args), "wall_s": time.perf_counter() - started, "rows": rows, "skipped": skipped,
+               "args": vars(args), "env": comm_env(), "wall_s": time.perf_counter() - started, "rows": rows,
+               "skipped": skipped,
                "cluster": cluster, "targets": {"iter_eff_2gpu_100M": 0.85, "iter_eff_4gpu_100M": 0.70,
                                                "oneshot_e2e_ratio_2gpu": 0.6, "oneshot_e2e_ratio_4gpu": 0.35}}
         machine = "cpu" if args.cpu else (f"{doc['gpus'][0].replace(' ', '_')}-x{n_gpus}" if doc["gpus"]

@@ -62,4 +62,30 @@ def weak_section(runs, v0, older, *, h) -> list[str]:
                     "row-overlap exposed ms", "kernel ms", "exchange ms", "exposed ms", "halo MB/GPU", "imbalance",
                     "max rel err"), rows)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
-    return out + h.older_note(older) + [h.reproduce("multi_gpu_weak", run), ""]
+    return out + variant_lines(v0, h) + h.older_note(older) + [h.reproduce("multi_gpu_weak", run), ""]
+
+
+def variant_lines(v0, h) -> list[str]:
+    """The ``-vN`` files (settings tried and not kept: NCCL variables, the Dask halo transport over TCP or UCX) as
+    one table, each row with its communication environment, so a setting's effect is read from the files."""
+    rows = []
+    for run in sorted(v0, key=lambda r: r.path.name):
+        env = run.meta.get("env") or {}
+        kept = {k: v for k, v in env.items() if k not in ("NCCL_DEBUG", "NCCL_NVLS_ENABLE")}
+        args = run.meta.get("args") or {}
+        args = args if isinstance(args, dict) else {}
+        for r in run.rows:
+            if not r.get("resident_batched_loop_ms") or "error" in r:
+                continue
+            row = "resident_batched_rowoverlap"
+            rows.append((f"`{run.path.name}`", r.get("transport", "?"), args.get("protocol") or "tcp",
+                         " ".join(f"{k}={v}" for k, v in kept.items()) or "defaults", r["P"], h.mnnz(r["nnz"]),
+                         h.f(r["resident_batched_loop_ms"]), h.f(r.get("resident_batched_exchange_ms")),
+                         h.f(r.get("resident_batched_exposed_ms")), h.f(r.get(f"{row}_loop_ms")),
+                         h.f(r.get(f"{row}_exposed_ms"))))
+    if not rows:
+        return []
+    return ["Settings tried and not kept (`-vN` files; same loop and breakdown; \"transport\": the halo exchange, "
+            "NCCL or Dask actor calls over the comm protocol):", "",
+            *h.table(("file", "transport", "Dask protocol", "environment", "GPUs", "nnz", "loop ms", "exchange ms",
+                      "exposed ms", "row-overlap loop ms", "row-overlap exposed ms"), rows)]
