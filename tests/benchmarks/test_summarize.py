@@ -450,3 +450,32 @@ def test_rank_section_reads_the_check_summary(tmp_path):
                    capture_output=True)
     sec = out.read_text().split("## Format ranking")[1].split("\n## ")[0]
     assert "| x | 10 | 0.50 | 0.90 | 1.00 |" in sec and "`formats-x.json` (GPU X" in sec
+
+
+def test_weak_section_lists_the_settings_tried_with_their_environment(summarize, results, tmp_path):
+    """multi_gpu_weak: the newest file's rows, efficiencies against its P = 1 row; the -vN files (NCCL settings,
+    Dask transports) as one table naming each file's environment (NCCL_DEBUG / NCCL_NVLS_ENABLE left out)."""
+    def weak_row(P, loop, **kw):
+        return {"kind": "sbm", "order": "community", "nnz": 25_000_000 * P, "P": P, "transport": "nccl",
+                "resident_batched_loop_ms": loop, "resident_batched_exchange_ms": 1.0 if P > 1 else 0.0,
+                "resident_batched_exposed_ms": 1.0 if P > 1 else 0.0, "halo_recv_bytes": [2**20] * P, **kw}
+
+    base = {"benchmark": "multi_gpu", "command": "benchmarks/multi_gpu.py --weak 25e6", "date": "2026-01-02T00:00:00",
+            "gpus": ["Test GPU"] * 2, "args": {"weak": 25e6, "n_cols": 256}}
+    write(results, "multi_gpu_weak-Test_GPU-2026-01-02.json",
+          {**base, "rows": [weak_row(1, 3.0), weak_row(2, 4.0, resident_batched_rowoverlap_loop_ms=3.75)]})
+    write(results, "multi_gpu_weak-Test_GPU-2026-01-02-nccl-ce-v1.json",
+          {**base, "env": {"NCCL_DEBUG": "WARN", "NCCL_P2P_USE_CUDA_MEMCPY": "1"}, "rows": [weak_row(2, 7.0)]})
+    write(results, "multi_gpu_weak-Test_GPU-2026-01-02-transport-ucx-v1.json",
+          {**base, "args": {**base["args"], "protocol": "ucx"},
+           "rows": [{**weak_row(2, 6.0), "transport": "dask"}]})
+    out = tmp_path / "bench.md"
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    body = out.read_text().split("## Multi-GPU weak", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split(" | ") for ln in body.splitlines() if ln.startswith("| sbm")]
+    assert [(r[2], r[4], r[5], r[8], r[9]) for r in rows] == [("1", "3.00", "1.000", "–", "–"),
+                                                               ("2", "4.00", "0.750", "3.75", "0.800")]
+    tried = [ln for ln in body.splitlines() if ln.startswith("| `multi_gpu_weak")]
+    assert len(tried) == 2
+    assert "| nccl | tcp | NCCL_P2P_USE_CUDA_MEMCPY=1 | 2 | 50.00M | 7.00 |" in tried[0]
+    assert "| dask | ucx | defaults | 2 | 50.00M | 6.00 |" in tried[1]
