@@ -200,10 +200,10 @@ def rel_err(C, ref) -> float:
 
 
 def comm_env() -> dict:
-    """The communication settings the run inherited (NCCL_*, UCX_*, TCSPMM_DASK_*, TCSPMM_RMM_*): they change the
-    halo exchange's times, so each result file records them."""
+    """The communication settings the run inherited (NCCL_*, UCX_*, TCSPMM_DASK_*, TCSPMM_RMM_*, TCSPMM_HALO_*):
+    they change the halo exchange's times, so each result file records them."""
     return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith(("NCCL_", "UCX_", "TCSPMM_DASK_", "TCSPMM_RMM_"))}
+            if k.startswith(("NCCL_", "UCX_", "TCSPMM_DASK_", "TCSPMM_RMM_", "TCSPMM_HALO_"))}
 
 
 def reference_rows(M, perm, B, n_windows: int, seed: int):
@@ -395,6 +395,7 @@ def bench_rowoverlap(ds, row, RB1, P, C1, check, args, log) -> None:
         log(traceback.format_exc())
         return
     bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched_rowoverlap")
+    row.update(rowoverlap_halo_copy=ds.halo_copy, rowoverlap_halo_copy_reason=ds.halo_copy_reason)
 
 
 def check_batched_advance(ds, row, check, log) -> None:

@@ -112,6 +112,7 @@ class DeviceLoop:
         self.s_comp, self.s_comm = cupy.cuda.Stream(), cupy.cuda.Stream()
         self.send_bufs: dict = {}
         self.C = None
+        self._last_send = None  # the event after the latest copy-engine sends (`_pack` waits for it)
 
     def _buffers(self):
         import cupy
@@ -179,6 +180,7 @@ class DeviceLoop:
         C = self._buffers()
         ev, last = evs[i], i + 1 == len(evs)
         store_next = not last and advance_rest
+        ce = sh.ce  # copy engines instead of NCCL (tasks.distribute.ce_exchange): pack on s_comp, copy on s_comm
         ev.start.record(self.s_comp)
         if i == 0:
             with self.s_comp:
@@ -186,12 +188,20 @@ class DeviceLoop:
                     sh.advance_from(C)
                 if not last and not advance_rest:  # the next iterations multiply this same B
                     sh.own_rows(sh.alt_B())[...] = sh.own_rows()
+                if ce is not None:
+                    self._pack(sh.B_ext)
             ev.adv.record(self.s_comp)
-            self._exchange(ev.adv, ev, sh.B_ext)
+            if ce is not None:
+                self._send_ce(ev.adv, ev, next_buffer=False)
+            else:
+                self._exchange(ev.adv, ev, sh.B_ext)
         else:
             ev.adv.record(self.s_comp)
         ev.wait.record(self.s_comp)
-        self.s_comp.wait_event(ev.x)
+        if ce is not None:
+            ce.wait_halo(self.s_comp)
+        else:
+            self.s_comp.wait_event(ev.x)
         ev.go.record(self.s_comp)
         with self.s_comp:
             B_in = sh.b_in()
@@ -199,24 +209,52 @@ class DeviceLoop:
             ev.bnd.record(self.s_comp)
             if store_next:
                 split.store(sh.own_rows(sh.alt_B()), C, "boundary")
+            if ce is not None and not last:
+                self._pack(sh.alt_B())
             ev.bnd_adv.record(self.s_comp)
         if not last:
-            self._exchange(ev.bnd_adv, evs[i + 1], sh.alt_B())
+            if ce is not None:
+                self._send_ce(ev.bnd_adv, evs[i + 1], next_buffer=True)
+            else:
+                self._exchange(ev.bnd_adv, evs[i + 1], sh.alt_B())
         with self.s_comp:
             split.run("interior", B_in, C)
             ev.int.record(self.s_comp)
             if store_next:
                 split.store(sh.own_rows(sh.alt_B()), C, "interior")
+        if ce is not None:
+            ce.finish(self.s_comp, swapped=not last)  # before `end`: the batch's sync covers the posts
         ev.end.record(self.s_comp)
         sh.C, sh.c_split = C, True
         if not last:
             sh.swap_B()
 
+    def _pack(self, B) -> None:
+        """The own rows of extended B ``B`` each peer receives, into the send buffers, on s_comp once the copies
+        of the previous pack left them (s_comm, ``_last_send``; the copy-engine exchange packs on s_comp)."""
+        import cupy
+        sh = self.shard
+        self._buffers()
+        if self._last_send is not None:
+            self.s_comp.wait_event(self._last_send)
+        own = sh.own_rows(B)
+        for p, idx in sh.sends.items():
+            cupy.take(own, idx, axis=0, out=self.send_bufs[p])
+
+    def _send_ce(self, after, ev, next_buffer: bool) -> None:
+        """On s_comm once ``after`` (recorded on s_comp after `_pack`) completed: the copy-engine sends
+        (`CopyEngineHalo.send`) between ``ev.x_start`` and ``ev.x``."""
+        self.s_comm.wait_event(after)
+        ev.x_start.record(self.s_comm)
+        self.shard.ce.send(self.s_comm, self.send_bufs, next_buffer)
+        ev.x.record(self.s_comm)
+        self._last_send = ev.x
+
     def release(self) -> None:
         """Wait for the streams and drop the buffers (before the communicator is destroyed)."""
         self.s_comm.synchronize()
         self.s_comp.synchronize()
-        self.C, self.send_bufs = None, {}
+        self.C, self.send_bufs, self._last_send = None, {}, None
 
     def run(self, n_iters: int, advance_first: bool, advance_rest: bool, overlap) -> tuple[list, float]:
         """``n_iters`` enqueued back to back, one sync at the end (``overlap``: False, "columns" or "rows").

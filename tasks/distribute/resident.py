@@ -29,6 +29,7 @@ runs the own-column kernel beside the exchange and adds the halo-column kernel i
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -41,6 +42,7 @@ from tasks.distribute.shard_actor import (OVERLAP_DEFAULT, OVERLAP_MODES, ShardA
                                           overlap_mode)
 
 NCCL_INIT_TIMEOUT_S = 120
+HALO_COPIES = ("nccl", "ce")  # how the "rows" overlap moves halo rows on NCCL: NCCL kernels, or the copy engines
 RELEASE_TIMEOUT_S = 60  # close(): how long the shards may take to free their state and destroy the communicator
 
 
@@ -64,7 +66,8 @@ class DistributedSpmm:
 
     def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
                  fmt: str = DEFAULT_FORMAT, device: str = "auto", transport: str = "auto", repeats: int = 0,
-                 spmm_kw: dict | None = None, overlap: bool | str = False, dtype: str = "float32"):
+                 spmm_kw: dict | None = None, overlap: bool | str = False, dtype: str = "float32",
+                 halo_copy: str | None = None):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
         from tasks.distribute.oneshot import _workers
@@ -94,6 +97,12 @@ class DistributedSpmm:
         _wait([a.set_peers(self.actors, self.device_rows) for a in self.actors])
         self.info = _wait([a.info() for a in self.actors])
         self.transport, self.transport_reason = self._pick_transport(transport)
+        self.halo_copy = (halo_copy or os.environ.get("TCSPMM_HALO_COPY") or "nccl").lower()
+        if self.halo_copy not in HALO_COPIES:
+            raise ValueError(f"halo_copy / TCSPMM_HALO_COPY {self.halo_copy!r}: expected one of "
+                             f"{', '.join(HALO_COPIES)}")
+        self.halo_copy_reason = "asked for" if self.halo_copy == "ce" else "the default"
+        self._ce_dirty = True
         self.history: list = []
         self.overlap = False
         self._batches = 0  # batch ids for the host transport's batched exchange
@@ -109,7 +118,7 @@ class DistributedSpmm:
         ``interior_rows``)."""
         mode = overlap_mode(on)
         _wait([a.set_overlap(mode) for a in self.actors])
-        self.overlap = mode
+        self.overlap, self._ce_dirty = mode, True
         self.info = _wait([a.info() for a in self.actors])
 
     def _pick_transport(self, transport: str) -> tuple[str, str]:
@@ -135,6 +144,25 @@ class DistributedSpmm:
                                f"{self.workers}; retry with transport='dask'") from err
         return "nccl", "one GPU per worker"
 
+    def _connect_ce(self) -> None:
+        """With ``halo_copy="ce"`` and the "rows" overlap on NCCL: (re)make the copy-engine exchange when a shard
+        has none or reallocated its extended Bs (`ShardActor.ce_stale`): every shard exports, then maps the
+        others' (`tasks.distribute.ce_exchange`). Where that fails (shards on several hosts, no IPC) the shards
+        keep NCCL and ``halo_copy_reason`` says why."""
+        if self.halo_copy != "ce" or self.overlap != "rows" or len(self.actors) < 2 or not self._ce_dirty:
+            return
+        self._ce_dirty = False  # until B is loaded again (a new N reallocates the extended Bs)
+        if not any(_wait([a.ce_stale() for a in self.actors])):
+            return
+        try:
+            exports = _wait([a.ce_export(len(self.actors)) for a in self.actors])
+            _wait([a.ce_connect(exports) for a in self.actors])
+            self.halo_copy_reason = "copy engines over CUDA IPC, one node"
+        except Exception as err:
+            _wait([a.ce_drop() for a in self.actors])
+            self.halo_copy = "nccl"
+            self.halo_copy_reason = f"copy engines unavailable ({type(err).__name__}: {err}); NCCL kept"
+
     def scatter(self, B: np.ndarray) -> None:
         """Place B (original row order, [n_rows, N]) on the shards: shard k gets ``B[plan.shard_rows(k)]``."""
         self.load([np.asarray(B)[self.plan.shard_rows(k)] for k in range(self.plan.n_parts)])
@@ -144,6 +172,7 @@ class DistributedSpmm:
         if len(B_parts) != self.plan.n_parts:
             raise ValueError(f"got {len(B_parts)} B parts, expected n_parts = {self.plan.n_parts}")
         _wait([a.set_B(b) for a, b in zip(self.actors, B_parts)])
+        self._ce_dirty = True
 
     def run(self, B_parts: list | None = None) -> "CParts":
         """One iteration: halo exchange, then every shard's kernel. ``B_parts=None`` uses the resident B."""
@@ -151,6 +180,7 @@ class DistributedSpmm:
             self.load(B_parts)
         t0 = time.perf_counter()
         if self.transport == "nccl":
+            self._connect_ce()
             ex, ker = zip(*_wait([a.iterate_nccl(self.repeats) for a in self.actors]))
         else:
             ex = _wait([a.exchange_host() for a in self.actors])
@@ -190,6 +220,7 @@ class DistributedSpmm:
         advance_first = bool(advance) and B_parts is None
         t0 = time.perf_counter()
         if self.transport == "nccl":
+            self._connect_ce()
             res = _wait([a.iterate_many(n, advance_first, bool(advance), self.repeats) for a in self.actors])
         else:
             self._batches += 1

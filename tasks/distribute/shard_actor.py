@@ -77,6 +77,7 @@ class ShardActor(HostBatches):
         self.peers: list = []
         self.device_rows = False
         self.comm = None
+        self.ce = None  # the "rows" overlap's copy-engine exchange (`ce_exchange.CopyEngineHalo`) once connected
         # Batched host exchange (`iterate_many_host`): {(batch, iteration): {dst: host rows}} still to be pulled,
         # the current batch id, {batch: why it failed}, and the condition guarding them (made in the event loop).
         self._outbox: dict = {}
@@ -113,6 +114,46 @@ class ShardActor(HostBatches):
         from tasks.distribute.cluster import SAFE_GPU_ENV
         os.environ.update(SAFE_GPU_ENV)  # NCCL reads NCCL_NVLS_ENABLE=0 at communicator creation: no multicast
         self.comm = nccl.NcclCommunicator(int(n_ranks), uid, self.k)
+
+    def ce_export(self, n_ranks: int) -> dict:
+        """Start the copy-engine halo exchange (`tasks.distribute.ce_exchange`): zero this shard's flag words and
+        export its two extended Bs and the flags (IPC handles); every shard's export then goes to `ce_connect`.
+        Needs B (`set_B`) and the NCCL path's GPU actor; call between batches, on every shard."""
+        import cupy
+
+        from tasks.distribute.ce_exchange import CopyEngineHalo, flags_for
+        if not self.on_gpu or self.B_ext is None:
+            raise RuntimeError(f"shard {self.k}: the copy-engine exchange needs a GPU shard with B loaded (set_B)")
+        self.ce_drop()
+        ce = CopyEngineHalo(self.k, n_ranks, {q: int(i.shape[0]) for q, i in self.sends.items()}, self.recv)
+        flags = flags_for(n_ranks, cupy)
+        row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]
+        out = ce.export((self.B_ext.data.ptr, self.alt_B().data.ptr), flags, row_bytes)
+        cupy.cuda.Device().synchronize()  # the zeroed flags are in place before any peer can write them
+        self.ce, self._ce_bufs = ce, (self.B_ext.data.ptr, self.B_alt.data.ptr)
+        return out
+
+    def ce_connect(self, exports: list) -> None:
+        """Map the peers' buffers and flags (`CopyEngineHalo.connect`); from here the "rows" overlap moves its
+        halo with peer copies instead of NCCL."""
+        self.ce.connect(exports)
+
+    def ce_stale(self) -> bool:
+        """Whether the exchange must be (re)made: none yet, or an extended B was reallocated since the export (a
+        new N), which would leave the peers writing into memory this shard no longer reads."""
+        if self.ce is None or self.B_ext is None or self.B_alt is None:
+            return True
+        now = (self.B_ext.data.ptr, self.B_alt.data.ptr)
+        return now != (self._ce_bufs if not self.ce.parity else self._ce_bufs[::-1])
+
+    def ce_drop(self) -> None:
+        """Back to NCCL for every exchange (after the streams finished)."""
+        if self.ce is not None:
+            if self._device_loop is not None:
+                self._device_loop.s_comm.synchronize()
+                self._device_loop.s_comp.synchronize()
+            self.ce.release()
+            self.ce = None
 
     def set_B(self, B_k) -> None:
         """Own rows of B [n_own, N] (host or device array, float values; rounded to the precision here);
@@ -264,7 +305,8 @@ class ShardActor(HostBatches):
             advance_first = False
         times, gap_ms = loop.run(n, advance_first, advance_rest, self.overlap)
         kernel = self._kernels()
-        its = [({**self._exchange_stats(t["exchange_ms"], "nccl"), "overlap": self.overlap,
+        via = "ce" if self.ce is not None and self.overlap == "rows" else "nccl"
+        its = [({**self._exchange_stats(t["exchange_ms"], via), "overlap": self.overlap,
                  "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"]},
                 {"shard": self.k, "kernel_ms": t["kernel_ms"], "iteration_gpu_ms": t["iteration_ms"],
                  "kernel": kernel, **({"boundary_ms": t["boundary_ms"]} if "boundary_ms" in t else {})})
@@ -314,7 +356,8 @@ class ShardActor(HostBatches):
         next actor on it never started: H100 x4, the GPU tests after a batched run)."""
         if self._device_loop is not None:
             self._device_loop.release()
-            self._device_loop = None
+        self.ce_drop()
+        self._device_loop = None
         if self.comm is not None:
             self.comm.destroy()
             self.comm = None

@@ -236,6 +236,34 @@ def test_resident_two_gpus_rows_overlap(client, case):
               "exposed ms", [round(h["exposed_ms"] or 0.0, 3) for h in ds.history[-2:]])
 
 
+def test_resident_two_gpus_rows_overlap_on_the_copy_engines(client, case):
+    """halo_copy="ce" (tasks.distribute.ce_exchange: peer copies over CUDA IPC, flags in device memory): the
+    rows overlap gives the NCCL rows overlap's C bitwise, per call and batched, advancing and not, over two
+    batches (the flags keep growing across them), and again after B is reloaded with another N (a new export)."""
+    from tasks.distribute import DistributedSpmm, make_plan
+    M, perm, B = case
+    plan = make_plan(M, 2, perm=perm)
+    ref1 = sp_of(M, perm) @ B.astype(np.float64)
+    parts = [B[plan.shard_rows(k)] for k in range(2)]
+    with DistributedSpmm(plan, client, M=M, overlap="rows") as ds:
+        want3, want1 = ds.iterate(3, parts).gather(), ds.iterate(4, parts, advance=False).gather()
+        want_call = ds.run(parts).gather()
+    with DistributedSpmm(plan, client, M=M, overlap="rows", halo_copy="ce") as ds:
+        assert ds.halo_copy == "ce", ds.halo_copy_reason
+        for _ in range(2):
+            got3 = ds.iterate(3, parts).gather()
+            assert ds.halo_copy == "ce", ds.halo_copy_reason
+            assert np.array_equal(got3, want3)
+        assert np.array_equal(ds.iterate(4, parts, advance=False).gather(), want1)
+        assert np.array_equal(ds.run(parts).gather(), want_call)
+        assert rel(want_call, ref1) < TF32_RTOL
+        for h in ds.history[-5:]:
+            assert all(s["transport"] == "ce" for s in h["shards"]) and h["exchange_ms"] > 0
+        wide = [np.hstack([b, b]) for b in parts]  # N doubles: new extended Bs, a new export
+        got = ds.iterate(2, wide, advance=False).gather()
+        assert rel(got, np.hstack([ref1, ref1])) < TF32_RTOL and ds.halo_copy == "ce"
+
+
 def sp_of(M, perm):
     """A (original row order) as float64 SciPy CSR from the ME-TCF of A[perm]."""
     import scipy.sparse as sp
