@@ -69,9 +69,11 @@ def variant_lines(v0, h) -> list[str]:
     """The ``-vN`` files (settings tried and not kept: NCCL variables, the Dask halo transport over TCP or UCX) as
     one table, each row with its communication environment, so a setting's effect is read from the files."""
     rows = []
+    envs = [run.meta.get("env") or {} for run in v0]
+    common = set.intersection(*(set(e.items()) for e in envs)) if envs else set()  # shown once, below the table
     for run in sorted(v0, key=lambda r: r.path.name):
         env = run.meta.get("env") or {}
-        kept = {k: v for k, v in env.items() if k not in ("NCCL_DEBUG", "NCCL_NVLS_ENABLE")}
+        kept = {k: v for k, v in env.items() if (k, v) not in common and k not in ("NCCL_DEBUG", "NCCL_VERSION")}
         args = run.meta.get("args") or {}
         args = args if isinstance(args, dict) else {}
         for r in run.rows:
@@ -85,7 +87,11 @@ def variant_lines(v0, h) -> list[str]:
                          h.f(r.get(f"{row}_exposed_ms"))))
     if not rows:
         return []
-    return ["Settings tried and not kept (`-vN` files; same loop and breakdown; \"transport\": the halo exchange, "
-            "NCCL or Dask actor calls over the comm protocol):", "",
+    return ["Halo-exchange settings compared (`-vN` files, not in the table above; same loop and breakdown; "
+            "\"transport\": NCCL or Dask actor calls over the comm protocol; `TCSPMM_HALO_COPY=ce`: the row "
+            "overlap's halo on the copy engines, tasks/distribute/ce_exchange.py, opt-in until it has run on 4 GPUs; "
+            "the row-overlap exchange ms there are the shard's outgoing peer copies):", "",
             *h.table(("file", "transport", "Dask protocol", "environment", "GPUs", "nnz", "loop ms", "exchange ms",
-                      "exposed ms", "row-overlap loop ms", "row-overlap exposed ms"), rows)]
+                      "exposed ms", "row-overlap loop ms", "row-overlap exposed ms"), rows),
+            *(["Set in every one of these runs: " + " ".join(f"{k}={v}" for k, v in sorted(common)), ""]
+              if common else [])]
