@@ -1,81 +1,183 @@
-"""GNN training benchmark on one GPU: tcspmm's GCNConv/GATConv (gnn/) against PyG's on the same graphs and weights.
+"""GNN training benchmark on one GPU: tcspmm's GCNConv/GATConv (gnn/) against PyG's best path on the same graphs and
+weights (issue #33's table).
 
-    PYTHONPATH=. python3 benchmarks/gnn.py [--suite quick|full] [--epochs 50] [--hidden 128,256] [--half bfloat16]
-                                           [--cuda-graph]
+    PYTHONPATH=. python3 benchmarks/gnn.py [--suite graphs|smoke|quick|full] [--graphs LABEL ...] [--epochs E]
+                                           [--hidden 128,256] [--half bfloat16] [--cuda-graph] [--budget-s 420]
 
-Graphs: seeded generators (tasks.fetch.generators: sbm with community labels, rmat with random labels) with seeded
-features (a class mean plus noise, examples/train_gcn.py's recipe), rows reordered by TCA when that lowers the TC
-block count (tasks.reorder.reorder_checked), the order the layers apply inside. Models: gnn.models' 2-layer GCN
-and GAT (4 heads, attention dropout 0), hidden 128 and 256, Adam, full batch. PyG's fastest paths on the same
-GPU: ``GCNConv(cached=True)`` on ``adj_t`` as a torch.sparse CSR tensor (torch_sparse's SparseTensor when it
-imports), ``GATConv`` on ``edge_index``. Both start from the same weights (PyG's state dict loaded into ours) and
-the same seed, so dropout masks match and the loss curves are comparable.
+Suites. ``graphs`` (the default; issue #33's table, 30 epochs, hidden 128): the graphs of 0.1-3M nnz that
+benchmarks/graph_suite.py builds for the benchmarks (R-MAT power-law digraphs of scale 13, 16 and 17, a 2D 5-point
+mesh in grid order, an SBM of 100 communities with shuffled labels, the SNAP/email-Enron SuiteSparse fixture, the
+IGB tiny fixture archive), with R-MAT scale 15, a 3D 27-point mesh with shuffled numbering and an SBM of 40
+communities in community order added here, and IGB small (full batch, about 12M nnz) last when its edge list is
+found (graph_suite.igb_small_path: TCSPMM_IGB_SMALL, the fixtures folders, $TCSPMM_DATA; otherwise skipped with the
+places looked at); a fixture not found is skipped with a note. ``smoke`` / ``quick`` / ``full``: generated SBMs
+(community order) and R-MAT graphs of 0.2M to 12M nnz, 50 epochs, hidden 128 and 256. Every graph is its pattern
+with unit values and without self loops (each layer adds its own: GCN's A + I, GAT's loops), features seeded: an
+SBM in community order gets a class mean plus noise with its community labels (examples/train_gcn.py's recipe),
+every other graph N(0, 1) features and 16 random labels (only time and the curves' agreement mean anything there).
+Rows are reordered by TCA when that lowers the TC block count (tasks.reorder.reorder_checked), the order our layers
+apply inside. Models: gnn.models' 2-layer GCN and GAT (4 heads, attention dropout 0), Adam, full batch.
+
+PyG's best path. Each model is timed on each PyG input (benchmarks/summarize_gnn.py's PYG_PATHS): GCNConv(cached=True)
+on ``edge_index``, on ``adj_t`` as a torch.sparse CSR tensor, on torch_sparse's ``SparseTensor`` where torch_sparse
+imports, and on ``torch_geometric.EdgeIndex`` sorted by destination (``sort_order="col"``, CSR/CSC cache filled, self
+loops added before sorting and ``add_self_loops=False`` so that the sort survives normalisation: the same operator);
+GATConv on ``edge_index`` and on that ``EdgeIndex``. The fastest is the baseline (``pyg_ms``, ``pyg_path``; every
+path's ms in ``pyg_ms_by_path``). Every library and path starts from the same weights (PyG's, loaded into ours) and
+seed, so dropout masks match and the loss curves are comparable.
+
+Isolation: every measurement (our model, each PyG path, a graph's preparation, the fixed-cost breakdown) is guarded:
+one that raises (torch.OutOfMemoryError included, a RuntimeError subclass) is recorded with its one-line error
+(``ours_error``, ``pyg_errors[path]``, ``failures``) and the run goes on, after Python's, torch's and CuPy's cached
+memory is released. The JSON is rewritten after each row and each graph, so a run cut by a time limit keeps what it
+measured; no new graph is started after --budget-s seconds.
 
 Timing: wall time of forward + backward + optimiser step per epoch, CUDA synchronised before and after; median of
 epochs 2..E (epoch 1 builds plans and PyG's caches; reported apart). Correctness in the same run: the eval-mode
-forward of both implementations on identical weights (relative Frobenius error, TF32 tolerance 1e-2) and the
-largest relative gap between the two loss curves. JSON under benchmarks/results/ (device, versions, command, date,
-every loss curve); with matplotlib, a PNG of the curves beside it. The table is printed last.
+forward of ours and of every PyG path on identical weights (relative Frobenius error, TF32 tolerance 1e-2; beyond
+it the run exits 1) and the largest relative gap between our loss curve and each path's. JSON under
+benchmarks/results/ (device, versions, command, date, graphs, skips, failures, targets, the best path's loss curves);
+with matplotlib, a PNG of the curves beside it. Printed last: the rows, issue #33's per-graph table (ours, PyG's best
+and its path, the speedup per model), and the targets (>= 1.5x geomean over the graphs of 0.1-3M nnz per model, none
+below 1.0x; benchmarks/summarize_gnn.py) as the last table.
 
 Captured steps (``--cuda-graph``): both libraries are also trained with ``gnn.models.fit(cuda_graph=True)`` from the
-same starting weights: three eager epochs, then one training step (forward, loss, backward, Adam with
-``capturable=True``) captured into a CUDA graph and replayed per epoch; "gr" columns: the median replayed epoch,
-"x graph": PyG's over ours, both captured; where a library's step cannot be captured the row says why
-(``*_graph_error``) and the eager columns still hold. The loss curve of our captured run is compared with our eager
-run's (``graph_loss_max_rel_gap``).
+same starting weights (PyG on its best eager path): three eager epochs, then one training step (forward, loss,
+backward, Adam with ``capturable=True``) captured into a CUDA graph and replayed per epoch; "gr" columns: the median
+replayed epoch, "x graph": PyG's over ours, both captured; where a library's step cannot be captured the row says
+why (``*_graph_error``) and the eager columns still hold. The loss curve of our captured run is compared with our
+eager run's (``graph_loss_max_rel_gap``).
 
-Fixed cost (issue #33; off with ``--no-fixed-cost``): on the suite's smallest graph, each model at the first hidden
-size in float32, ours and PyG's from the same weights are run in four phases (forward, loss, backward, optimizer)
-by benchmarks/epoch_profile.py: host issue ms and GPU ms per phase (host timers, CUDA events), synchronised epoch
-ms, and from one torch.profiler epoch the launch calls, host syncs, allocations and GPU kernels by category
-(sparse product, transpose / format, normalisation, gather-scatter, cast-copy, other dense). Printed as a second
-table before the main one, and written under "fixed_cost" in the JSON.
+Fixed cost (issue #33; off with ``--no-fixed-cost``): on the smallest graph run, each model at the first hidden size
+in float32, ours and PyG's (its best path there) from the same weights are run in four phases (forward, loss,
+backward, optimizer) by benchmarks/epoch_profile.py: host issue ms and GPU ms per phase (host timers, CUDA events),
+synchronised epoch ms, and from one torch.profiler epoch the launch calls, host syncs, allocations and GPU kernels by
+category. Printed as a table before the main one, and written under "fixed_cost" in the JSON.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime as dt
+import functools
+import gc
+import importlib.util
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:  # benchmarks/ after the repository: this file's name would shadow the gnn package
+    sys.path.append(HERE)
 
-SUITES = {  # (label, generator kind, params); quick fits one ~5-minute device call with both implementations
-    "smoke": [("sbm-20k", "sbm", "n=20000&blocks=10&deg_in=8&deg_out=2&seed=1")],
-    "quick": [("sbm-200k", "sbm", "n=200000&blocks=40&deg_in=10&deg_out=2&seed=1"),
-              ("rmat-s18", "rmat", "scale=18&edge_factor=8&seed=1")],
-    "full": [("sbm-1M", "sbm", "n=1000000&blocks=100&deg_in=12&deg_out=2&seed=1"),
-             ("rmat-s20", "rmat", "scale=20&edge_factor=8&seed=1"),
-             ("sbm-200k", "sbm", "n=200000&blocks=40&deg_in=10&deg_out=2&seed=1")],
+import graph_suite  # noqa: E402  (benchmarks/graph_suite.py: the graphs of 0.1-3M nnz, shared with sddmm.py)
+from summarize_gnn import PYG_PATHS, best_path, summary_table, target_lines, target_rows  # noqa: E402
+
+# (label, source): a graph_suite source; ("gen", kind, params without seed/shuffle, shuffle); seed 1 throughout
+SUITES = {
+    "smoke": [("sbm-20k", ("gen", "sbm", "n=20000&blocks=10&deg_in=8&deg_out=2", 0))],
+    "quick": [("sbm-200k", ("gen", "sbm", "n=200000&blocks=40&deg_in=10&deg_out=2", 0)),
+              ("rmat-s18", ("gen", "rmat", "scale=18&edge_factor=8", 1))],
+    "full": [("sbm-1M", ("gen", "sbm", "n=1000000&blocks=100&deg_in=12&deg_out=2", 0)),
+             ("rmat-s20", ("gen", "rmat", "scale=20&edge_factor=8", 1)),
+             ("sbm-200k", ("gen", "sbm", "n=200000&blocks=40&deg_in=10&deg_out=2", 0))],
 }
+# the graphs suite: graph_suite's graphs, these added, in this order (small first: a budget stop keeps the most)
+GRAPH_EXTRA = (("rmat-s15", "rmat", "scale=15&edge_factor=16", 1),
+               ("mesh3d-40", "mesh", "nx=40&ny=40&nz=40&stencil=27", 1),
+               ("sbm-200k", "sbm", "n=200000&blocks=40&deg_in=10&deg_out=2", 0))
+GRAPH_ORDER = ("rmat-s13", "igb-tiny", "fixture:SNAP/email-Enron", "rmat-s15", "mesh2d-400", "rmat-s16", "mesh3d-40",
+               "sbm-100k", "rmat-s17", "sbm-200k", "igb-small")
+SUITE_DEFAULTS = {"graphs": {"epochs": 30, "hidden": "128"}}
+DEFAULTS = {"epochs": 50, "hidden": "128,256"}
+PATHS = {"gcn": ("edge_index", "adj_t", "SparseTensor", "EdgeIndex"), "gat": ("edge_index", "EdgeIndex")}
 TOL_FORWARD = 1e-2  # TF32 products (10-bit mantissa) two layers deep, relative to the output's norm
+TIMING = "wall ms of forward + backward + Adam step per epoch, CUDA synchronised, median of epochs 2..E"
 
 
 def log(*a) -> None:
-    print(*a, file=sys.stderr, flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
 
 
-def make_case(kind: str, params: str, n_features: int, reorder: str):
-    """(A, perm or None, features, labels, info) for one generated graph."""
-    from tasks.fetch.generators import generate
+class Skipped(Exception):
+    """A graph whose data is absent: noted under "skipped", not a failure."""
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message`` (200 characters at most)."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+
+
+def attempt(fn):
+    """(fn(), None), or (None, its one-line error) when it raises; the exception (and with it the tensors its frames
+    hold) is gone when this returns, so the caller's ``free_memory`` can give that memory back."""
+    try:
+        return fn(), None
+    except Exception as err:  # OutOfMemoryError is a RuntimeError: recorded like any other, never fatal
+        return None, one_line(err)
+
+
+def free_memory() -> None:
+    """Python's garbage, torch's cached CUDA blocks and CuPy's pool (when imported) back to the device."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            cupy.get_default_memory_pool().free_all_blocks()
+        except Exception:  # a CuPy without a device: nothing to free
+            pass
+
+
+# ------------------------------------------------------------------------------------------------ graphs
+
+def suite_cases(suite: str) -> list[dict]:
+    """``{"label", "source"}`` per graph of a suite, in run order."""
+    if suite != "graphs":
+        return [{"label": lab, "source": src} for lab, src in SUITES[suite]]
+    cases = {c["label"]: c for c in graph_suite.graph_cases(GRAPH_EXTRA)}
+    cases["igb-small"] = {"label": "igb-small", "source": ("igb-small",)}
+    return [{"label": lab, "source": cases[lab]["source"]} for lab in GRAPH_ORDER]
+
+
+def unit_loopless(A) -> sp.csr_array:
+    """``A``'s pattern with unit float32 values, self loops removed (every layer adds its own), canonical CSR."""
+    A = sp.csr_array(A)
+    A.sum_duplicates()
+    A.sort_indices()
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    keep = rows != A.indices
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=A.shape[0]))))
+    return sp.csr_array((np.ones(int(keep.sum()), np.float32), A.indices[keep], indptr.astype(A.indptr.dtype)),
+                        shape=A.shape)
+
+
+def prepare(A, sbm_spec: str | None, n_features: int, reorder: str):
+    """(A, perm or None, features, labels, info): seeded node data (community labels for an SBM in community
+    order, ``sbm_spec`` its ``gen:sbm?...`` spec) and the TCA row order when it lowers the TC block count."""
     from tasks.reorder import reorder_checked
 
-    spec = params + ("&shuffle=0" if kind == "sbm" else "")
-    A = generate(kind, spec)
     n = A.shape[0]
     rng = np.random.default_rng(7)
-    if kind == "sbm":
-        sys.path.insert(0, str(REPO / "examples"))
+    if sbm_spec:
+        if str(REPO / "examples") not in sys.path:
+            sys.path.append(str(REPO / "examples"))
         from train_gcn import sbm_node_data
 
-        feats, labels = sbm_node_data(f"gen:sbm?{params}", n, n_features)
+        feats, labels = sbm_node_data(sbm_spec, n, n_features)
     else:  # no communities to learn: random labels, so only time and the curves' agreement mean anything
         labels = rng.integers(0, 16, n)
         feats = rng.standard_normal((n, n_features), dtype=np.float32)
@@ -89,29 +191,102 @@ def make_case(kind: str, params: str, n_features: int, reorder: str):
     return A, perm, feats, labels, info
 
 
-def pyg_parts(A, device):
-    """PyG's layer classes and graph arguments: (gcn conv factory, gcn graph arg, gat conv factory, gat arg)."""
-    import torch
-    from torch_geometric.nn import GATConv, GCNConv
+def make_case(kind: str, params: str, n_features: int, reorder: str):
+    """A generated graph from its parameters (their seed included; an SBM in community order)."""
+    from tasks.fetch.generators import generate
 
-    import gnn
+    A = unit_loopless(generate(kind, params + ("&shuffle=0" if kind == "sbm" else "")))
+    return prepare(A, f"gen:sbm?{params}" if kind == "sbm" else None, n_features, reorder)
 
-    g = gnn.Graph("bench", A)
-    adj_t, how = gnn.to_torch_csr(g, device).to(torch.float32), "torch.sparse CSR adj_t"
-    try:  # PyG's fastest GCN path when torch_sparse is installed
-        from torch_sparse import SparseTensor
 
-        adj_t = SparseTensor(rowptr=adj_t.crow_indices().long(), col=adj_t.col_indices().long(),
-                             value=adj_t.values(), sparse_sizes=A.shape, is_sorted=True, trust_data=True)
-        how = "torch_sparse SparseTensor adj_t"
-    except ImportError:
-        pass
-    edge_index = torch.from_numpy(g.edge_index).to(device)
-    return (lambda i, o: GCNConv(i, o, cached=True)), adj_t, GATConv, edge_index, how
+def load_case(source, n_features: int, reorder: str):
+    """``prepare`` of a graph_suite source, or None when its data is absent."""
+    A = graph_suite.build(source)
+    if A is None:
+        return None
+    sbm = source[0] == "gen" and source[1] == "sbm" and not int(source[3])
+    return prepare(unit_loopless(A), graph_suite.generator_spec(source) if sbm else None, n_features, reorder)
+
+
+def absent_reason(source) -> str:
+    if source[0] == "igb-small":
+        return f"no IGB small edge list (looked in {graph_suite.igb_small_path()[1]})"
+    return "fixture absent (looked in TCSPMM_FIXTURES, .fixtures, ../shared/fixtures)"
+
+
+# ------------------------------------------------------------------------------------------------ PyG's paths
+
+def torch_sparse_ok() -> bool:
+    return importlib.util.find_spec("torch_sparse") is not None
+
+
+def paths_for(model: str, only=None) -> list[str]:
+    """The PyG paths timed for ``model``: PATHS (SparseTensor only where torch_sparse is installed), filtered by
+    ``only`` (a collection of path names) when given."""
+    return [p for p in PATHS[model] if (p != "SparseTensor" or torch_sparse_ok()) and (not only or p in only)]
+
+
+class PygInputs:
+    """PyG's graph inputs of one graph on one device, each built on first use (inside its path's guard) and kept
+    for the graph's other models and sizes; ``clear`` lets them go."""
+
+    def __init__(self, A, device):
+        self.A, self.device, self._made = A, device, {}
+
+    def arg(self, path: str):
+        if path not in self._made:
+            self._made[path] = self._build(path)
+        return self._made[path]
+
+    def _build(self, path: str):
+        import torch
+
+        import gnn
+
+        A, device = self.A, self.device
+        if path == "edge_index":
+            return torch.from_numpy(gnn.Graph("bench", A).edge_index).to(device)
+        if path == "adj_t":
+            return gnn.to_torch_csr(gnn.Graph("bench", A), device).to(torch.float32)
+        if path == "SparseTensor":
+            from torch_sparse import SparseTensor
+
+            return SparseTensor(rowptr=torch.from_numpy(A.indptr.astype(np.int64)).to(device),
+                                col=torch.from_numpy(A.indices.astype(np.int64)).to(device),
+                                value=torch.from_numpy(np.asarray(A.data, np.float32)).to(device),
+                                sparse_sizes=A.shape, is_sorted=True, trust_data=True)
+        if path == "EdgeIndex":
+            from torch_geometric import EdgeIndex
+
+            from gnn.norm import with_self_loops
+
+            ei = gnn.Graph("bench", with_self_loops(A)).edge_index  # sorted by destination = PyG's "col"
+            out = EdgeIndex(torch.from_numpy(ei).to(device), sparse_size=A.shape, sort_order="col")
+            out.fill_cache_()
+            return out
+        raise ValueError(f"unknown PyG path {path!r}")
+
+    @staticmethod
+    def conv(model: str, path: str):
+        """The layer factory ``conv(in, out, **kw)`` of a model on a path (EdgeIndex: its loops are in the graph)."""
+        from torch_geometric.nn import GATConv, GCNConv
+
+        loops = path != "EdgeIndex"
+        if model == "gcn":
+            return lambda i, o: GCNConv(i, o, cached=True, add_self_loops=loops)
+        return functools.partial(GATConv, add_self_loops=loops)
+
+    def clear(self) -> None:
+        self._made.clear()
 
 
 def rel(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+def max_gap(a, b) -> float:
+    """The largest relative difference of two loss curves."""
+    return float(max(abs(p - q) / max(abs(q), 1e-12) for p, q in zip(a, b)))
 
 
 def graphed_ms(res: dict) -> float | None:
@@ -133,14 +308,28 @@ def bench_graphed(build_model, init: dict, x, y, graph, masks, epochs, autocast_
     model.load_state_dict(init)
     try:
         res = fit(model, x, y, graph, masks, epochs=epochs, autocast_dtype=autocast_dtype, cuda_graph=True)
-    except RuntimeError as err:
-        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+    except Exception as err:  # out of memory included: recorded in the row, the eager columns still hold
+        return {"error": one_line(err)}
     return {"ms": graphed_ms(res), "losses": res["losses"], "error": res.get("graph_error")}
 
 
-def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype, cuda_graph=False) -> dict:
-    import copy
+def run_paths(paths, measure, free=free_memory) -> tuple[dict, dict]:
+    """``measure(path)`` for each path, isolated: ({path: its result}, {path: one-line error}); memory freed after
+    each, whether it raised or not."""
+    results, errors = {}, {}
+    for path in paths:
+        got, err = attempt(lambda: measure(path))
+        if err is None:
+            results[path] = got
+        else:
+            errors[path] = err
+        free()
+    return results, errors
 
+
+def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype, cuda_graph=False,
+                only_paths=None) -> dict:
+    """One (model, hidden, precision) row: ours and every PyG path of ``pyg`` (a PygInputs, or None), each guarded."""
     import torch
 
     import gnn
@@ -150,63 +339,105 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
     g = gnn.Graph("bench", A, perm=perm)
     build = (lambda conv: GCN(x.shape[1], hidden, n_classes, conv=conv)) if name == "gcn" else \
         (lambda conv: GAT(x.shape[1], hidden, n_classes, heads=4, conv=conv))
-    torch.manual_seed(0)
-    ours = build(gnn.GCNConv if name == "gcn" else gnn.GATConv).to(x.device)
+    ours_conv = gnn.GCNConv if name == "gcn" else gnn.GATConv
+    autocast = functools.partial(torch.autocast, x.device.type, dtype=autocast_dtype,
+                                 enabled=autocast_dtype is not None)
     row = {"model": name, "hidden": hidden, "precision": str(autocast_dtype or "float32").replace("torch.", "")}
-    theirs, arg = None, None
-    if pyg is not None:
-        gcn_conv, adj_t, gat_conv, edge_index, how = pyg
-        theirs = build(gcn_conv if name == "gcn" else gat_conv).to(x.device)
-        ours.load_state_dict(theirs.state_dict())  # same weights (strict: the parameter names match PyG's)
-        arg = adj_t if name == "gcn" else edge_index
-        row["pyg_path"] = how if name == "gcn" else "GATConv on edge_index"
-        ours.eval()
-        theirs.eval()
-        with torch.no_grad(), torch.autocast("cuda", dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            row["forward_rel_err"] = rel(ours(x, g).float(), theirs(x, arg).float())
-        row["forward_ok"] = row["forward_rel_err"] < TOL_FORWARD * (3 if autocast_dtype else 1)
-    init = {"ours": copy.deepcopy(ours.state_dict()),
-            "theirs": copy.deepcopy(theirs.state_dict()) if theirs is not None else None}
-    if cuda_graph:  # the same training with one captured step replayed per epoch, ours and PyG's
-        conv = gnn.GCNConv if name == "gcn" else gnn.GATConv
-        got = bench_graphed(lambda: build(conv).to(x.device), init["ours"], x, y, g, masks, epochs, autocast_dtype)
-        row.update({"ours_graph_ms": got.get("ms"), "ours_graph_error": got.get("error"),
-                    "ours_graph_losses": got.get("losses")})
-        if theirs is not None:
-            pconv = pyg[0] if name == "gcn" else pyg[2]
-            got = bench_graphed(lambda: build(pconv).to(x.device), init["theirs"], x, y, arg, masks, epochs,
-                                autocast_dtype)
+    paths = paths_for(name, only_paths) if pyg is not None else []
+    init = None
+    if paths:  # PyG's initial weights (the same for every path: the parameter names and shapes match), then ours
+        def pyg_init():
+            torch.manual_seed(0)
+            return copy.deepcopy(build(pyg.conv(name, paths[0])).state_dict())
+        init, err = attempt(pyg_init)
+        if err:
+            row["pyg_error"] = err
+            paths = []
+    state = {}
+
+    def ours_run():
+        torch.manual_seed(0)
+        model = build(ours_conv).to(x.device)
+        if init is not None:
+            model.load_state_dict(init)  # strict: the parameter names match PyG's
+        state["init"] = copy.deepcopy(model.state_dict())
+        model.eval()
+        with torch.no_grad(), autocast():
+            state["out"] = model(x, g).float()
+        res = fit(model, x, y, g, masks, epochs=epochs, autocast_dtype=autocast_dtype)
+        return {"ours_first_ms": res["epoch_ms"][0], "ours_ms": float(np.median(res["epoch_ms"][1:])),
+                "ours_losses": res["losses"], "ours_test_acc": res["test_acc"]}
+
+    got, err = attempt(ours_run)
+    row.update(got or {"ours_error": err})
+    free_memory()
+
+    def measure(path):
+        conv, arg = pyg.conv(name, path), pyg.arg(path)
+        torch.manual_seed(0)
+        model = build(conv).to(x.device)
+        model.load_state_dict(init)
+        out = {}
+        if "out" in state:
+            model.eval()
+            with torch.no_grad(), autocast(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)",
+                                        category=UserWarning)
+                out["forward_rel_err"] = rel(state["out"], model(x, arg).float())
+        with warnings.catch_warnings():  # torch's notes on sparse CSR from inside PyG's adj_t path: nothing to act on
+            warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)",
+                                    category=UserWarning)
+            res = fit(model, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype)
+        return {**out, "first_ms": res["epoch_ms"][0], "ms": float(np.median(res["epoch_ms"][1:])),
+                "losses": res["losses"], "test_acc": res["test_acc"]}
+
+    results, errors = run_paths(paths, measure)
+    tol = TOL_FORWARD * (3 if autocast_dtype else 1)
+    if paths:
+        row.update(pyg_paths=paths, pyg_ms_by_path={p: r["ms"] for p, r in results.items()},
+                   pyg_first_ms_by_path={p: r["first_ms"] for p, r in results.items()},
+                   pyg_forward_rel_err={p: r["forward_rel_err"] for p, r in results.items() if "forward_rel_err" in r},
+                   pyg_errors=errors)
+        if row.get("ours_losses"):
+            row["pyg_loss_max_rel_gap"] = {p: max_gap(row["ours_losses"], r["losses"]) for p, r in results.items()}
+        if row["pyg_forward_rel_err"]:
+            row["forward_ok"] = all(e < tol for e in row["pyg_forward_rel_err"].values())
+    best, best_ms = best_path(row.get("pyg_ms_by_path", {}))
+    if best is not None:
+        r = results[best]
+        row.update(pyg_path=best, pyg_ms=best_ms, pyg_first_ms=r["first_ms"], pyg_losses=r["losses"],
+                   pyg_test_acc=r["test_acc"])
+        if "forward_rel_err" in r:
+            row["forward_rel_err"] = r["forward_rel_err"]
+        if row.get("ours_ms"):
+            row["speedup"] = best_ms / row["ours_ms"]
+            row["loss_max_rel_gap"] = row["pyg_loss_max_rel_gap"][best]
+    results.clear()
+    if cuda_graph and "ours_error" not in row:  # the same training with one captured step replayed per epoch
+        got = bench_graphed(lambda: build(ours_conv).to(x.device), state["init"], x, y, g, masks, epochs,
+                            autocast_dtype)
+        row.update({"ours_graph_ms": got.get("ms"), "ours_graph_error": got.get("error")})
+        if got.get("losses") and row.get("ours_losses"):  # against the eager run's (same start, same seed)
+            row["graph_loss_max_rel_gap"] = max_gap(got["losses"], row["ours_losses"])
+        free_memory()
+        if best is not None:
+            got = bench_graphed(lambda: build(pyg.conv(name, best)).to(x.device), init, x, y, pyg.arg(best), masks,
+                                epochs, autocast_dtype)
             row.update({"pyg_graph_ms": got.get("ms"), "pyg_graph_error": got.get("error")})
             if row.get("ours_graph_ms") and row.get("pyg_graph_ms"):
                 row["speedup_graph"] = row["pyg_graph_ms"] / row["ours_graph_ms"]
-    res = fit(ours, x, y, g, masks, epochs=epochs, autocast_dtype=autocast_dtype)
-    row.update({"ours_first_ms": res["epoch_ms"][0], "ours_ms": float(np.median(res["epoch_ms"][1:])),
-                "ours_losses": res["losses"], "ours_test_acc": res["test_acc"]})
-    if row.get("ours_graph_losses"):  # the captured step's losses against the eager run's (same start, same seed)
-        row["graph_loss_max_rel_gap"] = float(max(abs(a - b) / max(abs(b), 1e-12)
-                                                  for a, b in zip(row.pop("ours_graph_losses"), res["losses"])))
-    if theirs is not None:
-        try:
-            res_p = fit(theirs, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype)
-        except RuntimeError as err:  # PyG's torch.sparse path has no half SpMM in cuSPARSE's backward (seen on H200)
-            row["pyg_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            return row
-        row.update({"pyg_first_ms": res_p["epoch_ms"][0], "pyg_ms": float(np.median(res_p["epoch_ms"][1:])),
-                    "pyg_losses": res_p["losses"], "pyg_test_acc": res_p["test_acc"],
-                    "speedup": float(np.median(res_p["epoch_ms"][1:]) / np.median(res["epoch_ms"][1:])),
-                    "loss_max_rel_gap": float(max(abs(a - b) / max(abs(b), 1e-12)
-                                                  for a, b in zip(res["losses"], res_p["losses"])))})
+            free_memory()
     return row
 
 
-def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg, epochs) -> list[dict]:
-    """benchmarks/epoch_profile.py's timings and counts of ours and PyG's (same weights) for each model."""
+def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg_for, epochs) -> list[dict]:
+    """benchmarks/epoch_profile.py's timings and counts of ours and PyG's (same weights) for each model;
+    ``pyg_for(model)``: (PyG's conv factory, graph argument) on its best path there, or None."""
     import torch
 
     import gnn
     from gnn.models import GAT, GCN
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
     import epoch_profile as ep
 
     train_idx = torch.nonzero(masks[0].to(x.device)).flatten()
@@ -217,10 +448,9 @@ def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg, epochs) -> list
         build = (lambda conv: GCN(x.shape[1], hidden, n_classes, conv=conv)) if name == "gcn" else \
             (lambda conv: GAT(x.shape[1], hidden, n_classes, heads=4, conv=conv))
         libs = [("tcspmm", gnn.GCNConv if name == "gcn" else gnn.GATConv, gnn.Graph("bench", A, perm=perm))]
-        if pyg is not None:
-            gcn_conv, adj_t, gat_conv, edge_index, _how = pyg
-            libs.append(("pyg", gcn_conv if name == "gcn" else gat_conv, adj_t if name == "gcn" else edge_index))
-        torch.manual_seed(0)
+        theirs = pyg_for(name)
+        if theirs is not None:
+            libs.append(("pyg", *theirs))
         state = None
         for lib, conv, graph in libs[::-1]:  # PyG's first when present: its weights are loaded into ours
             torch.manual_seed(0)
@@ -234,8 +464,81 @@ def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg, epochs) -> list
             rows.append({"graph": label, "nnz": int(A.nnz), "model": name, "hidden": hidden, "library": lib,
                          **ep.summary(times, counts)})
             del model
-            torch.cuda.empty_cache()
+            free_memory()
     return rows
+
+
+# ------------------------------------------------------------------------------------------------ the run
+
+def run_graph(case: dict, args, device, precisions, on_row=lambda row: None) -> dict:
+    """Every (model, hidden, precision) row of one graph (each handed to ``on_row`` as it is made); returns the
+    graph's info and its tensors (for the fixed-cost breakdown). Raises Skipped when its data is absent."""
+    import torch
+
+    from gnn.models import split_masks
+
+    label = case["label"]
+    log(f"{label}: building, node data, reordering")
+    t0 = time.perf_counter()
+    got = load_case(case["source"], args.features, args.reorder)
+    if got is None:
+        raise Skipped(f"{label}: {absent_reason(case['source'])}")
+    A, perm, feats, labels, info = got
+    source = case["source"]
+    gen = graph_suite.generator_spec(source) if source[0] == "gen" else ":".join(map(str, source))
+    graph = {"nodes": int(A.shape[0]), "nnz": int(A.nnz), "source": gen, "prepare_s": time.perf_counter() - t0,
+             **info}
+    log(f"{label}: {A.shape[0]:,} nodes, {A.nnz:,} nnz (no self loops), reorder {info['reorder']}")
+    x, y = torch.from_numpy(feats).to(device), torch.from_numpy(labels)
+    masks = split_masks(A.shape[0], 0)
+    pyg = None
+    if not args.no_pyg:
+        if importlib.util.find_spec("torch_geometric") is None:
+            log("PyG does not import: timing ours only")
+        else:
+            pyg = PygInputs(A, device)
+    for model in args.models.split(","):
+        for hidden in (int(h) for h in args.hidden.split(",")):
+            for prec in precisions:
+                log(f"{label}: {model} hidden={hidden} {prec or 'float32'}")
+                row, err = attempt(lambda: bench_model(model, hidden, A, perm, x, y, masks, args.epochs, pyg, prec,
+                                                       cuda_graph=args.cuda_graph, only_paths=args.pyg_paths))
+                if err:  # outside the guarded measurements (a layer or model that cannot be built): this row only
+                    row = {"model": model, "hidden": hidden, "precision": str(prec or "float32").replace("torch.", ""),
+                           "error": err}
+                free_memory()
+                row = {"graph": label, "generator": gen, "nodes": int(A.shape[0]), "nnz": int(A.nnz), **info, **row}
+                ours = f"{row['ours_ms']:.2f} ms" if row.get("ours_ms") else f"raised {row.get('ours_error')}"
+                log(f"{label}: {model} h{hidden}: ours {ours}; PyG ms "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in row.get("pyg_ms_by_path", {}).items())
+                    + "".join(f"; {k} raised {v}" for k, v in row.get("pyg_errors", {}).items()))
+                on_row(row)
+    if pyg is not None:
+        pyg.clear()
+    return {"info": graph, "data": (label, A, perm, x, y, masks)}
+
+
+def run_cases(cases, run_one, *, budget_s: float, skipped: list, failures: list, write=lambda: None,
+              free=free_memory, clock=time.time) -> None:
+    """``run_one(case)`` per case, isolated: no case is started after ``budget_s`` seconds (noted in ``skipped``);
+    a Skipped case is noted there, one that raises anything else in ``failures`` (its one-line error), and the
+    results are written after each case either way."""
+    t0 = clock()
+    for case in cases:
+        if clock() - t0 > budget_s:
+            skipped.append(f"{case['label']}: over --budget-s {budget_s:g}")
+            log(skipped[-1])
+            continue
+        try:
+            run_one(case)
+        except Skipped as why:
+            skipped.append(str(why))
+            log(f"skipped {why}")
+        except Exception as err:  # a generator, a reorder, an upload that raised: the next graph still runs
+            failures.append(f"{case['label']}: raised {one_line(err)}")
+            log(failures[-1])
+        free()
+        write()
 
 
 def versions() -> dict:
@@ -259,17 +562,20 @@ def versions() -> dict:
 def table(rows) -> str:
     graphs = any("ours_graph_ms" in r or "ours_graph_error" in r for r in rows)
     head = (f"{'graph':10} {'nnz':>10} {'model':5} {'hid':>4} {'prec':8} {'ours ms':>8} {'pyg ms':>8} {'speedup':>7} "
-            f"{'fwd err':>8} {'loss gap':>8} {'acc ours':>8} {'acc pyg':>8}")
+            f"{'fwd err':>8} {'loss gap':>8} {'acc ours':>8} {'acc pyg':>8} {'pyg path':12} {'pyg ms per path'}")
     if graphs:
         head += f" {'ours gr':>8} {'pyg gr':>8} {'x graph':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
         f = (lambda k, fmt: format(r[k], fmt) if r.get(k) is not None else "-")
         speedup = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
+        per_path = ",".join([f"{k}={v:.2f}" for k, v in (r.get("pyg_ms_by_path") or {}).items()]
+                            + [f"{k}=raised" for k in r.get("pyg_errors") or {}]) or "-"
         line = (f"{r['graph']:10} {r['nnz']:>10} {r['model']:5} {r['hidden']:>4} {r['precision']:8} "
                 f"{f('ours_ms', '8.2f'):>8} {f('pyg_ms', '8.2f'):>8} {speedup:>7} "
                 f"{f('forward_rel_err', '8.1e'):>8} {f('loss_max_rel_gap', '8.1e'):>8} "
-                f"{f('ours_test_acc', '8.3f'):>8} {f('pyg_test_acc', '8.3f'):>8}")
+                f"{f('ours_test_acc', '8.3f'):>8} {f('pyg_test_acc', '8.3f'):>8} {r.get('pyg_path') or '-':12} "
+                f"{per_path}")
         if graphs:
             x_graph = f"{r['speedup_graph']:.2f}x" if r.get("speedup_graph") else "-"
             line += f" {f('ours_graph_ms', '8.2f'):>8} {f('pyg_graph_ms', '8.2f'):>8} {x_graph:>7}"
@@ -278,6 +584,7 @@ def table(rows) -> str:
 
 
 def plot(rows, path: Path) -> bool:
+    rows = [r for r in rows if r.get("ours_losses") or r.get("pyg_losses")]
     try:
         import matplotlib
 
@@ -285,113 +592,172 @@ def plot(rows, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    if not rows:
+        return False
     cols = min(4, len(rows))
     n_rows = -(-len(rows) // cols)
     fig, axes = plt.subplots(n_rows, cols, figsize=(3.2 * cols, 2.6 * n_rows), squeeze=False)
     for ax in axes.flat[len(rows):]:
         ax.axis("off")
     for ax, r in zip(axes.flat, rows):
-        ax.plot(r["ours_losses"], label="tcspmm")
+        if r.get("ours_losses"):
+            ax.plot(r["ours_losses"], label="tcspmm")
         if r.get("pyg_losses"):
-            ax.plot(r["pyg_losses"], "--", label="PyG")
+            ax.plot(r["pyg_losses"], "--", label=f"PyG ({r.get('pyg_path')})")
         ax.set_title(f"{r['graph']} {r['model']} h{r['hidden']} {r['precision']}", fontsize=8)
         ax.set_xlabel("epoch", fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
     return True
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--suite", choices=sorted(SUITES), default="quick")
-    ap.add_argument("--epochs", type=int, default=50)
-    ap.add_argument("--hidden", default="128,256")
+    ap.add_argument("--suite", choices=["graphs", *SUITES], default="graphs",
+                    help="graphs (default): issue #33's graphs of 0.1-3M nnz (+ IGB small when found)")
+    ap.add_argument("--graphs", nargs="+", help="only the suite's graphs whose label starts with one of these")
+    ap.add_argument("--epochs", type=int, help="default: 30 for --suite graphs, else 50")
+    ap.add_argument("--hidden", help="comma-separated; default: 128 for --suite graphs, else 128,256")
     ap.add_argument("--features", type=int, default=128)
     ap.add_argument("--models", default="gcn,gat")
     ap.add_argument("--reorder", default="tca")
     ap.add_argument("--half", default="", help="also time under autocast: float16 and/or bfloat16, comma-separated")
     ap.add_argument("--no-pyg", action="store_true", help="time ours only")
+    ap.add_argument("--pyg-paths", help="only these PyG paths, comma-separated (default: all: "
+                                        + ", ".join(sorted({p for ps in PATHS.values() for p in ps})) + ")")
     ap.add_argument("--cuda-graph", action="store_true",
-                    help="also train ours and PyG's with one captured step replayed per epoch (gnn.models.fit "
-                         "cuda_graph=True, from the same starting weights): columns ours gr / pyg gr / x graph")
+                    help="also train ours and PyG's (its best path) with one captured step replayed per epoch "
+                         "(gnn.models.fit cuda_graph=True, from the same starting weights): columns ours gr / pyg gr "
+                         "/ x graph")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="start no new graph after this many seconds")
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--no-fixed-cost", action="store_true",
                     help="skip the per-epoch fixed-cost breakdown on the smallest graph (benchmarks/epoch_profile.py)")
     ap.add_argument("--fixed-cost-epochs", type=int, default=20, help="timed epochs of the fixed-cost breakdown")
+    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": a dry run of the whole flow (tests)
     args = ap.parse_args(argv)
-    import torch
+    for key, value in {**DEFAULTS, **SUITE_DEFAULTS.get(args.suite, {})}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    known = {p for ps in PATHS.values() for p in ps}
+    if args.pyg_paths is not None:
+        args.pyg_paths = [p for p in args.pyg_paths.split(",") if p]
+        bad = sorted(set(args.pyg_paths) - known)
+        if bad or not args.pyg_paths:
+            ap.error(f"--pyg-paths: {bad or 'none given'}; choose from {', '.join(sorted(known))}")
+    if args.epochs < 2 or args.budget_s <= 0:
+        ap.error(f"--epochs must be >= 2 and --budget-s > 0, got {args.epochs} and {args.budget_s}")
+    labels = [c["label"] for c in suite_cases(args.suite)]
+    unknown = [g for g in args.graphs or [] if not any(lab.startswith(g) for lab in labels)]
+    if unknown:
+        ap.error(f"--graphs: {unknown} match no graph of --suite {args.suite}; choose from {' '.join(labels)}")
+    bad_models = sorted(set(args.models.split(",")) - set(PATHS))
+    if bad_models:
+        ap.error(f"--models: {bad_models}; choose from gcn, gat")
+    return args
 
-    from gnn.models import split_masks
 
-    if not torch.cuda.is_available():
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError as err:
+        print(f"error: benchmarks/gnn.py: needs torch ({err})", file=sys.stderr)
+        return 1
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("error: benchmarks/gnn.py: needs a CUDA GPU visible to torch", file=sys.stderr)
         return 1
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     precisions = [None] + [getattr(torch, h) for h in args.half.split(",") if h]
-    rows, smallest = [], None
-    for label, kind, params in SUITES[args.suite]:
-        log(f"{label}: generating and reordering")
-        A, perm, feats, labels, info = make_case(kind, params, args.features, args.reorder)
-        A = A.astype(np.float32)
-        pyg = None
-        if not args.no_pyg:
-            try:
-                pyg = pyg_parts(A, device)
-            except ImportError as err:
-                log(f"PyG does not import ({err}): timing ours only")
-        x, y = torch.from_numpy(feats).to(device), torch.from_numpy(labels)
-        masks = split_masks(A.shape[0], 0)
-        for model in args.models.split(","):
-            for hidden in (int(h) for h in args.hidden.split(",")):
-                for prec in precisions:
-                    log(f"{label}: {model} hidden={hidden} {prec or 'float32'}")
-                    row = bench_model(model, hidden, A, perm, x, y, masks, args.epochs, pyg, prec,
-                                      cuda_graph=args.cuda_graph)
-                    rows.append({"graph": label, "generator": f"gen:{kind}?{params}", "nodes": A.shape[0],
-                                 "nnz": int(A.nnz), **info, **row})
-                    torch.cuda.empty_cache()
-        if not args.no_fixed_cost and (smallest is None or A.nnz < smallest[1].nnz):
-            smallest = (label, A, perm, x, y, masks, pyg)
-    fixed = []
-    if smallest is not None:
-        log(f"{smallest[0]}: per-epoch fixed cost, ours and PyG's")
-        fixed = fixed_cost(*smallest[:6], args.models.split(","), int(args.hidden.split(",")[0]), smallest[6],
-                           args.fixed_cost_epochs)
+    cases = [c for c in suite_cases(args.suite) if not args.graphs or c["label"].startswith(tuple(args.graphs))]
+    t_start = time.time()
     stamp = dt.datetime.now(dt.timezone.utc)
-    dev_name = torch.cuda.get_device_name(0)
-    slug = dev_name.lower().replace(" ", "-")
+    dev_name = torch.cuda.get_device_name(0) if device.type == "cuda" else f"{device.type} dry run"
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    out = args.out_dir / f"gnn-{slug}-{stamp:%Y-%m-%d-%H%M%S}.json"
+    out = args.out_dir / f"gnn-{re.sub('[^a-z0-9]+', '-', dev_name.lower())}-{stamp:%Y-%m-%d-%H%M%S}.json"
     try:
-        sys.path.insert(0, str(REPO / "benchmarks"))
         from machine import cpu_model, gpu_clocks
 
         host = {"cpu": cpu_model(), "gpu_clocks": gpu_clocks()}
     except ImportError:
         host = {}
-    doc = {"benchmark": "gnn", "date": stamp.isoformat(), "device": dev_name, "host": host, "versions": versions(),
-           "command": " ".join([sys.executable, *sys.argv]), "epochs": args.epochs,
-           "timing": "wall ms of forward + backward + Adam step per epoch, CUDA synchronised, median of epochs 2..E",
-           "tolerance_forward": TOL_FORWARD, "rows": rows,
+    rows, graphs, skipped, failures, fixed = [], {}, [], [], []
+    doc = {"benchmark": "gnn", "suite": args.suite, "date": stamp.isoformat(), "device": dev_name, "host": host,
+           "versions": versions(), "command": " ".join([sys.executable, *sys.argv]), "epochs": args.epochs,
+           "hidden": args.hidden, "timing": TIMING, "tolerance_forward": TOL_FORWARD, "pyg_path_kinds": PYG_PATHS,
            "fixed_cost_method": "benchmarks/epoch_profile.py: host issue ms and CUDA-event GPU ms per phase, median "
-                                "of --fixed-cost-epochs epochs; counts from one torch.profiler epoch",
-           "fixed_cost": fixed}
-    out.write_text(json.dumps(doc, indent=1))
+                                "of --fixed-cost-epochs epochs; counts from one torch.profiler epoch"}
+
+    def write():
+        doc.update(wall_s=time.time() - t_start, graphs=graphs, skipped=skipped, failures=failures,
+                   targets=[list(t) for t in target_rows(rows)], rows=rows, fixed_cost=fixed)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=1, default=float))
+        tmp.replace(out)  # a run killed mid-write keeps the previous file whole
+
+    def on_row(row):
+        rows.append(row)
+        for key, who in (("error", "the row"), ("ours_error", "ours")):
+            if row.get(key):
+                failures.append(f"{row['graph']} {row['model']} h{row['hidden']} {row['precision']}: {who} raised "
+                                f"{row[key]}")
+        write()
+
+    smallest = {}
+
+    def run_one(case):
+        got = run_graph(case, args, device, precisions, on_row=on_row)
+        graphs[case["label"]] = got["info"]
+        if not args.no_fixed_cost and (not smallest or got["info"]["nnz"] < smallest["data"][1].nnz):
+            smallest.update(got)
+
+    run_cases(cases, run_one, budget_s=args.budget_s, skipped=skipped, failures=failures, write=write)
+    if smallest:
+        label = smallest["data"][0]
+
+        def pyg_for(model):  # PyG's best path for this model on the smallest graph, float32, first hidden size
+            best = next((r.get("pyg_path") for r in rows if r["graph"] == label and r["model"] == model
+                         and r["precision"] == "float32" and r.get("pyg_path")), None)
+            if best is None:
+                return None
+            return PygInputs.conv(model, best), PygInputs(smallest["data"][1], device).arg(best)
+
+        log(f"{label}: per-epoch fixed cost, ours and PyG's")
+        got, err = attempt(lambda: fixed_cost(*smallest["data"], args.models.split(","),
+                                              int(args.hidden.split(",")[0]), pyg_for, args.fixed_cost_epochs))
+        fixed.extend(got or [])
+        if err:
+            failures.append(f"{label}: fixed-cost breakdown raised {err}")
+        smallest.clear()
+        free_memory()
+    write()
     png = out.with_suffix(".png")
     log(f"wrote {out}" + (f" and {png}" if plot(rows, png) else ""))
     bad = [r for r in rows if r.get("forward_ok") is False]
+    print(f"\nresults: {out}")
+    for line in skipped:
+        print(f"skipped: {line}")
+    for r in rows:
+        for path, err in (r.get("pyg_errors") or {}).items():
+            print(f"PyG {path} raised on {r['graph']} {r['model']} h{r['hidden']} {r['precision']}: {err}")
+    for line in failures:
+        print(f"FAILED: {line}")
+    if bad:
+        print(f"error: benchmarks/gnn.py: {len(bad)} rows disagree with PyG beyond tolerance", file=sys.stderr)
     if fixed:
         import epoch_profile
 
-        print("per-epoch fixed cost (host issue / GPU ms per phase; counts from one profiled epoch)")
+        print("\nper-epoch fixed cost (host issue / GPU ms per phase; counts from one profiled epoch)")
         print(epoch_profile.table(fixed))
-        print()
+    print()
     print(table(rows))
-    if bad:
-        print(f"error: benchmarks/gnn.py: {len(bad)} rows disagree with PyG beyond tolerance", file=sys.stderr)
-        return 1
-    return 0
+    print()
+    print("\n".join(summary_table(rows)))
+    print()
+    print("\n".join(target_lines(rows)))  # the targets last
+    return 1 if bad or failures else 0
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ precision's tolerance (kernels.precision) fails the run (exit 1, failures listed
 Matrices: ``graph``: generated (2D 5-point mesh in grid order; R-MAT scale 13, 16 and 17 as directed power-law
 graphs and an SBM with 100 communities, labels shuffled: tasks/fetch/generators.py), the SNAP/email-Enron fixture
 and the IGB tiny fixture archive (it carries PubMed's citation graph, ``A[dst, src]`` as tasks/parse/igb.py reads
-it) when the fixtures are found (TCSPMM_FIXTURES, ../shared/fixtures or .fixtures; skipped with a note otherwise);
+it) when the fixtures are found (TCSPMM_FIXTURES, ../shared/fixtures or .fixtures; skipped with a note otherwise),
+all built by benchmarks/graph_suite.py (shared with benchmarks/gnn.py);
 ``dnn``: weights pruned at V x 1 = 8 x 1 to 80 % sparsity, M = K = 4096 (``gen:dlmc``, what benchmarks/cvse.py
 uses: the DLMC collection is not reachable here). S keeps each matrix's pattern with unit values.
 
@@ -45,10 +46,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
 import json
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -60,19 +59,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: machine, summarize_sddmm
 
 from summarize_sddmm import PRECISIONS, TIMING, target_rows, text_table  # noqa: E402
+from graph_suite import build, graph_cases  # noqa: E402  (the graphs of 0.1-3M nnz, shared with gnn.py)
 
 from kernels.precision import precision  # noqa: E402
 from kernels.sddmm import csr_sddmm  # noqa: E402
 
 CLASSES = ("graph", "dnn")
-# (label, generator kind, parameters, shuffled labels): about 0.1M to 2M nonzeros
-GRAPHS = (("rmat-s13", "rmat", "scale=13&edge_factor=16", 1),
-          ("mesh2d-400", "mesh", "nx=400&ny=400&stencil=5", 0),
-          ("rmat-s16", "rmat", "scale=16&edge_factor=16", 1),
-          ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2", 1),
-          ("rmat-s17", "rmat", "scale=17&edge_factor=16", 1))
-FIXTURES = ("SNAP/email-Enron",)
-IGB_TINY = "igb/igb-homogeneous/igb_homogeneous_tiny.tar.gz"
 DNN = (("dlmc-4096-V8-s80", "rows=4096&cols=4096&sparsity=0.8&vector=8&seed=1"),)
 SAMPLE_NNZ = 1 << 16
 
@@ -85,55 +77,13 @@ def log(*a):
 
 def cases(args) -> list[dict]:
     """The matrices in run order (small graphs first, the pruned weights after the first graph so a budget stop
-    leaves both classes), filtered by --matrices (a class, or a label prefix)."""
-    graphs = [{"label": lab, "class": "graph", "source": ("gen", kind, prm, shuffle)}
-              for lab, kind, prm, shuffle in GRAPHS]
-    graphs[1:1] = [{"label": f"fixture:{n}", "class": "graph", "source": ("fixture", n)} for n in FIXTURES]
-    graphs.insert(1, {"label": "igb-tiny", "class": "graph", "source": ("igb", IGB_TINY)})
+    leaves both classes), filtered by --matrices (a class, or a label prefix). Graphs: benchmarks/graph_suite.py."""
+    graphs = graph_cases()
     dnn = [{"label": lab, "class": "dnn", "source": ("dlmc", prm)} for lab, prm in DNN]
     out = graphs[:1] + dnn + graphs[1:]
     if args.matrices:
         out = [c for c in out if c["class"] in args.matrices or c["label"].startswith(tuple(args.matrices))]
     return out
-
-
-def igb_adjacency(path: Path) -> sp.csr_array:
-    """``A[dst, src] = 1`` per edge of an IGB homogeneous archive (tasks/parse/igb.py's orientation), n = the
-    largest node id + 1, repeated edges merged."""
-    with tarfile.open(path) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("paper__cites__paper/edge_index.npy"))
-        edges = np.load(io.BytesIO(tar.extractfile(member).read()), allow_pickle=False)
-    n = int(edges.max()) + 1 if edges.size else 0
-    A = sp.csr_array((np.ones(len(edges), np.float32), (edges[:, 1], edges[:, 0])), shape=(n, n))
-    A.sum_duplicates()
-    return A
-
-
-def build(source) -> sp.csr_array | None:
-    """S of a case's source: its pattern, canonical CSR, unit float32 values; None when a fixture is absent."""
-    kind = source[0]
-    if kind == "gen":
-        from tasks.fetch.generators import generate
-
-        A = generate(source[1], f"{source[2]}&seed=1&shuffle={source[3]}")
-    elif kind == "dlmc":
-        from tasks.fetch.generators import generate
-
-        A = generate("dlmc", source[1])
-    else:
-        import spmm  # benchmarks/spmm.py: the fixtures' finder and SuiteSparse reader the benchmarks share
-
-        if kind == "fixture":
-            A = spmm.fixture(source[1])
-        else:
-            path = spmm.fixture_path(source[1])
-            A = None if path is None else igb_adjacency(path)
-    if A is None:
-        return None
-    A = sp.csr_array(A)
-    A.sum_duplicates()
-    A.sort_indices()
-    return sp.csr_array((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)
 
 
 # ------------------------------------------------------------------------------------------------ correctness

@@ -47,7 +47,7 @@ DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibrati
                "multi_gpu_weak": "benchmarks/multi_gpu.py --weak 25e6 --kinds sbm,mesh,rmat --gpus 1,2,4",
                "formats": "benchmarks/formats.py",
                "convert": "benchmarks/convert.py", "parse": "benchmarks/parse.py",
-               "precision": "benchmarks/precision.py --suite full", "gnn": "benchmarks/gnn.py --suite full",
+               "precision": "benchmarks/precision.py --suite full", "gnn": "benchmarks/gnn.py --budget-s 300",
                "bcsr": "benchmarks/bcsr.py", "cpu_spmm": "benchmarks/cpu_spmm.py --repeats 7",
                "host-overhead": "benchmarks/host_overhead.py --reorder auto --plans det-f32 nondet-f32",
                "bindings": "benchmarks/bindings.py --ns 128",

@@ -1,13 +1,12 @@
-"""benchmarks/sddmm.py without a GPU: the refusal, argument checks, the matrix list and its builders, the sampled
-float64 reference and the failure rules, torch's call (CPU torch, where installed), the table; and the SDDMM
-section benchmarks/summarize.py renders from a synthetic sddmm-*.json."""
+"""benchmarks/sddmm.py without a GPU: the refusal, argument checks, the matrix list and its builders (benchmarks/
+graph_suite.py; its IGB reader is tested in test_gnn_bench.py), the sampled float64 reference and the failure rules,
+torch's call (CPU torch, where installed), the table; and the SDDMM section benchmarks/summarize.py renders from a
+synthetic sddmm-*.json."""
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -70,25 +69,6 @@ def test_build_gives_the_pattern_with_unit_values(bench):
     assert S.has_canonical_format and S.dtype == np.float32 and np.all(S.data == 1.0) and S.nnz > 500
     assert np.array_equal(S.indices, A.indices) and np.array_equal(S.indptr, A.indptr)  # seeded
     assert bench.build(("igb", "no/such/archive.tar.gz")) is None
-
-
-def test_igb_adjacency_is_dst_by_src(bench, tmp_path):
-    # edges 0->2, 1->2, 2->0 and a repeated 0->2: A[dst, src], the repeat summed (tasks/parse/igb.py), n = largest
-    # id + 1
-    #      src 0 1 2
-    # dst 0 [ . . 1 ]
-    #     1 [ . . . ]
-    #     2 [ 2 1 . ]
-    edges = np.array([[0, 2], [1, 2], [2, 0], [0, 2]], dtype=np.int64)
-    buf = io.BytesIO()
-    np.save(buf, edges)
-    path = tmp_path / "igb_homogeneous_tiny.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        info = tarfile.TarInfo("tiny/processed/paper__cites__paper/edge_index.npy")
-        info.size = len(buf.getvalue())
-        tar.addfile(info, io.BytesIO(buf.getvalue()))
-    A = bench.igb_adjacency(path)
-    assert A.shape == (3, 3) and A.nnz == 3 and A.toarray().tolist() == [[0, 0, 1], [0, 0, 0], [2, 1, 0]]
 
 
 def small():
