@@ -70,6 +70,10 @@ class DistributedSpmm:
                  halo_copy: str | None = None):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
+        self.halo_copy = (halo_copy or os.environ.get("TCSPMM_HALO_COPY") or "nccl").lower()
+        if self.halo_copy not in HALO_COPIES:  # before any actor exists
+            raise ValueError(f"halo_copy / TCSPMM_HALO_COPY {self.halo_copy!r}: expected one of "
+                             f"{', '.join(HALO_COPIES)}")
         from tasks.distribute.oneshot import _workers
         self.plan, self.client, self.repeats = plan, client, int(repeats)
         P = plan.n_parts
@@ -97,10 +101,6 @@ class DistributedSpmm:
         _wait([a.set_peers(self.actors, self.device_rows) for a in self.actors])
         self.info = _wait([a.info() for a in self.actors])
         self.transport, self.transport_reason = self._pick_transport(transport)
-        self.halo_copy = (halo_copy or os.environ.get("TCSPMM_HALO_COPY") or "nccl").lower()
-        if self.halo_copy not in HALO_COPIES:
-            raise ValueError(f"halo_copy / TCSPMM_HALO_COPY {self.halo_copy!r}: expected one of "
-                             f"{', '.join(HALO_COPIES)}")
         self.halo_copy_reason = "asked for" if self.halo_copy == "ce" else "the default"
         self._ce_dirty = True
         self.history: list = []

@@ -225,3 +225,13 @@ def test_each_peer_allocation_is_opened_once():
     assert len(shards[0].ce.ops.opened) == 1
     bufs, ready = shards[0].ce.targets[1]
     assert bufs == [pool + 4 * 0, pool + 4 * 16] and ready == pool + 4 * 40
+
+
+def test_an_unknown_halo_copy_is_refused_before_any_actor_exists(monkeypatch):
+    from tasks.distribute import DistributedSpmm
+
+    with pytest.raises(ValueError, match="halo_copy / TCSPMM_HALO_COPY 'dma': expected one of nccl, ce"):
+        DistributedSpmm(None, None, M=object(), halo_copy="dma")  # no plan, no client: nothing was touched
+    monkeypatch.setenv("TCSPMM_HALO_COPY", "DMA")
+    with pytest.raises(ValueError, match="'dma'"):
+        DistributedSpmm(None, None, M=object())
