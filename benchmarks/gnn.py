@@ -83,6 +83,8 @@ if HERE not in sys.path:  # benchmarks/ after the repository: this file's name w
 import graph_suite  # noqa: E402  (benchmarks/graph_suite.py: the graphs of 0.1-3M nnz, shared with sddmm.py)
 from summarize_gnn import PYG_PATHS, best_path, summary_table, target_lines, target_rows  # noqa: E402
 
+from storage.indexing import segment_ids  # noqa: E402
+
 # (label, source): a graph_suite source; ("gen", kind, params without seed/shuffle, shuffle); seed 1 throughout
 SUITES = {
     "smoke": [("sbm-20k", ("gen", "sbm", "n=20000&blocks=10&deg_in=8&deg_out=2", 0))],
@@ -158,7 +160,7 @@ def unit_loopless(A) -> sp.csr_array:
     A = sp.csr_array(A)
     A.sum_duplicates()
     A.sort_indices()
-    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    rows = segment_ids(A.indptr)
     keep = rows != A.indices
     indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=A.shape[0]))))
     return sp.csr_array((np.ones(int(keep.sum()), np.float32), A.indices[keep], indptr.astype(A.indptr.dtype)),

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from configs.errors import InputError
 from storage import BlockStore
 from storage.features import node_array_names, read_node_array
+from storage.indexing import segment_ids
 
 VARIANT_SUFFIXES = (".gcn-noloops", ".gcn")  # tasks.features.gcn_variant's ids; node data lives with the base
 
@@ -57,7 +58,7 @@ class Graph:
         by destination), pairing with ``adj.data`` as edge weights."""
         out = np.empty((2, self.adj.nnz), dtype=np.int64)
         out[0] = self.adj.indices
-        out[1] = np.repeat(np.arange(self.adj.shape[0], dtype=np.int64), np.diff(self.adj.indptr))
+        out[1] = segment_ids(self.adj.indptr)
         return out
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from storage.indexing import segment_ids
+
 
 def edge_rows(indptr: np.ndarray) -> np.ndarray:
     """Row (destination) of every stored nonzero, int64."""
-    indptr = np.asarray(indptr, dtype=np.int64)
-    return np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    return segment_ids(indptr)
 
 
 def sddmm(indptr, indices, U: np.ndarray, V: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from kernels.cusparse import checked
 from kernels.cusparse_blocks import PaddedBlockSpmm
 from kernels.precision import precision
+from storage.indexing import segment_ids
 
 BLOCKED_ELL_ALG1 = 13  # cusparseSpMMAlg_t
 MAX_BYTES = 4 << 30  # refuse Blocked-ELL layouts above this many bytes of values
@@ -25,7 +26,7 @@ def plan_blocked_ell(A, block: int = 16) -> dict:
     """Block rows, the longest block row's nonzero blocks (ell_blocks) and the value bytes (2-byte values) of A in
     Blocked-ELL, without building it."""
     A = sp.csr_array(A)
-    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr)) // block
+    rows = segment_ids(A.indptr) // block
     key = np.unique(rows * (-(-A.shape[1] // block)) + A.indices.astype(np.int64) // block)
     n_brows = -(-A.shape[0] // block)
     per_brow = np.bincount(key // max(-(-A.shape[1] // block), 1), minlength=n_brows)
@@ -55,7 +56,7 @@ class CusparseBlockedEll(PaddedBlockSpmm):
         self.shape = (int(A.shape[0]), int(A.shape[1]))
         self.padded_shape = (info["block_rows"] * block, -(-self.shape[1] // block) * block)
         nbc = self.padded_shape[1] // block
-        rows = np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(A.indptr))
+        rows = segment_ids(A.indptr)
         cols = A.indices.astype(np.int64)
         brow, bcol = rows // block, cols // block
         key = brow * nbc + bcol

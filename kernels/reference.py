@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from storage.indexing import segment_ids
+
 
 def as_float64_dense(B, n_rows_expected: int) -> np.ndarray:
     B = np.asarray(B)
@@ -33,7 +35,7 @@ def csr_spmm(A, B) -> np.ndarray:
 def csr_sddmm(S: sp.csr_array, A, B) -> np.ndarray:
     """float64 twin on CSR: out[k] = S.data[k] * (A[row_k] . B[col_k]) in S's CSR order."""
     A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    rows = np.repeat(np.arange(S.shape[0], dtype=np.int64), np.diff(S.indptr.astype(np.int64)))
+    rows = segment_ids(S.indptr)
     cols = S.indices.astype(np.int64)
     out = np.empty(S.nnz)
     step = max(1, (1 << 22) // max(A.shape[1], 1))

@@ -11,6 +11,13 @@ def index_dtype(*sizes: int) -> type[np.integer]:
     return np.int32 if max((int(s) for s in sizes), default=0) <= INT32_MAX else np.int64
 
 
+def segment_ids(ptr, dtype=np.int64) -> np.ndarray:
+    """The segment of each item of a pointer array (CSR ``indptr``: the row of each stored entry; a window or tile
+    pointer: the window of each block), ``[ptr[-1] - ptr[0]]`` in ``dtype``."""
+    ptr = np.asarray(ptr)
+    return np.repeat(np.arange(ptr.shape[0] - 1, dtype=dtype), np.diff(ptr.astype(np.int64)))
+
+
 def cut_ranges(ptr, max_len: int, what: str, length_name: str = "max_len") -> tuple[np.ndarray, ...]:
     """Cut each range ``[ptr[i], ptr[i+1])`` into pieces of ``max_len`` items, the last one the rest (>= 1 piece per
     range, an empty range one empty piece), for kernels that give each piece its own warp or block and add the

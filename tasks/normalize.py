@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from configs.errors import InputError
+from storage.indexing import segment_ids
 
 
 def with_self_loops(A, fill: float = 1.0) -> sp.csr_array:
@@ -38,7 +39,7 @@ def gcn_norm(A, *, add_self_loops: bool = True, dtype=np.float32) -> sp.csr_arra
     deg = np.asarray(A.sum(axis=1)).ravel()
     with np.errstate(divide="ignore"):
         inv_sqrt = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
-    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    rows = segment_ids(A.indptr)
     data = A.data * inv_sqrt[rows] * inv_sqrt[A.indices]
     out = sp.csr_array((data.astype(dtype), A.indices.copy(), A.indptr.copy()), shape=A.shape)
     out.has_sorted_indices = A.has_sorted_indices

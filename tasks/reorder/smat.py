@@ -30,6 +30,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from storage.indexing import segment_ids
+
 BLOCK_ROWS = 16
 
 
@@ -37,7 +39,7 @@ def block_patterns(A, width: int) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) int64 of each row's sorted distinct column blocks (column // width)."""
     A = sp.csr_array(A)
     indptr = A.indptr.astype(np.int64)
-    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(indptr))
+    rows = segment_ids(indptr)
     blocks = A.indices.astype(np.int64) // width
     keep = np.ones(blocks.size, dtype=bool)  # canonical CSR: a row's blocks are sorted, repeats are adjacent
     keep[1:] = (blocks[1:] != blocks[:-1]) | (rows[1:] != rows[:-1])

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
 from kernels.precision import from_bf16_bits
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 
 BLOCK_ROWS = 16  # h: the m16 of mma.m16n8k8 (TF32) and mma.m16n8k16 (FP16/BF16)
 WIDTHS = {"float32": 8, "float16": 16, "bfloat16": 16}  # w: the k of the precision's mma
@@ -94,7 +94,7 @@ class BCSR:
 
     def block_row_of(self) -> np.ndarray:
         """[n_blocks] int64: the block row owning each block."""
-        return np.repeat(np.arange(self.n_block_rows, dtype=np.int64), np.diff(self.indptr.astype(np.int64)))
+        return segment_ids(self.indptr)
 
     def validate(self, full: bool = False) -> None:
         """Raise ValueError naming the broken invariant, observed vs expected. O(1) unless ``full`` (O(n_blocks *

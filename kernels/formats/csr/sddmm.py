@@ -21,7 +21,7 @@ import numpy as np
 from kernels import launch
 from kernels.precision import precision as as_precision
 from kernels.reference import csr_sddmm
-from storage.indexing import INT32_MAX
+from storage.indexing import INT32_MAX, segment_ids
 
 SOURCE = Path(__file__).resolve().parent / "csr_sddmm.cu"
 # kernels.sddmm.SddmmPlan offers this route (`SDDMM.gpu_ready`, timed beside the others per Kd) since
@@ -81,7 +81,7 @@ class CsrSddmm:
         self.nnz = int(indptr[-1]) if indptr.size else 0
         if np.shape(indices)[0] < self.nnz:
             raise ValueError(f"indices has {np.shape(indices)[0]} entries, expected nnz = {self.nnz}")
-        rows = np.repeat(np.arange(self.shape[0], dtype=np.int32), np.diff(indptr))
+        rows = segment_ids(indptr, np.int32)
         self.rows = cupy.asarray(rows) if self.nnz else cupy.zeros(1, cupy.int32)
         self.indices = cupy.asarray(np.asarray(indices[:self.nnz], dtype=np.int32)) if self.nnz \
             else cupy.zeros(1, cupy.int32)

@@ -9,7 +9,7 @@ import numpy as np
 from kernels.formats.blocks import WINDOW
 from kernels.formats.csr.container import CSR
 from kernels.formats.shard import ShardOps, distinct_columns, keeps_order, rebase, relabel, window_bytes
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 
 
 def _nbytes(X, partptr, tile_ptr, item_ptr):
@@ -29,7 +29,7 @@ def _take(X, w0, w1, t0, t1, n_rows):
 
 
 def _tile_of_nonzero(X) -> np.ndarray:
-    return np.repeat(np.arange(X.n_blocks, dtype=np.int64), np.diff(np.asarray(X.indptr, dtype=np.int64)))
+    return segment_ids(X.indptr)
 
 
 def _remap(X, cols, local, n_local):

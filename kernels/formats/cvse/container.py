@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from kernels.formats.blocks import canonical_csr, check_pieces, stack_offsets
 from kernels.precision import from_bf16_bits
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 
 VECTORS = (2, 4, 8, 16)  # V: divides the 16-row windows the store and the Dask row blocks use
 WINDOW_ROWS = 16
@@ -98,7 +98,7 @@ class CVSE:
 
     def vec_row_of(self) -> np.ndarray:
         """[n_vectors] int64: the vector row owning each vector."""
-        return np.repeat(np.arange(self.n_vec_rows, dtype=np.int64), np.diff(self.vec_ptr.astype(np.int64)))
+        return segment_ids(self.vec_ptr)
 
     def validate(self, full: bool = False) -> None:
         """Raise ValueError naming the broken invariant, observed vs expected. O(1) unless ``full`` (O(n_vectors V))."""
@@ -162,7 +162,7 @@ def csr_to_cvse(A, *, vector: int = 8, to_storage=None) -> CVSE:
     n_rows, n_cols = (int(s) for s in A.shape)
     to_storage = to_storage or (lambda x: np.asarray(x, dtype=np.float32))
     nvr = -(-n_rows // V)
-    rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(A.indptr.astype(np.int64)))
+    rows = segment_ids(A.indptr)
     cols = A.indices.astype(np.int64)
     vrow = rows // V
     # CSR order is (row, col); within a vector row the V rows interleave, so sort by (vector row, column)
@@ -209,7 +209,7 @@ def cvse_from_arrays(arrays: dict) -> CVSE:
         raise ValueError(f"values hold {values.size} entries for {nv} vectors, expected the same V per vector")
     shape = tuple(int(s) for s in arrays["shape"])
     per = WINDOW_ROWS // V
-    window = np.repeat(np.arange(len(wptr) - 1, dtype=np.int64), np.diff(wptr))
+    window = segment_ids(wptr)
     vrow = window * per + np.asarray(arrays["vec_row"], dtype=np.int64)
     nvr = -(-shape[0] // V)
     if nv and (np.any(vrow[1:] < vrow[:-1]) or int(vrow[-1]) >= nvr):

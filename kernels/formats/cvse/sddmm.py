@@ -13,12 +13,13 @@ import scipy.sparse as sp
 from kernels.formats.cvse import launch as lc
 from kernels.formats.cvse.container import CVSE, cvse_sddmm
 from kernels.formats.cvse.svc import compress
+from storage.indexing import segment_ids
 
 
 def gather_positions(X: CVSE, S: sp.csr_array) -> np.ndarray:
     """[nnz] int64: for CSR nonzero k of S, the flat position b * V + v of its value in the CVSE (forward map)."""
     V = X.vector
-    rows = np.repeat(np.arange(S.shape[0], dtype=np.int64), np.diff(S.indptr.astype(np.int64)))
+    rows = segment_ids(S.indptr)
     cols = S.indices.astype(np.int64)
     vr = X.vec_row_of()
     key_vec = vr * int(S.shape[1]) + X.indices.astype(np.int64)  # sorted: vector rows ascending, columns ascending

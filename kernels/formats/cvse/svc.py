@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.cvse.container import VECTORS, CVSE, check_vector, csr_to_cvse
+from storage.indexing import segment_ids
 
 PAPER_CANDIDATES = (8, 16)  # the V the paper's kernels and Fig. 12-14 use
 WORK_SLACK = 1.49  # a larger V is taken while its mma work <= 1.49 x the least: module docstring, measured rows
@@ -46,7 +47,7 @@ def vector_counts(A, vectors=VECTORS) -> dict[int, int]:
     """{V: vectors CVSE with that V keeps} from the pattern alone (no values are copied)."""
     A = sp.csr_array(A)
     n_cols = int(A.shape[1])
-    rows = np.repeat(np.arange(int(A.shape[0]), dtype=np.int64), np.diff(A.indptr.astype(np.int64)))
+    rows = segment_ids(A.indptr)
     cols = A.indices.astype(np.int64)
     out = {}
     for V in vectors:

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from kernels.formats.blocks import check_pieces, stack_offsets
 from kernels.formats.condense import DEFAULT_CHUNK_NNZ, WindowTiles, condense_windows
 from kernels.precision import from_bf16_bits
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 
 HEIGHT = 16  # h: the m16 of mma.m16n8k8 (TF32) and mma.m16n8k16 (FP16/BF16)
 WIDTHS = {"float32": 8, "float16": 16, "bfloat16": 16}  # w: the k of the precision's mma
@@ -104,7 +104,7 @@ class TiledCSR:
 
     def group_of_tile(self) -> np.ndarray:
         """[n_tiles] int64: the group owning each tile."""
-        return np.repeat(np.arange(self.n_groups, dtype=np.int64), np.diff(self.group_ptr.astype(np.int64)))
+        return segment_ids(self.group_ptr)
 
     def expand(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The inverse map as triplets (rows int64, cols int64, tile of each nonzero int64) in storage order."""
