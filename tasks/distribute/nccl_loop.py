@@ -233,8 +233,7 @@ class DeviceLoop:
         """The own rows of extended B ``B`` each peer receives, into the send buffers, on s_comp once the copies
         of the previous pack left them (s_comm, ``_last_send``; the copy-engine exchange packs on s_comp)."""
         import cupy
-        sh = self.shard
-        self._buffers()
+        sh = self.shard  # the send buffers: made by `_buffers` at the top of `enqueue_rows`
         if self._last_send is not None:
             self.s_comp.wait_event(self._last_send)
         own = sh.own_rows(B)

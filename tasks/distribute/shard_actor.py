@@ -130,7 +130,7 @@ class ShardActor(HostBatches):
         row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]
         out = ce.export((self.B_ext.data.ptr, self.alt_B().data.ptr), flags, row_bytes)
         cupy.cuda.Device().synchronize()  # the zeroed flags are in place before any peer can write them
-        self.ce, self._ce_bufs = ce, (self.B_ext.data.ptr, self.B_alt.data.ptr)
+        self.ce = ce
         return out
 
     def ce_connect(self, exports: list) -> None:
@@ -143,8 +143,8 @@ class ShardActor(HostBatches):
         new N), which would leave the peers writing into memory this shard no longer reads."""
         if self.ce is None or self.B_ext is None or self.B_alt is None:
             return True
-        now = (self.B_ext.data.ptr, self.B_alt.data.ptr)
-        return now != (self._ce_bufs if not self.ce.parity else self._ce_bufs[::-1])
+        now = (self.B_ext.data.ptr, self.B_alt.data.ptr)  # the exported pair, swapped ``parity`` times since
+        return now != (self.ce.buffers if not self.ce.parity else self.ce.buffers[::-1])
 
     def ce_drop(self) -> None:
         """Back to NCCL for every exchange (after the streams finished)."""
