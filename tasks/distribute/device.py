@@ -125,6 +125,71 @@ def to_storage(x, prec):
     return x.astype(prec.storage_dtype, copy=False)
 
 
+# Row gather / scatter of whole rows in 16-byte words: the packs of the halo exchange and the row split's C -> B
+# stores move 0.2-0.3 GB per iteration at 2 GPUs (N = 256), and CuPy's take / fancy assignment move 4 bytes per
+# thread with an index division each. One block row (threadIdx.y) per matrix row; plain copies, so bitwise.
+_ROWS16_SRC = r"""
+extern "C" __global__ void gather_rows16(const uint4* __restrict__ src, const long long* __restrict__ idx,
+                                         uint4* __restrict__ out, long long n_rows, int words) {
+    long long r = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+    if (r >= n_rows) return;
+    const uint4* s = src + idx[r] * words;
+    uint4* o = out + r * words;
+    for (int w = threadIdx.x; w < words; w += blockDim.x) o[w] = s[w];
+}
+extern "C" __global__ void scatter_rows16(const uint4* __restrict__ src, const long long* __restrict__ idx,
+                                          uint4* __restrict__ out, long long n_rows, int words) {
+    long long r = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+    if (r >= n_rows) return;
+    const uint4* s = src + r * words;
+    uint4* o = out + idx[r] * words;
+    for (int w = threadIdx.x; w < words; w += blockDim.x) o[w] = s[w];
+}
+"""
+_ROWS16: dict = {}
+
+
+def _rows16_ok(a, b, idx) -> bool:
+    """Both 2-D, C-ordered, one dtype and row width, rows of whole 16-byte words at 16-byte aligned addresses,
+    int64 indices on the device."""
+    row_bytes = a.shape[1] * a.dtype.itemsize if a.ndim == 2 else 0
+    return (a.ndim == b.ndim == 2 and a.dtype == b.dtype and a.shape[1] == b.shape[1] and row_bytes % 16 == 0
+            and a.flags.c_contiguous and b.flags.c_contiguous and a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
+            and idx.dtype == np.int64 and idx.ndim == 1 and hasattr(idx, "data"))
+
+
+def _rows16(name: str, src, idx, out) -> None:
+    import cupy
+    fn = _ROWS16.get(name)
+    if fn is None:
+        fn = _ROWS16[name] = cupy.RawKernel(_ROWS16_SRC, name)
+    n, words = int(idx.shape[0]), src.shape[1] * src.dtype.itemsize // 16
+    if n == 0:
+        return
+    bx = min(words, 256)
+    by = max(1, 256 // bx)
+    fn(((n + by - 1) // by,), (bx, by), (src, idx, out, np.int64(n), np.int32(words)))
+
+
+def gather_rows(src, idx, out) -> None:
+    """``out[j] = src[idx[j]]`` (rows; CuPy, on the current stream; NumPy arrays on the CPU path)."""
+    if isinstance(src, np.ndarray):
+        np.take(src, idx, axis=0, out=out)
+    elif _rows16_ok(src, out, idx):
+        _rows16("gather_rows16", src, idx, out)
+    else:
+        import cupy
+        cupy.take(src, idx, axis=0, out=out)
+
+
+def scatter_rows(src, idx, out) -> None:
+    """``out[idx[j]] = src[j]`` (rows; distinct ``idx``; CuPy on the current stream, or NumPy)."""
+    if not isinstance(src, np.ndarray) and _rows16_ok(src, out, idx):
+        _rows16("scatter_rows16", src, idx, out)
+    else:
+        out[idx] = src
+
+
 def to_device(x: np.ndarray, on_gpu: bool):
     if on_gpu:
         import cupy

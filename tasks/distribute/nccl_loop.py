@@ -50,6 +50,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tasks.distribute import device as dev
+
 
 def nccl_type(dtype):
     """NCCL element type for a send/recv of ``dtype`` (bfloat16 bits travel as 2-byte float16 units: send/recv
@@ -153,7 +155,6 @@ class DeviceLoop:
         """On s_comm, once ``after`` (an s_comp event) completed: pack the own rows of extended B ``B`` each peer
         needs and the grouped NCCL send/recv, the received rows landing in ``B``'s halo; ``ev.x_start``/``ev.x``
         around it (recorded also when this shard exchanges nothing)."""
-        import cupy
         from cupy.cuda import nccl
         sh = self.shard
         self.s_comm.wait_event(after)
@@ -162,7 +163,7 @@ class DeviceLoop:
             with self.s_comm:
                 own = sh.own_rows(B)
                 for p, idx in sh.sends.items():
-                    cupy.take(own, idx, axis=0, out=self.send_bufs[p])
+                    dev.gather_rows(own, idx, self.send_bufs[p])
                 nccl.groupStart()
                 for p, buf in self.send_bufs.items():
                     sh.comm.send(buf.data.ptr, buf.size, nccl_type(buf.dtype), p, self.s_comm.ptr)
@@ -232,13 +233,12 @@ class DeviceLoop:
     def _pack(self, B) -> None:
         """The own rows of extended B ``B`` each peer receives, into the send buffers, on s_comp once the copies
         of the previous pack left them (s_comm, ``_last_send``; the copy-engine exchange packs on s_comp)."""
-        import cupy
         sh = self.shard  # the send buffers: made by `_buffers` at the top of `enqueue_rows`
         if self._last_send is not None:
             self.s_comp.wait_event(self._last_send)
         own = sh.own_rows(B)
         for p, idx in sh.sends.items():
-            cupy.take(own, idx, axis=0, out=self.send_bufs[p])
+            dev.gather_rows(own, idx, self.send_bufs[p])
 
     def _send_ce(self, after, ev, next_buffer: bool) -> None:
         """On s_comm once ``after`` (recorded on s_comp after `_pack`) completed: the copy-engine sends

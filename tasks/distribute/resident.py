@@ -42,7 +42,7 @@ from tasks.distribute.shard_actor import (OVERLAP_DEFAULT, OVERLAP_MODES, ShardA
                                           overlap_mode)
 
 NCCL_INIT_TIMEOUT_S = 120
-HALO_COPIES = ("nccl", "ce")  # how the "rows" overlap moves halo rows on NCCL: NCCL kernels, or the copy engines
+HALO_COPIES = ("ce", "nccl")  # how the "rows" overlap moves halo rows on NCCL: the copy engines (default), or NCCL
 RELEASE_TIMEOUT_S = 60  # close(): how long the shards may take to free their state and destroy the communicator
 
 
@@ -70,7 +70,7 @@ class DistributedSpmm:
                  halo_copy: str | None = None):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
-        self.halo_copy = (halo_copy or os.environ.get("TCSPMM_HALO_COPY") or "nccl").lower()
+        self.halo_copy = (halo_copy or os.environ.get("TCSPMM_HALO_COPY") or HALO_COPIES[0]).lower()
         if self.halo_copy not in HALO_COPIES:  # before any actor exists
             raise ValueError(f"halo_copy / TCSPMM_HALO_COPY {self.halo_copy!r}: expected one of "
                              f"{', '.join(HALO_COPIES)}")
@@ -101,7 +101,7 @@ class DistributedSpmm:
         _wait([a.set_peers(self.actors, self.device_rows) for a in self.actors])
         self.info = _wait([a.info() for a in self.actors])
         self.transport, self.transport_reason = self._pick_transport(transport)
-        self.halo_copy_reason = "asked for" if self.halo_copy == "ce" else "the default"
+        self.halo_copy_reason = "the default" if self.halo_copy == HALO_COPIES[0] else "asked for"
         self._ce_dirty = True
         self.history: list = []
         self.overlap = False

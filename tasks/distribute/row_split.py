@@ -61,7 +61,7 @@ class RowSplit:
     def store(self, B_own, C_split, part: str | None = None) -> None:
         """Own rows of B (natural order) <- ``C_split`` rounded to the precision: the rows of ``part``, or all."""
         src = C_split if part is None else C_split[self._slices[part]]
-        B_own[self._rows[part]] = dev.to_storage(src, self.prec)
+        dev.scatter_rows(dev.to_storage(src, self.prec), self._rows[part], B_own)
 
     def natural(self, C_split) -> np.ndarray:
         """Host C in the natural row order from ``C_split`` (host or device)."""

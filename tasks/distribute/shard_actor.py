@@ -211,7 +211,7 @@ class ShardActor(HostBatches):
         if self.gather is None:
             return self.B_ext
         if cols is None:
-            self._b_loc[...] = self.B_ext[self.gather]
+            dev.gather_rows(self.B_ext, self.gather, self._b_loc)
         else:
             self._b_loc[cols] = self.B_ext[self.gather[cols]]
         return self._b_loc

@@ -230,7 +230,7 @@ def test_each_peer_allocation_is_opened_once():
 def test_an_unknown_halo_copy_is_refused_before_any_actor_exists(monkeypatch):
     from tasks.distribute import DistributedSpmm
 
-    with pytest.raises(ValueError, match="halo_copy / TCSPMM_HALO_COPY 'dma': expected one of nccl, ce"):
+    with pytest.raises(ValueError, match="halo_copy / TCSPMM_HALO_COPY 'dma': expected one of ce, nccl"):
         DistributedSpmm(None, None, M=object(), halo_copy="dma")  # no plan, no client: nothing was touched
     monkeypatch.setenv("TCSPMM_HALO_COPY", "DMA")
     with pytest.raises(ValueError, match="'dma'"):

@@ -245,7 +245,7 @@ def test_resident_two_gpus_rows_overlap_on_the_copy_engines(client, case):
     plan = make_plan(M, 2, perm=perm)
     ref1 = sp_of(M, perm) @ B.astype(np.float64)
     parts = [B[plan.shard_rows(k)] for k in range(2)]
-    with DistributedSpmm(plan, client, M=M, overlap="rows") as ds:
+    with DistributedSpmm(plan, client, M=M, overlap="rows", halo_copy="nccl") as ds:
         want3, want1 = ds.iterate(3, parts).gather(), ds.iterate(4, parts, advance=False).gather()
         want_call = ds.run(parts).gather()
     with DistributedSpmm(plan, client, M=M, overlap="rows", halo_copy="ce") as ds:

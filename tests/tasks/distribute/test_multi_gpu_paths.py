@@ -83,6 +83,48 @@ def test_workers_allocate_from_an_rmm_pool(address):
     assert all(a == "cupy MemoryPool over rmm.allocators.cupy.rmm_cupy_allocator" for a in after.values()), after
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rows_overlap_on_the_copy_engines_equals_nccl(address, dtype):
+    """halo_copy="ce" on every GPU of the machine (at 4 each shard sends to and receives from three peers): C is
+    bitwise the NCCL rows overlap's, batched advancing and not, over two batches (the flags grow across them),
+    and per call; a 4-byte and a 2-byte precision."""
+    import numpy as np
+    import scipy.sparse as sp
+    from distributed import Client
+
+    from kernels.formats import get
+    from kernels.precision import precision
+    from tasks.distribute import DistributedSpmm, make_plan
+    from tasks.distribute.synth import relabel, sbm_keys
+    keys, shape = sbm_keys(np, 50_000, 20, 15.0, 1.0, seed=4)
+    perm = np.random.default_rng(5).permutation(shape[0])
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(shape[0])
+    rows, cols = np.divmod(relabel(np, keys, shape, perm), shape[1])
+    vals = np.random.default_rng(6).uniform(0.5, 1.0, rows.shape[0]).astype(np.float32)
+    X = get("metcf").convert(sp.csr_array((vals, (inv[rows], cols)), shape=shape), precision(dtype))  # A[perm]
+    B = np.random.default_rng(7).standard_normal((shape[1], 64)).astype(np.float32) / 4
+    plan = make_plan(X, N_GPUS, perm=perm)
+    parts = [B[plan.shard_rows(k)] for k in range(N_GPUS)]
+    with Client(address) as client:
+        kw = {"M": X, "overlap": "rows", "dtype": dtype, "spmm_kw": {"autotune": False}}  # one kernel per shard
+        with DistributedSpmm(plan, client, halo_copy="nccl", **kw) as ds:
+            want3, want1 = ds.iterate(3, parts).gather(), ds.iterate(4, parts, advance=False).gather()
+            want_call = ds.run(parts).gather()
+            kernels = [s["kernel"] for s in ds.history[-1]["shards"]]  # boundary + interior plans
+        with DistributedSpmm(plan, client, halo_copy="ce", **kw) as ds:
+            assert ds.halo_copy == "ce", ds.halo_copy_reason
+            for _ in range(2):
+                assert np.array_equal(ds.iterate(3, parts).gather(), want3)
+            assert np.array_equal(ds.iterate(4, parts, advance=False).gather(), want1)
+            assert np.array_equal(ds.run(parts).gather(), want_call)
+            assert all(s["transport"] == "ce" for h in ds.history[-4:] for s in h["shards"])
+            assert [s["kernel"] for s in ds.history[-1]["shards"]] == kernels
+            halo = [i.get("halo_rows") for i in ds.info]
+    assert np.isfinite(want3).all() and np.abs(want3).max() > 0
+    print(dtype, "copy-engine rows overlap on", N_GPUS, "GPUs: bitwise NCCL's; halo rows", halo, "kernels", kernels)
+
+
 UCX_SCRIPT = """
 import faulthandler
 import sys
