@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy
 import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,7 +159,7 @@ def time_case(A, N: int, repeats: int, rng) -> dict:
 
 
 def main(argv=None) -> int:
-    import cupy
+    from machine import gpu_meta
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", type=int, nargs="+", default=[128, 256, 512])
@@ -172,16 +171,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t_start = time.time()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    meta = {"device": device, "sm_count": props["multiProcessorCount"],
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "cupy": cupy.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-            "command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    meta = {**gpu_meta(), "command": " ".join(sys.argv),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "timing": "kernels.launch.graph_ms (CUDA graph replay, median), repeats per --repeats",
             "bcsr_config": launch_bcsr.BCSR_CONFIG.__dict__}
-    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
-    path = args.out_dir / f"bcsr-{slug}-{dt.datetime.now():%Y-%m-%d-%H%M}.json"
+    path = args.out_dir / f"bcsr-{meta['slug']}-{dt.datetime.now():%Y-%m-%d-%H%M}.json"
     rng = np.random.default_rng(0)
     cases = [(label, make, True) for label, make in generated(args.quick)]
     cases += [(f"fixture:{n}", lambda n=n: fixture(n), False) for n in FIXTURES]

@@ -48,7 +48,7 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import gpu_clocks  # noqa: E402  (benchmarks/ is the script folder)
+from machine import gpu_meta  # noqa: E402  (benchmarks/ is the script folder)
 from spmm import fixture  # noqa: E402  (one fixture reader)
 
 FIXTURES = ["HB/west0067", "HB/bcsstk13", "SNAP/email-Enron"]
@@ -317,15 +317,12 @@ def main(argv=None) -> int:
     cupy.cuda.device.get_cusparse_handle()  # CuPy loads its libcusparse first; nvmath's pathfinder then finds it
     before = mapped_libcusparse()
     ncs, nsp, import_s = import_nvmath()
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    meta = {"device": device, "versions": versions(), "cupy": cupy.__version__,
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "gpu_clocks": gpu_clocks(), "nvmath_import_s": import_s, "libcusparse_before_nvmath": before,
+    meta = {**gpu_meta(), "versions": versions(), "nvmath_import_s": import_s, "libcusparse_before_nvmath": before,
             "libcusparse_after_nvmath": mapped_libcusparse(), "command": " ".join([Path(sys.argv[0]).name] +
                                                                                   sys.argv[1:]),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "method": __doc__}
-    log(f"{device}: nvmath imported in {import_s:.2f} s; libcusparse mapped: {meta['libcusparse_after_nvmath']}")
+    log(f"{meta['device']}: nvmath imported in {import_s:.2f} s; libcusparse mapped: "
+        f"{meta['libcusparse_after_nvmath']}")
     from tasks.fetch.generators import generate
 
     rng = np.random.default_rng(0)
@@ -338,8 +335,8 @@ def main(argv=None) -> int:
         for N in args.ns:
             rows.append(measure(name, A, N, rng, ncs, nsp, args.rounds))
     meta["libcusparse_at_end"] = mapped_libcusparse()
-    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
-    path = args.out_dir / f"bindings-{slug}-{dt.date.today().isoformat()}{'-' + args.label if args.label else ''}.json"
+    label = f"-{args.label}" if args.label else ""
+    path = args.out_dir / f"bindings-{meta['slug']}-{dt.date.today().isoformat()}{label}.json"
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return print_table(rows, meta, path)

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-from machine import cpu_model  # noqa: E402  (benchmarks/ is the script folder)
+from machine import cpu_model, gpu_meta  # noqa: E402  (benchmarks/ is the script folder)
 import scipy  # noqa: E402
 
 from kernels.formats.metcf.container import csr_to_metcf, metcf_stats, metcf_to_csr  # noqa: E402
@@ -82,9 +82,9 @@ def time_gpu(A, M, runs: int = 20, warmup: int = 3) -> dict:
         stop.record()
         stop.synchronize()  # synchronize!
         times.append(cupy.cuda.get_elapsed_time(start, stop))
+    gpu = gpu_meta()
     return {"gpu_ms": float(np.median(times)), "gpu_ms_min": float(np.min(times)),
-            "gpu_pool_mb": pool.total_bytes() / 1e6, "gpu_name": cupy.cuda.runtime.getDeviceProperties(0)["name"]
-            .decode(), "cupy": cupy.__version__}
+            "gpu_pool_mb": pool.total_bytes() / 1e6, "gpu_name": gpu["device"], "cupy": gpu["cupy"]}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy
 import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
@@ -233,7 +232,7 @@ def print_table(rows, path):
 
 
 def main(argv=None) -> int:
-    import cupy
+    from machine import gpu_meta
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", type=int, nargs="+", default=[256, 512, 1024])
@@ -247,18 +246,13 @@ def main(argv=None) -> int:
     sizes, sparsities, ns = (([2048], (0.8, 0.95), [256]) if args.quick else (args.sizes, SPARSITIES, args.ns))
     t_start = time.time()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    meta = {"device": device, "sm_count": props["multiProcessorCount"],
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "cupy": cupy.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-            "command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    meta = {**gpu_meta(), "command": " ".join(sys.argv),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "timing": {**TIMING, "ms": "graph", "issued_ms": "issued", "repeats": "medians of --repeats (graph), "
                        "of max(5, --repeats / 4) loops (issued)"},
             "matrices": "gen:dlmc (DLMC-style, generated: the DLMC collection is not reachable here)",
             "cvse_config": launch_cvse.CVSE_CONFIG.__dict__}
-    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
-    path = args.out_dir / f"cvse-{slug}-{dt.datetime.now():%Y-%m-%d-%H%M}.json"
+    path = args.out_dir / f"cvse-{meta['slug']}-{dt.datetime.now():%Y-%m-%d-%H%M}.json"
     rows, failures = [], []
     tol = {"cvse-tf32": precision("float32").tolerance}
 

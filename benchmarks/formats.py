@@ -399,17 +399,13 @@ def main(argv=None) -> int:
 
 def _run(args, todo, pending) -> int:
     import cupy
-    import scipy
 
     from kernels.precision import precision
-    from kernels.formats.metcf.selector import slug
+    from machine import gpu_meta
 
     t_start = time.time()
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    versions = {"python": sys.version.split()[0], "numpy": np.__version__, "scipy": scipy.__version__,
-                "cupy": cupy.__version__, "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
-                "driver": cupy.cuda.runtime.driverGetVersion()}
+    gpu = gpu_meta()
+    versions = {}
     try:
         import torch
 
@@ -419,8 +415,7 @@ def _run(args, todo, pending) -> int:
     p = precision("float16")
     from kernels.launch import copy_bandwidth_gbs
 
-    meta = {"device": device, "sm_count": props["multiProcessorCount"], "copy_gbs": copy_bandwidth_gbs(),
-            **versions, "command": " ".join(sys.argv),
+    meta = {**gpu, "copy_gbs": copy_bandwidth_gbs(), **versions, "command": " ".join(sys.argv),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "tolerance": p.tolerance,
             "timing": "graph: kernels.launch.graph_ms (CUDA-graph replay, median of --repeats); issued: "
                       "kernels.launch.issued_ms of plan.run(B, out) (cuSPARSE: one bound call)",
@@ -429,7 +424,7 @@ def _run(args, todo, pending) -> int:
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     tag = f"-{args.tag}" if args.tag else ""
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"formats-{slug(device)}-{dt.date.today().isoformat()}{tag}.json"
+    path = args.out_dir / f"formats-{gpu['slug']}-{dt.date.today().isoformat()}{tag}.json"
     ctx = {"args": args, "precision": p, "t_start": t_start, "meta": meta, "rows": [], "failures": [],
            "skipped": [], "matrices": {}, "cus_orig": {}}
     for case, job in zip(todo, pending):

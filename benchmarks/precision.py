@@ -31,7 +31,7 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import gpu_clocks  # noqa: E402  (benchmarks/ is the script folder)
+from machine import gpu_meta  # noqa: E402  (benchmarks/ is the script folder)
 from spmm import FIXTURES, fixture, generated, geomean, log  # noqa: E402
 
 from kernels import launch
@@ -190,9 +190,7 @@ def main(argv=None) -> int:
     matrices += [(label, lambda k=kind, p=params: generated(k, p, 1)) for label, kind, params in SUITES[args.suite]]
     if args.matrices:
         matrices = [m for m in matrices if m[0] in args.matrices]
-    meta = {"device": dev.name, "copy_gbs": copy_gbs, "gpu_clocks": gpu_clocks(),
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "cupy": cupy.__version__, "command": " ".join(sys.argv),
+    meta = {**gpu_meta(), "copy_gbs": copy_gbs, "command": " ".join(sys.argv),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "timing": "replay: device ms per call from CUDA-graph replays (kernels.launch.graph_ms); issued: one "
                       "plan.run(B, out) per iteration of a Python loop between CUDA events (median)"}

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import gpu_clocks  # noqa: E402  (benchmarks/ is the script folder)
+from machine import gpu_meta  # noqa: E402  (benchmarks/ is the script folder)
 from kernels import launch  # noqa: E402
 from kernels.formats.metcf import launch as metcf_launch  # noqa: E402
 from kernels.formats.metcf import selector  # noqa: E402
@@ -360,11 +360,8 @@ def main(argv=None) -> int:
                              f"{[m[0] for m in matrices]}")
         matrices = [m for m in matrices if m[0] in args.matrices]
     rows = []
-    meta = {"device": dev.name, "sm_count": dev.sm_count, "copy_gbs": copy_gbs, "kernel_config": CONFIG.__dict__,
-            "timing": TIMING,
-            "gpu_clocks": gpu_clocks(),
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "cupy": cupy.__version__, "command": " ".join(sys.argv), "calibration": cal.__dict__,
+    meta = {**gpu_meta(), "copy_gbs": copy_gbs, "kernel_config": CONFIG.__dict__, "timing": TIMING,
+            "command": " ".join(sys.argv), "calibration": cal.__dict__,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     part = f"-{args.part}" if args.part else ""
     path = args.out_dir / f"{args.prefix}-{selector.slug(dev.name)}-{dt.date.today().isoformat()}{part}.json"
@@ -450,7 +447,7 @@ def sweep(args, dev, cal, t_start) -> int:
 
     rng = np.random.default_rng(0)
     rows = []
-    meta = {"device": dev.name, "sm_count": dev.sm_count, "cupy": cupy.__version__, "command": " ".join(sys.argv),
+    meta = {**gpu_meta(), "command": " ".join(sys.argv),
             "configs": {k: c.__dict__ for k, c in SWEEP.items()},
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     path = args.out_dir / f"kernel-sweep-{selector.slug(dev.name)}-{dt.date.today().isoformat()}.json"

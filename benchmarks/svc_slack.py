@@ -64,23 +64,19 @@ def measure(A, N: int, repeats: int, rng) -> dict:
 
 
 def main(argv=None) -> int:
-    import cupy
+    from machine import gpu_meta
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    meta = {"device": device, "cupy": cupy.__version__, "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
-            "driver": cupy.cuda.runtime.driverGetVersion(), "command": " ".join(sys.argv),
+    meta = {**gpu_meta(), "command": " ".join(sys.argv),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "cvse_config": launch_cvse.CVSE_CONFIG.__dict__, "work_slack_in_code": WORK_SLACK,
             "matrices": "gen:dlmc (DLMC-style, generated: the DLMC collection is not reachable here)"}
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
-    path = args.out_dir / f"svc-slack-{slug}-{dt.date.today().isoformat()}.json"
+    path = args.out_dir / f"svc-slack-{meta['slug']}-{dt.date.today().isoformat()}.json"
     rows, tol, t0 = [], precision("float16").tolerance, time.time()
     for label, params in MATRICES:
         A = sp.csr_array(generate("dlmc", params), dtype=np.float32)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from configs.errors import StorageError
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 from storage import parquet_io as pio
 from storage.schemas import csr_schema, with_meta
 
@@ -51,7 +51,7 @@ def block_tables(indptr, indices, data, shape, bounds, meta: dict) -> Iterator[t
     schema = csr_schema(idx, data.dtype)
     for r0, r1 in ranges:
         a, b = int(indptr[r0]), int(indptr[r1])
-        row = np.repeat(np.arange(r0, r1, dtype=idx), np.diff(indptr[r0:r1 + 1]))
+        row = segment_ids(indptr[r0:r1 + 1], idx, start=r0)
         arrays = [pa.array(row), pa.array(indices[a:b].astype(idx, copy=False)), pa.array(data[a:b])]
         block_meta = {**common, "range": [r0, r1], "block_nnz": b - a}
         yield f"part-{r0}-{r1}.parquet", (r0, r1), pa.Table.from_arrays(arrays, schema=with_meta(schema,

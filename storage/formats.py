@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from configs.errors import InputError, StorageError
 from storage import parquet_io as pio
+from storage.indexing import segment_ids
 from storage.schemas import format_schema, with_meta
 
 GROUP_KEY = "window"
@@ -120,7 +121,7 @@ def format_tables(fmt: str, arrays: dict, lay: BlockLayout, shards: list, meta: 
         n0, n1 = int(iofs[b0]), int(iofs[b1])
         schema = format_schema(GROUP_KEY, {n: (a.dtype, widths[n]) for n, a in fixed.items()},
                                {n: a.dtype for n, a in ragged.items()}, n1 - n0)
-        cols = [pa.array(np.repeat(np.arange(w0, w1, dtype=np.int64), np.diff(gofs[w0:w1 + 1])))]
+        cols = [pa.array(segment_ids(gofs[w0:w1 + 1], start=w0))]
         for name, a in fixed.items():
             flat = pa.array(np.ascontiguousarray(a[b0:b1]).reshape(-1))
             cols.append(pa.FixedSizeListArray.from_arrays(flat, widths[name]) if widths[name] else flat)

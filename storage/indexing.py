@@ -11,11 +11,14 @@ def index_dtype(*sizes: int) -> type[np.integer]:
     return np.int32 if max((int(s) for s in sizes), default=0) <= INT32_MAX else np.int64
 
 
-def segment_ids(ptr, dtype=np.int64) -> np.ndarray:
+def segment_ids(ptr, dtype=np.int64, start: int = 0) -> np.ndarray:
     """The segment of each item of a pointer array (CSR ``indptr``: the row of each stored entry; a window or tile
-    pointer: the window of each block), ``[ptr[-1] - ptr[0]]`` in ``dtype``."""
+    pointer: the window of each block), ``[ptr[-1] - ptr[0]]`` in ``dtype``. Segments are numbered from ``start``:
+    for a slice ``ptr[r0:r1 + 1]`` of a longer pointer array, ``start=r0`` gives the ids in the whole array
+    (``np.repeat(np.arange(r0, r1, dtype=dtype), np.diff(ptr[r0:r1 + 1]))``)."""
     ptr = np.asarray(ptr)
-    return np.repeat(np.arange(ptr.shape[0] - 1, dtype=dtype), np.diff(ptr.astype(np.int64)))
+    n = ptr.shape[0] - 1
+    return np.repeat(np.arange(start, start + n, dtype=dtype), np.diff(ptr.astype(np.int64)))
 
 
 def cut_ranges(ptr, max_len: int, what: str, length_name: str = "max_len") -> tuple[np.ndarray, ...]:

@@ -20,7 +20,7 @@ def with_self_loops(A, fill: float = 1.0) -> sp.csr_array:
     A = _square(A)
     n = A.shape[0]
     dtype = A.dtype if A.dtype.kind == "f" else np.dtype(np.float32)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(A.indptr))
+    rows = segment_ids(A.indptr)
     has_loop = np.zeros(n, dtype=bool)
     has_loop[rows[rows == A.indices]] = True
     missing = np.flatnonzero(~has_loop)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kernels.formats.blocks import WINDOW, canonical_csr, window_chunks
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 
 DEFAULT_CHUNK_NNZ = 1 << 22  # nonzeros per conversion chunk: ~0.4 GB of temporaries
 
@@ -105,7 +105,7 @@ def condense_windows(A, *, width: int, chunk_nnz: int = DEFAULT_CHUNK_NNZ, who: 
         p0, p1 = int(wptr[w0]), int(wptr[w1])
         if p0 == p1:
             continue
-        local_rows = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(indptr[r0:r1 + 1]))
+        local_rows = segment_ids(indptr[r0:r1 + 1])
         tpw, npt, slot_cols, order, lid = _convert_chunk(
             local_rows, indices[p0:p1].astype(np.int64, copy=False), n_cols, w1 - w0, width)
         tiles_per_window[w0:w1] = tpw
@@ -137,7 +137,7 @@ def split_slots(T: WindowTiles, keep_col: np.ndarray, *, sort: bool = False) -> 
     keep_slot = flat >= 0
     keep_slot[keep_slot] = keep_col[flat[keep_slot]]
     kept = np.flatnonzero(keep_slot)
-    tile_window = np.repeat(np.arange(n_windows, dtype=index_dtype(n_windows)), np.diff(T.window_ptr))
+    tile_window = segment_ids(T.window_ptr, index_dtype(n_windows))
     slot_window = np.repeat(tile_window.astype(np.int64), W)[kept]
     if sort:  # window-major still (kept is), columns ascending within a window
         by = np.lexsort((flat[kept], slot_window))
@@ -153,7 +153,7 @@ def split_slots(T: WindowTiles, keep_col: np.ndarray, *, sort: bool = False) -> 
     slot_tile[kept] = new_tile
     slot_c = np.zeros(nt * W, dtype=np.int64)
     slot_c[kept] = rank % W
-    nz_slot = np.repeat(np.arange(nt, dtype=np.int64), np.diff(T.tile_ptr)) * W + T.local_id % W
+    nz_slot = segment_ids(T.tile_ptr) * W + T.local_id % W
     nz_keep = keep_slot[nz_slot]
     nz_slot = nz_slot[nz_keep]
     tiles = slot_tile[nz_slot]

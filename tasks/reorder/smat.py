@@ -118,7 +118,7 @@ def sylos_labini_order(A, *, tau: float = 0.7, width: int = 16) -> np.ndarray:
     counts = np.bincount(pidx, minlength=n_bcols)
     tptr = np.zeros(n_bcols + 1, dtype=np.int64)
     np.cumsum(counts, out=tptr[1:])
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(pptr))
+    rows = segment_ids(pptr)
     tidx = rows[np.argsort(pidx, kind="stable")]  # each block's rows in increasing order
     return _cluster(pptr, pidx, tptr, tidx, n, n_bcols, float(tau))
 
@@ -128,7 +128,7 @@ def bcsr_score(A, width: int = 16) -> dict:
     A = sp.csr_array(A)
     n = int(A.shape[0])
     pptr, pidx = block_patterns(A, width)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(pptr))
+    rows = segment_ids(pptr)
     key = np.sort((rows // BLOCK_ROWS) * max(-(-int(A.shape[1]) // width), 1) + pidx)
     first = np.ones(key.size, dtype=bool)
     first[1:] = key[1:] != key[:-1]

@@ -21,3 +21,16 @@ def test_segment_ids_is_the_row_of_each_stored_entry_with_empty_rows():
 def test_index_dtype_widens_only_past_int32():
     assert index_dtype(INT32_MAX) is np.int32 and index_dtype(INT32_MAX + 1, 3) is np.int64
     assert index_dtype() is np.int32
+
+
+def test_segment_ids_of_a_slice_are_numbered_from_start():
+    #   row:    0  1  2  3  4  5
+    #   indptr: 0  2  2  5  6  6  9   (rows 1 and 4 empty)
+    indptr = np.array([0, 2, 2, 5, 6, 6, 9])
+    whole = segment_ids(indptr)
+    for r0, r1 in ((0, 6), (1, 4), (2, 3), (4, 5), (3, 3)):
+        part = segment_ids(indptr[r0:r1 + 1], start=r0)
+        assert np.array_equal(part, whole[indptr[r0]:indptr[r1]])  # the slice's items keep their row
+        assert np.array_equal(part, np.repeat(np.arange(r0, r1), np.diff(indptr[r0:r1 + 1])))
+    assert segment_ids(indptr[2:5], np.int32, start=2).dtype == np.int32
+    assert np.array_equal(segment_ids(indptr[2:5], np.int32, start=2), [2, 2, 2, 3])

@@ -168,7 +168,7 @@ def csr_to_bcsr(A, *, width: int = 16, to_storage=None, chunk_nnz: int = DEFAULT
         i1 = max(i0 + 1, min(nbr, int(np.searchsorted(brow_ptr, brow_ptr[i0] + chunk_nnz, side="right")) - 1))
         lo, hi = int(brow_ptr[i0]), int(brow_ptr[i1])
         r0, r1 = i0 * BLOCK_ROWS, min(i1 * BLOCK_ROWS, n_rows)
-        rows = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(indptr64[r0:r1 + 1]))
+        rows = segment_ids(indptr64[r0:r1 + 1], start=r0)
         cols = A.indices[lo:hi].astype(np.int64)
         brow, bcol = rows // BLOCK_ROWS - i0, cols // width
         if (i1 - i0) * nbc < 2**62:  # one int64 key sorts faster than two; lexsort where it would overflow

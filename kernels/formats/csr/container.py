@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from kernels.formats.blocks import WINDOW, canonical_csr, check_pieces, stack_offsets
 from kernels.precision import from_bf16_bits
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class CSR:
 
     def rows(self) -> np.ndarray:
         """The row of each stored row, int64 [n_stored]."""
-        window = np.repeat(np.arange(self.n_windows, dtype=np.int64), np.diff(self.window_ptr))
+        window = segment_ids(self.window_ptr)
         return WINDOW * window + self.row_in_window.astype(np.int64)
 
     def validate(self, full: bool = False) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.formats.cvse.container import values_float64
-from storage.indexing import INT32_MAX
+from storage.indexing import INT32_MAX, segment_ids
 
 TILE_BK = 256  # K rows of B per chunk: CvseConfig.tile_bk's default (CVSE_TILE_BK in kernels/formats/cvse/cvse_spmm.cu)
 SLOTS = 16  # vector slots per group: the m16n8k16's k
@@ -89,7 +89,7 @@ def _segments(vec_ptr, indices, bk: int):
     Mv = vec_ptr.shape[0] - 1
     col = np.asarray(indices, dtype=np.int64)
     t = col // bk
-    return Mv, col, t, t * Mv + np.repeat(np.arange(Mv, dtype=np.int64), np.diff(vec_ptr))
+    return Mv, col, t, t * Mv + segment_ids(vec_ptr)
 
 
 def _chunk_order(Mv: int, col, t, seg, K: int, bk: int) -> np.ndarray:
@@ -207,7 +207,7 @@ def tiles_spmm(group_ptr, tiles, rows, V: int, shape, B, bk: int = TILE_BK, *, b
     n_groups = int(P[-1])
     if n_groups == 0:
         return C[:n_rows]
-    seg = np.repeat(np.arange(P.shape[0] - 1, dtype=np.int64), np.diff(P))  # segment of each group
+    seg = segment_ids(P)  # segment of each group
     t, i = seg // Mv, seg % Mv
     t16 = tiles[:n_groups].view(np.uint16)
     raw = t16 if bf16 else t16.view(np.float16)

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from kernels.formats.blocks import WINDOW, check_pieces, stack_offsets
 from kernels.formats.condense import DEFAULT_CHUNK_NNZ, condense_windows
-from storage.indexing import index_dtype
+from storage.indexing import index_dtype, segment_ids
 
 WIDTH = 8  # condensed columns per TC block for TF32 (the k8 of mma.m16n8k8)
 WIDTHS = (8, 16)  # block widths: k8 (TF32, m16n8k8) and k16 (FP16/BF16, m16n8k16)
@@ -89,8 +89,7 @@ class METCF:
 
     def block_window(self) -> np.ndarray:
         """Window id of each block, [n_blocks] (the inverse of row_window_offset)."""
-        return np.repeat(np.arange(self.n_windows, dtype=index_dtype(self.n_windows)),
-                         np.diff(self.row_window_offset))
+        return segment_ids(self.row_window_offset, index_dtype(self.n_windows))
 
     def validate(self, full: bool = False) -> None:
         """Raise ValueError naming the broken invariant, observed vs expected. O(1) unless ``full`` (O(nnz))."""
@@ -136,7 +135,7 @@ class METCF:
             i = int(np.argmax(lid))
             raise ValueError(f"tc_local_id[{i}] = {int(lid[i])}, expected < {WINDOW * width} (r * {width} + c)")
         bw = self.block_window()
-        nz_block = np.repeat(np.arange(nb), per_block)
+        nz_block = segment_ids(tco)
         rows = WINDOW * bw[nz_block].astype(np.int64) + (lid >> shift)
         if nnz and int(rows.max()) >= n_rows:
             i = int(np.argmax(rows))
@@ -215,8 +214,8 @@ def expand(M: METCF, w0: int = 0, w1: int | None = None):
     w1 = M.n_windows if w1 is None else w1
     b0, b1 = int(M.row_window_offset[w0]), int(M.row_window_offset[w1])
     p0, p1 = int(M.tc_offset[b0]), int(M.tc_offset[b1])
-    blocks = np.repeat(np.arange(b0, b1, dtype=np.int64), np.diff(M.tc_offset[b0:b1 + 1]))
-    windows = np.repeat(np.arange(w0, w1, dtype=np.int64), np.diff(M.row_window_offset[w0:w1 + 1]))
+    blocks = segment_ids(M.tc_offset[b0:b1 + 1], start=b0)
+    windows = segment_ids(M.row_window_offset[w0:w1 + 1], start=w0)
     lid = M.tc_local_id[p0:p1]
     width = M.width
     rows = WINDOW * windows[blocks - b0] + lid // width

@@ -109,7 +109,7 @@ class TiledCSR:
     def expand(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The inverse map as triplets (rows int64, cols int64, tile of each nonzero int64) in storage order."""
         nt = self.n_tiles
-        tile = np.repeat(np.arange(nt, dtype=np.int64), np.diff(self.tile_ptr.astype(np.int64)))
+        tile = segment_ids(self.tile_ptr)
         per_row = np.diff(self.tile_indptr.astype(np.int64), axis=1).reshape(-1)
         r = np.repeat(np.tile(np.arange(HEIGHT, dtype=np.int64), nt), per_row)
         rows = HEIGHT * self.group_of_tile()[tile] + r
@@ -203,7 +203,7 @@ def tiledcsr_from_tiles(T: WindowTiles) -> TiledCSR:
     becomes row r's local pointers and the compressed column c; values as they are."""
     nt, width = int(T.tile_ptr.shape[0]) - 1, int(T.slot_cols.shape[1])
     lid = T.local_id.astype(np.int64)
-    tile = np.repeat(np.arange(nt, dtype=np.int64), np.diff(T.tile_ptr.astype(np.int64)))
+    tile = segment_ids(T.tile_ptr)
     counts = np.bincount(tile * HEIGHT + lid // width, minlength=nt * HEIGHT).reshape(nt, HEIGHT)
     tile_indptr = np.zeros((nt, HEIGHT + 1), dtype=indptr_dtype(width))
     np.cumsum(counts, axis=1, out=tile_indptr[:, 1:])

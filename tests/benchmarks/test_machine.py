@@ -1,0 +1,48 @@
+"""benchmarks/machine.py without a GPU: gpu_meta's record from a stand-in CuPy carries every key the benchmark scripts
+wrote by hand before they took it from here (bcsr, bindings, convert, cvse, formats, precision, spmm, svc_slack), and
+its slug is the file-name slug they computed."""
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture(scope="module")
+def machine(load_script):
+    return load_script(REPO / "benchmarks" / "machine.py")
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """A CuPy whose runtime answers like a CUDA 12.8 runtime on device 0 (name as bytes, as CuPy returns it)."""
+    importlib.import_module("kernels.formats.metcf.selector")  # gpu_meta's slug, imported before the stand-in
+
+    runtime = types.SimpleNamespace(getDeviceProperties=lambda i: {"name": NAME.encode(), "multiProcessorCount": 132},
+                                    runtimeGetVersion=lambda: 12080, driverGetVersion=lambda: 12090)
+    cupy = types.ModuleType("cupy")
+    cupy.__version__ = "13.9.9"
+    cupy.cuda = types.SimpleNamespace(runtime=runtime, Device=lambda: types.SimpleNamespace(id=0))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return cupy
+
+
+def test_gpu_meta_has_the_keys_the_scripts_wrote(machine, fake_cupy, monkeypatch):
+    monkeypatch.setattr(machine, "gpu_clocks", lambda: {"clocks.max.sm": "1980 MHz"})
+    meta = machine.gpu_meta()
+    assert meta == {"device": NAME, "slug": "nvidia-h100-80gb-hbm3", "sm_count": 132, "cpu_model": machine.cpu_model(),
+                    "gpu_clocks": {"clocks.max.sm": "1980 MHz"}, "python": platform.python_version(),
+                    "numpy": np.__version__, "scipy": scipy.__version__, "cupy": "13.9.9", "cuda_runtime": 12080,
+                    "driver": 12090}
+    assert meta["python"] == sys.version.split()[0]  # what formats.py and host_overhead.py wrote
+    # bcsr.py, bindings.py, cvse.py and svc_slack.py named their files with this slug of their own
+    assert meta["slug"] == "".join(c if c.isalnum() else "-" for c in NAME.lower()).strip("-")
