@@ -91,6 +91,37 @@ def pooled(runs) -> SimpleNamespace:
     return SimpleNamespace(path=runs[0].path, meta=meta, rows=rows, date=runs[0].date)
 
 
+NEWEST_PER_KEY = {  # families whose runs each cover part of a table: every run pooled, the newest row per key kept
+    "plan-time": ("matrix", "dtype", "N", "plan"),
+    "multi_gpu_weak": ("kind", "order", "P"),
+    "multi_gpu": ("kind", "order", "nnz", "P"),
+}
+
+
+def gpu_model(run) -> str:
+    """The GPU model a run ran on (one name per GPU in multi-GPU files, ``device`` in single-GPU ones)."""
+    m = run.meta
+    return ",".join(sorted(set(m.get("gpus") or []))) or str(m.get("device") or "?")
+
+
+def newest_per_key(runs, key: tuple) -> SimpleNamespace:
+    """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, rows in
+    their run's order, oldest run first; meta of the newest run, with the commands and files of the runs that kept
+    a row. Runs on other GPUs are left out (listed as older files)."""
+    seen, kept = set(), []
+    for r in (r for r in runs if gpu_model(r) == gpu_model(runs[0])):
+        rows = [row for row in r.rows if tuple(row.get(k) for k in key) not in seen]
+        seen |= {tuple(row.get(k) for k in key) for row in rows}
+        if rows:
+            kept.append((r, rows))
+    kept.reverse()
+    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r, _ in kept),
+            "skipped": [s for r, _ in kept for s in r.meta.get("skipped") or []],
+            "files": [r.path.name for r, _ in kept]}
+    rows = [{**row, "_gpus": r.meta.get("gpus") or [], "_file": r.path.name} for r, rs in kept for row in rs]
+    return SimpleNamespace(path=runs[0].path, meta=meta, rows=rows, date=runs[0].date)
+
+
 def gpus_text(names) -> str:
     """``["NVIDIA H200", "NVIDIA H200"]`` -> ``"2 x NVIDIA H200"``."""
     counts = collections.Counter(names or [])
@@ -107,7 +138,9 @@ def pick(results: Path, family: str):
     elif family == "host-overhead" and runs:  # --reorder auto runs of the newest day (--matrices parts pooled)
         auto = [r for r in runs if r.meta.get("reorder") == "auto"]
         chosen = [pooled(auto)] if auto else runs[:1]
-    elif family in ("multi_gpu", "spmm", "precision", "gnn", "bcsr", "sddmm") and runs:
+    elif family in NEWEST_PER_KEY and runs:
+        chosen = [newest_per_key(runs, NEWEST_PER_KEY[family])]
+    elif family in ("spmm", "precision", "gnn", "bcsr", "sddmm") and runs:
         chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:
         chosen = runs[:1]
@@ -631,6 +664,12 @@ def mgpu_targets(run) -> list[tuple]:
     return out + [(*MGPU_TARGETS[5], meas or "–", status(min(x for *_, x in shrink) > 1 if shrink else None))]
 
 
+def via(r: dict) -> str:
+    """The resident exchange of a multi_gpu row, "+ce" where its row overlap copied the halo on the copy engines."""
+    t = r.get("transport", "–")
+    return f"{t}+ce" if r.get("rowoverlap_halo_copy") == "ce" and r.get(f"{ROW}_loop_ms") else t
+
+
 def multi_gpu_section(runs, v0, older) -> list[str]:
     if not runs:
         return absent("multi_gpu", "Multi-GPU strong scaling", MGPU_TARGETS)
@@ -654,16 +693,20 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
                      f(r.get("resident_batched_overlap_loop_eff"), 3), f(r.get(f"{ROW}_loop_ms")),
                      f(r.get(f"{ROW}_loop_eff"), 3), f(r.get(f"{ROW}_boundary_ms")), f(r.get(f"{ROW}_exposed_ms")),
                      "–" if not per_gpu else "/".join(f"{x:.2f}" for x in per_gpu), f(r.get(f"{b}_exchange_ms")),
-                     f(r.get(f"{b}_exposed_ms")), f(r.get(f"{b}_gap_ms"), 3), r.get("transport", "–"),
+                     f(r.get(f"{b}_exposed_ms")), f(r.get(f"{b}_gap_ms"), 3), via(r),
                      f"{max(r.get('halo_recv_bytes') or [0]) / 2**20:.1f}", f"{err:.1e}",
-                     ",".join(sorted(set(r.get("kernels") or []))) or "–", gpus_text(r.get("_gpus")) or "–"))
+                     ",".join(sorted(set(r.get("kernels") or []))) or "–", gpus_text(r.get("_gpus")) or "–",
+                     f"`{r['_file']}`" if r.get("_file") else "–"))
     out = ["## Multi-GPU strong scaling", ""] + env(run)
     out += table(("kind", "order", "nnz", "P", "kernel ms", "kernel eff", "one-shot e2e ms", "e2e / 1 GPU",
                   "iter ms (per call)", "iter eff", "batch wall ms", "batch eff", "overlap batch eff", "loop ms",
                   "loop eff", "overlap loop ms",
                   "overlap loop eff", "row-overlap loop ms", "row-overlap loop eff", "row-overlap boundary ms",
                   "row-overlap exposed ms", "kernel ms per GPU", "exchange ms", "exposed ms", "gap ms", "via",
-                  "halo MB/GPU", "max rel err", "kernel per shard", "GPUs"), rows)
+                  "halo MB/GPU", "max rel err", "kernel per shard", "GPUs", "file"), rows)
+    out += ["Each (kind, order, nnz, P) row comes from the newest file that has it (column \"file\"); \"via\": the "
+            "resident exchange (NCCL or Dask actor calls), \"+ce\" where the row overlap's halo went over the copy "
+            "engines (the default since 2026-11-28; NCCL's kernels before).", ""]
     if any(r.get("kernel_from") == "resident" for r in with_resident_kernel(run.rows)):
         out += ["\"(res.)\": no one-shot run; the kernel time is the resident iterations' median slowest-shard kernel "
                 "(CUDA events; batched where measured), its efficiency against the P = 1 row of the same matrix, "

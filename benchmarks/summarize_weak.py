@@ -9,7 +9,7 @@ from __future__ import annotations
 def weak_rows(rows: list) -> list[tuple]:
     """(kind, order, P, nnz, loop ms, weak efficiency T_1 / T_P, overlapped loop ms, its weak efficiency,
     row-overlapped loop ms, its weak efficiency, its boundary kernel ms, its exposed ms, kernel ms, exchange ms,
-    exposed ms, halo MB per GPU, imbalance, rel err) per row with a batched loop, ordered by kind, order, P;
+    exposed ms, halo MB per GPU, imbalance, rel err, the row overlap's halo copy, the row's file) per row with a batched loop, ordered by kind, order, P;
     efficiencies against the P = 1 row of the same kind and order (None without one; the overlaps against the plain
     1-GPU loop, which has no exchange to hide)."""
     ok = [r for r in rows if r.get("resident_batched_loop_ms") and "error" not in r]
@@ -28,7 +28,8 @@ def weak_rows(rows: list) -> list[tuple]:
                     r.get(f"{row}_loop_ms"), eff(r, f"{row}_loop_ms", "resident_batched_loop_ms"),
                     r.get(f"{row}_boundary_ms"), r.get(f"{row}_exposed_ms"), r.get("resident_batched_kernel_ms"),
                     r.get("resident_batched_exchange_ms"), r.get("resident_batched_exposed_ms"), halo,
-                    r.get("resident_batched_imbalance"), max(errs) if errs else None))
+                    r.get("resident_batched_imbalance"), max(errs) if errs else None,
+                    r.get("rowoverlap_halo_copy"), r.get("_file")))
     return out
 
 
@@ -54,13 +55,17 @@ def weak_section(runs, v0, older, *, h) -> list[str]:
             "loop, with its boundary kernel ms and the exchange it left exposed; kernel / exchange / exposed ms are "
             "the plain loop's.", ""]
     rows = [(k, o, P, h.mnnz(nnz), h.f(ms), h.f(eff, 3), h.f(oms), h.f(oeff, 3), h.f(rms), h.f(reff, 3), h.f(rb),
-             h.f(rx), h.f(ker), h.f(x), h.f(e), h.f(halo, 0), h.f(imb), f"{err:.1e}" if err is not None else "–")
-            for k, o, P, nnz, ms, eff, oms, oeff, rms, reff, rb, rx, ker, x, e, halo, imb, err
+             h.f(rx), h.f(ker), h.f(x), h.f(e), h.f(halo, 0), h.f(imb), f"{err:.1e}" if err is not None else "–",
+             (copy or "nccl") if rms is not None else "–", f"`{name}`" if name else "–")
+            for k, o, P, nnz, ms, eff, oms, oeff, rms, reff, rb, rx, ker, x, e, halo, imb, err, copy, name
             in weak_rows(run.rows)]
+    out += ["Each (kind, order, GPUs) row comes from the newest file that has it (column \"file\"; the halo copy "
+            "of the row overlap: \"ce\" = the copy engines, the default since 2026-11-28, \"nccl\" = NCCL's "
+            "kernels).", ""]
     out += h.table(("kind", "order", "GPUs", "nnz", "loop ms", "weak eff", "overlap loop ms", "overlap weak eff",
                     "row-overlap loop ms", "row-overlap weak eff", "row-overlap boundary ms",
                     "row-overlap exposed ms", "kernel ms", "exchange ms", "exposed ms", "halo MB/GPU", "imbalance",
-                    "max rel err"), rows)
+                    "max rel err", "row-overlap halo copy", "file"), rows)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     return out + variant_lines(v0, h) + h.older_note(older) + [h.reproduce("multi_gpu_weak", run), ""]
 
@@ -89,8 +94,9 @@ def variant_lines(v0, h) -> list[str]:
         return []
     return ["Halo-exchange settings compared (`-vN` files, not in the table above; same loop and breakdown; "
             "\"transport\": NCCL or Dask actor calls over the comm protocol; `TCSPMM_HALO_COPY=ce`: the row "
-            "overlap's halo on the copy engines, tasks/distribute/ce_exchange.py, opt-in until it has run on 4 GPUs; "
-            "the row-overlap exchange ms there are the shard's outgoing peer copies):", "",
+            "overlap's halo on the copy engines, tasks/distribute/ce_exchange.py, the default since "
+            "2026-11-28 (these files set it while it was opt-in); the row-overlap exchange ms there are the "
+            "shard's outgoing peer copies):", "",
             *h.table(("file", "transport", "Dask protocol", "environment", "GPUs", "nnz", "loop ms", "exchange ms",
                       "exposed ms", "row-overlap loop ms", "row-overlap exposed ms"), rows),
             *(["Set in every one of these runs: " + " ".join(f"{k}={v}" for k, v in sorted(common)), ""]

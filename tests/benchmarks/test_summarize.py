@@ -287,7 +287,8 @@ def test_multi_gpu_resident_only_files_from_two_machines(summarize, results, tmp
     assert "GPUs: 2 x Test GPU; 4 x Test GPU (per row" in body
     line = next(ln for ln in body.splitlines() if ln.startswith("| sbm | community | 100.00M | 2 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[4:6] == ["6.00 (res.)", "1.000"] and cells[-1] == "2 x Test GPU"
+    assert cells[4:6] == ["6.00 (res.)", "1.000"] and cells[-2:] == ["2 x Test GPU",
+                                                                      "`multi_gpu-Test_GPU-x2-2026-01-02-b.json`"]
 
 
 def weak_row(order, P, loop_ms, overlap_ms, exchange_ms, halo):
@@ -475,7 +476,49 @@ def test_weak_section_lists_the_settings_tried_with_their_environment(summarize,
     rows = [ln.split(" | ") for ln in body.splitlines() if ln.startswith("| sbm")]
     assert [(r[2], r[4], r[5], r[8], r[9]) for r in rows] == [("1", "3.00", "1.000", "–", "–"),
                                                                ("2", "4.00", "0.750", "3.75", "0.800")]
+    assert all(r[-2:] == ["nccl" if r[8] != "–" else "–", "`multi_gpu_weak-Test_GPU-2026-01-02.json` |"]
+               for r in rows)
     tried = [ln for ln in body.splitlines() if ln.startswith("| `multi_gpu_weak")]
     assert len(tried) == 2
     assert "| nccl | tcp | NCCL_P2P_USE_CUDA_MEMCPY=1 | 2 | 50.00M | 7.00 |" in tried[0]
     assert "| dask | ucx | defaults | 2 | 50.00M | 6.00 |" in tried[1]
+
+
+def test_weak_and_plan_time_tables_keep_the_newest_row_per_case(summarize, results, tmp_path):
+    """multi_gpu_weak and plan-time pool their files: each case (kind, order, GPUs / matrix, dtype, N, plan) from
+    the newest file that has it, the file named per weak row; superseded files' rows are not shown."""
+    def weak_row(P, loop, **kw):
+        return {"kind": "sbm", "order": "community", "nnz": 25_000_000 * P, "P": P, "transport": "nccl",
+                "resident_batched_loop_ms": loop, **kw}
+
+    base = {"benchmark": "multi_gpu", "command": "benchmarks/multi_gpu.py --weak 25e6", "gpus": ["Test GPU"] * 4,
+            "args": {"weak": 25e6, "n_cols": 256}}
+    write(results, "multi_gpu_weak-Test_GPU-2026-01-02.json",
+          {**base, "date": "2026-01-02T00:00:00", "rows": [weak_row(1, 3.5), weak_row(2, 5.0), weak_row(4, 6.0)]})
+    write(results, "multi_gpu_weak-Test_GPU-2026-01-03-ce.json",
+          {**base, "date": "2026-01-03T00:00:00",
+           "rows": [weak_row(1, 3.0), weak_row(2, 4.0, resident_batched_rowoverlap_loop_ms=3.5,
+                                                rowoverlap_halo_copy="ce")]})
+    plan = {"benchmark": "plan_time", "command": "benchmarks/plan_time.py", "gpus": ["Test GPU"]}
+
+    def plan_row(matrix, plan_s):
+        return {"matrix": matrix, "nnz": 10**6, "dtype": "float32", "N": 128, "plan": "auto", "reorder_s": 2.0,
+                "plan_s": plan_s, "build_s": plan_s, "decide_s": 0.0, "kernel_ms": 1.0, "format": "csr"}
+
+    write(results, "plan-time-test-2026-01-02.json",
+          {"meta": {**plan, "date": "2026-01-02T00:00:00"}, "rows": [plan_row("a-1M", 9.0), plan_row("b-1M", 0.5)]})
+    write(results, "plan-time-test-2026-01-03.json",
+          {"meta": {**plan, "date": "2026-01-03T00:00:00"}, "rows": [plan_row("a-1M", 0.25)]})
+    out = tmp_path / "bench.md"
+    assert summarize.main(["--results", str(results), "--out", str(out)]) == 0
+    doc = out.read_text()
+    body = doc.split("## Multi-GPU weak", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split(" | ") for ln in body.splitlines() if ln.startswith("| sbm")]
+    assert [(r[2], r[4], r[5], r[8], r[9], r[-2], r[-1]) for r in rows] == [
+        ("1", "3.00", "1.000", "–", "–", "–", "`multi_gpu_weak-Test_GPU-2026-01-03-ce.json` |"),
+        ("2", "4.00", "0.750", "3.50", "0.857", "ce", "`multi_gpu_weak-Test_GPU-2026-01-03-ce.json` |"),
+        ("4", "6.00", "0.500", "–", "–", "–", "`multi_gpu_weak-Test_GPU-2026-01-02.json` |")]
+    plan_body = doc.split("## Plan time", 1)[1].split("\n## ", 1)[0]
+    cells = {ln.split(" | ")[0][2:]: ln for ln in plan_body.splitlines() if ln.startswith(("| a-1M", "| b-1M"))}
+    assert sorted(cells) == ["a-1M", "b-1M"] and "9.00" not in plan_body
+    assert "0.25 (1.000)" in cells["a-1M"] and "0.50 (1.000)" in cells["b-1M"]
