@@ -370,7 +370,8 @@ def breakdown(hist: list, key: str) -> dict:
     """Why a batch's iteration takes what it takes, medians over its iterations: per-shard kernel ms and the
     imbalance (slowest / mean), exchange ms (pack + NCCL or the host pull), exposed exchange (what the kernels
     waited for the halo), advance (C -> B), the GPU's idle time between iterations (launch gaps), halo MB received
-    per shard."""
+    per shard; with the row overlap the boundary kernel, and on the copy engines the pack beside the interior
+    kernel (``_pack_ms``)."""
     shards = [h["shards"] for h in hist]
     per_shard = np.median([[s["kernel_ms"] for s in sh] for sh in shards], axis=0)
     med = lambda k: float(np.median([max(s.get(k) or 0.0 for s in sh) for sh in shards]))  # noqa: E731
@@ -380,7 +381,8 @@ def breakdown(hist: list, key: str) -> dict:
             f"{key}_exposed_ms": med("exposed_ms"), f"{key}_advance_ms": med("advance_ms"),
             f"{key}_gap_ms": float(hist[-1].get("batch_gap_ms") or 0.0) / len(hist),
             f"{key}_halo_mb": [s["halo_bytes_recv"] / 2**20 for s in shards[-1]],
-            **({f"{key}_boundary_ms": med("boundary_ms")} if any("boundary_ms" in s for s in shards[-1]) else {})}
+            **({f"{key}_boundary_ms": med("boundary_ms")} if any("boundary_ms" in s for s in shards[-1]) else {}),
+            **({f"{key}_pack_ms": med("pack_ms")} if any("pack_ms" in s for s in shards[-1]) else {})}
 
 
 def bench_rowoverlap(ds, row, RB1, P, C1, check, args, log) -> None:

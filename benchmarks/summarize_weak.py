@@ -9,9 +9,9 @@ from __future__ import annotations
 def weak_rows(rows: list) -> list[tuple]:
     """(kind, order, P, nnz, loop ms, weak efficiency T_1 / T_P, overlapped loop ms, its weak efficiency,
     row-overlapped loop ms, its weak efficiency, its boundary kernel ms, its exposed ms, kernel ms, exchange ms,
-    exposed ms, halo MB per GPU, imbalance, rel err, the row overlap's halo copy, the row's file) per row with a batched loop, ordered by kind, order, P;
-    efficiencies against the P = 1 row of the same kind and order (None without one; the overlaps against the plain
-    1-GPU loop, which has no exchange to hide)."""
+    exposed ms, halo MB per GPU, imbalance, rel err, the row overlap's halo copy, the row's file) per row with a
+    batched loop, ordered by kind, order, P; efficiencies against the P = 1 row of the same kind and order (None
+    without one; the overlaps against the plain 1-GPU loop, which has no exchange to hide)."""
     ok = [r for r in rows if r.get("resident_batched_loop_ms") and "error" not in r]
     base = {(r["kind"], r["order"]): r for r in ok if r["P"] == 1}
 

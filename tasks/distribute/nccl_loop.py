@@ -36,6 +36,14 @@ kernel, no accumulate pass. Why it is race-free without a sync:
 - C: iteration i + 1's boundary kernel overwrites C[:nb] after iteration i's stores read it (same stream); the
   send buffers are rewritten by the next pack on s_comm after the previous grouped send completed (same stream).
 
+With the copy engines (the default halo copy; `tasks.distribute.ce_exchange`) there is no NCCL kernel: the
+prologue packs on s_comp, every later pack runs on a third stream at the device's highest priority (s_pack: wait
+e_bnd | pack Y's boundary rows), beside the interior kernel, and the peer copies on s_comm wait for it. Each
+iteration's first s_comp step waits for the latest pack, so iteration i + 2's stores into Y (or the next batch's
+advance) come after the pack of iteration i read it; for a shard that receives nothing this wait is the only order
+between them (tests/tasks/distribute/test_ce_exchange.py models both). The send buffers are rewritten by a pack
+only after the previous copies left them (the pack waits for them).
+
 `IterationEvents` keeps the CUDA events of each iteration; they are read once, after the batch's one
 ``synchronize``, into per-iteration milliseconds: ``advance_ms``, ``exchange_ms`` (s_comm: pack + NCCL, which
 includes waiting for a late peer), ``kernel_ms`` (the kernels' own time), ``exposed_ms`` (how long s_comp waited for
@@ -43,7 +51,8 @@ the halo rows: exchange not hidden by the own-column kernel), ``iteration_ms`` (
 iteration) and, per batch, ``gap_ms`` (GPU time between iterations: host launch latency that the GPU waited for).
 "rows" (`RowEvents`): ``exchange_ms`` is the exchange that brought the iteration's halo (issued in the previous
 iteration, or the prologue), ``exposed_ms`` how long s_comp waited for it, ``kernel_ms`` both kernels,
-``boundary_ms`` the boundary rows' kernel alone, ``advance_ms`` the C -> next-B stores (and the prologue's advance).
+``boundary_ms`` the boundary rows' kernel alone, ``advance_ms`` the C -> next-B stores (and the prologue's advance),
+``pack_ms`` (copy engines) the pack on s_pack, off the iteration's path when the interior kernel outlasts it.
 Runs inside Dask workers; imports neither Prefect nor Dask.
 """
 from __future__ import annotations
@@ -81,14 +90,17 @@ class IterationEvents:
 
 class RowEvents:
     """The CUDA events of one "rows" iteration (module docstring); ``x_start``/``x`` time the exchange that brings
-    its halo, recorded on s_comm by the previous iteration (or the first's prologue)."""
+    its halo, recorded on s_comm by the previous iteration (or the first's prologue); ``pk0``/``pk1`` the
+    copy-engine exchange's pack on its own stream (``packed`` once recorded)."""
 
-    __slots__ = ("start", "adv", "x_start", "x", "wait", "go", "bnd", "bnd_adv", "int", "end")
+    __slots__ = ("start", "adv", "x_start", "x", "wait", "go", "bnd", "bnd_adv", "int", "end", "pk0", "pk1",
+                 "packed")
 
     def __init__(self):
         import cupy
-        for name in self.__slots__:
+        for name in self.__slots__[:-1]:
             setattr(self, name, cupy.cuda.Event())
+        self.packed = False
 
     def times(self) -> dict:
         from cupy.cuda import get_elapsed_time as ms
@@ -96,7 +108,8 @@ class RowEvents:
         return {"advance_ms": ms(self.start, self.adv) + ms(self.bnd, self.bnd_adv) + ms(self.int, self.end),
                 "exchange_ms": ms(self.x_start, self.x), "kernel_ms": boundary + ms(self.bnd_adv, self.int),
                 "boundary_ms": boundary, "exposed_ms": ms(self.wait, self.go),
-                "iteration_ms": ms(self.start, self.end)}
+                "iteration_ms": ms(self.start, self.end),
+                **({"pack_ms": ms(self.pk0, self.pk1)} if self.packed else {})}
 
 
 class DeviceLoop:
@@ -115,6 +128,8 @@ class DeviceLoop:
         self.send_bufs: dict = {}
         self.C = None
         self._last_send = None  # the event after the latest copy-engine sends (`_pack` waits for it)
+        self.s_pack = None  # the copy-engine exchange's pack after the boundary kernel (`_pack_stream`)
+        self._packed = None  # the event after the latest pack on s_pack (every later s_comp step waits for it)
 
     def _buffers(self):
         import cupy
@@ -181,7 +196,10 @@ class DeviceLoop:
         C = self._buffers()
         ev, last = evs[i], i + 1 == len(evs)
         store_next = not last and advance_rest
-        ce = sh.ce  # copy engines instead of NCCL (tasks.distribute.ce_exchange): pack on s_comp, copy on s_comm
+        ce = sh.ce  # copy engines instead of NCCL (tasks.distribute.ce_exchange): pack on s_pack, copy on s_comm
+        if self._packed is not None:  # the last pack read a buffer this iteration's stores may write (iteration
+            self.s_comp.wait_event(self._packed)  # i + 2, or the next batch's advance): done long before, as a rule
+            self._packed = None
         ev.start.record(self.s_comp)
         if i == 0:
             with self.s_comp:
@@ -190,7 +208,7 @@ class DeviceLoop:
                 if not last and not advance_rest:  # the next iterations multiply this same B
                     sh.own_rows(sh.alt_B())[...] = sh.own_rows()
                 if ce is not None:
-                    self._pack(sh.B_ext)
+                    self._pack(sh.B_ext, self.s_comp)
             ev.adv.record(self.s_comp)
             if ce is not None:
                 self._send_ce(ev.adv, ev, next_buffer=False)
@@ -210,12 +228,16 @@ class DeviceLoop:
             ev.bnd.record(self.s_comp)
             if store_next:
                 split.store(sh.own_rows(sh.alt_B()), C, "boundary")
-            if ce is not None and not last:
-                self._pack(sh.alt_B())
             ev.bnd_adv.record(self.s_comp)
         if not last:
-            if ce is not None:
-                self._send_ce(ev.bnd_adv, evs[i + 1], next_buffer=True)
+            if ce is not None:  # the pack beside the interior kernel, on a high-priority stream: off the path
+                s_pack = self._pack_stream()
+                s_pack.wait_event(ev.bnd_adv)
+                ev.pk0.record(s_pack)
+                self._pack(sh.alt_B(), s_pack)
+                ev.pk1.record(s_pack)
+                ev.packed, self._packed = True, ev.pk1
+                self._send_ce(ev.pk1, evs[i + 1], next_buffer=True)
             else:
                 self._exchange(ev.bnd_adv, evs[i + 1], sh.alt_B())
         with self.s_comp:
@@ -230,18 +252,30 @@ class DeviceLoop:
         if not last:
             sh.swap_B()
 
-    def _pack(self, B) -> None:
-        """The own rows of extended B ``B`` each peer receives, into the send buffers, on s_comp once the copies
-        of the previous pack left them (s_comm, ``_last_send``; the copy-engine exchange packs on s_comp)."""
+    def _pack_stream(self):
+        """The pack's stream, at the device's highest priority: its row-gather blocks are scheduled ahead of the
+        interior kernel's waiting blocks, so the copies start early. (NCCL's kernels, which wait for peers inside
+        the kernel, did not overlap beside the SpMM at any priority; a gather has no such wait.)"""
+        import cupy
+        if self.s_pack is None:
+            _, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
+            self.s_pack = cupy.cuda.Stream(priority=greatest)
+        return self.s_pack
+
+    def _pack(self, B, stream) -> None:
+        """The own rows of extended B ``B`` each peer receives, into the send buffers, on ``stream`` (s_comp for
+        the batch's prologue, else s_pack) once the copies of the previous pack left them (s_comm,
+        ``_last_send``). It reads only boundary rows: the interior rows' stores beside it write the others."""
         sh = self.shard  # the send buffers: made by `_buffers` at the top of `enqueue_rows`
         if self._last_send is not None:
-            self.s_comp.wait_event(self._last_send)
+            stream.wait_event(self._last_send)
         own = sh.own_rows(B)
-        for p, idx in sh.sends.items():
-            dev.gather_rows(own, idx, self.send_bufs[p])
+        with stream:
+            for p, idx in sh.sends.items():
+                dev.gather_rows(own, idx, self.send_bufs[p])
 
     def _send_ce(self, after, ev, next_buffer: bool) -> None:
-        """On s_comm once ``after`` (recorded on s_comp after `_pack`) completed: the copy-engine sends
+        """On s_comm once ``after`` (recorded after `_pack`) completed: the copy-engine sends
         (`CopyEngineHalo.send`) between ``ev.x_start`` and ``ev.x``."""
         self.s_comm.wait_event(after)
         ev.x_start.record(self.s_comm)
@@ -251,9 +285,10 @@ class DeviceLoop:
 
     def release(self) -> None:
         """Wait for the streams and drop the buffers (before the communicator is destroyed)."""
-        self.s_comm.synchronize()
-        self.s_comp.synchronize()
-        self.C, self.send_bufs, self._last_send = None, {}, None
+        for stream in (self.s_pack, self.s_comm, self.s_comp):
+            if stream is not None:
+                stream.synchronize()
+        self.C, self.send_bufs, self._last_send, self._packed = None, {}, None, None
 
     def run(self, n_iters: int, advance_first: bool, advance_rest: bool, overlap) -> tuple[list, float]:
         """``n_iters`` enqueued back to back, one sync at the end (``overlap``: False, "columns" or "rows").

@@ -193,7 +193,7 @@ class DistributedSpmm:
     def _record(self, shards: list, wall_ms: float, **extra) -> None:
         shards = [{**s, "gpu": self.info[s["shard"]]["gpu"]} for s in shards]
         worst = {key: max((s[key] for s in shards if key in s), default=None)
-                 for key in ("exchange_ms", "kernel_ms", "exposed_ms", "iteration_gpu_ms", "boundary_ms")}
+                 for key in ("exchange_ms", "kernel_ms", "exposed_ms", "iteration_gpu_ms", "boundary_ms", "pack_ms")}
         self.history.append({"iteration": len(self.history), "iteration_ms": wall_ms, "overlap": self.overlap,
                              **{k: (0.0 if v is None and k in ("exchange_ms", "kernel_ms") else v)
                                 for k, v in worst.items()}, "shards": shards, **extra})

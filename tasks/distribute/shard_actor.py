@@ -307,7 +307,8 @@ class ShardActor(HostBatches):
         kernel = self._kernels()
         via = "ce" if self.ce is not None and self.overlap == "rows" else "nccl"
         its = [({**self._exchange_stats(t["exchange_ms"], via), "overlap": self.overlap,
-                 "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"]},
+                 "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"],
+                 **({"pack_ms": t["pack_ms"]} if "pack_ms" in t else {})},
                 {"shard": self.k, "kernel_ms": t["kernel_ms"], "iteration_gpu_ms": t["iteration_ms"],
                  "kernel": kernel, **({"boundary_ms": t["boundary_ms"]} if "boundary_ms" in t else {})})
                for t in times]

@@ -110,35 +110,37 @@ def value(k, g):
 class ModelShard:
     """One shard: two extended Bs [halo from each peer | own rows], flags, send buffers, its streams."""
 
-    def __init__(self, k, P, mem, rows):
+    def __init__(self, k, P, mem, rows, senders=None, receivers=None):
         self.k, self.P, self.mem, self.rows = k, P, mem, rows
         peers = [p for p in range(P) if p != k]
-        self.recv = [(p, rows, i * rows) for i, p in enumerate(peers)]  # (peer, n rows, first row)
-        self.own_start = len(peers) * rows
+        senders = peers if senders is None else senders  # the peers k receives from / sends to
+        receivers = peers if receivers is None else receivers
+        self.recv = [(p, rows, i * rows) for i, p in enumerate(senders)]  # (peer, n rows, first row)
+        self.own_start = len(senders) * rows
         n_ext = self.own_start + rows
         self.bufs = [mem.alloc(n_ext), mem.alloc(n_ext)]  # B_ext, B_alt (one 4-byte word per row)
         self.cur = 0  # which of bufs is B_ext
         self.flags = types.SimpleNamespace(data=types.SimpleNamespace(ptr=mem.alloc(2 * P)))
         self.send = {q: types.SimpleNamespace(data=types.SimpleNamespace(ptr=mem.alloc(rows)), nbytes=4 * rows)
-                     for q in peers}
-        self.s_comp, self.s_comm = Stream(f"comp{k}"), Stream(f"comm{k}")
-        self.last_send = None
-        self.ce = CopyEngineHalo(k, P, {q: rows for q in peers}, self.recv, ops=ModelOps(mem))
+                     for q in receivers}
+        self.s_comp, self.s_comm, self.s_pack = Stream(f"comp{k}"), Stream(f"comm{k}"), Stream(f"pack{k}")
+        self.last_send = self.packed = None
+        self.ce = CopyEngineHalo(k, P, {q: rows for q in receivers}, self.recv, ops=ModelOps(mem))
 
     def own(self, which, g):  # store iteration g's own rows into buffer ``which`` (s_comp)
         def go():
             self.mem.at(self.bufs[which] + 4 * self.own_start, self.rows)[...] = value(self.k, g)
         self.s_comp.ops.append((lambda: True, go))
 
-    def pack(self, which):  # own rows of buffer ``which`` -> every send buffer (s_comp, after the last sends)
+    def pack(self, which, stream):  # own rows of buffer ``which`` -> every send buffer (after the last sends)
         if self.last_send is not None:
-            wait_event(self.s_comp, self.last_send)
+            wait_event(stream, self.last_send)
 
         def go():
             rows = self.mem.at(self.bufs[which] + 4 * self.own_start, self.rows)
             for buf in self.send.values():
                 self.mem.at(buf.data.ptr, self.rows)[...] = rows
-        self.s_comp.ops.append((lambda: True, go))
+        stream.ops.append((lambda: True, go))
 
     def kernel(self, which, g, seen):  # a kernel reading buffer ``which``'s halo in iteration g (s_comp)
         def go():
@@ -154,13 +156,18 @@ class ModelShard:
         record(self.s_comm, self.last_send)
 
 
-def enqueue_rows(sh, n, g0, seen):
-    """`DeviceLoop.enqueue_rows` for one batch of ``n`` advancing iterations with the copy-engine exchange."""
+def enqueue_rows(sh, n, g0, seen, wait_packed=True):
+    """`DeviceLoop.enqueue_rows` for one batch of ``n`` advancing iterations with the copy-engine exchange: the
+    prologue packs on s_comp, every later pack on s_pack beside the interior kernel, and each iteration's s_comp
+    work waits for the latest pack (``wait_packed=False``: the race that wait prevents)."""
     for i in range(n):
         g, last = g0 + i, i + 1 == n
+        if sh.packed is not None and wait_packed:
+            wait_event(sh.s_comp, sh.packed)
+            sh.packed = None
         if i == 0:
             sh.own(sh.cur, g)  # the batch's first B (advance)
-            sh.pack(sh.cur)
+            sh.pack(sh.cur, sh.s_comp)
             adv = Event()
             record(sh.s_comp, adv)
             sh.send_ce(adv, next_buffer=False)
@@ -169,38 +176,62 @@ def enqueue_rows(sh, n, g0, seen):
         nxt = 1 - sh.cur
         if not last:
             sh.own(nxt, g + 1)  # boundary rows of C -> the next B
-            sh.pack(nxt)
             bnd = Event()
             record(sh.s_comp, bnd)
-            sh.send_ce(bnd, next_buffer=True)
+            wait_event(sh.s_pack, bnd)
+            sh.pack(nxt, sh.s_pack)
+            sh.packed = Event()
+            record(sh.s_pack, sh.packed)
+            sh.send_ce(sh.packed, next_buffer=True)
         sh.kernel(sh.cur, g, seen)  # interior rows' kernel (reads the same halo)
         sh.ce.finish(sh.s_comp, swapped=not last)
         if not last:
             sh.cur = nxt
 
 
-@pytest.mark.parametrize("P", [2, 3])
-@pytest.mark.parametrize("seed", range(12))
-def test_every_kernel_reads_its_own_iterations_halo_in_any_interleaving(P, seed):
+def run_batches(P, seed, wait_packed=True, one_way=False):
+    """Batches of several sizes on P model shards (``one_way``: two shards, 0 only sends to 1, so nothing on
+    shard 0's s_comp waits for a peer); (shards, every kernel's halo check, iterations run)."""
     mem = Memory()
-    shards = [ModelShard(k, P, mem, rows=3) for k in range(P)]
+    shards = ([ModelShard(0, 2, mem, 3, senders=[], receivers=[1]), ModelShard(1, 2, mem, 3, senders=[0], receivers=[])]
+              if one_way else [ModelShard(k, P, mem, rows=3) for k in range(P)])
     exports = [sh.ce.export(tuple(sh.bufs), sh.flags, row_bytes=4) for sh in shards]
     for sh in shards:
         sh.ce.connect(exports)
     rng, seen, g = random.Random(seed), [], 0
+    streams = [s for sh in shards for s in (sh.s_comp, sh.s_comm, sh.s_pack)]
     for n in (3, 1, 4, 2):  # batches of several sizes; the flags keep growing across them
         for sh in shards:  # lock step: every shard enqueues the same batch (no host sync inside it)
-            enqueue_rows(sh, n, g, seen)
-        # the batch ends with each shard's host waiting for its s_comp only: s_comm may still be copying
-        run_streams([s for sh in shards for s in (sh.s_comp, sh.s_comm)], rng,
-                    until=lambda: not any(sh.s_comp.ops for sh in shards))
+            enqueue_rows(sh, n, g, seen, wait_packed)
+        # the batch ends with each shard's host waiting for its s_comp only: s_comm / s_pack may still run
+        run_streams(streams, rng, until=lambda: not any(sh.s_comp.ops for sh in shards))
         g += n
-    run_streams([s for sh in shards for s in (sh.s_comp, sh.s_comm)], rng)
+    run_streams(streams, rng)
+    return shards, seen, g
+
+
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("seed", range(12))
+def test_every_kernel_reads_its_own_iterations_halo_in_any_interleaving(P, seed):
+    shards, seen, g = run_batches(P, seed)
     bad = [s for s in seen if not s[3]]
     assert not bad, bad[:3]
     assert len(seen) == 2 * P * (P - 1) * g  # two kernels per iteration, each reading every peer's rows
     assert all(sh.ce.iteration == g for sh in shards)
     assert all(sh.bufs[sh.cur] == sh.ce.buffers[sh.ce.parity] for sh in shards)  # parity follows the swaps
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_shard_that_only_sends_waits_for_its_pack(seed):
+    """Shard 0 sends and receives nothing: no peer's flag holds its s_comp back, so only its wait for the pack on
+    s_pack keeps iteration i + 2's store from overwriting rows the pack of iteration i has not read yet."""
+    shards, seen, g = run_batches(2, seed, one_way=True)
+    assert seen and all(ok for *_, ok, _ in seen) and len(seen) == 2 * g
+
+
+def test_the_model_catches_the_race_without_that_wait():
+    """The same model without the wait: some interleaving lets shard 1 read rows of a later iteration."""
+    assert any(not ok for seed in range(40) for *_, ok, _ in run_batches(2, seed, False, one_way=True)[1])
 
 
 def test_connect_refuses_another_host_and_a_row_count_mismatch(monkeypatch):
