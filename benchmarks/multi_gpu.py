@@ -18,6 +18,10 @@ GPU 0), and P in the GPU counts:
   plan, d2h, C write, Dask overhead (submit-to-received minus the task), manifest commit; ``stored_e2e_ms`` =
   wall time minus the timed repeats, ``stored_e2e_ratio`` = that over the P = 1 one (target <= 0.6 at P = 2);
   ``driver_bytes`` = what the driver pickled to and from the workers;
+- one-shot over the exchange (``exchanged`` mode, `tasks.distribute.exchanged`): B read once, each worker its own
+  rows, the halo by the resident exchange (NCCL), C blocks written by the workers; ``exchanged_e2e_ms`` (nothing
+  to subtract: one kernel run), its ratio to the P = 1 one, and the slowest shard's setup (actors, plans,
+  communicator), B read, h2d, exchange, kernel, d2h and C write;
 - resident: ``--iters`` iterations (after one warm-up) of halo exchange (NCCL when available) + kernel, one
   driver call per iteration, per iteration ms and halo bytes per GPU; efficiency against the P = 1 iteration;
 - resident batched: the same iterations as one batch of ``--iters`` in one actor call per GPU
@@ -58,14 +62,15 @@ from storage import BlockStore  # noqa: E402
 from tasks.distribute import DistributedSpmm, cluster_client, make_plan, persist_plan, run_oneshot  # noqa: E402
 from tasks.distribute.cluster import count_gpus  # noqa: E402
 from tasks.distribute.direct import b_artifact, read_c, run_oneshot_stored, store_b  # noqa: E402
+from tasks.distribute.exchanged import run_oneshot_exchanged  # noqa: E402
 from tasks.distribute.device import cupy_allocator_name, to_host, worker_device  # noqa: E402
 from kernels.formats.metcf.container import WINDOW, expand  # noqa: E402
 from kernels.formats.metcf.synth import metcf_from_keys  # noqa: E402
 from tasks.distribute.synth import mesh_keys, relabel, rmat_keys, sbm_keys  # noqa: E402
 
 TF32_RTOL = 2e-3  # the TF32 accuracy contract: relative Frobenius error against float64 (README "Precision")
-ERRS = ("oneshot_rel_err", "stored_rel_err", "resident_rel_err", "resident_overlap_rel_err", "resident_batched_rel_err",
-        "resident_batched_overlap_rel_err", "resident_batched_advance_rel_err", "resident_batched_rowoverlap_rel_err",
+ERRS = ("oneshot_rel_err", "stored_rel_err", "exchanged_rel_err", "resident_rel_err", "resident_overlap_rel_err",
+        "resident_batched_rel_err", "resident_batched_overlap_rel_err", "resident_batched_advance_rel_err", "resident_batched_rowoverlap_rel_err",
         "resident_batched_rowoverlap_advance_rel_err")  # each checked against TF32_RTOL
 
 
@@ -92,8 +97,9 @@ def parse_args(argv=None):
     p.add_argument("--transport", default="auto", choices=("auto", "nccl", "dask"),
                    help="resident halo exchange: NCCL, or Dask actor calls (host rows over TCP, device rows over UCX)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--modes", default="oneshot,stored,resident,batched,overlap,rowoverlap",
-                   help="what to run per P: oneshot, stored (driver-free one-shot), resident (per call), batched, "
+    p.add_argument("--modes", default="oneshot,stored,exchanged,resident,batched,overlap,rowoverlap",
+                   help="what to run per P: oneshot, stored (driver-free one-shot), exchanged (one-shot reading "
+                        "B once, the halo exchanged), resident (per call), batched, "
                         "overlap (column split), rowoverlap (row split, batched); without oneshot the "
                         "P = 1 resident C is the reference the P > 1 results are checked against")
     p.add_argument("--budget-s", type=float, default=420.0,
@@ -234,11 +240,11 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
     key = f"{info['order']}-bench"
     modes = set(args.modes.split(","))
     t0 = time.perf_counter()
-    if modes & {"oneshot", "stored"}:  # one-shot reads the shards from Parquet; resident gets them from M
+    if modes & {"oneshot", "stored", "exchanged"}:  # one-shot reads the shards from Parquet; resident from M
         persist_plan(M, plans[max(gpu_counts)], store, key, n_cols_b=args.n_cols)  # finest shards; others: ranges
     persist_s = time.perf_counter() - t0
-    b_info = store_b(store, B, b_artifact(B.shape[1], args.seed)) if "stored" in modes else None
-    T1 = R1 = RB1 = E1 = None
+    b_info = store_b(store, B, b_artifact(B.shape[1], args.seed)) if modes & {"stored", "exchanged"} else None
+    T1 = R1 = RB1 = E1 = X1 = None
     for P in gpu_counts:
         plan = plans[P]
         row = {**info, "P": P, "persist_s": persist_s, "shard_blocks": plan.n_blocks.tolist(),
@@ -250,6 +256,9 @@ def bench_variant(client, M, perm, info, B, gpu_counts, store, args, log, rows, 
             if "stored" in modes:
                 bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1, check)
                 E1 = row["stored_e2e_ms"] if P == 1 else E1
+            if "exchanged" in modes and plan.square:
+                bench_exchanged(plan, client, store, key, b_info, spmm_kw, row, P, X1, C1, check)
+                X1 = row["exchanged_e2e_ms"] if P == 1 else X1
             if modes & {"resident", "batched", "overlap", "rowoverlap"}:
                 R1, RB1 = bench_resident(plan, client, M, B, spmm_kw, row, P, C1, R1, RB1, check, modes, args, log)
         except Exception as err:  # keep going: one failing configuration must not hide the others
@@ -339,6 +348,21 @@ def bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1
                                                               "overhead")})
     C = read_c(store, run_id, plan.perm)  # the check's copy, after the timed run
     row["stored_rel_err"] = rel_err(C[check], C1)
+
+
+def bench_exchanged(plan, client, store, key, b_info, spmm_kw, row, P, X1, C1, check):
+    """One-shot over the halo exchange (B read once: own rows per worker, the halo over NCCL): end to end and the
+    slowest shard's parts into ``row``; C's ``check`` rows against float64 ``C1``."""
+    run_id = f"bench-x{P}-{time.monotonic_ns()}"
+    tm = run_oneshot_exchanged(plan, client, store, b=b_info["artifact"], perm_key=key, run_id=run_id,
+                               spmm_kw=spmm_kw)
+    e2e = tm[0]["wall_ms"] + tm[0]["commit_ms"]
+    row.update(exchanged_e2e_ms=e2e, exchanged_e2e_ratio=(e2e / X1) if X1 else None,
+               exchanged_setup_ms=tm[0]["setup_ms"], exchanged_b_rows=[t["b_rows"] for t in tm],
+               **{f"exchanged_{s}_ms": max(t[f"{s}_ms"] for t in tm)
+                  for s in ("load", "b", "h2d", "exchange", "kernel", "d2h", "write")})
+    C = read_c(store, run_id, plan.perm)  # the check's copy, after the timed run
+    row["exchanged_rel_err"] = rel_err(C[check], C1)
 
 
 def bench_batched(ds, row, RB1, P, C1, check, args, log, key="resident_batched"):

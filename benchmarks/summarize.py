@@ -656,12 +656,25 @@ def mgpu_targets(run) -> list[tuple]:
                      for k, o, x in shrink)
     for P, key, label in ((2, "oneshot_e2e_ratio_2gpu", MGPU_TARGETS[3][0]), (4, "oneshot_e2e_ratio_4gpu",
                                                                                MGPU_TARGETS[4][0])):
-        got = [r for r in rows if r["P"] == P and r.get("stored_e2e_ratio") is not None]
+        got = [(r, oneshot_ratio(r)) for r in rows if r["P"] == P and oneshot_ratio(r) is not None]
         lim = tg.get(key, MGPU_LIMITS[key])
-        out.append((label, f"≤ {lim:g}", "; ".join(f"{r['kind']} {r['order']} {mnnz(r['nnz'])}: "
-                                                   f"{r['stored_e2e_ratio']:.2f}" for r in got) or "–",
-                    status(max(r["stored_e2e_ratio"] for r in got) <= lim if got else None)))
+        out.append((label, f"≤ {lim:g}", "; ".join(f"{r['kind']} {r['order']} {mnnz(r['nnz'])}: {x:.2f}"
+                                                   + (" (B read once, halo exchanged)" if x != r.get(
+                                                       "stored_e2e_ratio") else "") for r, x in got) or "–",
+                    status(max(x for _, x in got) <= lim if got else None)))
     return out + [(*MGPU_TARGETS[5], meas or "–", status(min(x for *_, x in shrink) > 1 if shrink else None))]
+
+
+def exchanged_cell(r: dict) -> str:
+    """`` / <ms>`` of the one-shot that reads B once (halo exchanged), where it ran."""
+    return f" / {f(r['exchanged_e2e_ms'], 0)}" if r.get("exchanged_e2e_ms") is not None else ""
+
+
+def oneshot_ratio(r: dict):
+    """A row's best one-shot end to end over its 1-GPU time: the driver-free one-shot (every worker reads its B
+    rows) or the one that reads B once and exchanges the halo, whichever was faster; None when neither ran."""
+    got = [r.get(k) for k in ("stored_e2e_ratio", "exchanged_e2e_ratio") if r.get(k) is not None]
+    return min(got) if got else None
 
 
 def via(r: dict) -> str:
@@ -686,7 +699,9 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
         b = "resident_batched"  # the breakdown of the plain batched loop (the overlapped one is in the JSON)
         per_gpu = r.get(f"{b}_kernel_ms_per_gpu")
         rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("kernel_ms")) + res,
-                     f(r.get("kernel_eff"), 3), f(r.get("stored_e2e_ms"), 0), f(r.get("stored_e2e_ratio")),
+                     f(r.get("kernel_eff"), 3), f(r.get("stored_e2e_ms"), 0) + exchanged_cell(r),
+                     f(r.get("stored_e2e_ratio")) + (f" / {f(r['exchanged_e2e_ratio'])}"
+                                                     if r.get("exchanged_e2e_ratio") is not None else ""),
                      f(r.get("iter_ms")), f(r.get("iter_eff"), 3), batched, f(r.get("resident_batched_iter_eff"), 3),
                      f(r.get("resident_batched_overlap_iter_eff"), 3), f(r.get(f"{b}_loop_ms")),
                      f(r.get(f"{b}_loop_eff"), 3), f(r.get("resident_batched_overlap_loop_ms")),
@@ -704,6 +719,10 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
                   "overlap loop eff", "row-overlap loop ms", "row-overlap loop eff", "row-overlap boundary ms",
                   "row-overlap exposed ms", "kernel ms per GPU", "exchange ms", "exposed ms", "gap ms", "via",
                   "halo MB/GPU", "max rel err", "kernel per shard", "GPUs", "file"), rows)
+    if any(r.get("exchanged_e2e_ms") is not None for r in run.rows):
+        out += ["\"one-shot e2e ms\" and \"e2e / 1 GPU\": the driver-free one-shot (every worker reads the B rows its "
+                "shard references), then after \"/\" the one that reads B once (each worker its own rows, the halo "
+                "by the resident exchange; `tasks/distribute/exchanged.py`).", ""]
     out += ["Each (kind, order, nnz, P) row comes from the newest file that has it (column \"file\"); \"via\": the "
             "resident exchange (NCCL or Dask actor calls), \"+ce\" where the row overlap's halo went over the copy "
             "engines (the default since 2026-11-28; NCCL's kernels before).", ""]

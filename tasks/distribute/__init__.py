@@ -5,6 +5,8 @@
 - `run_oneshot(plan, B, client, ...) -> (C, timings)` (oneshot.py): one pinned task per shard, C in original order;
 - `run_oneshot_stored(plan, client, store, b=..., run_id=...)` (direct.py): the same without the driver in the data
   path (workers read shards and B rows from the store and write C blocks; `read_c` reads C back);
+  `run_oneshot_exchanged` (exchanged.py, square A): B read once, each worker its own rows, the halo by the
+  resident exchange;
 - formats.py: what a format needs to run sharded (`shard_ops`; every registered format), halo_order.py: the row order
   for P > 1 shards by TC blocks and halo bytes (`choose_order`);
 - `DistributedSpmm(plan, client, ...)` (resident.py; its `ShardActor` in shard_actor.py, host batches in

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from tasks.distribute import device as dev
+from tasks.distribute.direct import read_rows, write_block
 from tasks.distribute.formats import shard_ops
 from tasks.distribute.host_batches import HostBatches, check_n_iters
 from tasks.distribute.oneshot import load_shard
@@ -150,8 +151,9 @@ class ShardActor(HostBatches):
         """Back to NCCL for every exchange (after the streams finished)."""
         if self.ce is not None:
             if self._device_loop is not None:
-                self._device_loop.s_comm.synchronize()
-                self._device_loop.s_comp.synchronize()
+                for stream in (self._device_loop.s_pack, self._device_loop.s_comm, self._device_loop.s_comp):
+                    if stream is not None:
+                        stream.synchronize()
             self.ce.release()
             self.ce = None
 
@@ -168,6 +170,32 @@ class ShardActor(HostBatches):
             self._b_loc = None if self.gather is None else \
                 xp.zeros((int(self.gather.shape[0]), B_k.shape[1]), dtype=self.prec.storage_dtype)
         self.B_ext[self.off:self.off + self.n_own] = dev.to_storage(B_k.astype(np.float32, copy=False), self.prec)
+
+    def load_B(self, b, rows: np.ndarray) -> dict:
+        """Own rows of B read from the store by this worker (``b``: a `direct.DenseRef`; ``rows``: their rows of
+        the stored B, in this shard's order): the one-shot over the exchange reads only this share of B, the
+        peers' rows come with the halo exchange. Returns the read's and the upload's times and bytes."""
+        rows = np.asarray(rows, dtype=np.int64)
+        t0 = time.perf_counter()
+        order = np.argsort(rows, kind="stable")
+        got, nbytes = read_rows(b.store, b.artifact, rows[order])  # row groups read in the stored order
+        B_k = np.empty_like(got)
+        B_k[order] = got
+        b_ms = (time.perf_counter() - t0) * 1e3
+        with dev.Timer(self.on_gpu) as h2d:
+            self.set_B(B_k)
+        return {"shard": self.k, "b_ms": b_ms, "h2d_ms": h2d.ms, "b_rows": int(rows.shape[0]),
+                "b_bytes_read": int(nbytes)}
+
+    def write_C(self, store, run_id: str, r0: int) -> dict:
+        """This shard's block of C (rows r0.. of the reordered matrix) into the store as one file of
+        ``results/<run_id>`` (`direct.write_block`); its manifest record (None for no rows) and times."""
+        with dev.Timer(self.on_gpu) as d2h:
+            C = self.get_C()
+        t0 = time.perf_counter()
+        record = write_block(store, run_id, int(r0), C) if C.shape[0] else None
+        return {"shard": self.k, "d2h_ms": d2h.ms, "write_ms": (time.perf_counter() - t0) * 1e3, "record": record,
+                "c_bytes_written": int(record["size"]) if record else 0}
 
     def set_overlap(self, on) -> None:
         """How an iteration hides its halo exchange (`overlap_mode`; True = OVERLAP_DEFAULT, "rows", see there).

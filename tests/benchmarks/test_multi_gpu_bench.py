@@ -36,9 +36,12 @@ def test_strong_scaling_on_cpu_workers_checks_every_mode(tmp_path):
     assert {(r["order"], r["P"]) for r in rows} == {("none", 1), ("none", 2), ("rcm", 1), ("rcm", 2)}
     for r in rows:
         assert "error" not in r and r["checked_rows"] > 0
-        for key in ("oneshot_rel_err", "stored_rel_err", "resident_rel_err", "resident_batched_rel_err"):
+        for key in ("oneshot_rel_err", "stored_rel_err", "exchanged_rel_err", "resident_rel_err",
+                    "resident_batched_rel_err"):
             assert 0 < r[key] < 1e-5, (key, r[key])  # float32 on the CPU against float64
         assert len(r["resident_batched_kernel_ms_per_gpu"]) == r["P"]
+        assert len(r["exchanged_b_rows"]) == r["P"] and sum(r["exchanged_b_rows"]) == r["shape"][1]  # B read once
+        assert r["exchanged_e2e_ms"] > 0 and (r["P"] == 1) == (r["exchanged_e2e_ratio"] is None)
     two = [r for r in rows if r["P"] == 2]
     assert all(r["resident_batched_overlap_rel_err"] < 1e-5 and r["resident_batched_advance_rel_err"] < 1e-6
                for r in two)
