@@ -1,4 +1,4 @@
-"""The "rows" overlap's halo exchange on the copy engines: CUDA IPC peer copies and stream memory operations.
+"""The overlaps' halo exchange on the copy engines: CUDA IPC peer copies and stream memory operations.
 
 Why: NCCL moves rows with kernels of its own, and beside the interior rows' SpMM kernel (which fills every SM) its
 send/recv did not overlap at all: on 2 H100s (SBM, 25M nonzeros per GPU, N = 256) the row-overlapped loop took
@@ -8,7 +8,10 @@ A copy engine needs no SM: each sender writes its packed boundary rows straight 
 with ``cudaMemcpyAsync`` over NVLink (peer memory opened with ``cudaIpcOpenMemHandle``), and the GPUs order
 themselves with 32-bit flags in device memory, written and waited for by the streams (``cuStreamWriteValue32`` /
 ``cuStreamWaitValue32``), never by a host thread. One node only (IPC); the shards must run in lock step, which the
-resident loop does (every shard enqueues the same iterations).
+resident loop does (every shard enqueues the same iterations). The "rows" overlap sends into the receiver's next
+extended B (two, swapped each iteration); the "columns" overlap into its one extended B, every iteration in the
+prologue's form below (``next_buffer=False``, no swap: the done flag keeps a copy from landing before the receiver's
+previous halo-column kernel finished).
 
 The schedule, for global iteration g (counted from the exchange's setup, across batches) of shard k:
 

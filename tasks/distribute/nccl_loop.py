@@ -70,14 +70,16 @@ def nccl_type(dtype):
 
 
 class IterationEvents:
-    """The seven CUDA events of one enqueued iteration (see the module docstring)."""
+    """The CUDA events of one enqueued iteration (see the module docstring); ``pk0``/``pk1`` the copy-engine
+    exchange's pack on s_pack (``packed`` once recorded)."""
 
-    __slots__ = ("start", "adv", "x_start", "x", "own", "wait", "end")
+    __slots__ = ("start", "adv", "x_start", "x", "own", "wait", "end", "pk0", "pk1", "packed")
 
     def __init__(self):
         import cupy
-        for name in self.__slots__:
+        for name in self.__slots__[:-1]:
             setattr(self, name, cupy.cuda.Event())
+        self.packed = False
 
     def times(self, overlap: bool) -> dict:
         """Milliseconds of the iteration's parts; call after its last event completed."""
@@ -85,7 +87,8 @@ class IterationEvents:
         kernel = ms(self.wait, self.end) + (ms(self.adv, self.own) if overlap else 0.0)
         return {"advance_ms": ms(self.start, self.adv), "exchange_ms": ms(self.x_start, self.x),
                 "kernel_ms": kernel, "exposed_ms": ms(self.own if overlap else self.adv, self.wait),
-                "iteration_ms": ms(self.start, self.end)}
+                "iteration_ms": ms(self.start, self.end),
+                **({"pack_ms": ms(self.pk0, self.pk1)} if self.packed else {})}
 
 
 class RowEvents:
@@ -142,26 +145,39 @@ class DeviceLoop:
         return self.C
 
     def enqueue(self, advance: bool, overlap: bool) -> IterationEvents:
-        """Issue one iteration on the streams (no host sync); C is ``self.C`` once its ``end`` event completes."""
+        """Issue one iteration on the streams (no host sync); C is ``self.C`` once its ``end`` event completes.
+        With the copy engines (the "columns" overlap only) the halo lands in the one extended B: each sender's copy
+        waits until its receiver finished the previous iteration's halo-column kernel (`CopyEngineHalo`'s flags,
+        ``next_buffer=False``: the prologue's form every iteration)."""
         sh = self.shard
         C = self._buffers()
         ev = IterationEvents()
+        ce = sh.ce if overlap else None
+        self._wait_packed()
         ev.start.record(self.s_comp)
         if advance:
             with self.s_comp:
                 sh.advance_from(C)
         ev.adv.record(self.s_comp)
-        self._exchange(ev.adv, ev, sh.B_ext)
+        if ce is not None:
+            self._pack_and_send(ev.adv, ev, ev, sh.B_ext, next_buffer=False)
+        else:
+            self._exchange(ev.adv, ev, sh.B_ext)
         with self.s_comp:
             if overlap:  # reads only own rows: no conflict with the rows being received
                 sh.plan_own.run(sh.b_in(sh.own_cols), C)
             ev.own.record(self.s_comp)
-            self.s_comp.wait_event(ev.x)
+            if ce is not None:
+                ce.wait_halo(self.s_comp)
+            else:
+                self.s_comp.wait_event(ev.x)
             ev.wait.record(self.s_comp)
             if overlap:
                 sh.plan_rem.run(sh.b_in(sh.rem_cols), C, accumulate=True)
             else:
                 sh.plan.run(sh.b_in(), C)
+        if ce is not None:
+            ce.finish(self.s_comp, swapped=False)  # before `end`: the batch's sync covers the posts
         ev.end.record(self.s_comp)
         sh.C, sh.c_split = C, False
         return ev
@@ -197,9 +213,7 @@ class DeviceLoop:
         ev, last = evs[i], i + 1 == len(evs)
         store_next = not last and advance_rest
         ce = sh.ce  # copy engines instead of NCCL (tasks.distribute.ce_exchange): pack on s_pack, copy on s_comm
-        if self._packed is not None:  # the last pack read a buffer this iteration's stores may write (iteration
-            self.s_comp.wait_event(self._packed)  # i + 2, or the next batch's advance): done long before, as a rule
-            self._packed = None
+        self._wait_packed()
         ev.start.record(self.s_comp)
         if i == 0:
             with self.s_comp:
@@ -231,13 +245,7 @@ class DeviceLoop:
             ev.bnd_adv.record(self.s_comp)
         if not last:
             if ce is not None:  # the pack beside the interior kernel, on a high-priority stream: off the path
-                s_pack = self._pack_stream()
-                s_pack.wait_event(ev.bnd_adv)
-                ev.pk0.record(s_pack)
-                self._pack(sh.alt_B(), s_pack)
-                ev.pk1.record(s_pack)
-                ev.packed, self._packed = True, ev.pk1
-                self._send_ce(ev.pk1, evs[i + 1], next_buffer=True)
+                self._pack_and_send(ev.bnd_adv, ev, evs[i + 1], sh.alt_B(), next_buffer=True)
             else:
                 self._exchange(ev.bnd_adv, evs[i + 1], sh.alt_B())
         with self.s_comp:
@@ -251,6 +259,25 @@ class DeviceLoop:
         sh.C, sh.c_split = C, True
         if not last:
             sh.swap_B()
+
+    def _wait_packed(self) -> None:
+        """s_comp waits for the latest pack on s_pack: it read a buffer a later store or advance may write (the
+        rows overlap's iteration i + 2, the next batch, or the columns overlap's next advance); done long before,
+        as a rule, and for a shard that receives nothing the only order between the two."""
+        if self._packed is not None:
+            self.s_comp.wait_event(self._packed)
+            self._packed = None
+
+    def _pack_and_send(self, after, ev, ev_x, B, next_buffer: bool) -> None:
+        """The copy-engine exchange once ``after`` (an s_comp event) completed: the pack of ``B``'s own rows on
+        s_pack (``ev.pk0``/``pk1``), then the peer copies on s_comm (``ev_x.x_start``/``x``)."""
+        s_pack = self._pack_stream()
+        s_pack.wait_event(after)
+        ev.pk0.record(s_pack)
+        self._pack(B, s_pack)
+        ev.pk1.record(s_pack)
+        ev.packed, self._packed = True, ev.pk1
+        self._send_ce(ev.pk1, ev_x, next_buffer)
 
     def _pack_stream(self):
         """The pack's stream, at the device's highest priority: its row-gather blocks are scheduled ahead of the

@@ -42,7 +42,7 @@ from tasks.distribute.shard_actor import (OVERLAP_DEFAULT, OVERLAP_MODES, ShardA
                                           overlap_mode)
 
 NCCL_INIT_TIMEOUT_S = 120
-HALO_COPIES = ("ce", "nccl")  # how the "rows" overlap moves halo rows on NCCL: the copy engines (default), or NCCL
+HALO_COPIES = ("ce", "nccl")  # how the overlaps move halo rows on NCCL: the copy engines (default), or NCCL
 RELEASE_TIMEOUT_S = 60  # close(): how long the shards may take to free their state and destroy the communicator
 
 
@@ -145,11 +145,12 @@ class DistributedSpmm:
         return "nccl", "one GPU per worker"
 
     def _connect_ce(self) -> None:
-        """With ``halo_copy="ce"`` and the "rows" overlap on NCCL: (re)make the copy-engine exchange when a shard
+        """With ``halo_copy="ce"`` and an overlap on NCCL: (re)make the copy-engine exchange when a shard
         has none or reallocated its extended Bs (`ShardActor.ce_stale`): every shard exports, then maps the
         others' (`tasks.distribute.ce_exchange`). Where that fails (shards on several hosts, no IPC) the shards
         keep NCCL and ``halo_copy_reason`` says why."""
-        if self.halo_copy != "ce" or self.overlap != "rows" or len(self.actors) < 2 or not self._ce_dirty:
+        if self.halo_copy != "ce" or self.overlap not in ("rows", "columns") or len(self.actors) < 2 \
+                or not self._ce_dirty:
             return
         self._ce_dirty = False  # until B is loaded again (a new N reallocates the extended Bs)
         if not any(_wait([a.ce_stale() for a in self.actors])):

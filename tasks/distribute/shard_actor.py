@@ -78,7 +78,8 @@ class ShardActor(HostBatches):
         self.peers: list = []
         self.device_rows = False
         self.comm = None
-        self.ce = None  # the "rows" overlap's copy-engine exchange (`ce_exchange.CopyEngineHalo`) once connected
+        self.ce = None  # the overlaps' copy-engine exchange (`ce_exchange.CopyEngineHalo`) once connected
+        self._ce_mode = None  # the overlap mode it was exported for
         # Batched host exchange (`iterate_many_host`): {(batch, iteration): {dst: host rows}} still to be pulled,
         # the current batch id, {batch: why it failed}, and the condition guarding them (made in the event loop).
         self._outbox: dict = {}
@@ -118,8 +119,9 @@ class ShardActor(HostBatches):
 
     def ce_export(self, n_ranks: int) -> dict:
         """Start the copy-engine halo exchange (`tasks.distribute.ce_exchange`): zero this shard's flag words and
-        export its two extended Bs and the flags (IPC handles); every shard's export then goes to `ce_connect`.
-        Needs B (`set_B`) and the NCCL path's GPU actor; call between batches, on every shard."""
+        export the extended Bs the halo lands in (the "rows" overlap's two; the "columns" overlap's one, twice:
+        it never swaps) and the flags (IPC handles); every shard's export then goes to `ce_connect`. Needs B
+        (`set_B`), an overlap mode and the NCCL path's GPU actor; call between batches, on every shard."""
         import cupy
 
         from tasks.distribute.ce_exchange import CopyEngineHalo, flags_for
@@ -129,9 +131,10 @@ class ShardActor(HostBatches):
         ce = CopyEngineHalo(self.k, n_ranks, {q: int(i.shape[0]) for q, i in self.sends.items()}, self.recv)
         flags = flags_for(n_ranks, cupy)
         row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]
-        out = ce.export((self.B_ext.data.ptr, self.alt_B().data.ptr), flags, row_bytes)
+        second = self.alt_B() if self.overlap == "rows" else self.B_ext
+        out = ce.export((self.B_ext.data.ptr, second.data.ptr), flags, row_bytes)
         cupy.cuda.Device().synchronize()  # the zeroed flags are in place before any peer can write them
-        self.ce = ce
+        self.ce, self._ce_mode = ce, self.overlap
         return out
 
     def ce_connect(self, exports: list) -> None:
@@ -142,7 +145,11 @@ class ShardActor(HostBatches):
     def ce_stale(self) -> bool:
         """Whether the exchange must be (re)made: none yet, or an extended B was reallocated since the export (a
         new N), which would leave the peers writing into memory this shard no longer reads."""
-        if self.ce is None or self.B_ext is None or self.B_alt is None:
+        if self.ce is None or self.B_ext is None or self._ce_mode != self.overlap:
+            return True
+        if self.overlap != "rows":
+            return self.ce.buffers[0] != self.B_ext.data.ptr
+        if self.B_alt is None:
             return True
         now = (self.B_ext.data.ptr, self.B_alt.data.ptr)  # the exported pair, swapped ``parity`` times since
         return now != (self.ce.buffers if not self.ce.parity else self.ce.buffers[::-1])
@@ -333,7 +340,7 @@ class ShardActor(HostBatches):
             advance_first = False
         times, gap_ms = loop.run(n, advance_first, advance_rest, self.overlap)
         kernel = self._kernels()
-        via = "ce" if self.ce is not None and self.overlap == "rows" else "nccl"
+        via = "ce" if self.ce is not None and self.overlap in ("rows", "columns") else "nccl"
         its = [({**self._exchange_stats(t["exchange_ms"], via), "overlap": self.overlap,
                  "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"],
                  **({"pack_ms": t["pack_ms"]} if "pack_ms" in t else {})},

@@ -189,20 +189,44 @@ def enqueue_rows(sh, n, g0, seen, wait_packed=True):
             sh.cur = nxt
 
 
-def run_batches(P, seed, wait_packed=True, one_way=False):
+def enqueue_columns(sh, n, g0, seen, wait_packed=True):
+    """`DeviceLoop.enqueue` with the "columns" overlap on the copy engines, ``n`` advancing iterations: one extended
+    B, never swapped; the advance, the pack on s_pack, the copies into each receiver's one buffer, the own-column
+    kernel (reads no halo), the wait for the halo, the halo-column kernel, done posted."""
+    for i in range(n):
+        g = g0 + i
+        if sh.packed is not None and wait_packed:
+            wait_event(sh.s_comp, sh.packed)
+            sh.packed = None
+        sh.own(sh.cur, g)  # advance: this iteration's own rows
+        adv = Event()
+        record(sh.s_comp, adv)
+        wait_event(sh.s_pack, adv)
+        sh.pack(sh.cur, sh.s_pack)
+        sh.packed = Event()
+        record(sh.s_pack, sh.packed)
+        sh.send_ce(sh.packed, next_buffer=False)
+        sh.ce.wait_halo(sh.s_comp)
+        sh.kernel(sh.cur, g, seen)  # halo-column kernel
+        sh.ce.finish(sh.s_comp, swapped=False)
+
+
+def run_batches(P, seed, wait_packed=True, one_way=False, enqueue=enqueue_rows):
     """Batches of several sizes on P model shards (``one_way``: two shards, 0 only sends to 1, so nothing on
     shard 0's s_comp waits for a peer); (shards, every kernel's halo check, iterations run)."""
     mem = Memory()
     shards = ([ModelShard(0, 2, mem, 3, senders=[], receivers=[1]), ModelShard(1, 2, mem, 3, senders=[0], receivers=[])]
               if one_way else [ModelShard(k, P, mem, rows=3) for k in range(P)])
-    exports = [sh.ce.export(tuple(sh.bufs), sh.flags, row_bytes=4) for sh in shards]
+    two = enqueue is enqueue_rows  # the rows overlap's two extended Bs; the columns overlap's one, exported twice
+    exports = [sh.ce.export(tuple(sh.bufs) if two else (sh.bufs[0], sh.bufs[0]), sh.flags, row_bytes=4)
+               for sh in shards]
     for sh in shards:
         sh.ce.connect(exports)
     rng, seen, g = random.Random(seed), [], 0
     streams = [s for sh in shards for s in (sh.s_comp, sh.s_comm, sh.s_pack)]
     for n in (3, 1, 4, 2):  # batches of several sizes; the flags keep growing across them
         for sh in shards:  # lock step: every shard enqueues the same batch (no host sync inside it)
-            enqueue_rows(sh, n, g, seen, wait_packed)
+            enqueue(sh, n, g, seen, wait_packed)
         # the batch ends with each shard's host waiting for its s_comp only: s_comm / s_pack may still run
         run_streams(streams, rng, until=lambda: not any(sh.s_comp.ops for sh in shards))
         g += n
@@ -232,6 +256,16 @@ def test_a_shard_that_only_sends_waits_for_its_pack(seed):
 def test_the_model_catches_the_race_without_that_wait():
     """The same model without the wait: some interleaving lets shard 1 read rows of a later iteration."""
     assert any(not ok for seed in range(40) for *_, ok, _ in run_batches(2, seed, False, one_way=True)[1])
+
+
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("seed", range(8))
+def test_the_columns_overlap_on_one_buffer_reads_its_own_iterations_halo(P, seed):
+    """The "columns" overlap's single extended B: a copy for iteration g + 1 never lands before the receiver's
+    halo-column kernel of iteration g finished (the done flag), in any interleaving."""
+    shards, seen, g = run_batches(P, seed, enqueue=enqueue_columns)
+    assert all(ok for *_, ok, _ in seen) and len(seen) == P * (P - 1) * g
+    assert all(sh.ce.parity == 0 and sh.ce.iteration == g for sh in shards)
 
 
 def test_connect_refuses_another_host_and_a_row_count_mismatch(monkeypatch):

@@ -83,11 +83,13 @@ def test_workers_allocate_from_an_rmm_pool(address):
     assert all(a == "cupy MemoryPool over rmm.allocators.cupy.rmm_cupy_allocator" for a in after.values()), after
 
 
+@pytest.mark.parametrize("overlap", ["rows", "columns"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_rows_overlap_on_the_copy_engines_equals_nccl(address, dtype):
+def test_overlap_on_the_copy_engines_equals_nccl(address, dtype, overlap):
     """halo_copy="ce" on every GPU of the machine (at 4 each shard sends to and receives from three peers): C is
-    bitwise the NCCL rows overlap's, batched advancing and not, over two batches (the flags grow across them),
-    and per call; a 4-byte and a 2-byte precision."""
+    bitwise the same overlap's on NCCL, batched advancing and not, over two batches (the flags grow across them),
+    and per call; a 4-byte and a 2-byte precision; the rows overlap (two extended Bs) and the columns overlap
+    (one)."""
     import numpy as np
     import scipy.sparse as sp
     from distributed import Client
@@ -107,11 +109,11 @@ def test_rows_overlap_on_the_copy_engines_equals_nccl(address, dtype):
     plan = make_plan(X, N_GPUS, perm=perm)
     parts = [B[plan.shard_rows(k)] for k in range(N_GPUS)]
     with Client(address) as client:
-        kw = {"M": X, "overlap": "rows", "dtype": dtype, "spmm_kw": {"autotune": False}}  # one kernel per shard
+        kw = {"M": X, "overlap": overlap, "dtype": dtype, "spmm_kw": {"autotune": False}}  # one kernel per shard
         with DistributedSpmm(plan, client, halo_copy="nccl", **kw) as ds:
             want3, want1 = ds.iterate(3, parts).gather(), ds.iterate(4, parts, advance=False).gather()
             want_call = ds.run(parts).gather()
-            kernels = [s["kernel"] for s in ds.history[-1]["shards"]]  # boundary + interior plans
+            kernels = [s["kernel"] for s in ds.history[-1]["shards"]]  # the two parts' plans
         with DistributedSpmm(plan, client, halo_copy="ce", **kw) as ds:
             assert ds.halo_copy == "ce", ds.halo_copy_reason
             for _ in range(2):
@@ -122,7 +124,8 @@ def test_rows_overlap_on_the_copy_engines_equals_nccl(address, dtype):
             assert [s["kernel"] for s in ds.history[-1]["shards"]] == kernels
             halo = [i.get("halo_rows") for i in ds.info]
     assert np.isfinite(want3).all() and np.abs(want3).max() > 0
-    print(dtype, "copy-engine rows overlap on", N_GPUS, "GPUs: bitwise NCCL's; halo rows", halo, "kernels", kernels)
+    print(dtype, overlap, "overlap on the copy engines,", N_GPUS, "GPUs: bitwise NCCL's; halo rows", halo,
+          "kernels", kernels)
 
 
 UCX_SCRIPT = """
