@@ -1,7 +1,10 @@
 """Shared by the multi-GPU tests: `cluster_watch`, so that a worker lost in one test is reported by that test (with
-the nanny's reason in the log) instead of failing the tests after it, which start only when the cluster is whole."""
+the nanny's reason in the log) instead of failing the tests after it, which start only when the cluster is whole.
+Shared by the one-shot tests on CPU workers: `cpu_client` (a 2-process CPU LocalCluster per module) and
+`square_case` (a small square A, a random row order, B and the float64 product)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 WHOLE_TIMEOUT_S = 120  # a nanny restarts a dead worker in seconds; CUDA and the RMM pool take a few more
@@ -66,3 +69,22 @@ def cluster_watch(request):
     finally:
         if own is not None:
             own.close()
+
+
+@pytest.fixture(scope="module")
+def cpu_client():
+    from tasks.distribute import cluster_client
+    with cluster_client(n_workers=2, gpu=False) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def square_case():
+    """(A 333 x 333 float32 CSR of 3 % density, perm, B [333, 12], A @ B in float64)."""
+    import scipy.sparse as sp
+    rng = np.random.default_rng(3)
+    n = 333
+    A = sp.csr_array(sp.random(n, n, density=0.03, random_state=4, format="csr", dtype=np.float32))
+    perm = rng.permutation(n)
+    B = rng.standard_normal((n, 12)).astype(np.float32)
+    return A, perm, B, A.astype(np.float64) @ B.astype(np.float64)

@@ -19,7 +19,7 @@ from configs.errors import InputError
 from kernels.formats import get
 from kernels.precision import precision
 from storage import BlockStore
-from tasks.distribute import DistributedSpmm, ShardFailedError, cluster_client, make_plan, persist_plan
+from tasks.distribute import DistributedSpmm, ShardFailedError, make_plan, persist_plan
 from tasks.distribute.direct import b_artifact, read_c, read_rows, run_oneshot_stored, store_b
 from tasks.distribute.formats import shard_ops
 
@@ -33,20 +33,13 @@ TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 3e-2}
 
 
 @pytest.fixture(scope="module")
-def client():
-    with cluster_client(n_workers=2, gpu=False) as c:
-        yield c
+def client(cpu_client):  # conftest.py
+    return cpu_client
 
 
 @pytest.fixture(scope="module")
-def case():
-    rng = np.random.default_rng(3)
-    n = 333
-    A = sp.random(n, n, density=0.03, random_state=4, format="csr", dtype=np.float32)
-    A = sp.csr_array(A)
-    perm = rng.permutation(n)
-    B = rng.standard_normal((n, 12)).astype(np.float32)
-    return A, perm, B, A.astype(np.float64) @ B.astype(np.float64)
+def case(square_case):  # conftest.py: A (333 x 333), perm, B [333, 12], A @ B in float64
+    return square_case
 
 
 def rel(C, ref) -> float:

@@ -13,27 +13,11 @@ from configs.errors import InputError
 from kernels.formats import get
 from kernels.precision import precision
 from storage import BlockStore
-from tasks.distribute import cluster_client, make_plan, persist_plan
+from tasks.distribute import make_plan, persist_plan
 from tasks.distribute.direct import b_artifact, read_c, store_b
 from tasks.distribute.exchanged import run_oneshot_exchanged
 
 TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 3e-2}  # as test_direct.py: the precisions' contracts
-
-
-@pytest.fixture(scope="module")
-def client():
-    with cluster_client(n_workers=2, gpu=False) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def case():
-    rng = np.random.default_rng(3)
-    n = 333
-    A = sp.csr_array(sp.random(n, n, density=0.03, random_state=4, format="csr", dtype=np.float32))
-    perm = rng.permutation(n)
-    B = rng.standard_normal((n, 12)).astype(np.float32)
-    return A, perm, B, A.astype(np.float64) @ B.astype(np.float64)
 
 
 def stored(tmp_path, A, perm, B, fmt, dtype, n_parts=2):
@@ -45,8 +29,9 @@ def stored(tmp_path, A, perm, B, fmt, dtype, n_parts=2):
 
 
 @pytest.mark.parametrize("fmt,dtype", [("metcf", "float32"), ("cvse", "float16"), ("bcsr", "bfloat16")])
-def test_b_read_once_and_the_halo_exchanged(client, case, tmp_path, fmt, dtype):
-    A, perm, B, ref = case
+def test_b_read_once_and_the_halo_exchanged(cpu_client, square_case, tmp_path, fmt, dtype):
+    A, perm, B, ref = square_case
+    client = cpu_client
     plan, mstore, b = stored(tmp_path, A, perm, B, fmt, dtype)
     run_id = uuid.uuid4().hex[:12]
     timings = run_oneshot_exchanged(plan, client, mstore, b=b, perm_key=f"k-{dtype}", fmt=fmt, run_id=run_id,
@@ -66,8 +51,9 @@ def test_b_read_once_and_the_halo_exchanged(client, case, tmp_path, fmt, dtype):
     assert entry["meta"]["source"]["b_read"] == "own rows, halo exchanged"
 
 
-def test_bad_inputs_fail_in_one_line_and_leave_no_result(client, case, tmp_path):
-    A, perm, B, _ = case
+def test_bad_inputs_fail_in_one_line_and_leave_no_result(cpu_client, square_case, tmp_path):
+    A, perm, B, _ = square_case
+    client = cpu_client
     plan, mstore, b = stored(tmp_path, A, perm, B, "metcf", "float32")
     short = store_b(mstore, B[:-1], b_artifact(12, 1))["artifact"]
     with pytest.raises(InputError, match=f"stored B {short} has 332 rows, expected A's 333 columns"):
