@@ -98,7 +98,7 @@ def reorder_chart(rows, path: Path) -> Path | None:
 def scaling_chart(rows, path: Path) -> Path | None:
     """Resident per-iteration efficiency (time on 1 GPU / (P x time on P)) against GPUs, per matrix and row order:
     the steady state of batched iterations (inside one actor call per GPU) where measured, else one iteration per
-    driver call; the devices in the title."""
+    driver call, and the row-overlapped loop's (dotted, same colour) where it ran; the devices in the title."""
     rows = [r for r in rows if r.get("P") and (r.get("resident_batched_loop_eff") is not None
                                                 or r.get("iter_eff") is not None)]
     if not rows:
@@ -111,9 +111,18 @@ def scaling_chart(rows, path: Path) -> Path | None:
                       (kind, order, nnz)), key=lambda r: r["P"])
         loop = [r for r in sel if r.get("resident_batched_loop_eff") is not None]
         pts, how = (loop, "resident_batched_loop_eff") if loop else (sel, "iter_eff")
-        ax.plot([r["P"] for r in pts], [r[how] for r in pts], marker="o" if loop else "s",
-                linestyle="-" if loop else "--",
-                label=f"{kind} {order} {nnz / 1e6:.0f}M: " + ("batched loop" if loop else "one call per iteration"))
+        line, = ax.plot([r["P"] for r in pts], [r[how] for r in pts], marker="o" if loop else "s",
+                        linestyle="-" if loop else "--",
+                        label=f"{kind} {order} {nnz / 1e6:.0f}M: " + ("batched loop" if loop else
+                                                                       "one call per iteration"))
+        row_ov = [r for r in sel if r.get("resident_batched_rowoverlap_loop_eff") is not None]
+        if row_ov:  # the row overlap against the same 1-GPU loop (where it ran: P > 1)
+            one = [r for r in loop if r["P"] == 1]
+            ce = any(r.get("rowoverlap_halo_copy") == "ce" for r in row_ov)
+            ax.plot([r["P"] for r in one + row_ov], [r[how] for r in one] +
+                    [r["resident_batched_rowoverlap_loop_eff"] for r in row_ov], marker="^", linestyle=":",
+                    color=line.get_color(), label=f"{kind} {order} {nnz / 1e6:.0f}M: row overlap"
+                    + (" (copy engines)" if ce else ""))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(sorted({r["P"] for r in rows}))
     ax.set_xlabel("GPUs")
