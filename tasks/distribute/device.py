@@ -155,7 +155,7 @@ def _rows16_ok(a, b, idx) -> bool:
     row_bytes = a.shape[1] * a.dtype.itemsize if a.ndim == 2 else 0
     return (a.ndim == b.ndim == 2 and a.dtype == b.dtype and a.shape[1] == b.shape[1] and row_bytes % 16 == 0
             and a.flags.c_contiguous and b.flags.c_contiguous and a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
-            and idx.dtype == np.int64 and idx.ndim == 1 and hasattr(idx, "data"))
+            and idx.dtype == np.int64 and idx.ndim == 1 and hasattr(idx, "__cuda_array_interface__"))
 
 
 def _rows16(name: str, src, idx, out) -> None:
