@@ -273,8 +273,9 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
                          *(h.f(e[m]["speedup"], 2, "x") if m in e and e[m]["speedup"] else "–" for m in MODELS))
                         for e in summary])
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
-    images = sorted(p for p in (runs[0].path.parent.glob("gnn-*.png")))
-    out += [f"![loss curves, ours vs PyG: {p.stem}](../benchmarks/results/{p.name})" for p in images[-3:]] + [""]
+    summarized = {name.removesuffix(".json") for name in run.meta.get("files") or [run.path.name]}
+    images = sorted(p for p in run.path.parent.glob("gnn-*.png") if p.stem in summarized)  # this run's curves
+    out += [f"![loss curves, ours vs PyG: {p.stem}](../benchmarks/results/{p.name})" for p in images] + [""]
     targets = [(n, thr, got, h.status(ok)) for n, thr, got, ok in target_rows(rows)]
     return out + h.targets(targets) + h.older_note(older) + [h.reproduce("gnn", run), ""] + \
         fixed_cost_lines(runs, h)

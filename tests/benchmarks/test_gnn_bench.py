@@ -388,7 +388,12 @@ def test_summarize_renders_a_new_style_file(tmp_path):
            "skipped": ["igb-small: no IGB small edge list (looked in TCSPMM_IGB_SMALL (unset))"],
            "failures": [], "fixed_cost": []}
     (results / "gnn-test-gpu-2026-01-02-000000.json").write_text(json.dumps(doc))
+    for stem in ("gnn-test-gpu-2026-01-02-000000", "gnn-z-older-2026-01-01-000000"):  # loss-curve images
+        (results / f"{stem}.png").write_bytes(b"\x89PNG")
     body = render(results, tmp_path)
+    images = [ln for ln in body.splitlines() if ln.startswith("![loss curves")]
+    assert images == ["![loss curves, ours vs PyG: gnn-test-gpu-2026-01-02-000000]"
+                      "(../benchmarks/results/gnn-test-gpu-2026-01-02-000000.png)"]  # the summarized run's only
     head = next(ln for ln in body.splitlines() if ln.startswith("| graph | nnz | model"))
     assert cells(head) == ["graph", "nnz", "model", "hidden", "precision", "ours ms", "PyG best ms", "path used",
                            "speedup", "PyG ms per path", "loss gap", "test acc (ours / PyG)"]
