@@ -34,6 +34,8 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
+from machine import gpu_meta  # benchmarks/ is the script folder; machine.py imports nothing from the tree
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = ["LPnetlib/lp_e226", "HB/young1c", "HB/jagmesh7", "HB/bcspwr10", "HB/bcsstk13", "Pajek/Erdos971",
             "SNAP/email-Enron"]
@@ -201,16 +203,10 @@ def main(argv=None) -> int:
         return 0
     if args.code:
         sys.path.insert(0, str(args.code.resolve()))
-    import cupy
-
     import kernels
     from tasks.fetch.generators import generate
 
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    meta = {"device": device, "label": args.label, "kernels_from": str(Path(kernels.__file__).parent),
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
-            "cupy": cupy.__version__, "numpy": np.__version__, "python": sys.version.split()[0],
+    meta = {**gpu_meta(), "label": args.label, "kernels_from": str(Path(kernels.__file__).parent),
             "command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "method": __doc__}
     rng = np.random.default_rng(0)
@@ -225,8 +221,7 @@ def main(argv=None) -> int:
         matrices = [m for m in matrices if m[0] in args.matrices]
     rows = []
     t0 = time.time()
-    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
-    path = args.out_dir / f"host-overhead-{slug}-{dt.date.today().isoformat()}-{args.label}.json"
+    path = args.out_dir / f"host-overhead-{meta['slug']}-{dt.date.today().isoformat()}-{args.label}.json"
     args.out_dir.mkdir(parents=True, exist_ok=True)
     meta["reorder"] = args.reorder
     for label, make in matrices:

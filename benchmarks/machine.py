@@ -16,6 +16,13 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def slug(name: str) -> str:
+    """A device name as a file-name part ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"); the rule of the
+    selector's calibration files (kernels.formats.metcf.selector.slug), kept here so that recording the machine
+    imports nothing from the tree under test (host_overhead.py --code times another tree's kernels)."""
+    return "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
+
+
 def gpu_clocks() -> dict:
     """Clocks and power limit of GPU 0 from ``nvidia-smi`` ({} without it): a kernel bound by latency moves with
     the SM clock, so two runs are comparable only at the same clocks."""
@@ -38,8 +45,6 @@ def gpu_meta() -> dict:
     import cupy
     import numpy as np
     import scipy
-
-    from kernels.formats.metcf.selector import slug
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

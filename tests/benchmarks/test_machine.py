@@ -3,7 +3,6 @@ wrote by hand before they took it from here (bcsr, bindings, convert, cvse, form
 its slug is the file-name slug they computed."""
 from __future__ import annotations
 
-import importlib
 import platform
 import sys
 import types
@@ -25,8 +24,6 @@ def machine(load_script):
 @pytest.fixture
 def fake_cupy(monkeypatch):
     """A CuPy whose runtime answers like a CUDA 12.8 runtime on device 0 (name as bytes, as CuPy returns it)."""
-    importlib.import_module("kernels.formats.metcf.selector")  # gpu_meta's slug, imported before the stand-in
-
     runtime = types.SimpleNamespace(getDeviceProperties=lambda i: {"name": NAME.encode(), "multiProcessorCount": 132},
                                     runtimeGetVersion=lambda: 12080, driverGetVersion=lambda: 12090)
     cupy = types.ModuleType("cupy")
@@ -46,3 +43,11 @@ def test_gpu_meta_has_the_keys_the_scripts_wrote(machine, fake_cupy, monkeypatch
     assert meta["python"] == sys.version.split()[0]  # what formats.py and host_overhead.py wrote
     # bcsr.py, bindings.py, cvse.py and svc_slack.py named their files with this slug of their own
     assert meta["slug"] == "".join(c if c.isalnum() else "-" for c in NAME.lower()).strip("-")
+
+
+def test_the_slug_is_the_calibration_files_rule_and_imports_nothing_from_kernels(machine):
+    from kernels.formats.metcf.selector import slug
+    for name in (NAME, "NVIDIA H200", "Tesla V100-SXM2-16GB", "  odd/name  "):
+        assert machine.slug(name) == slug(name)
+    lines = (REPO / "benchmarks" / "machine.py").read_text().splitlines()
+    assert not any(ln.strip().startswith(("from kernels", "import kernels")) for ln in lines)
