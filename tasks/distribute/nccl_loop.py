@@ -310,11 +310,15 @@ class DeviceLoop:
         ev.x.record(self.s_comm)
         self._last_send = ev.x
 
-    def release(self) -> None:
-        """Wait for the streams and drop the buffers (before the communicator is destroyed)."""
+    def synchronize(self) -> None:
+        """Wait for every stream of the loop (the pack's, once made, the exchange's and the kernels')."""
         for stream in (self.s_pack, self.s_comm, self.s_comp):
             if stream is not None:
                 stream.synchronize()
+
+    def release(self) -> None:
+        """Wait for the streams and drop the buffers (before the communicator is destroyed)."""
+        self.synchronize()
         self.C, self.send_bufs, self._last_send, self._packed = None, {}, None, None
 
     def run(self, n_iters: int, advance_first: bool, advance_rest: bool, overlap) -> tuple[list, float]:

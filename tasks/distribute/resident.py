@@ -149,8 +149,7 @@ class DistributedSpmm:
         has none or reallocated its extended Bs (`ShardActor.ce_stale`): every shard exports, then maps the
         others' (`tasks.distribute.ce_exchange`). Where that fails (shards on several hosts, no IPC) the shards
         keep NCCL and ``halo_copy_reason`` says why."""
-        if self.halo_copy != "ce" or self.overlap not in ("rows", "columns") or len(self.actors) < 2 \
-                or not self._ce_dirty:
+        if self.halo_copy != "ce" or self.overlap not in OVERLAP_MODES or len(self.actors) < 2 or not self._ce_dirty:
             return
         self._ce_dirty = False  # until B is loaded again (a new N reallocates the extended Bs)
         if not any(_wait([a.ce_stale() for a in self.actors])):

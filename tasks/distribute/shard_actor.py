@@ -131,14 +131,13 @@ class ShardActor(HostBatches):
         ce = CopyEngineHalo(self.k, n_ranks, {q: int(i.shape[0]) for q, i in self.sends.items()}, self.recv)
         flags = flags_for(n_ranks, cupy)
         row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]
-        second = self.alt_B() if self.overlap == "rows" else self.B_ext
-        out = ce.export((self.B_ext.data.ptr, second.data.ptr), flags, row_bytes)
+        out = ce.export(self._ce_pair(), flags, row_bytes)
         cupy.cuda.Device().synchronize()  # the zeroed flags are in place before any peer can write them
         self.ce, self._ce_mode = ce, self.overlap
         return out
 
     def ce_connect(self, exports: list) -> None:
-        """Map the peers' buffers and flags (`CopyEngineHalo.connect`); from here the "rows" overlap moves its
+        """Map the peers' buffers and flags (`CopyEngineHalo.connect`); from here the overlap moves its
         halo with peer copies instead of NCCL."""
         self.ce.connect(exports)
 
@@ -147,20 +146,20 @@ class ShardActor(HostBatches):
         new N), which would leave the peers writing into memory this shard no longer reads."""
         if self.ce is None or self.B_ext is None or self._ce_mode != self.overlap:
             return True
-        if self.overlap != "rows":
-            return self.ce.buffers[0] != self.B_ext.data.ptr
-        if self.B_alt is None:
-            return True
-        now = (self.B_ext.data.ptr, self.B_alt.data.ptr)  # the exported pair, swapped ``parity`` times since
-        return now != (self.ce.buffers if not self.ce.parity else self.ce.buffers[::-1])
+        # the exported pair, swapped ``parity`` times since (the columns overlap never swaps)
+        return self._ce_pair() != (self.ce.buffers if not self.ce.parity else self.ce.buffers[::-1])
+
+    def _ce_pair(self) -> tuple[int, int]:
+        """Where the halo lands: the rows overlap's two extended Bs (current first; the second allocated on first
+        use), the columns overlap's one, twice."""
+        second = self.alt_B() if self.overlap == "rows" else self.B_ext
+        return self.B_ext.data.ptr, second.data.ptr
 
     def ce_drop(self) -> None:
         """Back to NCCL for every exchange (after the streams finished)."""
         if self.ce is not None:
             if self._device_loop is not None:
-                for stream in (self._device_loop.s_pack, self._device_loop.s_comm, self._device_loop.s_comp):
-                    if stream is not None:
-                        stream.synchronize()
+                self._device_loop.synchronize()
             self.ce.release()
             self.ce = None
 
@@ -340,7 +339,7 @@ class ShardActor(HostBatches):
             advance_first = False
         times, gap_ms = loop.run(n, advance_first, advance_rest, self.overlap)
         kernel = self._kernels()
-        via = "ce" if self.ce is not None and self.overlap in ("rows", "columns") else "nccl"
+        via = "ce" if self.ce is not None and self.overlap in OVERLAP_MODES else "nccl"
         its = [({**self._exchange_stats(t["exchange_ms"], via), "overlap": self.overlap,
                  "exposed_ms": t["exposed_ms"], "advance_ms": t["advance_ms"],
                  **({"pack_ms": t["pack_ms"]} if "pack_ms" in t else {})},
