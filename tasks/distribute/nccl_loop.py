@@ -191,10 +191,8 @@ class DeviceLoop:
         self.s_comm.wait_event(after)
         ev.x_start.record(self.s_comm)
         if sh.comm is not None and (sh.sends or sh.recv):
+            self._pack(B, self.s_comm)
             with self.s_comm:
-                own = sh.own_rows(B)
-                for p, idx in sh.sends.items():
-                    dev.gather_rows(own, idx, self.send_bufs[p])
                 nccl.groupStart()
                 for p, buf in self.send_bufs.items():
                     sh.comm.send(buf.data.ptr, buf.size, nccl_type(buf.dtype), p, self.s_comm.ptr)
@@ -290,9 +288,10 @@ class DeviceLoop:
         return self.s_pack
 
     def _pack(self, B, stream) -> None:
-        """The own rows of extended B ``B`` each peer receives, into the send buffers, on ``stream`` (s_comp for
-        the batch's prologue, else s_pack) once the copies of the previous pack left them (s_comm,
-        ``_last_send``). It reads only boundary rows: the interior rows' stores beside it write the others."""
+        """The own rows of extended B ``B`` each peer receives, into the send buffers, on ``stream`` (NCCL: s_comm;
+        the copy engines: s_comp for the batch's prologue, else s_pack) once the copies of the previous pack left
+        them (s_comm, ``_last_send``). It reads only boundary rows: the interior rows' stores beside it write the
+        others."""
         sh = self.shard  # the send buffers: made by `_buffers` at the top of `enqueue_rows`
         if self._last_send is not None:
             stream.wait_event(self._last_send)
