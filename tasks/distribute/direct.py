@@ -117,6 +117,15 @@ def commit_result(mstore, run_id: str, records: list, shape: tuple, source: dict
     return entry
 
 
+def commit_product(mstore, run_id: str, records: list, plan: PartitionPlan, *, b: str, perm_key: str,
+                   source: dict | None = None) -> dict:
+    """`commit_result` for ``plan``'s product with stored B ``b``: C's shape, and a source naming the plan, the
+    shards' perm key, B and C's row order (what `read_c` needs), plus ``source``."""
+    return commit_result(mstore, run_id, records, (plan.shape[0], b_cols_of(mstore, b)),
+                         {"plan": plan.fingerprint(), "n_parts": plan.n_parts, "perm_key": perm_key, "b": b,
+                          "row_order": "reordered" if plan.perm is not None else "original", **(source or {})})
+
+
 def read_c(mstore, run_id: str, perm: np.ndarray | None = None) -> np.ndarray:
     """A stored sharded result in the ORIGINAL row order (``perm``: the run's reordering, ``perm[new] = old``;
     required when the entry says its rows are reordered)."""
@@ -246,9 +255,8 @@ def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: 
         raise
     wall_ms = (time.perf_counter() - t_start) * 1e3
     t0 = time.perf_counter()
-    commit_result(store, run_id, [t["record"] for t in timings if t["record"]], (plan.shape[0], b_cols_of(store, b)),
-                  {"plan": plan.fingerprint(), "n_parts": plan.n_parts, "perm_key": perm_key, "b": b,
-                   "row_order": "reordered" if plan.perm is not None else "original", **(source or {})})
+    commit_product(store, run_id, [t["record"] for t in timings if t["record"]], plan, b=b, perm_key=perm_key,
+                   source=source)
     commit_ms = (time.perf_counter() - t0) * 1e3
     for t in timings:
         t.update(wall_ms=wall_ms, commit_ms=commit_ms)

@@ -19,7 +19,7 @@ import time
 
 from configs.errors import InputError
 from configs.names import DEFAULT_FORMAT
-from tasks.distribute.direct import DenseRef, b_cols_of, b_rows_of, commit_result
+from tasks.distribute.direct import DenseRef, b_rows_of, commit_product
 from tasks.distribute.plan import PartitionPlan
 from tasks.distribute.resident import DistributedSpmm, _wait
 
@@ -53,10 +53,8 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
         shutil.rmtree(store.folder / "results" / run_id, ignore_errors=True)  # no manifest entry: no result
         raise
     t0 = time.perf_counter()
-    commit_result(store, run_id, [w["record"] for w in writes if w["record"]], (plan.shape[0], b_cols_of(store, b)),
-                  {"plan": plan.fingerprint(), "n_parts": plan.n_parts, "perm_key": perm_key, "b": b,
-                   "b_read": "own rows, halo exchanged", "row_order": "reordered" if plan.perm is not None
-                   else "original", **(source or {})})
+    commit_product(store, run_id, [w["record"] for w in writes if w["record"]], plan, b=b, perm_key=perm_key,
+                   source={"b_read": "own rows, halo exchanged", **(source or {})})
     commit_ms = (time.perf_counter() - t0) * 1e3
     by_shard = {r["shard"]: r for r in runs}
     return [{"shard": k, "worker": info[k]["worker"], "gpu": info[k]["gpu"], "dtype": dtype,
