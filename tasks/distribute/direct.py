@@ -106,24 +106,20 @@ def write_block(mstore, run_id: str, r0: int, C_k: np.ndarray) -> dict:
     return file_record(mstore.folder, rel, range=[r0, r1])
 
 
-def commit_result(mstore, run_id: str, records: list, shape: tuple, source: dict) -> dict:
-    """List the workers' C files as artifact ``results/<run_id>`` (after every shard succeeded)."""
+def commit_product(mstore, run_id: str, records: list, plan: PartitionPlan, *, b: str, perm_key: str,
+                   source: dict | None = None) -> dict:
+    """List the workers' C files as artifact ``results/<run_id>`` (after every shard succeeded): ``plan``'s
+    product with stored B ``b``, its source naming the plan, the shards' perm key, B and C's row order (what
+    `read_c` needs), plus ``source``."""
     records = sorted(records, key=lambda r: r["range"][0])
+    source = {"plan": plan.fingerprint(), "n_parts": plan.n_parts, "perm_key": perm_key, "b": b,
+              "row_order": "reordered" if plan.perm is not None else "original", **(source or {})}
     entry = {"kind": "result", "files": records, "written_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-             "meta": {"format": "dense", "shape": [int(s) for s in shape], "dtypes": {"value": "float32"},
-                      "ranges": [r["range"] for r in records], "source": source}}
+             "meta": {"format": "dense", "shape": [int(plan.shape[0]), b_cols_of(mstore, b)],
+                      "dtypes": {"value": "float32"}, "ranges": [r["range"] for r in records], "source": source}}
     with mstore.manifest.update() as m:
         m["artifacts"][f"results/{run_id}"] = entry
     return entry
-
-
-def commit_product(mstore, run_id: str, records: list, plan: PartitionPlan, *, b: str, perm_key: str,
-                   source: dict | None = None) -> dict:
-    """`commit_result` for ``plan``'s product with stored B ``b``: C's shape, and a source naming the plan, the
-    shards' perm key, B and C's row order (what `read_c` needs), plus ``source``."""
-    return commit_result(mstore, run_id, records, (plan.shape[0], b_cols_of(mstore, b)),
-                         {"plan": plan.fingerprint(), "n_parts": plan.n_parts, "perm_key": perm_key, "b": b,
-                          "row_order": "reordered" if plan.perm is not None else "original", **(source or {})})
 
 
 def read_c(mstore, run_id: str, perm: np.ndarray | None = None) -> np.ndarray:
