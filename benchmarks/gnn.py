@@ -83,7 +83,6 @@ if HERE not in sys.path:  # benchmarks/ after the repository: this file's name w
 import graph_suite  # noqa: E402  (benchmarks/graph_suite.py: the graphs of 0.1-3M nnz, shared with sddmm.py)
 from summarize_gnn import PYG_PATHS, best_path, summary_table, target_lines, target_rows  # noqa: E402
 
-from storage.indexing import segment_ids  # noqa: E402
 
 # (label, source): a graph_suite source; ("gen", kind, params without seed/shuffle, shuffle); seed 1 throughout
 SUITES = {
@@ -157,14 +156,7 @@ def suite_cases(suite: str) -> list[dict]:
 
 def unit_loopless(A) -> sp.csr_array:
     """``A``'s pattern with unit float32 values, self loops removed (every layer adds its own), canonical CSR."""
-    A = sp.csr_array(A)
-    A.sum_duplicates()
-    A.sort_indices()
-    rows = segment_ids(A.indptr)
-    keep = rows != A.indices
-    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=A.shape[0]))))
-    return sp.csr_array((np.ones(int(keep.sum()), np.float32), A.indices[keep], indptr.astype(A.indptr.dtype)),
-                        shape=A.shape)
+    return graph_suite.unit_pattern(A, drop_loops=True)
 
 
 def prepare(A, sbm_spec: str | None, n_features: int, reorder: str):
@@ -203,11 +195,11 @@ def make_case(kind: str, params: str, n_features: int, reorder: str):
 
 def load_case(source, n_features: int, reorder: str):
     """``prepare`` of a graph_suite source, or None when its data is absent."""
-    A = graph_suite.build(source)
+    A = graph_suite.build(source, drop_loops=True)  # self loops removed: every layer adds its own
     if A is None:
         return None
     sbm = source[0] == "gen" and source[1] == "sbm" and not int(source[3])
-    return prepare(unit_loopless(A), graph_suite.generator_spec(source) if sbm else None, n_features, reorder)
+    return prepare(A, graph_suite.generator_spec(source) if sbm else None, n_features, reorder)
 
 
 def absent_reason(source) -> str:
@@ -380,15 +372,13 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
         model = build(conv).to(x.device)
         model.load_state_dict(init)
         out = {}
-        if "out" in state:
-            model.eval()
-            with torch.no_grad(), autocast(), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)",
-                                        category=UserWarning)
-                out["forward_rel_err"] = rel(state["out"], model(x, arg).float())
         with warnings.catch_warnings():  # torch's notes on sparse CSR from inside PyG's adj_t path: nothing to act on
             warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)",
                                     category=UserWarning)
+            if "out" in state:
+                model.eval()
+                with torch.no_grad(), autocast():
+                    out["forward_rel_err"] = rel(state["out"], model(x, arg).float())
             res = fit(model, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype)
         return {**out, "first_ms": res["epoch_ms"][0], "ms": float(np.median(res["epoch_ms"][1:])),
                 "losses": res["losses"], "test_acc": res["test_acc"]}

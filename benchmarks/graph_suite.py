@@ -109,8 +109,24 @@ def igb_small_path() -> tuple[Path | None, str]:
     return None, where
 
 
-def build(source) -> sp.csr_array | None:
-    """The pattern of a case's source as canonical CSR with unit float32 values; None when its data is absent.
+def unit_pattern(A, drop_loops: bool = False) -> sp.csr_array:
+    """``A``'s pattern as canonical CSR with unit float32 values (``drop_loops``: without self loops)."""
+    A = sp.csr_array(A)
+    A.sum_duplicates()
+    A.sort_indices()
+    if not drop_loops:
+        return sp.csr_array((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)
+    from storage.indexing import segment_ids  # the repository on the path: as build's imports
+    rows = segment_ids(A.indptr)
+    keep = rows != A.indices
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=A.shape[0]))))
+    return sp.csr_array((np.ones(int(keep.sum()), np.float32), A.indices[keep], indptr.astype(A.indptr.dtype)),
+                        shape=A.shape)
+
+
+def build(source, drop_loops: bool = False) -> sp.csr_array | None:
+    """The pattern of a case's source as canonical CSR with unit float32 values (``drop_loops``: without self
+    loops, `unit_pattern`); None when its data is absent.
     Sources: ``("gen", kind, params, shuffle)``, ``("dlmc", params)``, ``("fixture", "Group/Name")``, ``("igb",
     path under the fixtures)``, ``("igb-small",)`` (``igb_small_path``)."""
     kind = source[0]
@@ -132,9 +148,4 @@ def build(source) -> sp.csr_array | None:
         else:
             path = spmm.fixture_path(source[1])
             A = None if path is None else igb_adjacency(path)
-    if A is None:
-        return None
-    A = sp.csr_array(A)
-    A.sum_duplicates()
-    A.sort_indices()
-    return sp.csr_array((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)
+    return None if A is None else unit_pattern(A, drop_loops)

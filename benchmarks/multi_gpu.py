@@ -405,8 +405,7 @@ def breakdown(hist: list, key: str) -> dict:
             f"{key}_exposed_ms": med("exposed_ms"), f"{key}_advance_ms": med("advance_ms"),
             f"{key}_gap_ms": float(hist[-1].get("batch_gap_ms") or 0.0) / len(hist),
             f"{key}_halo_mb": [s["halo_bytes_recv"] / 2**20 for s in shards[-1]],
-            **({f"{key}_boundary_ms": med("boundary_ms")} if any("boundary_ms" in s for s in shards[-1]) else {}),
-            **({f"{key}_pack_ms": med("pack_ms")} if any("pack_ms" in s for s in shards[-1]) else {})}
+            **{f"{key}_{k}": med(k) for k in ("boundary_ms", "pack_ms") if any(k in s for s in shards[-1])}}
 
 
 def bench_rowoverlap(ds, row, RB1, P, C1, check, args, log) -> None:

@@ -656,7 +656,7 @@ def mgpu_targets(run) -> list[tuple]:
                      for k, o, x in shrink)
     for P, key, label in ((2, "oneshot_e2e_ratio_2gpu", MGPU_TARGETS[3][0]), (4, "oneshot_e2e_ratio_4gpu",
                                                                                MGPU_TARGETS[4][0])):
-        got = [(r, oneshot_ratio(r)) for r in rows if r["P"] == P and oneshot_ratio(r) is not None]
+        got = [(r, x) for r, x in ((r, oneshot_ratio(r)) for r in rows if r["P"] == P) if x is not None]
         lim = tg.get(key, MGPU_LIMITS[key])
         out.append((label, f"≤ {lim:g}", "; ".join(f"{r['kind']} {r['order']} {mnnz(r['nnz'])}: {x:.2f}"
                                                    + (" (B read once, halo exchanged)" if x != r.get(
@@ -665,9 +665,11 @@ def mgpu_targets(run) -> list[tuple]:
     return out + [(*MGPU_TARGETS[5], meas or "–", status(min(x for *_, x in shrink) > 1 if shrink else None))]
 
 
-def exchanged_cell(r: dict) -> str:
-    """`` / <ms>`` of the one-shot that reads B once (halo exchanged), where it ran."""
-    return f" / {f(r['exchanged_e2e_ms'], 0)}" if r.get("exchanged_e2e_ms") is not None else ""
+def exchanged_cell(r: dict, what: str, p: int = 2) -> str:
+    """`` / <value>`` of the one-shot that reads B once (halo exchanged) for ``what`` ("e2e_ms", "e2e_ratio"),
+    where it ran."""
+    v = r.get(f"exchanged_{what}")
+    return f" / {f(v, p)}" if v is not None else ""
 
 
 def oneshot_ratio(r: dict):
@@ -699,9 +701,8 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
         b = "resident_batched"  # the breakdown of the plain batched loop (the overlapped one is in the JSON)
         per_gpu = r.get(f"{b}_kernel_ms_per_gpu")
         rows.append((r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("kernel_ms")) + res,
-                     f(r.get("kernel_eff"), 3), f(r.get("stored_e2e_ms"), 0) + exchanged_cell(r),
-                     f(r.get("stored_e2e_ratio")) + (f" / {f(r['exchanged_e2e_ratio'])}"
-                                                     if r.get("exchanged_e2e_ratio") is not None else ""),
+                     f(r.get("kernel_eff"), 3), f(r.get("stored_e2e_ms"), 0) + exchanged_cell(r, "e2e_ms", 0),
+                     f(r.get("stored_e2e_ratio")) + exchanged_cell(r, "e2e_ratio"),
                      f(r.get("iter_ms")), f(r.get("iter_eff"), 3), batched, f(r.get("resident_batched_iter_eff"), 3),
                      f(r.get("resident_batched_overlap_iter_eff"), 3), f(r.get(f"{b}_loop_ms")),
                      f(r.get(f"{b}_loop_eff"), 3), f(r.get("resident_batched_overlap_loop_ms")),

@@ -45,6 +45,13 @@ def best_path(times: dict) -> tuple[str | None, float | None]:
     return name, ok[name]
 
 
+def pyg_best(r: dict) -> tuple:
+    """(path, ms) of PyG's best path in a row: the recorded ones of the older files (one path per model), else the
+    fastest of ``pyg_times``; (None, None) when none was measured."""
+    path, ms = best_path(pyg_times(r))
+    return r.get("pyg_path") or path, r.get("pyg_ms") or ms
+
+
 def in_range(r: dict) -> bool:
     return GRAPH_NNZ[0] <= r["nnz"] <= GRAPH_NNZ[1]
 
@@ -105,9 +112,8 @@ def per_graph(rows: list) -> list[dict]:
     for r in rows:
         key = (r["graph"], r["hidden"], r.get("precision", "float32"))
         e = out.setdefault(key, {"graph": r["graph"], "nnz": r["nnz"], "hidden": r["hidden"], "precision": key[2]})
-        path, best = best_path(pyg_times(r))
-        e[r["model"]] = {"ours_ms": r.get("ours_ms"), "pyg_ms": r.get("pyg_ms") or best,
-                         "pyg_path": r.get("pyg_path") or path, "speedup": r.get("speedup")}
+        path, best = pyg_best(r)
+        e[r["model"]] = {"ours_ms": r.get("ours_ms"), "pyg_ms": best, "pyg_path": path, "speedup": r.get("speedup")}
     return list(out.values())
 
 
@@ -117,8 +123,9 @@ def summary_table(rows: list) -> list[str]:
     for m in MODELS:
         head += f" {m + ' ours':>9} {m + ' pyg':>9} {'path':12} {'x':>6}"
     lines = [head, "-" * len(head)]
-    for e in per_graph(rows):
-        mark = "" if GRAPH_NNZ[0] <= e["nnz"] <= GRAPH_NNZ[1] else " (†)"
+    entries = per_graph(rows)
+    for e in entries:
+        mark = "" if in_range(e) else " (†)"
         line = f"{(e['graph'] + mark)[:28]:28} {e['nnz']:>9} {e['hidden']:>4} {e['precision']:8}"
         for m in MODELS:
             c = e.get(m, {})
@@ -126,7 +133,7 @@ def summary_table(rows: list) -> list[str]:
                      f"{fmt(c.get('speedup'), 2, 'x'):>6}")
         lines.append(line)
     return lines + ["(†): outside the targets' 0.1-3M nnz: shown, not counted"] * any(
-        not GRAPH_NNZ[0] <= e["nnz"] <= GRAPH_NNZ[1] for e in per_graph(rows))
+        not in_range(e) for e in entries)
 
 
 def target_lines(rows: list) -> list[str]:
@@ -234,8 +241,8 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
         return h.f(r.get("ours_ms"), 2) if r.get("ours_ms") else ("failed" if r.get("ours_error") else "–")
 
     def best(r):
-        path, ms = best_path(pyg_times(r))
-        return (h.f(r.get("pyg_ms") or ms, 2) if ms else "failed"), (r.get("pyg_path") or path or "–")
+        path, ms = pyg_best(r)
+        return (h.f(ms, 2) if ms else "failed"), (path or "–")
 
     out += h.table(("graph", "nnz", "model", "hidden", "precision", "ours ms", "PyG best ms", "path used",
                     "speedup", "PyG ms per path", "loss gap", "test acc (ours / PyG)")
@@ -266,7 +273,7 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
         out += ["Per graph (issue #33's table, float32): ours / PyG's best ms (path) and the speedup per model.", ""]
         out += h.table(("graph", "nnz", "hidden", *(f"{m.upper()} ours / PyG best ms (path)" for m in MODELS),
                         *(f"{m.upper()} speedup" for m in MODELS)),
-                       [(f"`{e['graph']}`" + ("" if GRAPH_NNZ[0] <= e["nnz"] <= GRAPH_NNZ[1] else " (†)"),
+                       [(f"`{e['graph']}`" + ("" if in_range(e) else " (†)"),
                          h.mnnz(e["nnz"]), e["hidden"],
                          *(f"{h.f(e[m]['ours_ms'], 2)} / {h.f(e[m]['pyg_ms'], 2)} ({e[m]['pyg_path'] or '–'})"
                            if m in e else "–" for m in MODELS),

@@ -81,10 +81,10 @@ def variant_lines(v0, h) -> list[str]:
         kept = {k: v for k, v in env.items() if (k, v) not in common and k not in ("NCCL_DEBUG", "NCCL_VERSION")}
         args = run.meta.get("args") or {}
         args = args if isinstance(args, dict) else {}
+        row = "resident_batched_rowoverlap"
         for r in run.rows:
             if not r.get("resident_batched_loop_ms") or "error" in r:
                 continue
-            row = "resident_batched_rowoverlap"
             rows.append((f"`{run.path.name}`", r.get("transport", "?"), args.get("protocol") or "tcp",
                          " ".join(f"{k}={v}" for k, v in kept.items()) or "defaults", r["P"], h.mnnz(r["nnz"]),
                          h.f(r["resident_batched_loop_ms"]), h.f(r.get("resident_batched_exchange_ms")),
