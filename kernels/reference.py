@@ -4,6 +4,8 @@
   for B of shape (K, N), or (M,) for B of shape (K,).
 - `csr_sddmm(S, A, B)`: (A @ B^T) (.) S at S's nonzeros in float64, in S's CSR order (the ground truth of SDDMM,
   and the CSR route's twin; `kernels.sddmm` re-exports it).
+- `sddmm_scale(S)`: what an SDDMM kernel on S's CSR multiplies its dot products by: S's values, or None where all
+  are one (the x S skipped: attention patterns).
 Each format's own twin lives in its folder (ME-TCF: `kernels.formats.metcf.reference.metcf_spmm`). No GPU, no CuPy.
 """
 from __future__ import annotations
@@ -43,3 +45,9 @@ def csr_sddmm(S: sp.csr_array, A, B) -> np.ndarray:
         k1 = min(S.nnz, k0 + step)
         out[k0:k1] = np.einsum("ij,ij->i", A[rows[k0:k1]], B[cols[k0:k1]])
     return out * np.asarray(S.data, dtype=np.float64)
+
+
+def sddmm_scale(S: sp.csr_array) -> np.ndarray | None:
+    """S's values (``S.data``), or None where every one is 1: the CSR routes (the CUDA-core kernel, cuSPARSE) then
+    skip the x S."""
+    return None if bool(np.all(S.data == 1)) else S.data

@@ -8,11 +8,12 @@ float16, bfloat16), products are exact in fp32 and summed in fp32; out is float3
 
 Formats and routes come from the registry (``kernels.formats.sddmm_formats``): a format that computes SDDMM gives
 its `Format` record an SDDMM operator (``Format.sddmm``, the ``kernels.formats.contract.SddmmOperator`` Protocol),
-and no code here names one. ``format=`` is one of those formats (today ``"csr"``, S as it is, and
-``"cvse"``, S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression, or ``vector=V``): the plan
-prepares S in it once, and its float64 twin is the CPU path. Each operator is one route (``"cvse"``: the Tensor
-Core kernel, kernels/formats/cvse/sddmm.py; ``"csr"``: the CUDA-core kernel, one dot product per nonzero,
-kernels/formats/csr/sddmm.py, a candidate once its ``GPU_READY``); cuSPARSE SDDMM is one more route, not a format
+and no code here names one. ``format=`` is one of those formats (by default the one whose route runs on S's CSR
+as it is, ``on_csr``; today ``"csr"``, S as it is, and ``"cvse"``, S compressed into V x 1 vectors by SSpMM's
+Sparse Vector Compression, or ``vector=V``): the plan prepares S in it once, and its float64 twin is the CPU
+path. Each operator is one route (``"cvse"``: the Tensor Core kernel, kernels/formats/cvse/sddmm.py; ``"csr"``:
+the CUDA-core kernel, one dot product per nonzero, kernels/formats/csr/sddmm.py, a candidate once its
+``GPU_READY``); cuSPARSE SDDMM is one more route, not a format
 (``"cusparse"``, `CusparseRoute`: float32 on the precision-rounded inputs, then x S when S's values are not all
 one), as cuSPARSE is one more operator of `SpmmPlan`.
 
@@ -36,10 +37,12 @@ import scipy.sparse as sp
 
 from configs.errors import InputError
 from kernels import launch, spmm
+from kernels.baselines import CusparseOperator
 from kernels.cusparse_sddmm import CusparseSddmm
 from kernels.formats import sddmm_formats
 from kernels.precision import precision as as_precision
 from kernels.reference import csr_sddmm  # the float64 twin on CSR, re-exported (kernels.sddmm.csr_sddmm)
+from kernels.reference import sddmm_scale
 
 __all__ = ["CUSPARSE", "CUSPARSE_MARGIN", "CusparseRoute", "SddmmPlan", "csr_sddmm", "route_names", "sddmm"]
 CUSPARSE = "cusparse"
@@ -47,6 +50,8 @@ CUSPARSE = "cusparse"
 # host-bound (~0.05 ms as issued) the timings are noise, and one such timing put R-MAT scale 13 at Kd = 64 on
 # cuSPARSE at 0.088 ms where the CVSE kernel runs in 0.048 (H100, 2026-11-27)
 CUSPARSE_MARGIN = 0.9
+# format= by default: the registered format whose SDDMM runs on S's CSR as it is (today "csr")
+_DEFAULT_FORMAT = next(f.name for f in sddmm_formats() if f.sddmm.on_csr)
 
 
 class CusparseRoute:
@@ -54,15 +59,16 @@ class CusparseRoute:
     run(A, B, out) of a format's ``SddmmDevice``: cuSPARSE reads float32, so the precision's values (TF32-rounded,
     or the 16-bit values widened) in float32 copies, then x S where S's values are not all one."""
 
-    route, format_name = CUSPARSE, "csr"  # format_name: the arrays it runs on (a choice's "format")
+    route = CUSPARSE
+    format_name = CusparseOperator.format_name  # the arrays it runs on (a choice's "format"): cuSPARSE's, as in SpMM
     description = "cuSPARSE SDDMM (float32 on precision-rounded inputs)"
 
     def __init__(self, S: sp.csr_array, precision):
         import cupy
 
         self._op = CusparseSddmm(S.indptr, S.indices, tuple(S.shape))
-        # x S skipped for unit values (attention patterns, the benchmark's)
-        self._s = None if bool(np.all(S.data == 1)) else cupy.asarray(S.data)
+        scale = sddmm_scale(S)  # None: x S skipped for unit values (attention patterns, the benchmark's)
+        self._s = None if scale is None else cupy.asarray(scale)
         self._rnd = launch.tf32_round if precision.name == "float32" else precision.to_float32
         self._contiguous = cupy.ascontiguousarray
 
@@ -85,13 +91,9 @@ def route_names(formats=None) -> dict[str, str]:
     return names
 
 
-def _offered(f, fmt) -> bool:
-    """Whether a GPU plan of format ``fmt`` takes format ``f``'s route under "auto"."""
-    return f.gpu_ready and f.sddmm.gpu_ready and (f.name == fmt.name or f.sddmm.on_csr)
-
-
 def _refusal(f, fmt, formats) -> str | None:
-    """Why ``kernel=`` format ``f``'s route cannot run on a GPU plan of format ``fmt`` (None: it can)."""
+    """Why ``kernel=`` format ``f``'s route cannot run on a GPU plan of format ``fmt`` (None: it can, and "auto"
+    takes it)."""
     op = f.sddmm
     if not f.gpu_ready:
         return f"kernel {op.route}: no GPU path yet, {f.gpu_not_ready_why}; use kernel='cusparse' or device='cpu'"
@@ -114,8 +116,8 @@ def _canonical(S) -> sp.csr_array:
 
 
 class SddmmPlan:
-    def __init__(self, S, *, dtype="float32", format: str = "csr", vector: int | None = None, device: str = "auto",
-                 kernel: str = "auto"):
+    def __init__(self, S, *, dtype="float32", format: str = _DEFAULT_FORMAT, vector: int | None = None,
+                 device: str = "auto", kernel: str = "auto"):
         self.precision = p = as_precision(dtype)
         formats = sddmm_formats()  # the registered formats with an SDDMM operator: each one route
         fmt = next((f for f in formats if f.name == format), None)
@@ -143,9 +145,10 @@ class SddmmPlan:
                            "reason": f"no CuPy/CUDA device (or device='cpu'): the {format} NumPy twin in float64 on "
                                      f"{p.name}-rounded inputs"}
             return
-        by_route = {f.sddmm.route: f for f in formats}
+        self._by_route = by_route = {f.sddmm.route: f for f in formats}
         if kernel == "auto":  # every route this plan can run, timed per Kd: its format's first, cuSPARSE last
-            routes = [f.sddmm.route for f in (fmt, *(f for f in formats if f.name != format)) if _offered(f, fmt)]
+            routes = [f.sddmm.route for f in (fmt, *(f for f in formats if f.name != format))
+                      if _refusal(f, fmt, formats) is None]
             routes.append(CUSPARSE)
         else:
             why = None if kernel == CUSPARSE else _refusal(by_route[kernel], fmt, formats)
@@ -155,33 +158,31 @@ class SddmmPlan:
         self.routes = tuple(routes)
         self.kernel = kernel if len(routes) > 1 else routes[0]  # "auto" (timed per Kd: self.choices) or the route
         self._dev: dict = {}  # route -> its device form (run(A, B, out))
-        self._format_of = {}  # route -> the format whose arrays it runs (a choice's "format")
         for route in routes:
             if route == CUSPARSE:
-                self._dev[route], self._format_of[route] = CusparseRoute(self._S, p), CusparseRoute.format_name
+                self._dev[route] = CusparseRoute(self._S, p)
                 continue
             f = by_route[route]
             host = self._host if f.name == format else f.sddmm.prepare(self._S, p)[0]  # vector=: the plan's format's
-            self._dev[route], self._format_of[route] = f.sddmm.upload(host, p), f.name
-        self._kept: dict = {}  # Kd -> the kept route's run: one lookup per call
-        self.choices: dict[int, str] = {}  # Kd -> the route run() takes
+            self._dev[route] = f.sddmm.upload(host, p)
+        self.choices: dict[int, str] = {}  # Kd -> the route run() takes (then self._dev[route].run)
         self.timings: dict[int, dict] = {}  # Kd -> {route: ms as issued} where "auto" timed them
         first = routes[0]
         self.choice = self._record(first, names[first] + (f" until a run times {', '.join(routes)} for its Kd"
                                                           if len(routes) > 1 else ""))
 
     def _record(self, route: str, reason: str) -> dict:
-        return {"kernel": route, "format": self._format_of[route], "precision": self.precision.name,
-                "reason": reason}
+        fmt = CusparseRoute.format_name if route == CUSPARSE else self._by_route[route].name  # whose arrays it runs
+        return {"kernel": route, "format": fmt, "precision": self.precision.name, "reason": reason}
 
     def _route(self, Ad, Bd, dev_out):
         """The run of the route for Ad's Kd: the plan's one route, or (auto) every route timed as issued on these
         operands on the first call with this Kd: the faster of our kernels, cuSPARSE only when clearly faster
         than it."""
         Kd = int(Ad.shape[1])
-        run = self._kept.get(Kd)
-        if run is not None:
-            return run
+        route = self.choices.get(Kd)
+        if route is not None:
+            return self._dev[route].run
         if len(self.routes) == 1:
             route = self.routes[0]
         else:
@@ -194,8 +195,7 @@ class SddmmPlan:
             self.choice = self._record(route, f"Kd={Kd}: ms as issued {ms}; cuSPARSE kept only below "
                                               f"{CUSPARSE_MARGIN} x our fastest kernel's")
         self.choices[Kd] = route
-        run = self._kept[Kd] = self._dev[route].run
-        return run
+        return self._dev[route].run
 
     def _check(self, A, B):
         M, K = self.shape
@@ -210,7 +210,7 @@ class SddmmPlan:
         they are, with no pass over them (they round float32 to TF32 themselves). ``out``: a contiguous float32
         [nnz] array of the inputs' kind (CuPy on the GPU) written and returned instead of a new one.
 
-        Per GPU call: the kept route's run for this Kd (one lookup), nothing allocated by the plan when ``out``
+        Per GPU call: the kept route's run for this Kd (two lookups), nothing allocated by the plan when ``out``
         is given (the CVSE route: its kernel into a vector-order buffer made once, one gather into CSR order)."""
         p = self.precision
         self._check(A, B)

@@ -18,7 +18,7 @@ def segment_ids(ptr, dtype=np.int64, start: int = 0) -> np.ndarray:
     (``np.repeat(np.arange(r0, r1, dtype=dtype), np.diff(ptr[r0:r1 + 1]))``)."""
     ptr = np.asarray(ptr)
     n = ptr.shape[0] - 1
-    return np.repeat(np.arange(start, start + n, dtype=dtype), np.diff(ptr.astype(np.int64)))
+    return np.repeat(np.arange(start, start + n, dtype=dtype), np.diff(ptr.astype(np.int64, copy=False)))
 
 
 def cut_ranges(ptr, max_len: int, what: str, length_name: str = "max_len") -> tuple[np.ndarray, ...]:

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from storage.indexing import segment_ids
 from tasks.distribute.plan import WINDOW, split_windows
 
 BLOCK_SLACK = 1.10  # a 10% larger slowest-shard kernel is accepted for a smaller halo (H200 x2 numbers above)
@@ -32,7 +33,7 @@ def halo_estimate(A, perm: np.ndarray | None, n_parts: int, *, width: int = 8) -
     Ar = A[perm]
     inv = np.empty(n, dtype=np.int64)
     inv[perm] = np.arange(n, dtype=np.int64)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(Ar.indptr))
+    rows = segment_ids(Ar.indptr)
     window = rows // WINDOW
     n_windows = -(-n // WINDOW)
     keys = np.unique(window * n + Ar.indices.astype(np.int64))  # distinct (window, column) pairs

@@ -20,7 +20,7 @@ import numpy as np
 
 from kernels import launch
 from kernels.precision import precision as as_precision
-from kernels.reference import csr_sddmm
+from kernels.reference import csr_sddmm, sddmm_scale
 from storage.indexing import INT32_MAX, segment_ids
 
 SOURCE = Path(__file__).resolve().parent / "csr_sddmm.cu"
@@ -156,8 +156,8 @@ class CsrSddmmOperator:
         return csr_sddmm(S, A, B)
 
     def upload(self, S, precision) -> CsrSddmm:
-        unit = bool(np.all(S.data == 1))  # x S skipped for unit values (attention patterns, the benchmark's)
-        return CsrSddmm(S.indptr, S.indices, S.shape, precision.name, values=None if unit else S.data)
+        # values None: x S skipped for unit values (attention patterns, the benchmark's)
+        return CsrSddmm(S.indptr, S.indices, S.shape, precision.name, values=sddmm_scale(S))
 
 
 SDDMM = CsrSddmmOperator()

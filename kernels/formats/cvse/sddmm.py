@@ -36,22 +36,19 @@ class CvseSddmmHost:
 
 
 class CvseSddmmDevice:
-    """The host form on the current device: per call the kernel into a vector-order buffer (made on the first call,
-    then reused: calls of one plan are ordered on one stream) and one gather into CSR order, nothing allocated when
-    ``out`` is given."""
+    """The host form on the current device: per call the kernel into a vector-order buffer (made here, then reused:
+    calls of one plan are ordered on one stream) and one gather into CSR order, nothing allocated when ``out`` is
+    given."""
 
     def __init__(self, host: CvseSddmmHost, precision):
         import cupy
 
         self.dm = lc.upload(host.X, precision.name)
         self.gather = cupy.asarray(host.gather)
-        self._take, self._vec = cupy.take, None
+        self._take = cupy.take
+        self._vec = cupy.empty((self.dm.n_vectors, self.dm.vector), dtype=cupy.float32)
 
     def run(self, A, B, out=None):
-        if self._vec is None:
-            import cupy
-
-            self._vec = cupy.empty((self.dm.n_vectors, self.dm.vector), dtype=cupy.float32)
         vec = lc.sddmm(self.dm, A, B, out=self._vec)
         return self._take(vec.reshape(-1), self.gather, out=out)
 
