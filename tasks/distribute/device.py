@@ -5,6 +5,7 @@ Under dask-cuda each worker sees one GPU (``CUDA_VISIBLE_DEVICES`` set per worke
 """
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -166,9 +167,38 @@ def _rows16(name: str, src, idx, out) -> None:
     n, words = int(idx.shape[0]), src.shape[1] * src.dtype.itemsize // 16
     if n == 0:
         return
+    if CHECK_ROWS:
+        _check_rows(name, src, idx, out)
     bx = min(words, 256)
     by = max(1, 256 // bx)
     fn(((n + by - 1) // by,), (bx, by), (src, idx, out, np.int64(n), np.int32(words)))
+
+
+# TCSPMM_CHECK_ROWS=1: every 16-byte row gather / scatter checks its indices and row counts on the host first (one
+# device sync each): an out-of-range index becomes a Python error naming the call instead of an illegal address
+# that surfaces at the stream's next sync, in whatever runs then.
+CHECK_ROWS = os.environ.get("TCSPMM_CHECK_ROWS", "") not in ("", "0")
+
+
+def _check_rows(name: str, src, idx, out) -> None:
+    n = int(idx.shape[0])
+    indexed, counted = (src, out) if name.startswith("gather") else (out, src)
+    lo, hi = (int(idx.min()), int(idx.max()))
+    if counted.shape[0] < n or lo < 0 or hi >= indexed.shape[0]:
+        raise IndexError(f"{name}: {n} indices in [{lo}, {hi}] for {indexed.shape[0]} indexed rows and "
+                         f"{counted.shape[0]} counted rows")
+
+
+def high_priority_stream():
+    """A blocking CuPy stream at the device's highest priority (a plain one where CuPy's Stream takes none).
+    CUDA clamps a priority beyond the device's range to the range's end (``cudaStreamCreateWithPriority``), and
+    CuPy has no call for the range itself (``deviceGetStreamPriorityRange`` is not in CuPy 14): ask for more than
+    any device offers."""
+    import cupy
+    try:
+        return cupy.cuda.Stream(priority=-(1 << 20))
+    except TypeError:
+        return cupy.cuda.Stream()
 
 
 def gather_rows(src, idx, out) -> None:

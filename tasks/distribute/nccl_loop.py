@@ -281,10 +281,8 @@ class DeviceLoop:
         """The pack's stream, at the device's highest priority: its row-gather blocks are scheduled ahead of the
         interior kernel's waiting blocks, so the copies start early. (NCCL's kernels, which wait for peers inside
         the kernel, did not overlap beside the SpMM at any priority; a gather has no such wait.)"""
-        import cupy
         if self.s_pack is None:
-            _, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
-            self.s_pack = cupy.cuda.Stream(priority=greatest)
+            self.s_pack = dev.high_priority_stream()
         return self.s_pack
 
     def _pack(self, B, stream) -> None:

@@ -42,3 +42,20 @@ def test_strided_views_and_empty_index_fall_back_or_do_nothing():
     before = out.copy()
     dev.gather_rows(src[:, :20].copy(), cupy.empty(0, dtype=np.int64), out[:0])
     assert cupy.array_equal(out, before)
+
+
+def test_checked_rows_raise_before_the_kernel(monkeypatch):
+    monkeypatch.setattr(dev, "CHECK_ROWS", True)
+    src, out = cupy.zeros((10, 64), np.float32), cupy.zeros((3, 64), np.float32)
+    with pytest.raises(IndexError, match="gather_rows16"):
+        dev.gather_rows(src, cupy.asarray(np.array([0, 10, 1], dtype=np.int64)), out)
+    dev.gather_rows(src, cupy.asarray(np.array([0, 9, 1], dtype=np.int64)), out)
+    cupy.cuda.Device().synchronize()
+
+
+def test_high_priority_stream_runs_work():
+    s = dev.high_priority_stream()
+    with s:
+        x = cupy.arange(1000, dtype=np.float32).sum()
+    s.synchronize()
+    assert float(x) == 499500.0
