@@ -33,7 +33,7 @@ precision's tolerance (kernels.precision) fails the run (exit 1, failures listed
 Matrices: ``graph``: generated (2D 5-point mesh in grid order; R-MAT scale 13, 16 and 17 as directed power-law
 graphs and an SBM with 100 communities, labels shuffled: tasks/fetch/generators.py), the SNAP/email-Enron fixture
 and the IGB tiny fixture archive (it carries PubMed's citation graph, ``A[dst, src]`` as tasks/parse/igb.py reads
-it) when the fixtures are found (TCSPMM_FIXTURES, ../shared/fixtures or .fixtures; skipped with a note otherwise),
+it) when the fixtures are found (TCSPMM_FIXTURES, .fixtures or ../shared/fixtures; skipped with a note otherwise),
 all built by benchmarks/graph_suite.py (shared with benchmarks/gnn.py);
 ``dnn``: weights pruned at V x 1 = 8 x 1 to 80 % sparsity, M = K = 4096 (``gen:dlmc``, what benchmarks/cvse.py
 uses: the DLMC collection is not reachable here). S keeps each matrix's pattern with unit values.
