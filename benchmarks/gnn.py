@@ -64,7 +64,6 @@ import gc
 import importlib.util
 import json
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -81,6 +80,7 @@ if HERE not in sys.path:  # benchmarks/ after the repository: this file's name w
     sys.path.append(HERE)
 
 import graph_suite  # noqa: E402  (benchmarks/graph_suite.py: the graphs of 0.1-3M nnz, shared with sddmm.py)
+from machine import slug  # noqa: E402  (benchmarks/machine.py: the results files' device slug)
 from summarize_gnn import PYG_PATHS, best_path, summary_table, target_lines, target_rows  # noqa: E402
 
 
@@ -668,7 +668,7 @@ def main(argv=None) -> int:
     stamp = dt.datetime.now(dt.timezone.utc)
     dev_name = torch.cuda.get_device_name(0) if device.type == "cuda" else f"{device.type} dry run"
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    out = args.out_dir / f"gnn-{re.sub('[^a-z0-9]+', '-', dev_name.lower())}-{stamp:%Y-%m-%d-%H%M%S}.json"
+    out = args.out_dir / f"gnn-{slug(dev_name)}-{stamp:%Y-%m-%d-%H%M%S}.json"
     try:
         from machine import cpu_model, gpu_clocks
 
