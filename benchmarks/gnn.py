@@ -64,7 +64,6 @@ import gc
 import importlib.util
 import json
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -81,6 +80,8 @@ if HERE not in sys.path:  # benchmarks/ after the repository: this file's name w
     sys.path.append(HERE)
 
 import graph_suite  # noqa: E402  (benchmarks/graph_suite.py: the graphs of 0.1-3M nnz, shared with sddmm.py)
+from graph_suite import Skipped, log, one_line, run_cases  # noqa: E402  (the case loop sddmm.py runs too)
+from machine import slug  # noqa: E402  (benchmarks/machine.py: the results files' device slug)
 from summarize_gnn import PYG_PATHS, best_path, summary_table, target_lines, target_rows  # noqa: E402
 
 
@@ -104,20 +105,6 @@ DEFAULTS = {"epochs": 50, "hidden": "128,256"}
 PATHS = {"gcn": ("edge_index", "adj_t", "SparseTensor", "EdgeIndex"), "gat": ("edge_index", "EdgeIndex")}
 TOL_FORWARD = 1e-2  # TF32 products (10-bit mantissa) two layers deep, relative to the output's norm
 TIMING = "wall ms of forward + backward + Adam step per epoch, CUDA synchronised, median of epochs 2..E"
-
-
-def log(*a) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
-
-
-class Skipped(Exception):
-    """A graph whose data is absent: noted under "skipped", not a failure."""
-
-
-def one_line(err: BaseException) -> str:
-    """``Type: first line of the message`` (200 characters at most)."""
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
 
 
 def attempt(fn):
@@ -510,29 +497,6 @@ def run_graph(case: dict, args, device, precisions, on_row=lambda row: None) -> 
     return {"info": graph, "data": (label, A, perm, x, y, masks)}
 
 
-def run_cases(cases, run_one, *, budget_s: float, skipped: list, failures: list, write=lambda: None,
-              free=free_memory, clock=time.time) -> None:
-    """``run_one(case)`` per case, isolated: no case is started after ``budget_s`` seconds (noted in ``skipped``);
-    a Skipped case is noted there, one that raises anything else in ``failures`` (its one-line error), and the
-    results are written after each case either way."""
-    t0 = clock()
-    for case in cases:
-        if clock() - t0 > budget_s:
-            skipped.append(f"{case['label']}: over --budget-s {budget_s:g}")
-            log(skipped[-1])
-            continue
-        try:
-            run_one(case)
-        except Skipped as why:
-            skipped.append(str(why))
-            log(f"skipped {why}")
-        except Exception as err:  # a generator, a reorder, an upload that raised: the next graph still runs
-            failures.append(f"{case['label']}: raised {one_line(err)}")
-            log(failures[-1])
-        free()
-        write()
-
-
 def versions() -> dict:
     import torch
 
@@ -668,7 +632,7 @@ def main(argv=None) -> int:
     stamp = dt.datetime.now(dt.timezone.utc)
     dev_name = torch.cuda.get_device_name(0) if device.type == "cuda" else f"{device.type} dry run"
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    out = args.out_dir / f"gnn-{re.sub('[^a-z0-9]+', '-', dev_name.lower())}-{stamp:%Y-%m-%d-%H%M%S}.json"
+    out = args.out_dir / f"gnn-{slug(dev_name)}-{stamp:%Y-%m-%d-%H%M%S}.json"
     try:
         from machine import cpu_model, gpu_clocks
 
@@ -705,7 +669,7 @@ def main(argv=None) -> int:
         if not args.no_fixed_cost and (not smallest or got["info"]["nnz"] < smallest["data"][1].nnz):
             smallest.update(got)
 
-    run_cases(cases, run_one, budget_s=args.budget_s, skipped=skipped, failures=failures, write=write)
+    run_cases(cases, run_one, budget_s=args.budget_s, skipped=skipped, failures=failures, write=write, free=free_memory)
     if smallest:
         label = smallest["data"][0]
 

@@ -1,7 +1,9 @@
 """The graphs of 0.1-3M nonzeros that issue 33's benchmarks share (benchmarks/sddmm.py, benchmarks/gnn.py): the
 generated ones (R-MAT power-law digraphs, a 2D mesh, an SBM with 100 communities: tasks/fetch/generators.py, seed
 1), the SNAP/email-Enron SuiteSparse fixture and the IGB tiny fixture archive (PubMed's citation graph, ``A[dst,
-src]`` as tasks/parse/igb.py reads it), and the builder that turns a case's source into its pattern with unit values.
+src]`` as tasks/parse/igb.py reads it), the builder that turns a case's source into its pattern with unit values, and
+the loop both run their cases in (`run_cases`: the --budget-s stop, one case's failure or absent data recorded and
+the next one run, the results written after each).
 
 Fixtures are found as benchmarks/spmm.py finds them (``TCSPMM_FIXTURES``, ``.fixtures`` or ``../shared/fixtures``);
 an absent one builds to None and the benchmark skips it with a note. No torch or CuPy here.
@@ -12,6 +14,7 @@ import io
 import os
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +152,41 @@ def build(source, drop_loops: bool = False) -> sp.csr_array | None:
             path = spmm.fixture_path(source[1])
             A = None if path is None else igb_adjacency(path)
     return None if A is None else unit_pattern(A, drop_loops)
+
+
+def log(*a) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
+
+
+class Skipped(Exception):
+    """A case whose data is absent: noted under "skipped", not a failure."""
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message`` (200 characters at most)."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+
+
+def run_cases(cases, run_one, *, budget_s: float, skipped: list, failures: list, write=lambda: None,
+              free=lambda: None, clock=time.time, start: float | None = None, describe=one_line) -> None:
+    """``run_one(case)`` per case, isolated: no case is started once ``budget_s`` seconds have passed since
+    ``start`` (a ``clock()`` reading; default: now), each noted in ``skipped``; a case that raises Skipped is noted
+    there, one that raises anything else in ``failures`` (``"<label>: raised <describe(err)>"``); after each
+    started case, ``free()`` then ``write()`` either way."""
+    t0 = clock() if start is None else start
+    for case in cases:
+        if clock() - t0 > budget_s:
+            skipped.append(f"{case['label']}: over --budget-s {budget_s:g}")
+            log(skipped[-1])
+            continue
+        try:
+            run_one(case)
+        except Skipped as why:
+            skipped.append(str(why))
+            log(f"skipped {why}")
+        except Exception as err:  # a generator, a reorder, a plan, an upload that raised: the next case still runs
+            failures.append(f"{case['label']}: raised {describe(err)}")
+            log(failures[-1])
+        free()
+        write()

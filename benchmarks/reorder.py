@@ -5,8 +5,8 @@
 Matrices (all from `tasks.fetch.generators`, seeded, shuffled ids; the natural order is the same seed with
 shuffle=0): ``sbm`` (communities of 256 rows, 14 neighbours inside + 2 outside: short rows), ``rmat`` (R-MAT,
 edge_factor 16), ``mesh`` (3D 7-point stencil), ``longrow`` (300-600 nonzeros per row, 80% inside one of >= 8 column
-communities: long rows), each at about the requested nnz; plus the SuiteSparse fixtures (tarballs under .fixtures or
-/work/shared/fixtures) with ``--fixtures``. Each (matrix, method) runs in a fresh subprocess that memory-maps the
+communities: long rows), each at about the requested nnz; plus the SuiteSparse fixtures (tarballs in the folders of
+configs.fixture_roots) with ``--fixtures``. Each (matrix, method) runs in a fresh subprocess that memory-maps the
 matrix from a temporary .npz, so ``peak_rss_mb`` is that process's VmHWM (the matrix itself included; with
 ``--workers`` the Dask worker processes are not counted). ``--workers N`` runs TCA's block functions on a
 ``distributed.LocalCluster(N workers, 1 thread each)``; otherwise they run on threads in the process. A method is
@@ -38,12 +38,11 @@ import scipy.sparse as sp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from configs import fixture_roots  # noqa: E402
 from kernels.formats.metrics import tc_stats  # noqa: E402
 from machine import cpu_model  # noqa: E402  (benchmarks/ is the script folder)
 from tasks.reorder import METHODS  # noqa: E402
 from tasks.reorder.api import COST_NS_PER_NNZ  # noqa: E402
-
-FIXTURE_DIRS = [ROOT / ".fixtures" / "suitesparse" / "MM", Path("/work/shared/fixtures/suitesparse/MM")]
 
 
 def _size(text: str) -> int:
@@ -80,7 +79,7 @@ def generated(kind: str, nnz: int, seed: int = 1):
 def fixtures():
     import scipy.io
     seen = set()
-    for d in FIXTURE_DIRS:
+    for d in (root / "suitesparse" / "MM" for root in fixture_roots(ROOT)):
         for tgz in sorted(d.glob("*/*.tar.gz")) if d.is_dir() else []:
             if tgz.name in seen or tgz.name.startswith("young1c"):  # young1c is complex
                 continue

@@ -33,7 +33,7 @@ precision's tolerance (kernels.precision) fails the run (exit 1, failures listed
 Matrices: ``graph``: generated (2D 5-point mesh in grid order; R-MAT scale 13, 16 and 17 as directed power-law
 graphs and an SBM with 100 communities, labels shuffled: tasks/fetch/generators.py), the SNAP/email-Enron fixture
 and the IGB tiny fixture archive (it carries PubMed's citation graph, ``A[dst, src]`` as tasks/parse/igb.py reads
-it) when the fixtures are found (TCSPMM_FIXTURES, ../shared/fixtures or .fixtures; skipped with a note otherwise),
+it) when the fixtures are found (TCSPMM_FIXTURES, .fixtures or ../shared/fixtures; skipped with a note otherwise),
 all built by benchmarks/graph_suite.py (shared with benchmarks/gnn.py);
 ``dnn``: weights pruned at V x 1 = 8 x 1 to 80 % sparsity, M = K = 4096 (``gen:dlmc``, what benchmarks/cvse.py
 uses: the DLMC collection is not reachable here). S keeps each matrix's pattern with unit values.
@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: machine, summarize_sddmm
 
 from summarize_sddmm import PRECISIONS, TIMING, target_rows, text_table  # noqa: E402
-from graph_suite import build, graph_cases  # noqa: E402  (the graphs of 0.1-3M nnz, shared with gnn.py)
+from graph_suite import Skipped, build, graph_cases, log, run_cases  # noqa: E402  (shared with gnn.py)
 
 from kernels.precision import precision  # noqa: E402
 from kernels.sddmm import csr_sddmm  # noqa: E402
@@ -67,10 +67,6 @@ from kernels.sddmm import csr_sddmm  # noqa: E402
 CLASSES = ("graph", "dnn")
 DNN = (("dlmc-4096-V8-s80", "rows=4096&cols=4096&sparsity=0.8&vector=8&seed=1"),)
 SAMPLE_NNZ = 1 << 16
-
-
-def log(*a):
-    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------------- matrices
@@ -343,28 +339,20 @@ def main(argv=None) -> int:
         path.write_text(json.dumps({"meta": meta, "rows": rows, "failures": failures, "targets": target_rows(rows)},
                                    indent=1, default=float))
 
-    for case in cases(args):
-        if time.time() - t_start > args.budget_s:
-            skipped.append(f"{case['label']}: over --budget-s {args.budget_s:g}")
-            continue
+    def run_one(case):  # one that raises before any Kd (a generator, plan or upload): recorded, the rest still runs
         t0 = time.perf_counter()
-        try:
-            S = build(case["source"])
-            if S is None:
-                skipped.append(f"{case['label']}: fixture absent")
-                log(f"{case['label']}: fixture absent, skipped")
-                continue
-            matrices[case["label"]] = {"class": case["class"], "shape": list(S.shape), "nnz": int(S.nnz),
-                                       "source": list(case["source"]), "build_s": time.perf_counter() - t0}
-            log(f"{case['label']}: {S.shape} nnz {S.nnz:,}")
-            new = run_matrix(case, S, args, "torch_missing" not in meta)
-        except Exception as err:  # a generator, plan or upload that raised before any Kd: the rest still runs
-            failures.append(f"{case['label']}: raised {type(err).__name__}: {err}")
-            write()
-            continue
+        S = build(case["source"])
+        if S is None:
+            raise Skipped(f"{case['label']}: fixture absent")
+        matrices[case["label"]] = {"class": case["class"], "shape": list(S.shape), "nnz": int(S.nnz),
+                                   "source": list(case["source"]), "build_s": time.perf_counter() - t0}
+        log(f"{case['label']}: {S.shape} nnz {S.nnz:,}")
+        new = run_matrix(case, S, args, "torch_missing" not in meta)
         rows.extend(new)
         failures.extend(f for r in new for f in failures_of(r))
-        write()
+
+    run_cases(cases(args), run_one, budget_s=args.budget_s, skipped=skipped, failures=failures, write=write,
+              start=t_start, describe=lambda err: f"{type(err).__name__}: {err}")  # the whole message, as per Kd
     write()
     print(f"\nresults: {path}")
     for name, thr, got, ok in target_rows(rows):

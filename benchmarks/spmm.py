@@ -25,7 +25,6 @@ import argparse
 import datetime as dt
 import io
 import json
-import os
 import sys
 import tarfile
 import time
@@ -39,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from machine import gpu_meta  # noqa: E402  (benchmarks/ is the script folder)
+from configs import fixture_roots  # noqa: E402
 from kernels import launch  # noqa: E402
 from kernels.formats.metcf import launch as metcf_launch  # noqa: E402
 from kernels.formats.metcf import selector  # noqa: E402
@@ -89,11 +89,9 @@ def log(*a):
 
 
 def fixture_path(rel: str) -> Path | None:
-    """``rel`` under the first fixtures folder holding it: TCSPMM_FIXTURES, .fixtures or ../shared/fixtures (the
-    tests' order); None when none does."""
-    roots = [Path(p) for p in [os.environ.get("TCSPMM_FIXTURES")] if p] + [REPO / ".fixtures",
-                                                                          REPO.parent / "shared" / "fixtures"]
-    return next((r / rel for r in roots if (r / rel).is_file()), None)
+    """``rel`` under the first fixtures folder holding it (configs.fixture_roots: TCSPMM_FIXTURES, .fixtures or
+    ../shared/fixtures, the tests' order); None when none does."""
+    return next((r / rel for r in fixture_roots(REPO) if (r / rel).is_file()), None)
 
 
 def fixture(name: str):

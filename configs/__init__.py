@@ -12,6 +12,8 @@ Environment variables:
 - ``TCSPMM_IGB_MD5_<SIZE>`` (``TINY``, ``SMALL``, ``MEDIUM``): expected md5 of an IGB archive.
 - ``TCSPMM_MEMORY_LIMIT``, ``TCSPMM_EXTRACT_FACTOR``, ``TCSPMM_EXTRACT_CAP``: limits on sizes from outside
   (``configs.limits``, ``limits.yaml``).
+- ``TCSPMM_FIXTURES``: the test fixtures folder, looked in before a checkout's ``.fixtures`` and
+  ``../shared/fixtures`` (`fixture_roots`: the tests and the benchmarks; the pipeline never reads it).
 """
 from __future__ import annotations
 
@@ -171,3 +173,12 @@ def data_root(path: str | os.PathLike | None = None, env: Mapping[str, str] | No
         return Path(path)
     env = os.environ if env is None else env
     return Path(env.get("TCSPMM_DATA") or "data")
+
+
+def fixture_roots(repo: str | os.PathLike, env: Mapping[str, str] | None = None) -> list[Path]:
+    """The folders that may hold the test fixtures (``MANIFEST.json``, ``suitesparse/MM/...``, ``igb/...``) for the
+    checkout at ``repo``, in the order they are looked in, decided here only: ``TCSPMM_FIXTURES`` (when set and not
+    empty), ``<repo>/.fixtures``, ``<repo>/../shared/fixtures``. Whether they exist is the caller's question."""
+    env = os.environ if env is None else env
+    named = env.get("TCSPMM_FIXTURES")
+    return ([Path(named)] if named else []) + [Path(repo) / ".fixtures", Path(repo).parent / "shared" / "fixtures"]

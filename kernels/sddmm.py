@@ -57,17 +57,18 @@ _DEFAULT_FORMAT = next(f.name for f in sddmm_formats() if f.sddmm.on_csr)
 class CusparseRoute:
     """cuSPARSE SDDMM, a route of every GPU plan (not a format: kernels.cusparse_sddmm on S's CSR arrays), with the
     run(A, B, out) of a format's ``SddmmDevice``: cuSPARSE reads float32, so the precision's values (TF32-rounded,
-    or the 16-bit values widened) in float32 copies, then x S where S's values are not all one."""
+    or the 16-bit values widened) in float32 copies, then x S where S's values are not all one (``scale``:
+    `sddmm_scale` of S, which the plan computes once for every route on S's CSR)."""
 
     route = CUSPARSE
     format_name = CusparseOperator.format_name  # the arrays it runs on (a choice's "format"): cuSPARSE's, as in SpMM
     description = "cuSPARSE SDDMM (float32 on precision-rounded inputs)"
 
-    def __init__(self, S: sp.csr_array, precision):
+    def __init__(self, S: sp.csr_array, precision, scale: np.ndarray | None):
         import cupy
 
         self._op = CusparseSddmm(S.indptr, S.indices, tuple(S.shape))
-        scale = sddmm_scale(S)  # None: x S skipped for unit values (attention patterns, the benchmark's)
+        # scale None: x S skipped for unit values (attention patterns, the benchmark's)
         self._s = None if scale is None else cupy.asarray(scale)
         self._rnd = launch.tf32_round if precision.name == "float32" else precision.to_float32
         self._contiguous = cupy.ascontiguousarray
@@ -158,13 +159,16 @@ class SddmmPlan:
         self.routes = tuple(routes)
         self.kernel = kernel if len(routes) > 1 else routes[0]  # "auto" (timed per Kd: self.choices) or the route
         self._dev: dict = {}  # route -> its device form (run(A, B, out))
+        on_csr = {r for r in routes if r == CUSPARSE or by_route[r].sddmm.on_csr}  # the routes on S's CSR as it is
+        scale = sddmm_scale(self._S) if on_csr else None  # S's values scanned once for all of them
         for route in routes:
             if route == CUSPARSE:
-                self._dev[route] = CusparseRoute(self._S, p)
+                self._dev[route] = CusparseRoute(self._S, p, scale)
                 continue
             f = by_route[route]
             host = self._host if f.name == format else f.sddmm.prepare(self._S, p)[0]  # vector=: the plan's format's
-            self._dev[route] = f.sddmm.upload(host, p)
+            kw = {"scale": scale} if route in on_csr else {}  # an on_csr upload takes S's scale (the contract)
+            self._dev[route] = f.sddmm.upload(host, p, **kw)
         self.choices: dict[int, str] = {}  # Kd -> the route run() takes (then self._dev[route].run)
         self.timings: dict[int, dict] = {}  # Kd -> {route: ms as issued} where "auto" timed them
         first = routes[0]

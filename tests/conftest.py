@@ -1,9 +1,9 @@
 """Fixtures shared by every test: a local HTTP mirror of the download sites, and an isolated data root.
 
 ``mirror`` (session): a threaded HTTP server on 127.0.0.1 serving the fixtures folder (env ``TCSPMM_FIXTURES``,
-else ``<repo>/../shared/fixtures``, else ``<repo>/.fixtures``) with Range support (206), a request log and
-switchable faults. ``data_root`` (function): ``tmp_path / "data"``, with ``TCSPMM_DATA``, the mirror URLs, the
-fixture IGB archive's md5 and fast retries set in the environment. No test touches the internet.
+else ``<repo>/.fixtures``, else ``<repo>/../shared/fixtures``: configs.fixture_roots) with Range support (206), a
+request log and switchable faults. ``data_root`` (function): ``tmp_path / "data"``, with ``TCSPMM_DATA``, the mirror
+URLs, the fixture IGB archive's md5 and fast retries set in the environment. No test touches the internet.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from configs import fixture_roots
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,11 +37,11 @@ _pin_xdist_worker_gpu()
 
 
 def fixtures_dir() -> Path:
-    candidates = [os.environ.get("TCSPMM_FIXTURES"), REPO.parent / "shared" / "fixtures", REPO / ".fixtures"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "MANIFEST.json").is_file():
-            return Path(candidate)
-    pytest.skip("needs the test fixtures: set TCSPMM_FIXTURES or provide ../shared/fixtures or .fixtures")
+    """The first of configs.fixture_roots holding a ``MANIFEST.json``."""
+    for candidate in fixture_roots(REPO):
+        if (candidate / "MANIFEST.json").is_file():
+            return candidate
+    pytest.skip("needs the test fixtures: set TCSPMM_FIXTURES or provide .fixtures or ../shared/fixtures")
 
 
 @dataclasses.dataclass

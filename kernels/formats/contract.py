@@ -151,7 +151,9 @@ class SddmmOperator(Protocol):
         rounded to the precision: the plan's CPU path and what its kernel is tested against."""
 
     def upload(self, host, precision) -> SddmmDevice:
-        """The host form on the current device (and its kernels compiled): the route's `SddmmDevice`."""
+        """The host form on the current device (and its kernels compiled): the route's `SddmmDevice`. An ``on_csr``
+        operator's upload also takes ``scale=``: `kernels.reference.sddmm_scale` of S (its values, or None where
+        all are one), which the plan computes once for every route on S's CSR, cuSPARSE's included."""
 
 
 def check_single_kernel(kernel: str, name: str, ksplit, no_ksplit: str) -> None:

@@ -259,6 +259,17 @@ def test_run_cases_isolates_graphs_keeps_the_budget_and_writes_after_each(bench)
     assert skipped == ["d: no IGB small edge list (looked in X)"] and failures == []
 
 
+
+def test_results_files_take_the_benchmarks_device_slug(bench):
+    """gnn-<slug>-<stamp>.json: benchmarks/machine.py's slug, the one every results file uses; on device names
+    (and the dry run's) it is the pattern this script wrote before, [^a-z0-9]+ -> "-" on the lower-cased name."""
+    import re
+
+    for name, want in (("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"), ("NVIDIA H200", "nvidia-h200"),
+                       ("NVIDIA A100-SXM4-80GB", "nvidia-a100-sxm4-80gb"), ("cpu dry run", "cpu-dry-run")):
+        assert bench.slug(name) == want == re.sub("[^a-z0-9]+", "-", name.lower())
+
+
 def test_one_line(bench):
     assert bench.one_line(oom_class()(OOM_TEXT)).startswith("OutOfMemoryError: CUDA out of memory. Tried")
     assert bench.one_line(RuntimeError("x" * 300 + "\nmore")) == "RuntimeError: " + "x" * 200

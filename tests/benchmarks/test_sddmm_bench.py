@@ -52,6 +52,40 @@ def test_results_path(bench, tmp_path):
     assert bench.results_path(tmp_path / "r.json", "gpu", "2026-01-02") == tmp_path / "r.json"
 
 
+
+def test_main_runs_each_matrix_isolated_within_the_budget(bench, tmp_path, monkeypatch):
+    """main's loop without a GPU (builds and run_matrix stand-ins): an absent fixture is skipped, a matrix that
+    raises before any Kd is a failure with its whole message and the next one runs; no matrix starts past
+    --budget-s (counted from the start of the run)."""
+    import kernels.spmm
+
+    monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+    monkeypatch.setattr(bench, "device_meta", lambda: {"device": "test gpu", "slug": "test-gpu"})
+    eye = sp.csr_array(sp.eye(4, dtype=np.float32))
+    monkeypatch.setattr(bench, "build", lambda source: None if source[0] == "fixture" else eye)  # fixtures absent
+    ran = []
+
+    def run_matrix(case, S, args, torch_ok):
+        ran.append(case["label"])
+        if case["label"] == "rmat-s16":
+            raise RuntimeError("upload failed\nsecond line")
+        return []
+
+    monkeypatch.setattr(bench, "run_matrix", run_matrix)
+    out = tmp_path / "r.json"
+    assert bench.main(["--matrices", "rmat-s1", "fixture:", "--out", str(out)]) == 1
+    doc = json.loads(out.read_text())
+    assert ran == ["rmat-s13", "rmat-s16", "rmat-s17"]
+    assert doc["failures"] == ["rmat-s16: raised RuntimeError: upload failed\nsecond line"]
+    assert doc["meta"]["skipped"] == ["fixture:SNAP/email-Enron: fixture absent"]
+    assert list(doc["meta"]["matrices"]) == ["rmat-s13", "rmat-s16", "rmat-s17"]
+    ran.clear()
+    assert bench.main(["--matrices", "rmat-s13", "dnn", "--budget-s", "1e-9", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert ran == [] and doc["meta"]["skipped"] == ["rmat-s13: over --budget-s 1e-09",
+                                                    "dlmc-4096-V8-s80: over --budget-s 1e-09"]
+
+
 def test_matrix_list_and_filters(bench):
     labels = [c["label"] for c in bench.cases(bench.parse_args([]))]
     # the first graph, then the pruned weights (a budget stop leaves both classes), then the other graphs

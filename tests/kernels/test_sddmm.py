@@ -212,3 +212,33 @@ def test_a_fixed_route_is_never_timed(fake_gpu):
     plan.run(A, B)
     assert calls == ["csr"] and plan.choices == {A.shape[1]: "csr"} and not plan.timings
     assert SddmmPlan(S, format="csr", device="gpu").routes == ("csr", "cusparse")
+
+
+def test_s_values_are_scanned_once_for_every_route_on_its_csr(fake_gpu, monkeypatch):
+    """The CSR route and cuSPARSE both multiply by S's values (None where all are one): the plan scans them once
+    (kernels.reference.sddmm_scale) and hands both the result; a plan without such a route does not scan."""
+    import kernels.sddmm as ks
+    from kernels.formats.csr import sddmm as csr_sddmm_gpu
+
+    scans, given = [], {}
+
+    def counted(S, real=ks.sddmm_scale):
+        scans.append(S.nnz)
+        return real(S)
+
+    monkeypatch.setattr(ks, "sddmm_scale", counted)
+    monkeypatch.setattr(csr_sddmm_gpu, "sddmm_scale", counted, raising=False)  # a scan of the route's own: counted
+    monkeypatch.setattr(csr_sddmm_gpu, "CsrSddmm", lambda indptr, indices, shape, p, values=None:
+                        given.setdefault("csr", values))
+    S, _, _ = case()
+    plan = SddmmPlan(S, format="cvse", device="gpu")
+    assert plan.routes == ("cvse", "csr", "cusparse") and scans == [S.nnz]
+    np.testing.assert_array_equal(given["csr"], plan._S.data)
+    assert plan._dev["cusparse"]._s is given["csr"]  # the fake CuPy's asarray keeps the array: the same scan
+    scans.clear()
+    given.clear()
+    unit = SddmmPlan(sp.csr_array((np.ones(S.nnz, np.float32), S.indices, S.indptr), shape=S.shape), device="gpu")
+    assert scans == [S.nnz] and given == {"csr": None} and unit._dev["cusparse"]._s is None
+    scans.clear()
+    SddmmPlan(S, format="cvse", kernel="cvse", device="gpu")
+    assert scans == []

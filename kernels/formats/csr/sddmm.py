@@ -20,7 +20,7 @@ import numpy as np
 
 from kernels import launch
 from kernels.precision import precision as as_precision
-from kernels.reference import csr_sddmm, sddmm_scale
+from kernels.reference import csr_sddmm
 from storage.indexing import INT32_MAX, segment_ids
 
 SOURCE = Path(__file__).resolve().parent / "csr_sddmm.cu"
@@ -155,9 +155,10 @@ class CsrSddmmOperator:
     def twin(self, S, A, B) -> np.ndarray:
         return csr_sddmm(S, A, B)
 
-    def upload(self, S, precision) -> CsrSddmm:
-        # values None: x S skipped for unit values (attention patterns, the benchmark's)
-        return CsrSddmm(S.indptr, S.indices, S.shape, precision.name, values=sddmm_scale(S))
+    def upload(self, S, precision, *, scale: np.ndarray | None) -> CsrSddmm:
+        """``scale``: `kernels.reference.sddmm_scale` of S, as the plan computed it once (None: x S skipped for unit
+        values, attention patterns, the benchmark's)."""
+        return CsrSddmm(S.indptr, S.indices, S.shape, precision.name, values=scale)
 
 
 SDDMM = CsrSddmmOperator()

@@ -124,8 +124,9 @@ class METCF:
             raise ValueError(f"tc_offset runs {int(tco[0])}..{int(tco[-1])}, expected 0..nnz = 0..{nnz}")
         if not full:
             return
-        if nw and np.any(np.diff(rwo) < 0):
-            w = int(np.flatnonzero(np.diff(rwo) < 0)[0])
+        decreasing = np.flatnonzero(np.diff(rwo) < 0)
+        if decreasing.size:
+            w = int(decreasing[0])
             raise ValueError(f"row_window_offset decreases at window {w}: {int(rwo[w])} -> {int(rwo[w + 1])}")
         per_block = np.diff(tco)
         if nb and np.any(per_block <= 0):

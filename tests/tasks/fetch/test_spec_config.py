@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import HttpConfig, load_catalog, load_sources
+from configs import HttpConfig, fixture_roots, load_catalog, load_sources
 from configs.errors import FetchError, InputError
 from tasks.fetch import fetch
 from tasks.fetch.spec import parse_spec
@@ -50,6 +50,17 @@ def test_bad_config_is_one_line(tmp_path):
     assert "unknown key(s) timeout" in one_line(err.value)
     with pytest.raises(InputError, match="timeout_s must be > 0"):
         HttpConfig(timeout_s=0)
+
+
+
+def test_fixture_roots_are_the_env_then_the_checkouts_then_the_shared_folder(tmp_path):
+    """The one list the tests' mirror and the benchmarks look in (tests/conftest.py, benchmarks/spmm.py,
+    benchmarks/reorder.py)."""
+    repo = tmp_path / "checkout"
+    assert fixture_roots(repo, env={}) == [repo / ".fixtures", tmp_path / "shared" / "fixtures"]
+    assert fixture_roots(repo, env={"TCSPMM_FIXTURES": ""}) == fixture_roots(repo, env={})  # empty: unset
+    assert fixture_roots(str(repo), env={"TCSPMM_FIXTURES": "/data/fx"}) == [
+        Path("/data/fx"), repo / ".fixtures", tmp_path / "shared" / "fixtures"]
 
 
 def test_catalog_specs_all_parse():
