@@ -20,13 +20,15 @@ from kernels import launch  # noqa: E402
 from kernels.formats.metcf import launch as metcf_launch  # noqa: E402
 from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.formats.metcf.container import csr_to_metcf  # noqa: E402
+from configs import fixture_roots  # noqa: E402
 from kernels.reference import csr_spmm  # noqa: E402
 from kernels.spmm import SpmmPlan  # noqa: E402
 
 # TF32 keeps 10 mantissa bits (unit roundoff 2^-11 ~ 4.9e-4 per rounded operand); with fp32 accumulation the
 # norm-wise error of a sum of products lands near 3e-4, so 1e-3 passes real results and fails any wrong index.
 TF32_RTOL = 1e-3
-FIXTURES = Path(__file__).resolve().parents[2] / ".fixtures" / "suitesparse" / "MM"
+FIXTURES = next((root / "suitesparse" / "MM" for root in fixture_roots(Path(__file__).resolve().parents[4])
+                 if (root / "suitesparse" / "MM").exists()), Path("/nonexistent"))
 SPLIT_CONFIG = KernelConfig(blocks_per_item=3)  # tiny items: every multi-block window is split across items
 
 
@@ -208,7 +210,7 @@ def fixture_matrices():
     return out
 
 
-@pytest.mark.skipif(not FIXTURES.exists(), reason="needs .fixtures (a copy of ../shared/fixtures)")
+@pytest.mark.skipif(not FIXTURES.exists(), reason="needs the fixtures (.fixtures, ../shared/fixtures or TCSPMM_FIXTURES)")
 @pytest.mark.parametrize("A", fixture_matrices() if FIXTURES.exists() else [])
 def test_fixture_matrices(A):
     rng = np.random.default_rng(7)
