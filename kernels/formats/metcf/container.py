@@ -229,13 +229,20 @@ def metcf_to_csr(M: METCF) -> sp.csr_array:
     indptr/indices dtype ``index_dtype(max(shape), nnz)``)."""
     n_rows, n_cols = M.shape
     rows, cols, data = expand(M)
-    # Sort by (row, col): canonical ME-TCF already lists a row's columns ascending, but a METCF whose blocks were
-    # remapped (e.g. a shard's columns renumbered for its halo) need not, and the flags below promise sorted rows.
-    order = np.lexsort((cols, rows))
+    # Sort by (row, col). Canonical ME-TCF lists a row's columns ascending across its window's blocks, so a stable
+    # sort by row alone is enough (0.2 s against lexsort's 1.5 s at 18M nonzeros); a METCF whose blocks were
+    # remapped (e.g. a shard's columns renumbered for its halo) need not be, and the flags below promise sorted
+    # rows: checked, and sorted by (row, col) where it is not.
+    order = np.argsort(rows, kind="stable")
+    cols = cols[order]
+    rows = rows[order]
+    if cols.shape[0] > 1 and not np.all((rows[1:] != rows[:-1]) | (cols[1:] > cols[:-1])):
+        again = np.lexsort((cols, rows))
+        order, cols = order[again], cols[again]
     idx = index_dtype(max(n_rows, n_cols), M.nnz)
     indptr = np.zeros(n_rows + 1, dtype=idx)
     np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
-    out = sp.csr_array((data[order], cols[order].astype(idx), indptr), shape=(n_rows, n_cols))
+    out = sp.csr_array((data[order], cols.astype(idx), indptr), shape=(n_rows, n_cols))
     out.indices, out.indptr = out.indices.astype(idx, copy=False), out.indptr.astype(idx, copy=False)
     out.has_sorted_indices = True
     out.has_canonical_format = True

@@ -243,3 +243,16 @@ def test_metcf_to_csr_sorts_rows_of_a_non_canonical_metcf():
         row = slice(B.indptr[r], B.indptr[r + 1])
         assert np.all(np.diff(B.indices[row]) > 0)
     np.testing.assert_allclose(B.toarray(), expected.toarray())
+
+
+def test_to_csr_sorts_rows_whose_blocks_were_renumbered():
+    """A METCF whose column map was renumbered out of order (as a shard's halo remap may) still converts to
+    canonical CSR: the stable sort by row alone would leave such rows unsorted, the fallback sorts by (row, col)."""
+    A = CASES["1000x37"]()
+    M = csr_to_metcf(A)
+    rename = np.random.default_rng(3).permutation(A.shape[1])  # new column of each old one
+    R = METCF(M.shape, M.row_window_offset, M.tc_offset, M.tc_local_id,
+              rename[M.sparse_a_to_b].astype(M.sparse_a_to_b.dtype), M.data)
+    want = sp.csr_array((A.data, rename[A.indices], A.indptr), shape=A.shape)
+    want.sort_indices()
+    assert_same_csr(metcf_to_csr(R), want)
