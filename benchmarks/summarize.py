@@ -105,20 +105,35 @@ def gpu_model(run) -> str:
 
 
 def newest_per_key(runs, key: tuple) -> SimpleNamespace:
-    """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, rows in
-    their run's order, oldest run first; meta of the newest run, with the commands and files of the runs that kept
-    a row. Runs on other GPUs are left out (listed as older files)."""
-    seen, kept = set(), []
+    """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, its fields
+    that run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps
+    the run it came from, ``_file`` names them all, newest first; an older row's error is not carried over), rows in
+    their run's order, oldest run first; meta of the newest run, with the commands and files of the runs that gave
+    a row or a field. Runs on other GPUs are left out (listed as older files)."""
+    seen, kept, used = {}, [], []
     for r in (r for r in runs if gpu_model(r) == gpu_model(runs[0])):
-        rows = [row for row in r.rows if tuple(row.get(k) for k in key) not in seen]
-        seen |= {tuple(row.get(k) for k in key) for row in rows}
+        rows, filled = [], False
+        for row in r.rows:
+            k = tuple(row.get(c) for c in key)
+            first = seen.get(k)
+            if first is None:
+                seen[k] = {**row, "_gpus": r.meta.get("gpus") or [], "_file": r.path.name}
+                rows.append(seen[k])
+                continue
+            extra = {f: v for f, v in row.items() if v is not None and first.get(f) is None and f != "error"}
+            if extra:
+                first.update(extra, _file=f"{first['_file']} + {r.path.name}")
+                filled = True
         if rows:
             kept.append((r, rows))
+        if rows or filled:
+            used.append(r)
     kept.reverse()
-    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r, _ in kept),
-            "skipped": [s for r, _ in kept for s in r.meta.get("skipped") or []],
-            "files": [r.path.name for r, _ in kept]}
-    rows = [{**row, "_gpus": r.meta.get("gpus") or [], "_file": r.path.name} for r, rs in kept for row in rs]
+    used.reverse()
+    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r in used),
+            "skipped": [s for r in used for s in r.meta.get("skipped") or []],
+            "files": [r.path.name for r in used]}
+    rows = [row for _, rs in kept for row in rs]
     return SimpleNamespace(path=runs[0].path, meta=meta, rows=rows, date=runs[0].date)
 
 
@@ -604,17 +619,21 @@ def resident_measured(r) -> str:
 def with_resident_kernel(rows) -> list[dict]:
     """Rows without a one-shot kernel time get the resident one: the batched iterations' median kernel ms (else
     the per-call ones'), each the slowest shard's CUDA-event time, with its efficiency against the P = 1 row of the
-    same matrix, order and machine; ``kernel_from`` says which."""
+    same matrix, order and GPU model; ``kernel_from`` says which."""
+
+    def model(r):  # a P = 1 run may have seen fewer GPUs of the machine (CUDA_VISIBLE_DEVICES)
+        return ",".join(sorted(set(r.get("_gpus") or [])))
+
     out = [dict(r) for r in rows]
     for r in out:
         if r.get("kernel_ms") is None and "error" not in r:
             ms = r.get("resident_batched_kernel_ms") or r.get("iter_kernel_ms")
             if ms is not None:
                 r.update(kernel_ms=ms, kernel_from="resident")
-    one = {(r["kind"], r["order"], r["nnz"], gpus_text(r.get("_gpus"))): r["kernel_ms"] for r in out
+    one = {(r["kind"], r["order"], r["nnz"], model(r)): r["kernel_ms"] for r in out
            if r["P"] == 1 and r.get("kernel_from") == "resident"}
     for r in out:
-        t1 = one.get((r["kind"], r["order"], r["nnz"], gpus_text(r.get("_gpus"))))
+        t1 = one.get((r["kind"], r["order"], r["nnz"], model(r)))
         if r.get("kernel_from") == "resident" and t1:
             r["kernel_eff"] = t1 / (r["P"] * r["kernel_ms"])
     return out

@@ -539,3 +539,24 @@ def test_weak_and_plan_time_tables_keep_the_newest_row_per_case(summarize, resul
     cells = {ln.split(" | ")[0][2:]: ln for ln in plan_body.splitlines() if ln.startswith(("| a-1M", "| b-1M"))}
     assert sorted(cells) == ["a-1M", "b-1M"] and "9.00" not in plan_body
     assert "0.25 (1.000)" in cells["a-1M"] and "0.50 (1.000)" in cells["b-1M"]
+
+
+def test_newest_row_per_key_takes_the_fields_it_lacks_from_older_runs(summarize):
+    """A newer run of fewer modes keeps the older run's other measurements of the same case (each field from the
+    run that measured it; the file column names both), never the older row's error; other cases stay apart."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    def run(name, day, rows):
+        return SimpleNamespace(path=Path(name), meta={"gpus": ["G", "G"], "command": name}, rows=rows,
+                               date=dt.datetime(2026, 1, day))
+
+    old = run("old.json", 1, [{"kind": "k", "P": 2, "a": 1.0, "b": 2.0, "error": "old failure"},
+                              {"kind": "k", "P": 4, "a": 5.0}])
+    new = run("new.json", 2, [{"kind": "k", "P": 2, "a": 3.0, "b": None}])
+    got = summarize.newest_per_key([new, old], ("kind", "P"))
+    two = next(r for r in got.rows if r["P"] == 2)
+    assert (two["a"], two["b"], two["_file"]) == (3.0, 2.0, "new.json + old.json") and "error" not in two
+    four = next(r for r in got.rows if r["P"] == 4)
+    assert (four["a"], four["_file"]) == (5.0, "old.json")
+    assert got.meta["files"] == ["old.json", "new.json"]
