@@ -95,6 +95,7 @@ NEWEST_PER_KEY = {  # families whose runs each cover part of a table: every run 
     "plan-time": ("matrix", "dtype", "N", "plan"),
     "multi_gpu_weak": ("kind", "order", "P"),
     "multi_gpu": ("kind", "order", "nnz", "P"),
+    "gnn": ("graph", "model", "hidden", "precision"),  # a --cuda-graph run of a few graphs beside the full suite
 }
 
 
@@ -108,8 +109,9 @@ def newest_per_key(runs, key: tuple) -> SimpleNamespace:
     """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, its fields
     that run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps
     the run it came from, ``_file`` names them all, newest first; an older row's error is not carried over), rows in
-    their run's order, oldest run first; meta of the newest run, with the commands and files of the runs that gave
-    a row or a field. Runs on other GPUs are left out (listed as older files)."""
+    their run's order, oldest run first; meta of the newest run (keys it lacks from the older ones, e.g. a GNN
+    run's fixed-cost table), with the commands and files of the runs that gave a row or a field. Runs on other GPUs
+    are left out (listed as older files)."""
     seen, kept, used = {}, [], []
     for r in (r for r in runs if gpu_model(r) == gpu_model(runs[0])):
         rows, filled = [], False
@@ -130,7 +132,8 @@ def newest_per_key(runs, key: tuple) -> SimpleNamespace:
             used.append(r)
     kept.reverse()
     used.reverse()
-    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r in used),
+    meta = {**{k: v for r in used for k, v in r.meta.items()}, **runs[0].meta,  # what the newest run lacks
+            "command": " ; ".join(r.meta.get("command", "?") for r in used),
             "skipped": [s for r in used for s in r.meta.get("skipped") or []],
             "files": [r.path.name for r in used]}
     rows = [row for _, rs in kept for row in rs]
@@ -155,7 +158,7 @@ def pick(results: Path, family: str):
         chosen = [pooled(auto)] if auto else runs[:1]
     elif family in NEWEST_PER_KEY and runs:
         chosen = [newest_per_key(runs, NEWEST_PER_KEY[family])]
-    elif family in ("spmm", "precision", "gnn", "bcsr", "sddmm") and runs:
+    elif family in ("spmm", "precision", "bcsr", "sddmm") and runs:
         chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:
         chosen = runs[:1]
