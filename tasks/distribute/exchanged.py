@@ -30,7 +30,8 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
     """C = A @ B with B read once from ``store`` (artifact ``b``, `direct.store_b`) and the shards of
     ``persist_plan`` (``fmt``/``perm_key``); C lands as ``results/<run_id>``. One timings dict per shard: ``b_ms``
     (its own B rows from Parquet), ``h2d_ms``, ``exchange_ms`` (the halo rows from its peers), ``kernel_ms``,
-    ``d2h_ms``, ``write_ms``, ``load_ms`` (its shard), the shared ``setup_ms`` (actors, plans, communicator),
+    ``d2h_ms``, ``write_ms``, ``load_ms`` (its shard), the shared ``setup_ms`` (actors, plans, communicator;
+    ``setup_parts``: `DistributedSpmm.setup_ms`),
     ``wall_ms`` (everything up to the written blocks) and ``commit_ms`` (the manifest entry), bytes and rows."""
     if not plan.square:
         raise InputError(f"the one-shot over the halo exchange needs a square A (B partitioned like A's rows); "
@@ -42,7 +43,7 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
     try:
         with DistributedSpmm(plan, client, store=store, perm_key=perm_key, fmt=fmt, device=device,
                              spmm_kw=spmm_kw, dtype=dtype) as ds:
-            setup_ms = (time.perf_counter() - t_start) * 1e3
+            setup_ms, setup_parts = (time.perf_counter() - t_start) * 1e3, dict(ds.setup_ms)
             loads = _wait([a.load_B(bref, plan.shard_rows(k)) for k, a in enumerate(ds.actors)])
             ds.run()  # halo exchange, then every shard's kernel (one run: the product, not a timing loop)
             runs = ds.history[-1]["shards"]
@@ -58,7 +59,9 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
     commit_ms = (time.perf_counter() - t0) * 1e3
     by_shard = {r["shard"]: r for r in runs}
     return [{"shard": k, "worker": info[k]["worker"], "gpu": info[k]["gpu"], "dtype": dtype,
-             "kernel": by_shard[k].get("kernel"), "load_ms": info[k]["load_ms"], "setup_ms": setup_ms,
+             "kernel": by_shard[k].get("kernel"), "load_ms": info[k]["load_ms"], "plan_ms": info[k]["plan_ms"],
+             "setup_ms": setup_ms,
+             "setup_parts": setup_parts,
              **{key: loads[k][key] for key in ("b_ms", "h2d_ms", "b_rows", "b_bytes_read")},
              "exchange_ms": by_shard[k].get("exchange_ms", 0.0), "kernel_ms": by_shard[k]["kernel_ms"],
              "transport": by_shard[k].get("transport"), "halo_rows": info[k]["halo_rows"],

@@ -84,6 +84,7 @@ class DistributedSpmm:
                 sends[p][k] = idx  # p sends these own rows to k, in k's receive order
         workers = _workers(client)
         self.workers = [workers[k % len(workers)] for k in range(P)]
+        t0 = time.perf_counter()
         futures = []
         for k in range(P):
             if store is not None:
@@ -96,11 +97,17 @@ class DistributedSpmm:
                                          workers=[self.workers[k]], pure=False))
         self.actors = [f.result() for f in futures]
         self._futures = futures
+        t1 = time.perf_counter()
         # UCX comms move device arrays between GPUs (NVLink through CUDA IPC); over TCP they would be staged on the host
         self.device_rows = str(client.scheduler.address).startswith(("ucx://", "ucxx://"))
         _wait([a.set_peers(self.actors, self.device_rows) for a in self.actors])
         self.info = _wait([a.info() for a in self.actors])
+        t2 = time.perf_counter()
         self.transport, self.transport_reason = self._pick_transport(transport)
+        # where the setup went (ms): the actors (each loads its shard and builds its plan), peers and info calls,
+        # the transport (NCCL's unique id and communicator init)
+        self.setup_ms = {"actors_ms": (t1 - t0) * 1e3, "peers_ms": (t2 - t1) * 1e3,
+                         "transport_ms": (time.perf_counter() - t2) * 1e3}
         self.halo_copy_reason = "the default" if self.halo_copy == HALO_COPIES[0] else "asked for"
         self._ce_dirty = True
         self.history: list = []

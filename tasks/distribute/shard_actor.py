@@ -66,7 +66,9 @@ class ShardActor(HostBatches):
         self.recv = [(int(p), int(idx.shape[0]), int(start)) for p, idx, start in layout["recv"]]
         self._sends_host = {int(p): np.asarray(idx, dtype=np.int64) for p, idx in sends.items()}
         self.sends = {p: dev.to_device(idx, self.on_gpu) for p, idx in self._sends_host.items()}
+        t0 = time.perf_counter()
         self.plan = dev.make_spmm_plan(S, self.on_gpu, self.prec.name, spmm_kw=spmm_kw)
+        self.plan_ms = (time.perf_counter() - t0) * 1e3  # built, not yet decided (the first run picks the kernel)
         self.kernel = str(self.plan.choice.get("kernel"))
         self.S, self.spmm_kw = S, spmm_kw  # kept to build the own/remote split on demand
         self.overlap, self.plan_own, self.plan_rem, self._device_loop, self._c_buf = False, None, None, None, None
@@ -89,7 +91,8 @@ class ShardActor(HostBatches):
     def info(self) -> dict:
         from tasks.distribute.oneshot import _worker_address
         return {"shard": self.k, "worker": _worker_address(), "gpu": dev.device_name(self.on_gpu),
-                "kernel": self.kernel, "load_ms": self.load_ms, "n_own": self.n_own, "n_ext": self.n_ext,
+                "kernel": self.kernel, "load_ms": self.load_ms, "plan_ms": self.plan_ms, "n_own": self.n_own,
+                "n_ext": self.n_ext,
                 "halo_rows": self.n_ext - self.n_own, "dtype": self.prec.name, "format": self.ops.name,
                 "gathers_halo": self.gather is not None, "overlap": self.overlap,
                 **(self.row_split.info() if self.row_split is not None else {})}

@@ -44,9 +44,12 @@ def test_b_read_once_and_the_halo_exchanged(cpu_client, square_case, tmp_path, f
     assert [t["b_rows"] for t in timings] == own and sum(own) == A.shape[0]  # each read its share, B read once
     for t in timings:
         assert t["halo_rows"] > 0 and t["transport"] == "dask" and t["c_bytes_written"] > 0
-        for key in ("setup_ms", "load_ms", "b_ms", "h2d_ms", "exchange_ms", "kernel_ms", "d2h_ms", "write_ms",
-                    "wall_ms", "commit_ms"):
+        for key in ("setup_ms", "load_ms", "plan_ms", "b_ms", "h2d_ms", "exchange_ms", "kernel_ms", "d2h_ms",
+                    "write_ms", "wall_ms", "commit_ms"):
             assert t[key] >= 0.0, key
+        parts = t["setup_parts"]  # the setup split: actors (shard load, plan), peers and info, the transport
+        assert set(parts) == {"actors_ms", "peers_ms", "transport_ms"} and min(parts.values()) >= 0.0
+        assert sum(parts.values()) <= t["setup_ms"] + 1.0
     entry = mstore.manifest.entry(f"results/{run_id}")
     assert entry["meta"]["source"]["b_read"] == "own rows, halo exchanged"
 
