@@ -365,7 +365,7 @@ def bench_exchanged(plan, client, store, key, b_info, spmm_kw, row, P, X1, C1, c
                exchanged_setup_ms=tm[0]["setup_ms"], exchanged_b_rows=[t["b_rows"] for t in tm],
                **{f"exchanged_setup_{k}": v for k, v in (tm[0].get("setup_parts") or {}).items()},
                **{f"exchanged_{s}_ms": max(t[f"{s}_ms"] for t in tm)
-                  for s in ("load", "plan", "b", "h2d", "exchange", "kernel", "d2h", "write")})
+                  for s in ("load", "plan", "b", "b_wait", "h2d", "exchange", "kernel", "d2h", "write")})
     C = read_c(store, run_id, plan.perm)  # the check's copy, after the timed run
     row["exchanged_rel_err"] = rel_err(C[check], C1)
 

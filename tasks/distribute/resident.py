@@ -62,12 +62,14 @@ class DistributedSpmm:
     exchange ms, kernel ms, and on NCCL exposed / advance / iteration GPU ms). ``transport``: "nccl" or "dask" plus
     ``transport_reason``. ``overlap``: see `set_overlap`.
     ``repeats`` = 0 times the one kernel run of each iteration; ``spmm_kw`` goes to each shard's ``SpmmPlan``.
+    ``prefetch_b`` (a `direct.DenseRef` of a stored B, square A): each shard starts reading its own rows of it while
+    the setup goes on (`ShardActor`'s ``prefetch``); `ShardActor.load_B` then takes them.
     """
 
     def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
                  fmt: str = DEFAULT_FORMAT, device: str = "auto", transport: str = "auto", repeats: int = 0,
                  spmm_kw: dict | None = None, overlap: bool | str = False, dtype: str = "float32",
-                 halo_copy: str | None = None):
+                 halo_copy: str | None = None, prefetch_b=None):
         if M is None and store is None:
             raise ValueError("DistributedSpmm needs the shards: pass M= (in memory) or store= (Parquet)")
         self.halo_copy = (halo_copy or os.environ.get("TCSPMM_HALO_COPY") or HALO_COPIES[0]).lower()
@@ -93,7 +95,8 @@ class DistributedSpmm:
                 shard = client.scatter(shard_of(M, plan, k), workers=[self.workers[k]], hash=False)
             layout = client.scatter((plan.halo_cols[k], layouts[k], sends[k]), workers=[self.workers[k]],
                                     hash=False)
-            futures.append(client.submit(ShardActor, k, shard, layout, device, spmm_kw, dtype, actor=True,
+            prefetch = None if prefetch_b is None else (prefetch_b, plan.shard_rows(k))
+            futures.append(client.submit(ShardActor, k, shard, layout, device, spmm_kw, dtype, prefetch, actor=True,
                                          workers=[self.workers[k]], pure=False))
         self.actors = [f.result() for f in futures]
         self._futures = futures

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -46,11 +47,20 @@ class ShardActor(HostBatches):
     moves 2 bytes per value in half precision; C_k is float32 and rounded to the precision when it becomes B."""
 
     def __init__(self, k: int, shard, layout: tuple, device: str = "auto", spmm_kw: dict | None = None,
-                 dtype: str = "float32"):
-        """``layout`` = (halo_cols, `exchange_lists` dict, sends {peer: own rows to send, in the peer's order})."""
+                 dtype: str = "float32", prefetch: tuple | None = None):
+        """``layout`` = (halo_cols, `exchange_lists` dict, sends {peer: own rows to send, in the peer's order}).
+        ``prefetch`` = (`direct.DenseRef`, rows): this shard's own rows of a stored B, read on a thread of their
+        own from here on, beside the shard's load, its plan and the communicator's setup; `load_B` of the same
+        rows takes them."""
         from kernels.precision import precision
         halo_cols, layout, sends = layout
         self.k = int(k)
+        self._b_prefetch = None
+        if prefetch is not None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix=f"tcspmm-b-{self.k}")
+            self._b_prefetch = (prefetch[0].artifact, np.asarray(prefetch[1], dtype=np.int64),
+                                pool.submit(read_own_rows, *prefetch))
+            pool.shutdown(wait=False)  # the thread ends with its read
         self.prec = precision(dtype)
         self.on_gpu = dev.worker_device(device)
         S, self.load_ms, _ = load_shard(shard)
@@ -186,15 +196,16 @@ class ShardActor(HostBatches):
         peers' rows come with the halo exchange. Returns the read's and the upload's times and bytes."""
         rows = np.asarray(rows, dtype=np.int64)
         t0 = time.perf_counter()
-        order = np.argsort(rows, kind="stable")
-        got, nbytes = read_rows(b.store, b.artifact, rows[order])  # row groups read in the stored order
-        B_k = np.empty_like(got)
-        B_k[order] = got
-        b_ms = (time.perf_counter() - t0) * 1e3
+        pre, self._b_prefetch = self._b_prefetch, None
+        if pre is not None and pre[0] == b.artifact and np.array_equal(pre[1], rows):
+            B_k, nbytes, b_ms = pre[2].result()  # read beside the setup (prefetch): wait for what is left of it
+        else:
+            B_k, nbytes, b_ms = read_own_rows(b, rows)
+        wait_ms = (time.perf_counter() - t0) * 1e3
         with dev.Timer(self.on_gpu) as h2d:
             self.set_B(B_k)
-        return {"shard": self.k, "b_ms": b_ms, "h2d_ms": h2d.ms, "b_rows": int(rows.shape[0]),
-                "b_bytes_read": int(nbytes)}
+        return {"shard": self.k, "b_ms": b_ms, "b_wait_ms": wait_ms, "h2d_ms": h2d.ms,
+                "b_rows": int(rows.shape[0]), "b_bytes_read": int(nbytes)}
 
     def write_C(self, store, run_id: str, r0: int) -> dict:
         """This shard's block of C (rows r0.. of the reordered matrix) into the store as one file of
@@ -420,6 +431,18 @@ class ShardActor(HostBatches):
         """Own rows of B as float32 (exact: widened from the precision's storage)."""
         return self.prec.to_float32(dev.to_host(self.own_rows()))
 
+
+
+def read_own_rows(b, rows: np.ndarray) -> tuple[np.ndarray, int, float]:
+    """(rows ``rows`` of the stored dense B ``b`` (a `direct.DenseRef`) in the given order, Parquet bytes read, ms):
+    the row groups are read in the stored order, then put in ``rows``' order."""
+    t0 = time.perf_counter()
+    rows = np.asarray(rows, dtype=np.int64)
+    order = np.argsort(rows, kind="stable")
+    got, nbytes = read_rows(b.store, b.artifact, rows[order])
+    B_k = np.empty_like(got)
+    B_k[order] = got
+    return B_k, nbytes, (time.perf_counter() - t0) * 1e3
 
 
 def _xp(on_gpu: bool):

@@ -44,7 +44,7 @@ def test_b_read_once_and_the_halo_exchanged(cpu_client, square_case, tmp_path, f
     assert [t["b_rows"] for t in timings] == own and sum(own) == A.shape[0]  # each read its share, B read once
     for t in timings:
         assert t["halo_rows"] > 0 and t["transport"] == "dask" and t["c_bytes_written"] > 0
-        for key in ("setup_ms", "load_ms", "plan_ms", "b_ms", "h2d_ms", "exchange_ms", "kernel_ms", "d2h_ms",
+        for key in ("setup_ms", "load_ms", "plan_ms", "b_ms", "b_wait_ms", "h2d_ms", "exchange_ms", "kernel_ms", "d2h_ms",
                     "write_ms", "wall_ms", "commit_ms"):
             assert t[key] >= 0.0, key
         parts = t["setup_parts"]  # the setup split: actors (shard load, plan), peers and info, the transport
@@ -68,3 +68,41 @@ def test_bad_inputs_fail_in_one_line_and_leave_no_result(cpu_client, square_case
     plan_r = make_plan(get("metcf").convert(rect, precision("float32")), 2)
     with pytest.raises(InputError, match="needs a square A"):
         run_oneshot_exchanged(plan_r, client, mstore, b=b, perm_key="k-float32", run_id="r3")
+
+
+def test_load_b_takes_the_prefetched_rows_only_when_they_are_the_same(monkeypatch):
+    """`ShardActor.load_B` waits for the read started at setup (``prefetch``) when the artifact and rows match, and
+    reads anew otherwise; either way the prefetch is used at most once."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from tasks.distribute import shard_actor as sa
+
+    reads = []
+
+    def read(b, rows):
+        reads.append((b.artifact, np.asarray(rows).tolist()))
+        return np.full((len(rows), 2), len(reads), np.float32), 8, 1.0
+
+    monkeypatch.setattr(sa, "read_own_rows", read)
+    actor = sa.ShardActor.__new__(sa.ShardActor)  # no shard: only what load_B touches
+    actor.k, actor.on_gpu, uploaded = 0, False, []
+    actor.set_B = uploaded.append
+    ref = SimpleNamespace(artifact="B-a")
+
+    def prefetched(rows):
+        fut = Future()
+        fut.set_result(read(ref, rows))
+        return ("B-a", np.asarray(rows), fut)
+
+    actor._b_prefetch = prefetched([3, 1])
+    t = actor.load_B(ref, [3, 1])
+    assert len(reads) == 1 and uploaded[-1][0, 0] == 1 and t["b_rows"] == 2 and t["b_wait_ms"] >= 0
+    assert actor._b_prefetch is None
+    actor.load_B(ref, [3, 1])  # no prefetch left: read
+    actor._b_prefetch = prefetched([3, 1])
+    actor.load_B(ref, [1, 3])  # other rows: read anew
+    actor._b_prefetch = prefetched([3, 1])
+    actor.load_B(SimpleNamespace(artifact="B-b"), [3, 1])  # another B: read anew
+    # reads: prefetch 1 (taken), the read without prefetch, prefetch 2, the other rows, prefetch 3, the other B
+    assert [r[1] for r in reads] == [[3, 1], [3, 1], [3, 1], [1, 3], [3, 1], [3, 1]] and reads[-1][0] == "B-b"
