@@ -17,7 +17,6 @@ against SciPy's single-threaded CSR product.
 """
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +24,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from configs.threads import threads_from_env, usable_cpus
 from kernels.cpu_simd import vaxpy, vstore, vzero
 
 
@@ -52,15 +52,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 def default_threads() -> int:
     """``TCSPMM_CPU_THREADS`` if set, else the CPUs this process may use."""
-    env = os.environ.get("TCSPMM_CPU_THREADS")
-    if env:
-        if not env.isdigit() or int(env) < 1:
-            raise ValueError(f"TCSPMM_CPU_THREADS is {env!r}, expected a positive integer")
-        return int(env)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return threads_from_env("TCSPMM_CPU_THREADS", usable_cpus())
 
 
 @numba.njit(cache=True, nogil=True)

@@ -37,9 +37,10 @@ from storage import parquet_io as pio
 from storage import results as res_io
 from storage import runs as runs_io
 from storage.atomic import TEMP_PREFIX
-from storage.manifest import Manifest, file_record
+from storage.manifest import Manifest
 from storage.naming import default_data_root, validate_id
 from storage.schemas import PERM_DIRECTION, file_meta, perm_schema, with_meta
+from storage.writes import write_files
 
 _PER_FILE_KEYS = ("range", "block_nnz")
 _log = logging.getLogger(__name__)
@@ -103,16 +104,22 @@ class MatrixStore:
                 path.unlink(missing_ok=True)
 
     def _write_artifact(self, name: str, kind: str, home: str, pattern: str,
-                        parts: Iterable[tuple[str, tuple, pa.Table]], **write_kw) -> dict:
+                        parts: Iterable[tuple[str, tuple, pa.Table]], *, threads: int | None = 1,
+                        **write_kw) -> dict:
+        """``threads``: files written at once (`storage.writes.write_files`; 1 streams ``parts``, the default for
+        blocks built one by one; None for views of an array in memory, such as the dense writers')."""
         home_dir = self.folder / home
         with self.manifest.update() as m:
             m["artifacts"].pop(name, None)
         self._clear(home_dir, pattern)
-        records, meta = [], {}
-        for rel, rng, table in parts:
-            pio.write_table(home_dir / rel, table, **write_kw)
-            records.append(file_record(self.folder, f"{home}/{rel}", range=[int(x) for x in rng]))
-            meta = {k: v for k, v in file_meta(table.schema).items() if k not in _PER_FILE_KEYS}
+        last: dict = {}
+
+        def in_home():
+            for rel, rng, table in parts:
+                last["meta"] = file_meta(table.schema)
+                yield f"{home}/{rel}", rng, table
+        records = write_files(self.folder, in_home(), threads=threads, **write_kw)
+        meta = {k: v for k, v in last.get("meta", {}).items() if k not in _PER_FILE_KEYS}
         entry = {"kind": kind, "meta": meta, "files": records,
                  "written_at": dt.datetime.now(dt.timezone.utc).isoformat()}
         with self.manifest.update() as m:

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from storage_helpers import assert_same_csr, csr_to_metcf, random_csr
 
-import storage.store
+import storage.writes
 from configs.errors import StorageError
 from storage import parquet_io, perm_key
 
@@ -33,7 +33,7 @@ def kill_after(monkeypatch, module, name, n_ok):
     monkeypatch.setattr(module, name, fake)
 
 
-@pytest.mark.parametrize("where,n_ok", [(parquet_io, 0), (parquet_io, 3), (storage.store, 5)])
+@pytest.mark.parametrize("where,n_ok", [(parquet_io, 0), (parquet_io, 3), (storage.writes, 5)])
 def test_killed_csr_write_is_incomplete_then_repaired(store, monkeypatch, where, n_ok):
     A = random_csr(120, 40, 0.1, seed=1)
     m = store.matrix("killed")

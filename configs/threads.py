@@ -1,0 +1,23 @@
+"""Thread counts, decided here only: the CPUs this process may run on, and a count set in the environment
+(``TCSPMM_CPU_THREADS`` for the CPU SpMM, ``TCSPMM_IO_THREADS`` for the store's reads and writes)."""
+from __future__ import annotations
+
+import os
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def threads_from_env(var: str, default: int) -> int:
+    """The environment's ``var`` when set (a positive integer; ValueError naming it otherwise), else ``default``."""
+    env = os.environ.get(var)
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"{var} is {env!r}, expected a positive integer")
+        return int(env)
+    return int(default)
