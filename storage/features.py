@@ -1,8 +1,9 @@
 """Node arrays next to a matrix: features [N, F] and labels [N], ``matrices/<id>/nodes/<name>/part-<r0>-<r1>.parquet``.
 
-Layout: the dense-result layout (storage.results): one Parquet row per node, one ``values`` column of
-``fixed_size_list<dtype, F>``, so a block's bytes are the array's row-major buffer plus a small header and read back
-without per-row work; a 1-D array is stored as [N, 1] with ``ndim: 1`` in its metadata. Rows are nodes in the
+Layout: the dense layout (storage.results): one ``values`` column of the dtype holding the block's row-major
+buffer, F Parquet rows per node (version 1 files, one Parquet row per node in a ``fixed_size_list<dtype, F>``
+column, still read), so a block's bytes are the array's buffer plus a small header and read back without per-row
+work; a 1-D array is stored as [N, 1] with ``ndim: 1`` in its metadata. Rows are nodes in the
 stored CSR's order (the original ids), like the CSR itself: a stored permutation applies to both
 (``read_node_array(..., perm=perm)`` returns ``array[perm]``, the nodes in the order of ``A[perm]``).
 Manifest artifact ``nodes/<name>``; the write/read contract is ``MatrixStore``'s.
@@ -38,8 +39,8 @@ def write_node_array(mstore: MatrixStore, name: str, array, meta: dict | None = 
     # mstore._write_artifact is the store's one writer (atomic files, manifest entry last): node arrays reuse it
     # rather than copying its contract
     return mstore._write_artifact(PREFIX + name, "nodes", PREFIX + name, "C-part-*.parquet",
-                                  res_io.result_tables(dense, block_rows, meta),
-                                  row_group_size=max(1, res_io.ROW_GROUP_VALUES // max(1, dense.shape[1])))
+                                  res_io.result_tables(dense, block_rows, meta), threads=None,
+                                  **res_io.write_options(dense.dtype, dense.shape[1]))
 
 
 def has_node_array(mstore: MatrixStore, name: str) -> bool:
@@ -55,7 +56,5 @@ def node_array_names(mstore: MatrixStore) -> list[str]:
 def read_node_array(mstore: MatrixStore, name: str, perm=None) -> np.ndarray:
     """The stored array ([N] or [N, F], dtype as written); ``perm`` (``perm[new] = old``) reorders its rows."""
     entry = mstore.manifest.require(PREFIX + validate_id(name, "node array name"))
-    out = res_io.read_result(mstore.folder, entry)
-    if entry["meta"].get("source", {}).get("ndim") == 1:
-        out = out.reshape(-1)
-    return out if perm is None else out[np.asarray(perm, dtype=np.int64)]
+    out = res_io.read_dense(mstore.folder, entry, None if perm is None else np.asarray(perm, dtype=np.int64))[0]
+    return out.reshape(-1) if entry["meta"].get("source", {}).get("ndim") == 1 else out

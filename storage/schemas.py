@@ -1,8 +1,9 @@
 """Explicit Arrow schemas of every file in the block store, and the metadata each file carries.
 
-Every Parquet file has one schema-metadata key, ``tcspmm``, holding JSON with at least: ``format`` and ``version``,
-``shape``, ``nnz``, ``dtypes``, the block's own ``range`` and the whole set's ``ranges`` (half-open, in rows for CSR
-and results, in windows for formats), and ``source`` (the caller's ``meta`` dict: source URL, checksum, ...).
+Every Parquet file has one schema-metadata key, ``tcspmm``, holding JSON with at least: ``format`` and ``version``
+(``SCHEMA_VERSION``; ``DENSE_VERSION`` for dense blocks), ``shape``, ``nnz``, ``dtypes``, the block's own
+``range`` and the whole set's ``ranges`` (half-open, in rows for CSR and results, in windows for formats), and
+``source`` (the caller's ``meta`` dict: source URL, checksum, ...).
 Permutation files add ``direction = "perm[new]=old"``, ``method`` and ``params``.
 """
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pyarrow as pa
 from storage.naming import dumps
 
 SCHEMA_VERSION = 1
+DENSE_VERSION = 2
+"""Dense blocks (storage.results) from 2026-11-28: a flat ``values`` column; version 1 (``fixed_size_list``) reads."""
 META_KEY = b"tcspmm"
 PERM_DIRECTION = "perm[new]=old"
 
@@ -59,9 +62,11 @@ def format_schema(group_key: str, fixed: dict, ragged: dict, n_values: int) -> p
     return pa.schema(fields)
 
 
-def result_schema(value_dtype, n_cols: int) -> pa.Schema:
-    """Dense result block: one Parquet row per row of C, a single ``values`` fixed_size_list<dtype, N> column."""
-    return pa.schema([pa.field("values", pa.list_(arrow_type(value_dtype), int(n_cols)), nullable=False)])
+def result_schema(value_dtype) -> pa.Schema:
+    """Dense block (version 2): the block's row-major values as one ``values`` column of the dtype, N Parquet rows
+    per row of the array (N: its column count, in the metadata's ``shape``); row groups hold whole rows.
+    Version 1 files have one Parquet row per array row, a ``values`` ``fixed_size_list<dtype, N>`` column."""
+    return pa.schema([pa.field("values", arrow_type(value_dtype), nullable=False)])
 
 
 RUNS_SCHEMA = pa.schema([
@@ -74,8 +79,8 @@ RUNS_SCHEMA = pa.schema([
 """One row per run and stage. ``extra`` is a JSON object as text; ``timestamp`` is UTC."""
 
 
-def with_meta(schema: pa.Schema, meta: dict) -> pa.Schema:
-    return schema.with_metadata({META_KEY: dumps({"version": SCHEMA_VERSION, **meta}).encode()})
+def with_meta(schema: pa.Schema, meta: dict, version: int = SCHEMA_VERSION) -> pa.Schema:
+    return schema.with_metadata({META_KEY: dumps({"version": int(version), **meta}).encode()})
 
 
 def file_meta(schema: pa.Schema) -> dict:

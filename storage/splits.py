@@ -2,11 +2,12 @@
 ``matrices/<id>/formats/<name>/<key>/C-part-<w0>-<w1>.parquet``.
 
 A composite (``kernels.hybrid``: a plan built from registered formats) has no tiles of its own; what decides it is
-which part each row window goes to. Layout: the dense-result layout (storage.results) of a uint8 [n_windows, 1]
-array, one Parquet row per window; the caller's meta (the part formats, the N it was chosen at, the report's
-summary) is kept whole under ``source``. Manifest artifact ``formats/<name>/<key>``, beside the registered formats'
-``formats/<fmt>/<key>``, so a stage checks and reuses it the same way; the write/read contract is
-``MatrixStore``'s. Knows the layout, not what the labels mean.
+which part each row window goes to. Layout: the dense layout (storage.results) of a uint8 [n_windows, 1] array
+(one Parquet row per window, a flat uint8 column; version 1 files, a fixed_size_list<uint8, 1>, still read); the
+caller's meta (the part formats, the N it was chosen at, the report's summary) is kept whole under ``source``.
+Manifest artifact ``formats/<name>/<key>``, beside the registered formats' ``formats/<fmt>/<key>``, so a stage
+checks and reuses it the same way; the write/read contract is ``MatrixStore``'s. Knows the layout, not what the
+labels mean.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def write_split(mstore: MatrixStore, fmt: str, key: str, labels, meta: dict | No
     meta = {**(meta or {}), "split": fmt, "n_windows": int(labels.size)}
     # mstore._write_artifact is the store's one writer (atomic files, manifest entry last), as for node arrays
     return mstore._write_artifact(name, KIND, name, "C-part-*.parquet",
-                                  res_io.result_tables(labels.reshape(-1, 1), None, meta))
+                                  res_io.result_tables(labels.reshape(-1, 1), None, meta),
+                                  **res_io.write_options(labels.dtype, 1))
 
 
 def has_split(mstore: MatrixStore, fmt: str, key: str) -> bool:

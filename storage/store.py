@@ -293,15 +293,17 @@ class MatrixStore:
     def write_result(self, run_id: str, C, block_rows: int | None = None, meta: dict | None = None) -> dict:
         """Store dense C [n_rows, N] in row blocks of ``block_rows`` rows (default: about 2**24 values each)."""
         validate_id(run_id, "run_id")
-        n_cols = max(1, int(np.shape(C)[-1])) if np.ndim(C) else 1
+        C = np.asarray(C)
         return self._write_artifact(f"results/{run_id}", "result", f"results/{run_id}", "C-part-*.parquet",
-                                    res_io.result_tables(C, block_rows, meta or {}),
-                                    row_group_size=max(1, res_io.ROW_GROUP_VALUES // n_cols))
+                                    res_io.result_tables(C, block_rows, meta or {}), threads=None,
+                                    **res_io.write_options(C.dtype, C.shape[-1] if C.ndim else 1))
 
     def has_result(self, run_id: str) -> bool:
         return self.manifest.complete(f"results/{validate_id(run_id, 'run_id')}") is not None
 
-    def read_result(self, run_id: str) -> np.ndarray:
+    def read_result(self, run_id: str, perm=None) -> np.ndarray:
+        """Stored C; ``perm`` (``perm[new] = old``): C was stored in the reordered row order, return it in the
+        original one (``out[perm] = C_stored``, rows put in place as they are decoded)."""
         entry = self.manifest.require(f"results/{validate_id(run_id, 'run_id')}")
-        return res_io.read_result(self.folder, entry)
+        return res_io.read_dense(self.folder, entry, perm=perm)[0]
 

@@ -121,7 +121,7 @@ def _run_sharded(mstore, format_key: str, perm: np.ndarray, M, B: np.ndarray, de
             sharded.update(b_store=b_info, result_run_id=run_id, check_read_ms=(time.perf_counter() - t0) * 1e3,
                            driver_bytes=sum(t["driver_bytes_out"] + t["driver_bytes_in"] for t in timings))
             for t in timings:
-                t.pop("record", None)
+                t.pop("records", None)
     result = {"kernel": ",".join(sorted({str(t.get("kernel")) for t in timings})), "device": f"{n_parts} workers",
               "kernel_ms": max(t["kernel_ms"] for t in timings), "choice": {"mode": mode, "n_parts": n_parts},
               "baseline": {}, "per_device": timings, "sharded": sharded}

@@ -8,13 +8,16 @@ without drawing all of it (the normal sampler consumes a variable number of raw 
 would generate all of B to keep a few rows; a counter-based per-row draw would make a B different from the one the
 flow checks against; and real right-hand sides (IGB node features, a GNN layer's input) are data in the store, not
 seeds. Workers read only the Parquet row groups holding their halo rows (`read_rows`), or all of B when the halo
-is nearly all of it.
+is nearly all of it; row groups are decoded from several threads straight into the worker's B
+(`storage.results.read_dense`).
 
-C: each worker writes its block as ``results/<run_id>/C-part-<r0>-<r1>.parquet`` (rows r0..r1 of the REORDERED
-matrix, the shard's contiguous rows; atomic file writes); after every shard succeeded the driver lists the files
-in the manifest (``row_order`` and ``perm_key`` in the entry's ``source``), so a failed run leaves no result, and
-`read_c` returns C in the original row order (``C[perm] = C_reordered``). The store must be on a file system every
-worker sees (one host, or a shared mount across nodes).
+C: each worker writes its block as ``results/<run_id>/C-part-<r0>-<r1>.parquet`` files of at most
+``BLOCK_FILE_VALUES`` values each (rows r0..r1 of the REORDERED matrix, inside the shard's contiguous rows; each
+file atomic, written side by side from threads, the block's files all or none); after every shard succeeded the
+driver lists the files in the manifest (``row_order`` and ``perm_key`` in the entry's ``source``), so a failed run
+leaves no result, and `read_c` returns C in the original row order (``C[perm] = C_reordered``, rows put in place
+as they are decoded). The store must be on a file system every worker sees (one host, or a shared mount across
+nodes).
 """
 from __future__ import annotations
 
@@ -25,14 +28,12 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from configs.errors import InputError
 from configs.names import DEFAULT_FORMAT
-from storage import parquet_io as pio
 from storage import results as res_io
-from storage.manifest import file_record
-from storage.schemas import result_schema, with_meta
+from storage.naming import validate_id
+from storage.writes import write_files
 from tasks.distribute import device as dev
 from tasks.distribute.formats import shard_ops
 from tasks.distribute.oneshot import (ShardRef, _worker_address, _workers, load_shard, oneshot_deadline_s,
@@ -42,6 +43,8 @@ from tasks.distribute.plan import PartitionPlan
 B_PREFIX = "inputs/"
 SEND_ALL_FRACTION = 0.5  # a shard whose halo is at least this share of B's rows reads all of B (whole files:
 # no row-group selection or row gather, and the row groups a scattered halo touches are then most of them anyway)
+BLOCK_FILE_VALUES = 1 << 22  # a worker's block of C in files of at most 16 MiB (float32): written side by side
+# from threads; 134 MB (a 4-GPU shard of the 537 MB C) in 8 files, not 3 of the store's usual 64 MiB
 
 
 def b_artifact(n_cols_b: int, seed: int) -> str:
@@ -58,52 +61,32 @@ def store_b(mstore, B: np.ndarray, artifact: str, meta: dict | None = None) -> d
         return {"artifact": artifact, "reused": True, "write_ms": 0.0, "nbytes": int(B.nbytes)}
     # the store's one writer (atomic files, manifest entry last), as storage.features does for node arrays
     mstore._write_artifact(artifact, "dense", artifact, "C-part-*.parquet",
-                           res_io.result_tables(B, None, meta or {}),
-                           row_group_size=max(1, res_io.ROW_GROUP_VALUES // B.shape[1]))
+                           res_io.result_tables(B, None, meta or {}), threads=None,
+                           **res_io.write_options(B.dtype, B.shape[1]))
     return {"artifact": artifact, "reused": False, "write_ms": (time.perf_counter() - t0) * 1e3,
             "nbytes": int(B.nbytes)}
 
 
 def read_rows(mstore, artifact: str, rows: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """(rows ``rows`` (sorted, distinct) of a stored dense artifact, or all of it for None; Parquet bytes read).
-    Decodes only the row groups holding those rows."""
-    entry = mstore.manifest.require(artifact)
-    n_rows, n_cols = entry["meta"]["shape"]
-    if rows is None:
-        return res_io.read_result(mstore.folder, entry), sum(int(r["size"]) for r in entry["files"])
-    rows = np.asarray(rows, dtype=np.int64)
-    out = np.empty((rows.shape[0], n_cols), dtype=np.dtype(entry["meta"]["dtypes"]["value"]))
-    nbytes = 0
-    for rec in entry["files"]:
-        r0, r1 = rec["range"]
-        lo, hi = (int(x) for x in np.searchsorted(rows, [r0, r1]))
-        if lo == hi:
-            continue
-        pf = pio.open_file(mstore.folder / rec["path"])
-        sizes = np.array([pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)])
-        starts = np.concatenate([[0], np.cumsum(sizes)])
-        local = rows[lo:hi] - r0
-        group = np.searchsorted(starts, local, side="right") - 1
-        groups = np.unique(group)
-        table = pio.read(pf, row_groups=groups.tolist())
-        block = np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in table.column("values").chunks])
-        block = block.reshape(-1, n_cols)
-        base = np.cumsum(np.concatenate([[0], sizes[groups]]))[:-1]  # first row of each read group in `block`
-        out[lo:hi] = block[base[np.searchsorted(groups, group)] + local - starts[group]]
-        nbytes += int(sum(pf.metadata.row_group(int(g)).total_byte_size for g in groups))
-    return out, nbytes
+    """(rows ``rows`` (any order, repeats allowed: ``out[i] = B[rows[i]]``) of a stored dense artifact, or all of
+    it for None; Parquet bytes decoded). Decodes only the row groups holding those rows, each once."""
+    return res_io.read_dense(mstore.folder, mstore.manifest.require(artifact), rows)
 
 
-def write_block(mstore, run_id: str, r0: int, C_k: np.ndarray) -> dict:
-    """Write rows r0.. of C (one shard's block) as one Parquet file of ``results/<run_id>``; its manifest record."""
+def write_block(mstore, run_id: str, r0: int, C_k: np.ndarray) -> list[dict]:
+    """Write rows r0.. of C (one shard's block) as Parquet files of ``results/<run_id>`` (at most
+    ``BLOCK_FILE_VALUES`` values each, written side by side, all or none); their manifest records ([] for no
+    rows)."""
     C_k = np.ascontiguousarray(C_k)
-    r1 = r0 + int(C_k.shape[0])
-    rel = f"results/{run_id}/C-part-{r0}-{r1}.parquet"
-    col = pa.FixedSizeListArray.from_arrays(pa.array(C_k.reshape(-1)), int(C_k.shape[1]))
-    schema = with_meta(result_schema(C_k.dtype, int(C_k.shape[1])), {"format": "dense", "range": [r0, r1]})
-    pio.write_table(mstore.folder / rel, pa.Table.from_arrays([col], schema=schema),
-                    row_group_size=max(1, res_io.ROW_GROUP_VALUES // int(C_k.shape[1])))
-    return file_record(mstore.folder, rel, range=[r0, r1])
+    n_rows, n_cols = (int(x) for x in C_k.shape)
+    step = max(1, BLOCK_FILE_VALUES // max(1, n_cols))
+    parts = []
+    for a in range(0, n_rows, step):
+        rng = [int(r0) + a, int(r0) + min(n_rows, a + step)]
+        parts.append((f"results/{run_id}/C-part-{rng[0]}-{rng[1]}.parquet", rng,
+                      res_io.dense_table(C_k[a:a + step], {"format": "dense", "n_cols": n_cols,
+                                                           "dtypes": {"value": C_k.dtype.name}, "range": rng})))
+    return write_files(mstore.folder, parts, threads=None, **res_io.write_options(C_k.dtype, n_cols))
 
 
 def commit_product(mstore, run_id: str, records: list, plan: PartitionPlan, *, b: str, perm_key: str,
@@ -125,14 +108,12 @@ def commit_product(mstore, run_id: str, records: list, plan: PartitionPlan, *, b
 def read_c(mstore, run_id: str, perm: np.ndarray | None = None) -> np.ndarray:
     """A stored sharded result in the ORIGINAL row order (``perm``: the run's reordering, ``perm[new] = old``;
     required when the entry says its rows are reordered)."""
-    Cr = mstore.read_result(run_id)
-    if mstore.manifest.entry(f"results/{run_id}")["meta"]["source"].get("row_order") != "reordered":
-        return Cr
+    entry = mstore.manifest.require(f"results/{validate_id(run_id, 'run_id')}")
+    if entry["meta"]["source"].get("row_order") != "reordered":
+        return mstore.read_result(run_id)
     if perm is None:
         raise InputError(f"result {run_id} is stored in the reordered row order: pass its perm")
-    C = np.empty_like(Cr)
-    C[np.asarray(perm, dtype=np.int64)] = Cr
-    return C
+    return mstore.read_result(run_id, perm)
 
 
 @dataclass(frozen=True)
@@ -146,7 +127,7 @@ class DenseRef:
 def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeats: int = 20, device: str = "auto",
                      spmm_kw: dict | None = None, dtype: str = "float32") -> dict:
     """Shard k from the store to the store: read its windows, its B rows, run the kernel, write its C block.
-    ``out`` = (run_id, first reordered row). Returns the timings dict (``record``: the C file's manifest record);
+    ``out`` = (run_id, first reordered row). Returns the timings dict (``records``: the C files' manifest records);
     nothing of A, B or C travels back."""
     t_shard = time.perf_counter()
     on_gpu = dev.worker_device(device)
@@ -178,16 +159,16 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
     dev.release_device_memory(on_gpu)
     t0 = time.perf_counter()
     run_id, r0 = out
-    record = write_block(shard.store, run_id, int(r0), C) if C.shape[0] else None
+    records = write_block(shard.store, run_id, int(r0), C)
     write_ms = (time.perf_counter() - t0) * 1e3
     return {"shard": int(k), "worker": _worker_address(), "gpu": dev.device_name(on_gpu), "kernel": choice,
             "dtype": dtype, "load_ms": load_ms, "b_ms": b_ms, "remap_ms": remap_ms, "h2d_ms": h2d.ms,
             "plan_ms": plan_ms, "kernel_ms": kernel_ms, "timing_ms": timing_ms, "first_ms": first_ms,
             "d2h_ms": d2h.ms,
             "write_ms": write_ms, "shard_ms": (time.perf_counter() - t_shard) * 1e3, "a_bytes_read": int(a_bytes),
-            "b_bytes_read": int(b_bytes), "c_bytes_written": int(record["size"]) if record else 0,
+            "b_bytes_read": int(b_bytes), "c_bytes_written": sum(int(r["size"]) for r in records),
             "b_rows": int(B_rows.shape[0]), "b_read_all": bool(read_all), "halo_rows": int(cols.shape[0]),
-            "n_blocks": int(S.n_blocks), "nnz": int(S.nnz), "repeats": int(repeats), "record": record}
+            "n_blocks": int(S.n_blocks), "nnz": int(S.nnz), "repeats": int(repeats), "records": records}
 
 
 def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = DEFAULT_FORMAT,
@@ -252,7 +233,7 @@ def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: 
         raise
     wall_ms = (time.perf_counter() - t_start) * 1e3
     t0 = time.perf_counter()
-    commit_product(store, run_id, [t["record"] for t in timings if t["record"]], plan, b=b, perm_key=perm_key,
+    commit_product(store, run_id, [r for t in timings for r in t["records"]], plan, b=b, perm_key=perm_key,
                    source=source)
     commit_ms = (time.perf_counter() - t0) * 1e3
     for t in timings:

@@ -55,7 +55,7 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
         shutil.rmtree(store.folder / "results" / run_id, ignore_errors=True)  # no manifest entry: no result
         raise
     t0 = time.perf_counter()
-    commit_product(store, run_id, [w["record"] for w in writes if w["record"]], plan, b=b, perm_key=perm_key,
+    commit_product(store, run_id, [r for w in writes for r in w["records"]], plan, b=b, perm_key=perm_key,
                    source={"b_read": "own rows, halo exchanged", **(source or {})})
     commit_ms = (time.perf_counter() - t0) * 1e3
     by_shard = {r["shard"]: r for r in runs}
@@ -66,5 +66,5 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
              **{key: loads[k][key] for key in ("b_ms", "b_wait_ms", "h2d_ms", "b_rows", "b_bytes_read")},
              "exchange_ms": by_shard[k].get("exchange_ms", 0.0), "kernel_ms": by_shard[k]["kernel_ms"],
              "transport": by_shard[k].get("transport"), "halo_rows": info[k]["halo_rows"],
-             **{key: writes[k][key] for key in ("d2h_ms", "write_ms", "c_bytes_written", "record")},
+             **{key: writes[k][key] for key in ("d2h_ms", "write_ms", "c_bytes_written", "records")},
              "wall_ms": wall_ms, "commit_ms": commit_ms} for k in range(plan.n_parts)]

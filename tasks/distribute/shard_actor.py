@@ -209,13 +209,13 @@ class ShardActor(HostBatches):
 
     def write_C(self, store, run_id: str, r0: int) -> dict:
         """This shard's block of C (rows r0.. of the reordered matrix) into the store as one file of
-        ``results/<run_id>`` (`direct.write_block`); its manifest record (None for no rows) and times."""
+        ``results/<run_id>`` (`direct.write_block`); its files' manifest records ([] for no rows) and times."""
         with dev.Timer(self.on_gpu) as d2h:
             C = self.get_C()
         t0 = time.perf_counter()
-        record = write_block(store, run_id, int(r0), C) if C.shape[0] else None
-        return {"shard": self.k, "d2h_ms": d2h.ms, "write_ms": (time.perf_counter() - t0) * 1e3, "record": record,
-                "c_bytes_written": int(record["size"]) if record else 0}
+        records = write_block(store, run_id, int(r0), C)
+        return {"shard": self.k, "d2h_ms": d2h.ms, "write_ms": (time.perf_counter() - t0) * 1e3, "records": records,
+                "c_bytes_written": sum(int(r["size"]) for r in records)}
 
     def set_overlap(self, on) -> None:
         """How an iteration hides its halo exchange (`overlap_mode`; True = OVERLAP_DEFAULT, "rows", see there).
@@ -435,13 +435,9 @@ class ShardActor(HostBatches):
 
 def read_own_rows(b, rows: np.ndarray) -> tuple[np.ndarray, int, float]:
     """(rows ``rows`` of the stored dense B ``b`` (a `direct.DenseRef`) in the given order, Parquet bytes read, ms):
-    the row groups are read in the stored order, then put in ``rows``' order."""
+    each row group holding them decoded once, its rows put in ``rows``' order as it is decoded."""
     t0 = time.perf_counter()
-    rows = np.asarray(rows, dtype=np.int64)
-    order = np.argsort(rows, kind="stable")
-    got, nbytes = read_rows(b.store, b.artifact, rows[order])
-    B_k = np.empty_like(got)
-    B_k[order] = got
+    B_k, nbytes = read_rows(b.store, b.artifact, np.asarray(rows, dtype=np.int64))
     return B_k, nbytes, (time.perf_counter() - t0) * 1e3
 
 

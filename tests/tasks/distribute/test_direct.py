@@ -120,14 +120,34 @@ def test_read_rows_decodes_only_the_row_groups_it_needs(tmp_path):
     from storage import results as res_io
     mstore = BlockStore(tmp_path).matrix("m")
     B = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
-    mstore._write_artifact("inputs/b", "dense", "inputs/b", "C-part-*.parquet",
-                           res_io.result_tables(B, 25, {}), row_group_size=7)  # files [0, 25), [25, 40)
+    mstore._write_artifact("inputs/b", "dense", "inputs/b", "C-part-*.parquet",  # files [0, 25), [25, 40)
+                           res_io.result_tables(B, 25, {}), **res_io.write_options(B.dtype, 3, group_rows=7))
     rows = np.array([2, 5, 31])
     got, nbytes = read_rows(mstore, "inputs/b", rows)
     np.testing.assert_array_equal(got, B[rows])
     _, all_bytes = read_rows(mstore, "inputs/b", np.arange(40))
     assert 0 < nbytes < all_bytes
     np.testing.assert_array_equal(read_rows(mstore, "inputs/b", None)[0], B)
+
+
+def test_write_block_writes_small_files_side_by_side(tmp_path, monkeypatch):
+    """A worker's block of C (rows 10..17 of C, 3 columns) in files of at most BLOCK_FILE_VALUES values (6 here:
+    2 rows), ranges global and contiguous; B rows come back in any order asked, repeats included."""
+    from storage import results as res_io
+    from tasks.distribute import direct
+    monkeypatch.setattr(direct, "BLOCK_FILE_VALUES", 6)
+    mstore = BlockStore(tmp_path).matrix("m")
+    C = np.arange(7 * 3, dtype=np.float32).reshape(7, 3)
+    records = direct.write_block(mstore, "run", 10, C)
+    assert [r["range"] for r in records] == [[10, 12], [12, 14], [14, 16], [16, 17]]
+    assert all((mstore.folder / r["path"]).name == f"C-part-{r['range'][0]}-{r['range'][1]}.parquet" for r in records)
+    entry = {"files": records, "meta": {"shape": [17, 3], "dtypes": {"value": "float32"}}}  # C's rows 0..17
+    np.testing.assert_array_equal(res_io.read_dense(mstore.folder, entry, np.arange(10, 17))[0], C)
+    assert direct.write_block(mstore, "run", 17, C[:0]) == []
+    B = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
+    store_b(mstore, B, "inputs/b")
+    rows = np.array([39, 2, 2, 17, 0])
+    np.testing.assert_array_equal(read_rows(mstore, "inputs/b", rows)[0], B[rows])
 
 
 def test_format_without_shard_ops_is_refused_in_one_line(case, monkeypatch):
