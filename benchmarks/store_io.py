@@ -222,7 +222,8 @@ def table_of(block: np.ndarray, layout: str) -> pa.Table:
 
 BASE = {"layout": "fsl", "compression": "snappy", "group_mib": 4, "crc": True, "stats": True, "page_mib": 1}
 WRITES = [("before: fsl, snappy, 4 MiB groups, CRCs, stats", {}), ("compression none", {"compression": "none"}),
-          ("no statistics", {"stats": False}), ("64 MiB row groups", {"group_mib": 64}), ("8 MiB pages", {"page_mib": 8}),
+          ("no statistics", {"stats": False}), ("64 MiB row groups", {"group_mib": 64}),
+          ("8 MiB pages", {"page_mib": 8}),
           ("no page CRCs (cost only)", {"crc": False}), ("fsl, non-null items", {"layout": "fsl-notnull"}),
           ("flat values column", {"layout": "flat"}),
           ("flat, none, no stats", {"layout": "flat", "compression": "none", "stats": False}),
@@ -321,8 +322,8 @@ def main(argv: list[str] | None = None) -> dict:
                "command": "python benchmarks/store_io.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "git": subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                      text=True).stdout.strip(),
-               "machine": {"device": "cpu", "cpu": cpu_model(), "cpus_usable": cpus, "cpu_count": os.cpu_count(),
-                           "loadavg_at_start": load_at_start, "scratch": str(scratch)},
+               "machine": {"device": "cpu", "cpu": cpu_model(), "cores": cpus, "cpus_usable": cpus,
+                           "cpu_count": os.cpu_count(), "loadavg_at_start": load_at_start, "scratch": str(scratch)},
                "versions": {"python": platform.python_version(), "numpy": np.__version__, "pyarrow": pa.__version__},
                "note": args.note, "shape": [args.rows, args.cols], "repeats": args.repeats,
                "io_threads_env": os.environ.get("TCSPMM_IO_THREADS")}

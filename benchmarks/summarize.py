@@ -39,6 +39,7 @@ from summarize_ab import ab_section  # noqa: E402
 from summarize_rank import rank_section  # noqa: E402
 from summarize_plan import plan_section  # noqa: E402
 from summarize_sddmm import sddmm_section  # noqa: E402
+from summarize_store_io import store_io_section  # noqa: E402
 from summarize_weak import weak_section  # noqa: E402
 
 DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
@@ -55,7 +56,7 @@ DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibrati
                "svc-slack": "benchmarks/svc_slack.py", "startup": "benchmarks/startup.py --repeats 3",
                "rank-check": "benchmarks/rank_check.py",
                "plan-time": "benchmarks/plan_time.py --sizes 1M 10M --dtypes float32 float16",
-               "sddmm": "benchmarks/sddmm.py --kd 64 256",
+               "sddmm": "benchmarks/sddmm.py --kd 64 256", "store_io": "benchmarks/store_io.py",
                "ab": "scripts/ab_timings.sh BEFORE_TREE"}
 VERSION_KEYS = ("python", "numpy", "scipy", "numba", "cupy", "cuda_runtime", "driver", "fast_matrix_market",
                 "pyarrow", "dask", "distributed", "dask_cuda", "torch")
@@ -858,6 +859,7 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "convert": convert_section, "parse": parse_section,
             "cpu_spmm": lambda *a: cpu_section(*a, h=SimpleNamespace(**globals())),
             "startup": lambda *a: startup_section(*a, h=SimpleNamespace(**globals())),
+            "store_io": lambda *a: store_io_section(*a, h=SimpleNamespace(**globals())),
             "rank-check": lambda *a: rank_section(*a, h=SimpleNamespace(**globals())),
             "plan-time": lambda *a: plan_section(*a, h=SimpleNamespace(**globals())),
             "ab": lambda *a: ab_section(*a, h=SimpleNamespace(**globals()))}
