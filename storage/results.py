@@ -9,7 +9,7 @@ snappy; no column statistics. Version 1 (before): one Parquet row per array row,
 
 Why version 2 (benchmarks/store_io.py, one 64 MiB float32 block, 2 CPUs): pyarrow decodes a fixed_size_list
 column through its nested-list path, a repetition and a definition level per value: 1.1 GB/s, against 2.9 GB/s
-for the flat column (page CRCs verified in both), and writes it at 0.7 against 1.2 GB/s. Snappy finds nothing to
+for the flat column (page CRCs verified in both), and writes it at 0.7 against 1.1 GB/s. Snappy finds nothing to
 take out of float mantissas (67.1 MB either way) and costs a copy each way; min/max statistics of a block of
 values prune nothing.
 
