@@ -208,7 +208,7 @@ class ShardActor(HostBatches):
                 "b_rows": int(rows.shape[0]), "b_bytes_read": int(nbytes)}
 
     def write_C(self, store, run_id: str, r0: int) -> dict:
-        """This shard's block of C (rows r0.. of the reordered matrix) into the store as one file of
+        """This shard's block of C (rows r0.. of the reordered matrix) into the store as files of
         ``results/<run_id>`` (`direct.write_block`); its files' manifest records ([] for no rows) and times."""
         with dev.Timer(self.on_gpu) as d2h:
             C = self.get_C()
