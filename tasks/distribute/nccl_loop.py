@@ -125,8 +125,9 @@ class DeviceLoop:
         self.shard = shard
         # Blocking streams: anything a library still runs on the legacy default stream stays ordered. (NCCL moves
         # the halo with kernels of its own: beside the own-column SpMM a 2 ms exchange took 10 ms on H100s, 100M-nnz
-        # SBM, 2 GPUs, with the comm stream at the device's highest priority as at the default one; measured, so the
-        # plain stream stays. docs/benchmarks.md, "Scale-out".)
+        # SBM, 2 GPUs. A comm stream "at the highest priority" measured the same, but the helper of that run asked
+        # CuPy 14 for a priority range it does not have and fell back to a plain stream, so priority for NCCL's
+        # kernels is untested; the copy engines (no SM) made the question moot. docs/scale-out.md.)
         self.s_comp, self.s_comm = cupy.cuda.Stream(), cupy.cuda.Stream()
         self.send_bufs: dict = {}
         self.C = None
