@@ -100,10 +100,14 @@ NEWEST_PER_KEY = {  # families whose runs each cover part of a table: every run 
 }
 
 
+def model_of(gpus) -> str:
+    """The GPU model of a list of GPU names, whatever their count (``"NVIDIA H100,..."``; "" for none)."""
+    return ",".join(sorted(set(gpus or [])))
+
+
 def gpu_model(run) -> str:
     """The GPU model a run ran on (one name per GPU in multi-GPU files, ``device`` in single-GPU ones)."""
-    m = run.meta
-    return ",".join(sorted(set(m.get("gpus") or []))) or str(m.get("device") or "?")
+    return model_of(run.meta.get("gpus")) or str(run.meta.get("device") or "?")
 
 
 def newest_per_key(runs, key: tuple) -> SimpleNamespace:
@@ -113,8 +117,8 @@ def newest_per_key(runs, key: tuple) -> SimpleNamespace:
     their run's order, oldest run first; meta of the newest run (keys it lacks from the older ones, e.g. a GNN
     run's fixed-cost table), with the commands and files of the runs that gave a row or a field. Runs on other GPUs
     are left out (listed as older files)."""
-    seen, kept, used = {}, [], []
-    for r in (r for r in runs if gpu_model(r) == gpu_model(runs[0])):
+    seen, kept, used, model = {}, [], [], gpu_model(runs[0])
+    for r in (r for r in runs if gpu_model(r) == model):
         rows, filled = [], False
         for row in r.rows:
             k = tuple(row.get(c) for c in key)
@@ -623,21 +627,18 @@ def resident_measured(r) -> str:
 def with_resident_kernel(rows) -> list[dict]:
     """Rows without a one-shot kernel time get the resident one: the batched iterations' median kernel ms (else
     the per-call ones'), each the slowest shard's CUDA-event time, with its efficiency against the P = 1 row of the
-    same matrix, order and GPU model; ``kernel_from`` says which."""
-
-    def model(r):  # a P = 1 run may have seen fewer GPUs of the machine (CUDA_VISIBLE_DEVICES)
-        return ",".join(sorted(set(r.get("_gpus") or [])))
-
+    same matrix, order and GPU model (a P = 1 run may have seen fewer of the machine's GPUs); ``kernel_from`` says
+    which."""
     out = [dict(r) for r in rows]
     for r in out:
         if r.get("kernel_ms") is None and "error" not in r:
             ms = r.get("resident_batched_kernel_ms") or r.get("iter_kernel_ms")
             if ms is not None:
                 r.update(kernel_ms=ms, kernel_from="resident")
-    one = {(r["kind"], r["order"], r["nnz"], model(r)): r["kernel_ms"] for r in out
+    one = {(r["kind"], r["order"], r["nnz"], model_of(r.get("_gpus"))): r["kernel_ms"] for r in out
            if r["P"] == 1 and r.get("kernel_from") == "resident"}
     for r in out:
-        t1 = one.get((r["kind"], r["order"], r["nnz"], model(r)))
+        t1 = one.get((r["kind"], r["order"], r["nnz"], model_of(r.get("_gpus"))))
         if r.get("kernel_from") == "resident" and t1:
             r["kernel_eff"] = t1 / (r["P"] * r["kernel_ms"])
     return out
@@ -761,7 +762,8 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
                 "shard references), then after \"/\" the one that reads B once (each worker its own rows, the halo "
                 "by the resident exchange; `tasks/distribute/exchanged.py`), each over its own 1-GPU run; the "
                 "targets judge the faster one-shot against the faster one at 1 GPU.", ""]
-    out += ["Each (kind, order, nnz, P) row comes from the newest file that has it (column \"file\"); \"via\": the "
+    out += ["Each (kind, order, nnz, P) row comes from the newest file that has it, the fields that run did not "
+            "measure from older files of the same case (column \"file\", newest first); \"via\": the "
             "resident exchange (NCCL or Dask actor calls), \"+ce\" where the row overlap's halo went over the copy "
             "engines (the default since 2026-11-28; NCCL's kernels before).", ""]
     if any(r.get("kernel_from") == "resident" for r in with_resident_kernel(run.rows)):
