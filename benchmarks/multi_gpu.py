@@ -319,7 +319,7 @@ def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, ch
     # part of a one-shot product (the other shards' overlapped them), its first run is (the product, with any
     # kernel selection or autotune a user's call pays).
     last = max(tm, key=lambda t: t["done_ms"])
-    timed = last["timing_ms"] - last["first_ms"]
+    timed = repeats_ms(last)
     e2e = tm[0]["wall_ms"] - timed
     worker = last["shard_ms"] - timed
     row.update(scatter_ms=tm[0]["scatter_ms"], remap_ms=max(t["remap_ms"] for t in tm), worker_ms=worker,
@@ -335,6 +335,12 @@ def bench_oneshot(plan, B, client, store, key, args, spmm_kw, row, P, T1, C1, ch
     row["oneshot_rel_err"] = rel_err(C[check], C1)
 
 
+def repeats_ms(t: dict) -> float:
+    """A one-shot shard's timed repeats (its timing less the first run): not part of the product, whose first run
+    (with any kernel selection or autotune a user's call pays) is."""
+    return t["timing_ms"] - t["first_ms"]
+
+
 def bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1, check):
     """Driver-free one-shot (shards and B rows read by the workers, C blocks written by them): the breakdown of
     the shard placed last into ``row``; C's ``check`` rows against float64 ``C1``."""
@@ -342,8 +348,7 @@ def bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1
     tm = run_oneshot_stored(plan, client, store, b=b_info["artifact"], perm_key=key, run_id=run_id,
                             repeats=args.repeats, spmm_kw=spmm_kw)
     last = max(tm, key=lambda t: t["done_ms"])
-    # the timed repeats are not the product's; its first run (with any selection / autotune) is
-    e2e = tm[0]["wall_ms"] - (last["timing_ms"] - last["first_ms"]) + tm[0]["commit_ms"]
+    e2e = tm[0]["wall_ms"] - repeats_ms(last) + tm[0]["commit_ms"]
     row.update(stored_e2e_ms=e2e, stored_e2e_ratio=(e2e / E1) if E1 else None, b_write_ms=b_info["write_ms"],
                stored_kernel_ms=max(t["kernel_ms"] for t in tm), stored_commit_ms=tm[0]["commit_ms"],
                driver_bytes=sum(t["driver_bytes_out"] + t["driver_bytes_in"] for t in tm),
