@@ -123,8 +123,12 @@ class SpmmPlan:
         return next(iter(self._ops.values())).config
 
     def _csr_of(self):
-        """A as SciPy CSR (the baselines' input): as given, or the inverse conversion of a converted object."""
-        return self._csr if self._csr is not None else plan_record(self._given.format_name).to_csr(self._given)
+        """A as SciPy CSR (the baselines' input): as given, or the inverse conversion of a converted object, on the
+        GPU where its format has one (kept: the candidates and fallbacks built later take the same)."""
+        if self._csr is None:
+            record = plan_record(self._given.format_name)
+            self._csr = (getattr(record, "to_csr_device", None) or record.to_csr)(self._given)
+        return self._csr
 
     def _op(self, kernel: str):
         """The device operator that runs ``kernel``: this plan's, else the registered format's whose operator lists

@@ -9,6 +9,7 @@ A format provides, for each precision it supports (`kernels.precision`):
 - ``reference_spmm(obj, B)``: the NumPy twin (float64) the kernels are tested against;
 - ``stats(obj, csr_nbytes)``: the numbers the convert stage reports (MeanNnzTC, bytes) and the cost model reads;
 - ``to_csr(obj)``: the inverse conversion (SciPy CSR), for the cuSPARSE candidate and the CPU path;
+  ``to_csr_device(obj)``, where given, the same CSR computed on the GPU (what a GPU plan uses);
 - ``shard``: its `kernels.formats.shard.ShardOps` (window slice, halo, column remap, split) when it runs sharded;
 - ``device``: ``"module:Class"`` of its device operator, imported lazily (CuPy): the contract in
   ``kernels.formats.contract`` (``DeviceOperator``: converts/uploads once; ``decide(N, B, time_fn) -> Choice``,
@@ -68,6 +69,8 @@ class Format(DeviceRecord):
     stats: Callable[..., dict]
     device: str  # "module:Class", imported only when a GPU plan is built
     to_csr: Callable[[Any], Any] | None = None  # obj -> SciPy CSR (the inverse of convert)
+    # obj -> the same SciPy CSR as to_csr, computed on the current GPU (a GPU plan's inverse conversion); None: to_csr
+    to_csr_device: Callable[[Any], Any] | None = None
     # False while the format's GPU kernels have not passed their GPU tests: GPU plans leave it out of "auto" and
     # refuse it by name (its CPU path, storage and conversion work); the reason says what failed
     gpu_ready: bool = True

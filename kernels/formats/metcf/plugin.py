@@ -16,7 +16,7 @@ from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, V0_CONFIG, Kerne
 from kernels.formats.metcf.container import METCF, csr_to_metcf, metcf_concat, metcf_from_arrays, metcf_stats, metcf_to_csr
 from kernels.formats.blocks import host_nan_bits
 from kernels.formats.contract import Choice
-from kernels.formats.metcf.gpu import csr_to_metcf_gpu_from_scipy
+from kernels.formats.metcf.gpu import csr_to_metcf_gpu_from_scipy, metcf_to_csr_gpu
 from kernels.formats.metcf.reference import metcf_spmm
 from kernels.formats.ranking import FIT_SOURCE, CostModel, work_terms
 from kernels.formats.registry import Format
@@ -256,7 +256,8 @@ FORMAT = Format(
     block_width={"float32": 8, "float16": 16, "bfloat16": 16}, convert=convert, concat=metcf_concat,
     layout=_layout(), from_arrays=metcf_from_arrays, reference_spmm=reference_spmm,
     stats=lambda M, csr_nbytes=None: metcf_stats(M, A_csr_nbytes=csr_nbytes),
-    device="kernels.formats.metcf.plugin:MetcfDevice", to_csr=metcf_to_csr, shard=METCF_SHARD, fallbacks=("csr-rows",),
+    device="kernels.formats.metcf.plugin:MetcfDevice", to_csr=metcf_to_csr, to_csr_device=metcf_to_csr_gpu,
+    shard=METCF_SHARD, fallbacks=("csr-rows",),
     # the config SpmmPlan runs, its fallback when dense fragments do not fit (bitmap A) and the shared-memory v0
     cuda_sources=(metcf_launch.SOURCE,), cuda_builds=tuple((label, cfg.defines()) for label, cfg in (
         ("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))),
