@@ -20,6 +20,19 @@ MAX_BOUND_CALLS = 8  # bound (B, out) pairs a plan keeps (each holds its B and o
 # backward buffers, a solver's few vectors
 KEPT_GRAPHS = 4  # (graph, call count) pairs a re-pointed Call keeps, one per (B, out) pointer pair: a training
 # loop's forward (train and eval) and backward buffers come back at a few addresses; a graph holds no memory
+# Graphs (and the calls holding them) let go of while the current stream captures: a graph's destructor calls
+# cudaGraphExecDestroy, which a capture in global mode (torch.cuda.graph's default) does not permit anywhere in the
+# process: it invalidates the caller's capture (cudaErrorStreamCaptureUnsupported, a GAT training step under
+# torch.cuda.graph on the H100, whose products re-point to the graph pool's buffers and push old graphs out of
+# KEPT_GRAPHS). They wait here until the next call outside a capture.
+RETIRED: list = []
+
+
+def retire(obj) -> None:
+    """Let go of ``obj`` (a graph, a (graph, calls) pair, a `Call`, a list of them): at once, unless the current
+    stream is capturing, where it waits in `RETIRED` for the next call made outside a capture."""
+    if obj is not None and _current_stream().is_capturing():
+        RETIRED.append(obj)
 
 
 class Call:
@@ -49,7 +62,7 @@ class Call:
             return
         if self.ptrs is not None:
             if len(self.kept) >= KEPT_GRAPHS:
-                self.kept.pop(next(iter(self.kept)))
+                retire(self.kept.pop(next(iter(self.kept))))
             self.kept[self.ptrs] = (self.graph, self.calls)
         self.bound.set_io(B, out)
         self.ptrs, self.ret, self.rebinds = ptrs, out, self.rebinds + 1
@@ -57,6 +70,8 @@ class Call:
 
     def __call__(self):
         stream = _current_stream()
+        if RETIRED and not stream.is_capturing():
+            RETIRED.clear()
         if self.graph is not None:
             if stream.is_capturing():
                 self.bound(stream.ptr)

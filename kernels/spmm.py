@@ -27,7 +27,7 @@ from configs.errors import InputError
 from configs.names import DEFAULT_FORMAT
 from kernels import launch
 from kernels.baselines import BASELINES
-from kernels.calls import AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture  # noqa: F401 (AUTO_GRAPH_AFTER: re-exported)
+from kernels.calls import AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture, retire  # noqa: F401 (AUTO_GRAPH_AFTER: re-exported)
 from kernels.cpu_path import CpuCall, CpuPath, into_host
 from kernels.formats.contract import Choice
 from kernels.formats.ranking import AUTO_CANDIDATES, check_candidates
@@ -260,7 +260,7 @@ class SpmmPlan:
         elif key is not None and Bd.data.ptr == B.data.ptr and Bd.dtype == B.dtype:  # B needed no conversion
             call = Call(self._bind(kernel, Bd, dev_out, accumulate), out, self.choice, self._graphs)
             if len(self._calls) >= MAX_BOUND_CALLS:  # the oldest goes (it holds its B and out alive)
-                self._calls.pop(next(iter(self._calls)))
+                retire(self._calls.pop(next(iter(self._calls))))
             self._calls[key] = call
             return call()
         else:
@@ -320,10 +320,13 @@ class SpmmPlan:
     @graphs.setter
     def graphs(self, on: bool) -> None:
         self._graphs = bool(on)
-        self._calls.clear()
+        self.release()
 
     def release(self) -> None:
-        """Drop the bound calls (and the B and out arrays, graphs and cuSPARSE descriptors they hold)."""
+        """Drop the bound calls (and the B and out arrays, graphs and cuSPARSE descriptors they hold; inside a
+        stream capture they are freed after it: kernels.calls.retire)."""
+        if self._calls and self.device == "gpu":
+            retire(list(self._calls.values()))
         self._calls.clear()
 
     def capture(self, B, out):

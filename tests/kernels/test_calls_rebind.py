@@ -19,10 +19,31 @@ def buf(ptr):
 
 class FakeBound:
     def __init__(self):
-        self.io = []
+        self.io, self.launches = [], 0
 
     def set_io(self, B, out):
         self.io.append((B.data.ptr, out.data.ptr))
+
+    def __call__(self, stream_ptr):
+        self.launches += 1
+
+
+class FakeStream:
+    ptr = 0
+    capturing = False
+
+    def is_capturing(self):
+        return self.capturing
+
+
+@pytest.fixture(autouse=True)
+def stream(monkeypatch):
+    """The current stream as kernels.calls sees it (no CuPy here); RETIRED emptied around each test."""
+    s = FakeStream()
+    monkeypatch.setattr(calls, "_current_stream", lambda: s)
+    calls.RETIRED.clear()
+    yield s
+    calls.RETIRED.clear()
 
 
 def test_set_io_repoints_once_per_move_and_keeps_each_pointer_pairs_graph():
@@ -49,6 +70,27 @@ def test_set_io_keeps_a_bounded_number_of_graphs():
         call.set_io(buf(i), buf(i))
     assert len(call.kept) == calls.KEPT_GRAPHS
     assert (1, 1) not in call.kept and (0, 0) not in call.kept  # the oldest went first
+
+
+def test_graphs_let_go_of_inside_a_capture_wait_for_its_end(stream):
+    """A graph pushed out of KEPT_GRAPHS while the caller's stream captures (torch.cuda.graph re-points a layer's
+    products at its pool's buffers) is not destroyed then (cudaGraphExecDestroy would invalidate the capture): it
+    waits in RETIRED and goes at the first call outside the capture; outside a capture nothing waits."""
+    call = calls.Call(FakeBound(), buf(0), {"kernel": "k"}, False, ptrs=(0, 0))
+    for i in range(1, calls.KEPT_GRAPHS + 1):
+        call.graph = f"g{i - 1}"
+        call.set_io(buf(i), buf(i))
+    assert calls.RETIRED == []  # not capturing: the oldest graph went at once
+    stream.capturing = True
+    call.graph = "g-last"
+    call.set_io(buf(99), buf(99))
+    call.set_io(buf(98), buf(98))
+    assert len(calls.RETIRED) == 2 and all(isinstance(r, tuple) for r in calls.RETIRED)
+    call()  # inside the capture: launched, and the retired graphs stay
+    assert len(calls.RETIRED) == 2 and call.bound.launches == 1
+    stream.capturing = False
+    call()
+    assert calls.RETIRED == [] and call.bound.launches == 2
 
 
 def test_cpu_plan_bind_writes_into_out_and_repoints():
