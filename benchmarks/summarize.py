@@ -113,7 +113,8 @@ def gpu_model(run) -> str:
 def newest_per_key(runs, key: tuple) -> SimpleNamespace:
     """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, its fields
     that run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps
-    the run it came from, ``_file`` names them all, newest first; an older row's error is not carried over), rows in
+    the run it came from: ``_origin`` maps each filled field to its file, ``_file`` names them all, newest first; an
+    older row's error is not carried over), rows in
     their run's order, oldest run first; meta of the newest run (keys it lacks from the older ones, e.g. a GNN
     run's fixed-cost table), with the commands and files of the runs that gave a row or a field. Runs on other GPUs
     are left out (listed as older files)."""
@@ -124,12 +125,13 @@ def newest_per_key(runs, key: tuple) -> SimpleNamespace:
             k = tuple(row.get(c) for c in key)
             first = seen.get(k)
             if first is None:
-                seen[k] = {**row, "_gpus": r.meta.get("gpus") or [], "_file": r.path.name}
+                seen[k] = {**row, "_gpus": r.meta.get("gpus") or [], "_file": r.path.name, "_origin": {}}
                 rows.append(seen[k])
                 continue
             extra = {f: v for f, v in row.items() if v is not None and first.get(f) is None and f != "error"}
             if extra:
                 first.update(extra, _file=f"{first['_file']} + {r.path.name}")
+                first["_origin"].update(dict.fromkeys(extra, r.path.name))
                 filled = True
         if rows:
             kept.append((r, rows))
@@ -700,18 +702,26 @@ ONESHOTS = ("stored", "exchanged")  # the driver-free one-shot (every worker rea
 # once and exchanges the halo
 
 
+def origin(row: dict, field: str) -> str:
+    """The result file a pooled row's ``field`` came from (`newest_per_key`)."""
+    return (row.get("_origin") or {}).get(field) or (row.get("_file") or "").split(" + ")[0]
+
+
 def oneshot_ratio(r: dict, rows: list):
     """(ratio, which) for a row's faster one-shot: its end to end over the faster one-shot's at 1 GPU on the same
-    case (each path's own ratio flatters a path whose 1-GPU run is slow: the one over the exchange pays its actors'
-    setup there too), ``which`` in ONESHOTS; the per-path ratios where the 1-GPU row has no times; None when
-    neither ran."""
-    e2e = {w: r[f"{w}_e2e_ms"] for w in ONESHOTS if r.get(f"{w}_e2e_ms") is not None}
+    case, both from one run, the newest that has both (pooled rows mix runs of different code; each path's own
+    ratio flatters a path whose 1-GPU run is slow: the one over the exchange pays its actors' setup there too),
+    ``which`` in ONESHOTS; the per-path ratios where the 1-GPU row has no times; None when neither ran."""
     one = next((o for o in rows if o["P"] == 1 and all(o.get(k) == r.get(k) for k in ("kind", "order", "nnz"))),
                {})
-    e1 = [one[f"{w}_e2e_ms"] for w in ONESHOTS if one.get(f"{w}_e2e_ms") is not None]
-    if e2e and e1:
-        which = min(e2e, key=e2e.get)
-        return e2e[which] / min(e1), which
+    for src in (r.get("_file") or "").split(" + "):  # newest run first: both times from one run (one code version)
+        e2e = {w: r[f"{w}_e2e_ms"] for w in ONESHOTS if r.get(f"{w}_e2e_ms") is not None
+               and origin(r, f"{w}_e2e_ms") == src}
+        e1 = [one[f"{w}_e2e_ms"] for w in ONESHOTS if one.get(f"{w}_e2e_ms") is not None
+              and origin(one, f"{w}_e2e_ms") == src]
+        if e2e and e1:
+            which = min(e2e, key=e2e.get)
+            return e2e[which] / min(e1), which
     got = {w: r[f"{w}_e2e_ratio"] for w in ONESHOTS if r.get(f"{w}_e2e_ratio") is not None}
     return (min(got.values()), min(got, key=got.get)) if got else None
 

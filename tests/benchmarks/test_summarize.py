@@ -434,6 +434,22 @@ def test_multi_gpu_loop_efficiency_and_oneshot_ratio_targets(summarize, results,
         "sbm none 100.00M: 0.30 (B read once, halo exchanged)", "**met**"]  # 300 / min(1000, 3000)
 
 
+def test_oneshot_ratio_takes_both_times_from_one_run(summarize):
+    """Pooled rows mix runs of different code (a newer run of 1 and 2 GPUs, an older one of 1, 2 and 4): each
+    ratio divides times of one run, the newest that has both, never a 4-GPU time of old code by a new 1-GPU one."""
+    case = {"kind": "rmat", "order": "none", "nnz": 21}
+    one = {**case, "P": 1, "stored_e2e_ms": 4000.0, "exchanged_e2e_ms": 6650.0, "_file": "new + old",
+           "_origin": {"exchanged_e2e_ms": "old"}}
+    two = {**case, "P": 2, "stored_e2e_ms": 2540.0, "exchanged_e2e_ms": 5040.0, "_file": "new + old",
+           "_origin": {"exchanged_e2e_ms": "old"}}
+    four = {**case, "P": 4, "stored_e2e_ms": 2737.0, "exchanged_e2e_ms": 4694.0, "_file": "old", "_origin": {}}
+    rows = [one, two, four]
+    ratio, which = summarize.oneshot_ratio(two, rows)
+    assert which == "stored" and ratio == pytest.approx(2540 / 4000)
+    ratio, which = summarize.oneshot_ratio(four, rows)
+    assert which == "stored" and ratio == pytest.approx(2737 / 6650)  # the old run's own 1-GPU time
+
+
 def test_before_after_section_lists_each_comparison(tmp_path):
     """benchmarks/compare_timings.py --out files (ab-*.json) become one row each, newest first, with the verdict."""
     results = tmp_path / "results"
