@@ -285,6 +285,8 @@ def bench_resident(plan, client, M, B, spmm_kw, row, P, C1, R1, RB1, check, mode
         it = float(np.median([h["iteration_ms"] for h in hist]))
         R1 = it if P == 1 else R1
         last = hist[-1]["shards"]
+        # what overlap="auto" (the pipeline's resident mode) picks for this partition, beside the modes timed here
+        row["overlap_auto"], row["overlap_auto_reason"] = ds.auto_overlap()
         row.update(transport=ds.transport, transport_reason=ds.transport_reason, iter_ms=it,
                    iter_exchange_ms=float(np.median([h["exchange_ms"] for h in hist])),
                    iter_kernel_ms=float(np.median([h["kernel_ms"] for h in hist])),

@@ -38,6 +38,7 @@ from configs.names import DEFAULT_FORMAT
 from tasks.distribute.oneshot import ShardRef
 from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_of
 from tasks.distribute.host_batches import BATCH_ABORT_TIMEOUT_S, check_n_iters
+from tasks.distribute.overlap_choice import auto_overlap
 from tasks.distribute.shard_actor import (OVERLAP_DEFAULT, OVERLAP_MODES, ShardActor,  # noqa: F401 (re-exported)
                                           overlap_mode)
 
@@ -60,7 +61,8 @@ class DistributedSpmm:
     of the boundary rows' kernel, part of ``kernel_ms``; batched on the host transport ``exposed_ms`` too),
     ``overlap`` (False, "rows" or "columns"), and per shard ``shards`` rows (halo bytes sent/received,
     exchange ms, kernel ms, and on NCCL exposed / advance / iteration GPU ms). ``transport``: "nccl" or "dask" plus
-    ``transport_reason``. ``overlap``: see `set_overlap`.
+    ``transport_reason``. ``overlap``: see `set_overlap` ("auto" picks from the partition's halo; the pipeline's
+    resident mode passes it), ``overlap_reason`` why.
     ``repeats`` = 0 times the one kernel run of each iteration; ``spmm_kw`` goes to each shard's ``SpmmPlan``.
     ``prefetch_b`` (a `direct.DenseRef` of a stored B, square A): each shard starts reading its own rows of it while
     the setup goes on (`ShardActor`'s ``prefetch``); `ShardActor.load_B` then takes them.
@@ -114,22 +116,31 @@ class DistributedSpmm:
         self.halo_copy_reason = "the default" if self.halo_copy == HALO_COPIES[0] else "asked for"
         self._ce_dirty = True
         self.history: list = []
-        self.overlap = False
+        self.overlap, self.overlap_reason = False, "off"
+        self._layouts = layouts  # exchange_lists per shard: what overlap="auto" reads
         self._batches = 0  # batch ids for the host transport's batched exchange
-        if overlap_mode(overlap):
+        if overlap == "auto" or overlap_mode(overlap):
             self.set_overlap(overlap)
 
     def set_overlap(self, on) -> None:
         """Overlap each iteration's halo exchange with a kernel (`ShardActor.set_overlap`): "rows" (the boundary
         rows' kernel first, their exchange beside the interior rows' kernel), "columns" (the own-column kernel
         beside the exchange, the halo-column kernel adding into C), True (= OVERLAP_DEFAULT, "rows": it adds no
-        work, the column split adds a pass and measured slower than no overlap) or False. Builds the split plans
-        on first use; ``info`` is refreshed (per shard ``overlap``, and for "rows" ``boundary_rows`` and
-        ``interior_rows``)."""
-        mode = overlap_mode(on)
+        work), "auto" (chosen from the partition's halo, `tasks.distribute.overlap_choice`: the same partition,
+        the same choice) or False. Builds the split plans on first use; ``info`` is refreshed (per shard
+        ``overlap``, and for "rows" ``boundary_rows`` and ``interior_rows``); ``overlap_reason`` says why."""
+        if isinstance(on, str) and on == "auto":
+            mode, reason = self.auto_overlap()
+        else:
+            mode = overlap_mode(on)
+            reason = "asked for" if mode else "off"
         _wait([a.set_overlap(mode) for a in self.actors])
-        self.overlap, self._ce_dirty = mode, True
+        self.overlap, self.overlap_reason, self._ce_dirty = mode, reason, True
         self.info = _wait([a.info() for a in self.actors])
+
+    def auto_overlap(self) -> tuple[str | bool, str]:
+        """(mode, reason) that ``set_overlap("auto")`` applies for this partition and transport (not applied)."""
+        return auto_overlap(self.plan, self._layouts, self.transport)
 
     def _pick_transport(self, transport: str) -> tuple[str, str]:
         if transport == "dask":
