@@ -6,7 +6,7 @@ The rule follows what was measured on 2 and 4 H100s at N = 256 (docs/scale-out.m
 
 - a shard whose boundary rows (the own rows some peer receives) are a minority has an interior whose kernel hides
   the boundary rows' exchange: the row overlap (community order, SBM 100M: 0.878 at 2 GPUs, 0.824 at 4; the weak
-  mesh with 55% boundary rows: 4.29 ms against 4.84 plain);
+  mesh in community order, whose boundary rows' kernel took 55% of the kernel time: 4.29 ms against 4.84 plain);
 - where nearly every row is a boundary row (random labels, RCM on an SBM) there is no interior; the column overlap
   hides the copies behind the own-column kernel as long as a shard receives about as many halo rows as it owns
   (0.95 halo rows per own row at 2 GPUs: 0.820 against 0.713 plain, RCM 0.756 against 0.640);
