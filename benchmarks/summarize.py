@@ -799,7 +799,7 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
                 "row split (the boundary rows' kernel first, then their exchange for the next iteration beside the "
                 "interior rows' kernel; each row computed once), with its boundary kernel's ms (part of its kernel) "
                 "and the exchange it left exposed.", ""]
-    out += oneshot_breakdown(run.rows)
+    out += oneshot_breakdown(run.rows) + stored_breakdown(run.rows)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     if v0:  # -v<n> files: runs of earlier code, kept for reference
         out += ["Runs of other code (earlier versions, or variants not kept; not summarized): " + ", ".join(
@@ -809,6 +809,24 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
 
 ONESHOT_PARTS = ("scatter_ms", "load_ms", "remap_ms", "h2d_ms", "plan_ms", "d2h_ms", "worker_ms",
                  "last_gather_ms", "other_ms")
+
+
+STORED_PARTS = ("load", "b", "remap", "h2d", "plan", "first", "d2h", "write", "overhead")
+
+
+def stored_breakdown(rows) -> list[str]:
+    """Where the driver-free one-shot's time goes, for the shard placed last (rows with the itemized timings)."""
+    have = [r for r in rows if "error" not in r and r.get("stored_load_ms") is not None]
+    if not have:
+        return []
+    return ["Driver-free one-shot (each worker reads its shard and B rows from Parquet and writes its C block), the "
+            "shard placed last (ms): load = its shard from Parquet, B = its rows of B, remap = its halo columns "
+            "renamed, h2d / d2h = copies, plan = the SpmmPlan's build, first = the product's first run (kernel "
+            "selection and autotune included; '–' in runs before it was recorded), write = its C block, overhead = "
+            "Dask's share; e2e excludes the timed repeats only:", ""] + table(
+        ("kind", "order", "nnz", "P", "e2e", *STORED_PARTS),
+        [(r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("stored_e2e_ms"), 0),
+          *(f(r.get(f"stored_{k}_ms"), 0) for k in STORED_PARTS)) for r in have])
 
 
 def oneshot_breakdown(rows) -> list[str]:

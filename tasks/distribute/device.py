@@ -108,6 +108,14 @@ class _EmptyPlan:
         return xp.zeros((self.n_rows, B.shape[1]), dtype=np.float32)
 
 
+def oneshot_spmm_kw(spmm_kw: dict | None) -> dict:
+    """A one-shot shard's SpmmPlan options: its product runs once, so no autotune unless ``spmm_kw`` asks for it.
+    Timing the candidates cannot pay back in one call: R-MAT 21M on an H100 (.ab/firstrun.py, 2026-11-28), the
+    first run took 0.80 s with the default autotune (csr-rows then, 3.3 ms a call) and 0.07 s without (the
+    model's metcf-split, 5.1 ms a call)."""
+    return {"autotune": False, **(spmm_kw or {})}
+
+
 def make_spmm_plan(S, on_gpu: bool, dtype="float32", spmm_kw: dict | None = None):
     """``kernels.spmm.SpmmPlan(S, device=..., dtype=..., out_dtype=float32, **spmm_kw)`` on this worker's device
     (its own kernel selector). C is float32 for every precision: the overlap's second kernel accumulates into it,

@@ -147,7 +147,7 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
     with dev.Timer(on_gpu) as h2d:
         B_dev = dev.to_device(B_rows, on_gpu)
     t0 = time.perf_counter()
-    plan = dev.make_spmm_plan(S, on_gpu, dtype, spmm_kw=spmm_kw)
+    plan = dev.make_spmm_plan(S, on_gpu, dtype, spmm_kw=dev.oneshot_spmm_kw(spmm_kw))
     plan_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
     C_dev, kernel_ms, first_ms = dev.time_kernel(plan, B_dev, on_gpu, max(int(repeats), 1))

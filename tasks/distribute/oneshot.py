@@ -63,7 +63,8 @@ def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, rep
 
     ``B_rows``: all of B when ``cols`` is None, else ``B[cols]`` (the shard's halo rows, ``cols`` sorted), in
     which case the shard's columns are renamed to positions in ``cols`` before the kernel runs. ``spmm_kw`` goes
-    to ``SpmmPlan`` (e.g. ``autotune=False``). ``kernel_ms`` is the median of ``repeats`` runs after a warm-up.
+    to ``SpmmPlan`` (a one-shot runs without autotune unless it asks: `device.oneshot_spmm_kw`). ``kernel_ms``
+    is the median of ``repeats`` runs after a warm-up.
     ``dtype``: the precision (the shard's values are stored in it; B is rounded to it on the way in, C float32).
     """
     t_shard = time.perf_counter()
@@ -76,7 +77,7 @@ def run_shard(k: int, shard, B_rows: np.ndarray, cols: np.ndarray | None, *, rep
     with dev.Timer(on_gpu) as h2d:
         B_dev = dev.to_device(np.ascontiguousarray(B_rows, dtype=np.float32), on_gpu)
     t0 = time.perf_counter()
-    plan = dev.make_spmm_plan(S, on_gpu, dtype, spmm_kw=spmm_kw)
+    plan = dev.make_spmm_plan(S, on_gpu, dtype, spmm_kw=dev.oneshot_spmm_kw(spmm_kw))
     plan_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
     C_dev, kernel_ms, first_ms = dev.time_kernel(plan, B_dev, on_gpu, max(int(repeats), 1))

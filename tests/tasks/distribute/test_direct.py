@@ -115,6 +115,30 @@ def test_failed_shard_leaves_no_result(client, case, tmp_path):
     assert not (mstore.folder / "results" / run_id).exists()
 
 
+def test_a_oneshot_shard_plans_without_autotune_unless_asked(case, tmp_path, monkeypatch):
+    """A one-shot's product runs once: its SpmmPlan gets autotune=False (timing the candidates cost 0.7 s of a
+    0.8 s first run on the H100 host, R-MAT 21M), unless the caller's spmm_kw says otherwise."""
+    from tasks.distribute import device as dev
+    from tasks.distribute.direct import DenseRef, run_stored_shard
+    from tasks.distribute.oneshot import ShardRef
+
+    A, perm, B, _ = case
+    M, plan, mstore = stored(tmp_path, A, perm, "metcf", "float32")
+    b = store_b(mstore, B, b_artifact(12, 0))
+    seen = []
+    real = dev.make_spmm_plan
+
+    def spy(S, on_gpu, dtype="float32", spmm_kw=None):
+        seen.append(dict(spmm_kw or {}))
+        return real(S, on_gpu, dtype, spmm_kw=spmm_kw)
+    monkeypatch.setattr(dev, "make_spmm_plan", spy)
+    shard = ShardRef(mstore, "metcf", "k-float32", int(plan.partptr[0]), int(plan.partptr[1]))
+    for kw in (None, {"autotune": True}):
+        run_stored_shard(0, shard, DenseRef(mstore, b["artifact"]), (uuid.uuid4().hex[:12], 0), repeats=1,
+                         device="cpu", spmm_kw=kw)
+    assert seen == [{"autotune": False}, {"autotune": True}]
+
+
 def test_read_rows_decodes_only_the_row_groups_it_needs(tmp_path):
     """B in row groups of 7 rows: a read of 3 scattered rows returns exactly them, from 2 groups' bytes."""
     from storage import results as res_io
