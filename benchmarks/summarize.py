@@ -799,7 +799,7 @@ def multi_gpu_section(runs, v0, older) -> list[str]:
                 "row split (the boundary rows' kernel first, then their exchange for the next iteration beside the "
                 "interior rows' kernel; each row computed once), with its boundary kernel's ms (part of its kernel) "
                 "and the exchange it left exposed.", ""]
-    out += oneshot_breakdown(run.rows) + stored_breakdown(run.rows)
+    out += oneshot_breakdown(run.rows)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     if v0:  # -v<n> files: runs of earlier code, kept for reference
         out += ["Runs of other code (earlier versions, or variants not kept; not summarized): " + ", ".join(
@@ -811,37 +811,36 @@ ONESHOT_PARTS = ("scatter_ms", "load_ms", "remap_ms", "h2d_ms", "plan_ms", "d2h_
                  "last_gather_ms", "other_ms")
 
 
-STORED_PARTS = ("load", "b", "remap", "h2d", "plan", "first", "d2h", "write", "overhead")
+STORED_PARTS = ("stored_load_ms", "stored_b_ms", "stored_remap_ms", "stored_h2d_ms", "stored_plan_ms",
+                "stored_first_ms", "stored_d2h_ms", "stored_write_ms", "stored_overhead_ms")
 
 
-def stored_breakdown(rows) -> list[str]:
-    """Where the driver-free one-shot's time goes, for the shard placed last (rows with the itemized timings)."""
-    have = [r for r in rows if "error" not in r and r.get("stored_load_ms") is not None]
+def parts_table(rows, intro: str, e2e: str, parts: tuple, prefix: str = "") -> list[str]:
+    """``intro`` and a table of each measured row's end to end (field ``e2e``) and ``parts`` (ms, headed by their
+    names less ``prefix`` and "_ms"); nothing for rows without the parts."""
+    have = [r for r in rows if "error" not in r and r.get(parts[-1]) is not None]
     if not have:
         return []
-    return ["Driver-free one-shot (each worker reads its shard and B rows from Parquet and writes its C block), the "
-            "shard placed last (ms): load = its shard from Parquet, B = its rows of B, remap = its halo columns "
-            "renamed, h2d / d2h = copies, plan = the SpmmPlan's build, first = the product's first run (kernel "
-            "selection and autotune included; '–' in runs before it was recorded), write = its C block, overhead = "
-            "Dask's share; e2e excludes the timed repeats only:", ""] + table(
-        ("kind", "order", "nnz", "P", "e2e", *STORED_PARTS),
-        [(r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("stored_e2e_ms"), 0),
-          *(f(r.get(f"stored_{k}_ms"), 0) for k in STORED_PARTS)) for r in have])
+    return [intro, ""] + table(
+        ("kind", "order", "nnz", "P", "e2e", *(k[len(prefix):-3] for k in parts)),
+        [(r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get(e2e), 0), *(f(r.get(k), 0) for k in parts))
+         for r in have])
 
 
 def oneshot_breakdown(rows) -> list[str]:
-    """Where one-shot end-to-end time goes (rows measured with the itemized timings only)."""
-    have = [r for r in rows if "error" not in r and r.get("other_ms") is not None]
-    if not have:
-        return []
-    return ["One-shot end-to-end breakdown (ms; driver: scatter of shards and B or halo rows, gather of C; per GPU, "
-            "the slowest: load from Parquet, halo remap, host to device, plan (conversion, compile, selection), "
-            "device to host; along the path of the shard placed last: `worker` = its whole task less its timing "
-            "runs, `gather` its block, `other` = the rest of that path: Dask scheduling, inputs moving to the "
-            "worker, the block serialized back):", ""] + table(
-        ("kind", "order", "nnz", "P", "e2e", *(k[:-3] for k in ONESHOT_PARTS)),
-        [(r["kind"], r["order"], mnnz(r["nnz"]), r["P"], f(r.get("e2e_ms"), 0),
-          *(f(r.get(k), 0) for k in ONESHOT_PARTS)) for r in have])
+    """Where one-shot end-to-end time goes: the driver's one-shot, then the driver-free one (rows with itemized
+    timings only)."""
+    return parts_table(
+        rows, "One-shot end-to-end breakdown (ms; driver: scatter of shards and B or halo rows, gather of C; per GPU, "
+        "the slowest: load from Parquet, halo remap, host to device, plan (conversion, compile, selection), device to "
+        "host; along the path of the shard placed last: `worker` = its whole task less its timing runs, `gather` its "
+        "block, `other` = the rest of that path: Dask scheduling, inputs moving to the worker, the block serialized "
+        "back):", "e2e_ms", ONESHOT_PARTS) + parts_table(
+        rows, "Driver-free one-shot (each worker reads its shard and B rows from Parquet and writes its C block), the "
+        "shard placed last (ms): load = its shard from Parquet, b = its rows of B, remap = its halo columns renamed, "
+        "h2d / d2h = copies, plan = the SpmmPlan's build, first = the product's first run (kernel selection and "
+        "autotune included; '–' in runs before it was recorded), write = its C block, overhead = Dask's share; e2e "
+        "excludes the timed repeats only:", "stored_e2e_ms", STORED_PARTS, "stored_")
 
 
 # ---------------------------------------------------------------------------------------------- convert, parse
