@@ -58,9 +58,11 @@ def distinct_columns(n_cols: int, cols: np.ndarray) -> np.ndarray:
 
 
 def slot_halo(n_cols: int, slots: np.ndarray) -> np.ndarray:
-    """The halo of tiles whose slots name a column each, -1 for padding (ME-TCF, Tiled-CSR)."""
-    cols = np.asarray(slots).reshape(-1)
-    return distinct_columns(n_cols, cols[cols >= 0])
+    """The halo of tiles whose slots name a column each, -1 for padding (ME-TCF, Tiled-CSR): one scatter into a
+    mask whose extra last entry takes the padding (no pass to filter it out first)."""
+    mask = np.zeros(int(n_cols) + 1, dtype=bool)
+    mask[np.asarray(slots).reshape(-1)] = True
+    return np.flatnonzero(mask[:-1]).astype(np.int64)
 
 
 def window_bytes(partptr, tile_ptr, item_ptr, *, offset_bytes: int, tile_bytes: int, item_bytes: int = 0):
@@ -76,11 +78,11 @@ def rebase(ptr: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 def relabel(ids: np.ndarray, n_cols: int, cols: np.ndarray, local: np.ndarray) -> np.ndarray:
-    """int64 ``ids`` (same shape) with column ``cols[i]`` renamed ``local[i]``; padding (-1) stays -1."""
-    lut = np.full(int(n_cols), -1, dtype=np.int64)
+    """int64 ``ids`` (same shape) with column ``cols[i]`` renamed ``local[i]``; padding (-1) stays -1: one gather
+    from a table whose extra last entry (-1) is where padding's -1 indexes."""
+    lut = np.full(int(n_cols) + 1, -1, dtype=np.int64)
     lut[cols] = local
-    flat = np.asarray(ids).astype(np.int64)
-    return np.where(flat >= 0, lut[np.maximum(flat, 0)], -1)
+    return lut[np.asarray(ids)]
 
 
 def keeps_order(cols: np.ndarray, local: np.ndarray) -> bool:
