@@ -150,3 +150,16 @@ def test_split_parts_sum_to_the_shard(case, fmt, dtype, seed):
                 part.validate(full=True)
         np.testing.assert_allclose(product(own, B) + product(rem, B), product(S, B), rtol=1e-10, atol=1e-10)
         assert ops.split(S, np.zeros(A.shape[1], bool), precision(dtype)).n_blocks == 0
+
+
+def test_slot_halo_and_relabel_keep_padding_out_and_in():
+    """slot_halo ignores padding (-1) and finds the last column; relabel keeps -1 and the slots' shape, int64."""
+    from kernels.formats.shard import relabel, slot_halo
+
+    slots = np.array([[4, -1], [0, 4], [-1, -1], [9, 2]], dtype=np.int32)
+    halo = slot_halo(10, slots)
+    assert halo.dtype == np.int64 and halo.tolist() == [0, 2, 4, 9]
+    assert slot_halo(10, np.full((2, 8), -1, np.int32)).size == 0
+    out = relabel(slots, 10, halo, np.arange(halo.size))
+    assert out.dtype == np.int64 and out.shape == slots.shape
+    assert out.tolist() == [[2, -1], [0, 2], [-1, -1], [3, 1]]
