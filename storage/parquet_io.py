@@ -69,12 +69,29 @@ def write_table(target: Path, table: pa.Table, *, row_group_size: int = DEFAULT_
 REBUILD = "a run of flows/spmm.py on the matrix rebuilds it from its source"
 
 
+_ARROW_POOL_SIZED = False
+
+
+def size_arrow_pool() -> None:
+    """Arrow decodes a read's columns and row groups on its CPU pool, which it sizes from ``OMP_NUM_THREADS``;
+    a Dask nanny starts its workers with ``OMP_NUM_THREADS=1`` (for BLAS), so every read in a worker decoded on
+    one thread. Once per process the pool is raised to `io_threads` (never lowered)."""
+    global _ARROW_POOL_SIZED
+    if not _ARROW_POOL_SIZED:
+        _ARROW_POOL_SIZED = True
+        n = io_threads()
+        if pa.cpu_count() < n:
+            pa.set_cpu_count(n)
+
+
 def open_file(path: str | os.PathLike, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
     """Open a Parquet file with page CRC verification; any decode problem -> StorageError naming the file.
     ``metadata``: the file's footer as an earlier open read it (not read again: a second handle for another thread).
 
-    Every reader in ``storage`` opens files through this one function (tests count calls to it).
+    Every reader in ``storage`` opens files through this one function (tests count calls to it); the first call
+    sizes Arrow's decode pool (`size_arrow_pool`).
     """
+    size_arrow_pool()
     try:
         pf = pq.ParquetFile(path, page_checksum_verification=True, metadata=metadata)
     except (OSError, pa.ArrowException) as err:

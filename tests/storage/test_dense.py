@@ -7,8 +7,11 @@ written all or none; identical arrays give identical bytes.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from configs.errors import InputError, StorageError
@@ -165,3 +168,23 @@ def test_io_threads_from_the_environment(monkeypatch):
     monkeypatch.delenv("TCSPMM_IO_THREADS")
     assert 1 <= pio.io_threads() <= pio.IO_THREADS_MAX
 
+
+def test_a_dask_worker_style_process_decodes_on_io_threads(tmp_path):
+    """A Dask nanny starts workers with OMP_NUM_THREADS=1, which sizes Arrow's decode pool to one thread; the first
+    file the store opens raises it to io_threads (TCSPMM_IO_THREADS=3 here), never lowers it (=1 stays 2)."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": np.arange(10)}), path)
+    code = ("import pyarrow as pa; from storage import parquet_io as pio; before = pa.cpu_count(); "
+            f"pio.read(pio.open_file({str(path)!r})); print(before, pa.cpu_count())")
+    repo = str(Path(__file__).resolve().parents[2])
+    for io, want in (("3", "1 3"), ("1", "2 2")):
+        omp = "1" if io == "3" else "2"
+        env = {**os.environ, "OMP_NUM_THREADS": omp, "TCSPMM_IO_THREADS": io, "PYTHONPATH": repo}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=repo,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == want.split()
