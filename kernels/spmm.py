@@ -27,7 +27,8 @@ from configs.errors import InputError
 from configs.names import DEFAULT_FORMAT
 from kernels import launch
 from kernels.baselines import BASELINES
-from kernels.calls import AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture, retire  # noqa: F401 (AUTO_GRAPH_AFTER: re-exported)
+from kernels.calls import (AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture,  # noqa: F401 (AUTO_GRAPH_AFTER:
+                           retire)  # re-exported)
 from kernels.cpu_path import CpuCall, CpuPath, into_host
 from kernels.formats.contract import Choice
 from kernels.formats.ranking import AUTO_CANDIDATES, check_candidates

@@ -43,8 +43,8 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
     bref = DenseRef(store, b)
     t_start = time.perf_counter()
     try:
-        with DistributedSpmm(plan, client, store=store, perm_key=perm_key, fmt=fmt, device=device,
-                             spmm_kw=dev.oneshot_spmm_kw(spmm_kw), dtype=dtype, prefetch_b=bref) as ds:  # B read beside the setup
+        with DistributedSpmm(plan, client, store=store, perm_key=perm_key, fmt=fmt, device=device,  # B read
+                             spmm_kw=dev.oneshot_spmm_kw(spmm_kw), dtype=dtype, prefetch_b=bref) as ds:  # beside setup
             setup_ms, setup_parts = (time.perf_counter() - t_start) * 1e3, dict(ds.setup_ms)
             loads = _wait([a.load_B(bref, plan.shard_rows(k)) for k, a in enumerate(ds.actors)])
             ds.run()  # halo exchange, then every shard's kernel (one run: the product, not a timing loop)
