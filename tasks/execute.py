@@ -103,12 +103,12 @@ def _run_sharded(mstore, format_key: str, perm: np.ndarray, M, B: np.ndarray, de
                                   plan.halo_bytes(B.shape[1], itemsize, remote_only=True)]
         if mode == "resident":
             dist = DistributedSpmm(plan, client, store=mstore, perm_key=shard_key, fmt=fmt, repeats=repeats,
-                                   dtype=dtype, overlap="auto")
+                                   dtype=dtype)
             try:
                 dist.scatter(B)
                 C = dist.run().gather()
                 timings = [{**t, "halo_rows": dist.info[t["shard"]]["halo_rows"]} for t in dist.history[-1]["shards"]]
-                sharded.update(transport=dist.transport, overlap=dist.overlap, overlap_reason=dist.overlap_reason)
+                sharded["transport"] = dist.transport
             finally:
                 dist.close()
         else:

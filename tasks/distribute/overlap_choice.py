@@ -14,6 +14,8 @@ The rule follows what was measured on 2 and 4 H100s at N = 256 (docs/scale-out.m
   0.448, columns 0.392, rows 0.364): no overlap.
 
 On the host ("dask") transport the overlaps run their two parts one after the other (same result, no gain): off.
+An overlap's split plans are built once per `DistributedSpmm`: worth it for an iterative caller, not for one product
+(the pipeline's resident mode runs one and keeps the plain loop).
 """
 from __future__ import annotations
 

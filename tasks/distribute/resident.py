@@ -61,8 +61,9 @@ class DistributedSpmm:
     of the boundary rows' kernel, part of ``kernel_ms``; batched on the host transport ``exposed_ms`` too),
     ``overlap`` (False, "rows" or "columns"), and per shard ``shards`` rows (halo bytes sent/received,
     exchange ms, kernel ms, and on NCCL exposed / advance / iteration GPU ms). ``transport``: "nccl" or "dask" plus
-    ``transport_reason``. ``overlap``: see `set_overlap` ("auto" picks from the partition's halo; the pipeline's
-    resident mode passes it), ``overlap_reason`` why.
+    ``transport_reason``. ``overlap``: see `set_overlap` ("auto" picks from the partition's halo: what an
+    iterative caller wants; the default stays off, as the pipeline's resident mode runs one product, for which the
+    overlap's split plans cannot pay back), ``overlap_reason`` why.
     ``repeats`` = 0 times the one kernel run of each iteration; ``spmm_kw`` goes to each shard's ``SpmmPlan``.
     ``prefetch_b`` (a `direct.DenseRef` of a stored B, square A): each shard starts reading its own rows of it while
     the setup goes on (`ShardActor`'s ``prefetch``); `ShardActor.load_B` then takes them.
@@ -119,7 +120,7 @@ class DistributedSpmm:
         self.overlap, self.overlap_reason = False, "off"
         self._layouts = layouts  # exchange_lists per shard: what overlap="auto" reads
         self._batches = 0  # batch ids for the host transport's batched exchange
-        if overlap == "auto" or overlap_mode(overlap):
+        if (isinstance(overlap, str) and overlap == "auto") or overlap_mode(overlap):
             self.set_overlap(overlap)
 
     def set_overlap(self, on) -> None:

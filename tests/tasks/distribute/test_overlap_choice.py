@@ -1,7 +1,7 @@
 """``overlap="auto"`` (tasks.distribute.overlap_choice): the resident loop's overlap decided from the partition's
 halo alone, so the same partition always gets the same mode (and the same C). Pure functions of a `PartitionPlan`
-here; the pipeline's resident mode passes "auto" (tests/tasks/distribute/test_multi_gpu_paths.py runs it on GPUs)
-and on CPU workers the host transport keeps it off (below)."""
+here; on CPU workers the host transport keeps it off (below); benchmarks/multi_gpu.py records its pick per row
+beside the modes it times on GPUs."""
 from __future__ import annotations
 
 import numpy as np
