@@ -36,7 +36,8 @@ def overlap_mode(on) -> str | bool:
         return False
     if isinstance(on, str) and on in OVERLAP_MODES:
         return on
-    raise ValueError(f"overlap is {on!r}, expected 'rows', 'columns', True (= {OVERLAP_DEFAULT!r}) or False")
+    raise ValueError(f"overlap is {on!r}, expected 'rows', 'columns', True (= {OVERLAP_DEFAULT!r}), False or "
+                     f"(DistributedSpmm) 'auto'")
 
 
 

@@ -89,3 +89,9 @@ def test_distributed_spmm_auto_on_cpu_workers_is_off_and_says_why():
             assert "dask transport" in ds.overlap_reason and ds.auto_overlap() == (False, ds.overlap_reason)
             ds.set_overlap("rows")
             assert ds.overlap == "rows" and ds.overlap_reason == "asked for"
+
+
+def test_a_bad_overlap_names_auto_among_the_choices():
+    from tasks.distribute.resident import overlap_mode
+    with pytest.raises(ValueError, match="overlap is 'Auto', expected .*'auto'"):
+        overlap_mode("Auto")
