@@ -53,7 +53,11 @@ def dense_table(block: np.ndarray, meta: dict) -> pa.Table:
     return pa.Table.from_arrays([flat], schema=with_meta(result_schema(block.dtype), meta, version=DENSE_VERSION))
 
 
-def result_tables(C: np.ndarray, block_rows: int | None, meta: dict) -> Iterator[tuple[str, tuple, pa.Table]]:
+def result_tables(C: np.ndarray, block_rows: int | None, meta: dict, *, row0: int = 0
+                  ) -> Iterator[tuple[str, tuple, pa.Table]]:
+    """``(file name, (r0, r1), table)`` per block of ``block_rows`` rows of C (default about DEFAULT_BLOCK_VALUES
+    values); ``row0``: C's first row in a larger array (a worker's block of the one-shot's C), which the file names
+    and ranges count from (``shape`` and ``ranges`` in the files' metadata are then of these rows)."""
     C = np.asarray(C)
     if C.ndim != 2 or C.shape[1] < 1:
         raise InputError(f"result C must be 2-D with at least one column, got shape {C.shape}")
@@ -63,10 +67,12 @@ def result_tables(C: np.ndarray, block_rows: int | None, meta: dict) -> Iterator
         raise InputError(f"block_rows must be >= 1, got {block_rows}")
     bounds = list(range(0, n_rows, block_rows)) + [n_rows]
     ranges = [[a, b] for a, b in zip(bounds[:-1], bounds[1:])] or [[0, 0]]
+    row0 = int(row0)
     common = {"format": "dense", "shape": [n_rows, n_cols], "n_cols": n_cols, "dtypes": {"value": C.dtype.name},
-              "ranges": ranges, "source": meta}
-    for r0, r1 in ranges:
-        yield f"C-part-{r0}-{r1}.parquet", (r0, r1), dense_table(C[r0:r1], {**common, "range": [r0, r1]})
+              "ranges": [[row0 + a, row0 + b] for a, b in ranges], "source": meta}
+    for a, b in ranges:
+        r0, r1 = row0 + a, row0 + b
+        yield f"C-part-{r0}-{r1}.parquet", (r0, r1), dense_table(C[a:b], {**common, "range": [r0, r1]})
 
 
 @dataclass(frozen=True)

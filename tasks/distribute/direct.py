@@ -78,14 +78,11 @@ def write_block(mstore, run_id: str, r0: int, C_k: np.ndarray) -> list[dict]:
     ``BLOCK_FILE_VALUES`` values each, written side by side, all or none); their manifest records ([] for no
     rows)."""
     C_k = np.ascontiguousarray(C_k)
-    n_rows, n_cols = (int(x) for x in C_k.shape)
-    step = max(1, BLOCK_FILE_VALUES // max(1, n_cols))
-    parts = []
-    for a in range(0, n_rows, step):
-        rng = [int(r0) + a, int(r0) + min(n_rows, a + step)]
-        parts.append((f"results/{run_id}/C-part-{rng[0]}-{rng[1]}.parquet", rng,
-                      res_io.dense_table(C_k[a:a + step], {"format": "dense", "n_cols": n_cols,
-                                                           "dtypes": {"value": C_k.dtype.name}, "range": rng})))
+    if C_k.shape[0] == 0:
+        return []
+    n_cols = int(C_k.shape[1])
+    parts = [(f"results/{run_id}/{rel}", rng, table) for rel, rng, table in
+             res_io.result_tables(C_k, max(1, BLOCK_FILE_VALUES // max(1, n_cols)), {}, row0=r0)]
     return write_files(mstore.folder, parts, threads=None, **res_io.write_options(C_k.dtype, n_cols))
 
 
