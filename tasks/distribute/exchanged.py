@@ -8,9 +8,10 @@ from Parquet; on R-MAT in the given order that is half or more of B on every wor
 Here the store is read once in total, 1/P of B per worker, and the halo moves device to device.
 
 The price is the actors' setup (`DistributedSpmm`: shard load, plan, the NCCL communicator), which the timings
-return as ``setup_ms``; each worker reads its rows of B beside it, on a thread of its own (``prefetch_b``); a failed shard fails the product (no per-shard retry as in `run_oneshot_stored`), and its C
-files are removed, so a failed run leaves no result. Results as `direct.run_oneshot_stored`: ``results/<run_id>``
-in the reordered row order, read back with `direct.read_c`.
+return as ``setup_ms``; each worker reads its rows of B beside it, on a thread of its own (``prefetch_b``); a failed
+shard fails the product (no per-shard retry as in `run_oneshot_stored`), and its C files are removed, so a failed
+run leaves no result. Results as `direct.run_oneshot_stored`: ``results/<run_id>`` in the reordered row order, read
+back with `direct.read_c`.
 """
 from __future__ import annotations
 
@@ -62,8 +63,7 @@ def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_ke
     by_shard = {r["shard"]: r for r in runs}
     return [{"shard": k, "worker": info[k]["worker"], "gpu": info[k]["gpu"], "dtype": dtype,
              "kernel": by_shard[k].get("kernel"), "load_ms": info[k]["load_ms"], "plan_ms": info[k]["plan_ms"],
-             "setup_ms": setup_ms,
-             "setup_parts": setup_parts,
+             "setup_ms": setup_ms, "setup_parts": setup_parts,
              **{key: loads[k][key] for key in ("b_ms", "b_wait_ms", "h2d_ms", "b_rows", "b_bytes_read")},
              "exchange_ms": by_shard[k].get("exchange_ms", 0.0), "kernel_ms": by_shard[k]["kernel_ms"],
              "transport": by_shard[k].get("transport"), "halo_rows": info[k]["halo_rows"],
