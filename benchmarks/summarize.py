@@ -111,13 +111,12 @@ def gpu_model(run) -> str:
 
 
 def newest_per_key(runs, key: tuple) -> SimpleNamespace:
-    """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, its fields
-    that run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps
-    the run it came from: ``_origin`` maps each filled field to its file, ``_file`` names them all, newest first; an
-    older row's error is not carried over), rows in
-    their run's order, oldest run first; meta of the newest run (keys it lacks from the older ones, e.g. a GNN
-    run's fixed-cost table), with the commands and files of the runs that gave a row or a field. Runs on other GPUs
-    are left out (listed as older files)."""
+    """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, its fields that
+    run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps the
+    run it came from: ``_origin`` maps each filled field to its file, ``_file`` names them all, newest first; an
+    older row's error is not carried over), rows in their run's order, oldest run first; meta of the newest run
+    (keys it lacks from the older ones, e.g. a GNN run's fixed-cost table), with the commands and files of the runs
+    that gave a row or a field. Runs on other GPUs are left out (listed as older files)."""
     seen, kept, used, model = {}, [], [], gpu_model(runs[0])
     for r in (r for r in runs if gpu_model(r) == model):
         rows, filled = [], False
