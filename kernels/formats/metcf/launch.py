@@ -60,10 +60,10 @@ class KernelArrays:
 
 def upload(M: METCF) -> KernelArrays:
     """Copy a host METCF to the current device, casting to the kernel dtypes."""
-    import cupy
+    from kernels.transfer import to_device
 
-    return from_device_arrays(M.shape, *(cupy.asarray(a) for a in (M.row_window_offset, M.tc_offset, M.tc_local_id,
-                                                                     M.sparse_a_to_b, M.data)))
+    return from_device_arrays(M.shape, *(to_device(a) for a in (M.row_window_offset, M.tc_offset, M.tc_local_id,
+                                                                  M.sparse_a_to_b, M.data)))
 
 
 def from_device_arrays(shape, row_window_offset, tc_offset, tc_local_id, sparse_a_to_b, data) -> KernelArrays:
