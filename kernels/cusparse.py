@@ -105,6 +105,8 @@ class DescriptorOwner:
         for st in self._per_n.values():
             ncs.destroy_dn_mat(st["b"])
             ncs.destroy_dn_mat(st["c"])
+            if st.get("a"):
+                ncs.destroy_sp_mat(st["a"])
         self._per_n.clear()
         if self.descr_a:
             ncs.destroy_sp_mat(self.descr_a)
@@ -144,15 +146,20 @@ class CusparseSpmm(DescriptorOwner):
         self._alpha, self._beta = np.ones(1, np.float32), np.zeros(1, np.float32)
         self._beta_add = np.ones(1, np.float32)  # accumulate: C = A B + 1 C
         self._per_n: dict[int, dict] = {}  # N -> {"b", "c": descriptors, "ptrs", "buffers": {alg: buf}, "failed"}
-        self.descr_a = 0
-        # create_csr(rows, cols, nnz, indptr, indices, values, indptr type, indices type, base, value type) -> descr
-        self.descr_a = checked(ncs, "cusparseCreateCsr", ncs.create_csr, self.shape[0], self.shape[1], self.nnz,
-                               self.indptr.data.ptr, self.indices.data.ptr, self.data.data.ptr, itype, itype,
-                               int(ncs.IndexBase.ZERO), self._ctype)
+        self.descr_a, self._itype = 0, itype
+        self.descr_a = self._csr_descr()
         self.algorithms = tuple(algorithms)
         self.best: dict[int, str] = {}  # N -> fastest algorithm name
         self.timings: dict[int, dict] = {}  # N -> {alg: median ms}
         self.nondeterministic: set[str] = set()  # algorithms whose repeated outputs differed (tune)
+
+    def _csr_descr(self) -> int:
+        """A sparse descriptor on A's arrays: create_csr(rows, cols, nnz, indptr, indices, values, indptr type,
+        indices type, base, value type)."""
+        ncs = self._ncs
+        return checked(ncs, "cusparseCreateCsr", ncs.create_csr, self.shape[0], self.shape[1], self.nnz,
+                       self.indptr.data.ptr, self.indices.data.ptr, self.data.data.ptr, self._itype, self._itype,
+                       int(ncs.IndexBase.ZERO), self._ctype)
 
     def _dn_mat(self, rows: int, X) -> int:
         """A row-major dense descriptor on X [rows, N]: create_dn_mat(rows, cols, ld, values, value type, order)."""
@@ -162,8 +169,10 @@ class CusparseSpmm(DescriptorOwner):
 
     def _state(self, N: int, B, C) -> dict:
         st = self._per_n.get(N)
-        if st is None:
-            st = {"b": self._dn_mat(self.shape[1], B), "c": self._dn_mat(self.shape[0], C),
+        if st is None:  # A's descriptor per N: ALG3 keeps its preprocessing in it, for one buffer, so an A used
+            # at two N (a GAT layer: N = 2 for the attention's gradients, the head width for the aggregation) would
+            # re-preprocess at every switch, inside a caller's CUDA-graph capture too, which that invalidates
+            st = {"a": self._csr_descr(), "b": self._dn_mat(self.shape[1], B), "c": self._dn_mat(self.shape[0], C),
                   "ptrs": (B.data.ptr, C.data.ptr), "buffers": {}, "failed": {}}
             self._per_n[N] = st
         elif st["ptrs"] != (B.data.ptr, C.data.ptr):
@@ -176,7 +185,7 @@ class CusparseSpmm(DescriptorOwner):
     def _args(self, st: dict, alg: str, beta) -> tuple:
         """cusparseSpMM's arguments before the buffer, in C's order (nvmath's sp_mm, sp_mm_buffer_size and
         sp_mm_preprocess take the same): handle, opA, opB, &alpha, A, B, &beta, C, compute type, algorithm."""
-        return (self.handle, self._op, self._op, self._alpha.ctypes.data, self.descr_a, st["b"], beta.ctypes.data,
+        return (self.handle, self._op, self._op, self._alpha.ctypes.data, st["a"], st["b"], beta.ctypes.data,
                 st["c"], CUDA_R_32F, ALGORITHMS[alg])
 
     def _prepare(self, st: dict, alg: str):
@@ -292,7 +301,7 @@ class CusparseBound:
             # cudaErrorStreamCaptureInvalidated on email-Enron, H200)
             checked(ncs, "cusparseSetStream", ncs.set_stream, op.handle, cupy.cuda.get_current_stream().ptr)
             self.buffer = op._prepare(op._state(int(B.shape[1]), B, out), algorithm)
-        st = {"b": self.descr_b, "c": self.descr_c}
+        st = {"a": op._per_n[int(B.shape[1])]["a"] if not self._empty else 0, "b": self.descr_b, "c": self.descr_c}
         self._args = None if self._empty else \
             (*op._args(st, algorithm, op._beta_add if accumulate else op._beta), self.buffer.data.ptr)
         self._sp_mm, self._set_stream, self._handle = ncs.sp_mm, ncs.set_stream, op.handle
