@@ -18,7 +18,9 @@ GPU 0), and P in the GPU counts:
   plan, first run (``stored_first_ms``: kernel selection included), d2h, C write, Dask overhead (submit-to-received
   minus the task), manifest commit; ``stored_e2e_ms`` =
   wall time minus the timed repeats (the first run, with any kernel selection, counts), ``stored_e2e_ratio`` =
-  that over the P = 1 one (target <= 0.6 at P = 2);
+  that over the P = 1 one (target <= 0.6 at P = 2). The workers are warmed once when the cluster starts
+  (``tasks.distribute.warm_cluster``: kernels loaded, as in a long-lived cluster; ``cluster.warm`` holds its ms;
+  ``--cold-workers`` leaves that to each worker's first shard);
   ``driver_bytes`` = what the driver pickled to and from the workers;
 - one-shot over the exchange (``exchanged`` mode, `tasks.distribute.exchanged`): B read once, each worker its own
   rows, the halo by the resident exchange (NCCL), C blocks written by the workers; ``exchanged_e2e_ms`` (nothing
@@ -61,7 +63,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from storage import BlockStore  # noqa: E402
-from tasks.distribute import DistributedSpmm, cluster_client, make_plan, persist_plan, run_oneshot  # noqa: E402
+from tasks.distribute import (DistributedSpmm, cluster_client, make_plan, persist_plan, run_oneshot,  # noqa: E402
+                               warm_cluster)
 from tasks.distribute.cluster import count_gpus  # noqa: E402
 from tasks.distribute.direct import b_artifact, read_c, run_oneshot_stored, store_b  # noqa: E402
 from tasks.distribute.exchanged import run_oneshot_exchanged  # noqa: E402
@@ -94,6 +97,8 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=20, help="iterations per batch (one actor call per GPU)")
     p.add_argument("--weak", type=float, default=None,
                    help="weak scaling: nonzeros per GPU (the matrix grows with P); resident modes only")
+    p.add_argument("--cold-workers", action="store_true",
+                   help="skip warm_cluster: each worker's first shard then loads its kernels (about 0.24 s)")
     p.add_argument("--protocol", default=None, help="Dask comm: tcp or ucx (default TCSPMM_DASK_PROTOCOL, tcp)")
     p.add_argument("--rmm-pool", default=None, help="RMM pool per worker (default TCSPMM_RMM_POOL, 0.5; off)")
     p.add_argument("--transport", default="auto", choices=("auto", "nccl", "dask"),
@@ -357,6 +362,7 @@ def bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1
                driver_bytes=sum(t["driver_bytes_out"] + t["driver_bytes_in"] for t in tm),
                stored_b_rows=[t["b_rows"] for t in tm], stored_b_read_all=[t["b_read_all"] for t in tm],
                stored_first_ms=last["first_ms"],  # the product's first run: kernel selection / autotune included
+               stored_plan_parts=last.get("plan_parts", {}),  # the plan's own timings (s): conversion + upload, ...
                **{f"stored_{s}_ms": last[f"{s}_ms"] for s in ("load", "b", "remap", "h2d", "plan", "d2h", "write",
                                                               "overhead")})
     C = read_c(store, run_id, plan.perm)  # the check's copy, after the timed run
@@ -572,6 +578,10 @@ def main(argv=None) -> int:
                    # as every shard task and actor sees it (worker_device: CuPy's pool in front of RMM's)
                    "allocator": client.run(lambda: (worker_device("gpu"), cupy_allocator_name())[1])
                    if not args.cpu else None}
+        if not args.cold_workers:  # a long-lived cluster's workers have their kernels loaded (warm_cluster)
+            t0 = time.perf_counter()
+            cluster["warm"] = warm_cluster(client)
+            cluster["warm_wall_ms"] = (time.perf_counter() - t0) * 1e3
         log(f"cluster: {len(client.scheduler_info()['workers'])} workers, GPU counts {gpu_counts}, {cluster}")
         if args.weak:
             weak_scaling(client, xp, gpu_counts, root, args, log, rows, skipped, started, write_json)

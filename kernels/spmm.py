@@ -102,7 +102,8 @@ class SpmmPlan:
             return
         self.formats = gpu_ready(self.formats, given or format)
         if not given and format == "auto":  # build only the formats the cost estimates rank first
-            self.formats, self.ranking = select_formats(self._csr, self.formats, self.precision.name, auto_candidates)
+            self.formats, self.ranking = select_formats(self._csr, self.formats, self.precision.name, auto_candidates,
+                                                        anchor=DEFAULT_FORMAT)
             self.timings["format_ranking_s"] = self.ranking.get("ranking_s", 0.0)
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._op_kw = {"balance": balance, "autotune": autotune, "allow_cusparse": not self.deterministic}
@@ -117,6 +118,12 @@ class SpmmPlan:
         self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks} - {k for op in self._ops.values()
                                                                                 for k in op.kernels})
         self.choice = self._decide(128, None)  # a-priori choice for N = 128; re-decided per N in run()
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """Every kernel this plan can run (``run(kernel=...)``): its formats' and baselines', and the fallbacks
+        its formats' records list."""
+        return tuple(sorted({*self._by_kernel, *self._fallbacks})) if self.device == "gpu" else ()
 
     @property
     def config(self):

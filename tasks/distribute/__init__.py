@@ -16,19 +16,20 @@
   ``set_overlap("rows")`` hides the exchange behind the interior rows' kernel (row_split.py: boundary rows first);
 - `cluster_client(address=None, n_workers=None)` (cluster.py): dask-cuda when GPUs are present (an RMM pool that
   CuPy allocates from, the tcp or ucx protocol: `gpu_cluster_options`), else CPU workers; halo_order.py's
-  `auto_for_devices` is ``--reorder auto`` over several devices;
+  `auto_for_devices` is ``--reorder auto`` over several devices; `warm_cluster(client)` loads each worker's
+  kernels before its first shard (device.warm_worker);
 - `runs_rows`, `markdown_table`, `resident_rows` (report.py): timing tables for the runs table and artifacts;
 - device.py (what a worker does on its GPU: timers, SpmmPlan, transfers) and synth.py (R-MAT/SBM graphs straight
   to ME-TCF with CuPy, for the scaling benchmark).
 
 Imports stay light: Dask is imported by the functions that need it, never by workers' shard code paths here.
 """
-from tasks.distribute.cluster import cluster_client, make_cluster
+from tasks.distribute.cluster import cluster_client, make_cluster, warm_cluster
 from tasks.distribute.oneshot import ShardFailedError, ShardRef, run_oneshot, run_shard
 from tasks.distribute.plan import PartitionPlan, make_plan, persist_plan, shard_of
 from tasks.distribute.report import markdown_table, resident_rows, runs_rows
 from tasks.distribute.resident import CParts, DistributedSpmm
 
 __all__ = ["PartitionPlan", "make_plan", "persist_plan", "shard_of", "run_oneshot", "run_shard", "ShardRef",
-           "ShardFailedError", "DistributedSpmm", "CParts", "cluster_client", "make_cluster", "runs_rows",
-           "markdown_table", "resident_rows"]
+           "ShardFailedError", "DistributedSpmm", "CParts", "cluster_client", "make_cluster", "warm_cluster",
+           "runs_rows", "markdown_table", "resident_rows"]

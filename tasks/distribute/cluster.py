@@ -143,3 +143,13 @@ def cluster_client(address: str | None = None, n_workers: int | None = None, *, 
     with make_cluster(n_workers, gpu=gpu, **kwargs) as cluster, Client(cluster) as client:
         client.wait_for_workers(len(cluster.workers))
         yield client
+
+
+def warm_cluster(client, formats=None, dtypes=("float32",)) -> dict:
+    """Run `device.warm_worker` on every worker at once (formats default: the default one); {worker: its
+    result}. A long-lived cluster pays it once; without it each worker's first shard does (one-shot e2e: about
+    0.24 s on the H100 x4)."""
+    from configs.names import DEFAULT_FORMAT
+    from tasks.distribute.device import warm_worker
+
+    return client.run(warm_worker, tuple(formats or (DEFAULT_FORMAT,)), tuple(dtypes))

@@ -152,6 +152,7 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
     with dev.Timer(on_gpu) as d2h:
         C = dev.to_host(C_dev).astype(np.float32, copy=False)
     choice = str(plan.choice.get("kernel"))
+    plan_parts = {k: float(v) for k, v in getattr(plan, "timings", {}).items() if isinstance(v, (int, float))}
     del C_dev, B_dev, plan
     dev.release_device_memory(on_gpu)
     t0 = time.perf_counter()
@@ -160,8 +161,8 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
     write_ms = (time.perf_counter() - t0) * 1e3
     return {"shard": int(k), "worker": _worker_address(), "gpu": dev.device_name(on_gpu), "kernel": choice,
             "dtype": dtype, "load_ms": load_ms, "b_ms": b_ms, "remap_ms": remap_ms, "h2d_ms": h2d.ms,
-            "plan_ms": plan_ms, "kernel_ms": kernel_ms, "timing_ms": timing_ms, "first_ms": first_ms,
-            "d2h_ms": d2h.ms,
+            "plan_ms": plan_ms, "plan_parts": plan_parts, "kernel_ms": kernel_ms, "timing_ms": timing_ms,
+            "first_ms": first_ms, "d2h_ms": d2h.ms,
             "write_ms": write_ms, "shard_ms": (time.perf_counter() - t_shard) * 1e3, "a_bytes_read": int(a_bytes),
             "b_bytes_read": int(b_bytes), "c_bytes_written": sum(int(r["size"]) for r in records),
             "b_rows": int(B_rows.shape[0]), "b_read_all": bool(read_all), "halo_rows": int(cols.shape[0]),

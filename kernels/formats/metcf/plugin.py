@@ -74,6 +74,9 @@ def wants_autotune(autotune, nnz: int, pred: dict, balance_threshold: float | No
     return nnz >= AUTOTUNE_MIN_NNZ or hubs or max(tc, cus) < AUTOTUNE_MARGIN * min(tc, cus)
 
 
+HALF_KERNELS = ("metcf-window", "metcf-split")  # FP16 / BF16 (launch_half)
+
+
 class MetcfDevice:
     """ME-TCF of one matrix on the current device at one precision: conversion, upload, per-matrix kernel arrays
     (dense A fragments, column pairs) built once; `decide` and `launch` per call."""
@@ -89,6 +92,8 @@ class MetcfDevice:
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self.timings: dict = {}
         self.nnz, self.shape = int(A.nnz), tuple(int(s) for s in A.shape)
+        if precision.half:
+            self.kernels = HALF_KERNELS  # this instance's: the half kernels have no balanced variant
         t0 = time.perf_counter()
         if precision.half:
             if isinstance(A, METCF):
@@ -226,7 +231,7 @@ class MetcfDevice:
             k = ksplit or choice.get("ksplit") or (launch_half.ksplits_half(int(B.shape[1]), self.config) or [2])[-1]
             fn = launch_half.bind_split_half if bound else launch_half.spmm_split_half
             return fn(self._dm, B, out, ksplit=k, accumulate=accumulate)
-        raise ValueError(f"unknown {self.precision.name} ME-TCF kernel {kernel!r} (metcf-window, metcf-split)")
+        raise ValueError(f"unknown {self.precision.name} ME-TCF kernel {kernel!r} ({', '.join(HALF_KERNELS)})")
 
 
 def _autotuned(choice: Choice, measured: dict) -> Choice:

@@ -384,3 +384,10 @@ def test_resident_batched_failure_mid_batch_raises_and_recovers(client, case):
         parts = ds.iterate(3, parts_B)
         want = power(A.astype(np.float64), B.astype(np.float64), 3)
         np.testing.assert_allclose(parts.gather(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_warm_cluster_reaches_every_worker_and_loads_nothing_off_the_gpu(cpu_client):
+    from tasks.distribute import warm_cluster
+    res = warm_cluster(cpu_client, dtypes=("float32", "float16"))
+    assert sorted(res) == sorted(cpu_client.scheduler_info(n_workers=-1)["workers"])
+    assert all(r == {"ms": 0.0, "failed": {}} for r in res.values())
