@@ -84,16 +84,19 @@ def rank(formats: list, stats: Structure, precision, N: int = RANK_N) -> list[tu
     return sorted(scored, key=lambda fs: (fs[1] is None, fs[1] if fs[1] is not None else 0.0))
 
 
-def pick(ranked: list, k: int) -> tuple[list, list]:
+def pick(ranked: list, k: int, anchor=None) -> tuple[list, list]:
     """(formats to build, formats timed through a built one's fallbacks) from formats in rank order: the shortest
     prefix holding ``k`` formats not covered by another's ``fallbacks`` (a format is covered when every kernel of
     its operator is a fallback of a format kept: ME-TCF times the CUDA-core CSR kernel anyway, so CSR takes no
-    slot beside it)."""
-    prefix: list = []
+    slot beside it). ``anchor`` (one of ``ranked``, with k >= 2): kept whatever its rank, in one of the k slots,
+    so the fastest measured is never slower than the anchor's own plan; both lists stay in rank order."""
+    prefix: list = [] if anchor is None or k < 2 else [anchor]
     for f in ranked:
-        prefix.append(f)
         if len(_uncovered(prefix)) >= k:
             break
+        if f is not anchor or k < 2:
+            prefix.append(f)
+    prefix.sort(key=ranked.index)
     built = _uncovered(prefix)
     return built, [f for f in prefix if f not in built]
 
@@ -110,9 +113,13 @@ def check_candidates(k) -> int:
     return int(k)
 
 
-def select(A, formats: list, precision, k: int = AUTO_CANDIDATES, *, N: int = RANK_N) -> tuple[list, dict]:
+def select(A, formats: list, precision, k: int = AUTO_CANDIDATES, *, N: int = RANK_N,
+           anchor: str | None = None) -> tuple[list, dict]:
     """(the formats to build, in rank order: `pick` of the ranking; the ranking's record for reports). With ``k``
-    >= the candidates every format is kept, in the given order, and no statistics are computed."""
+    >= the candidates every format is kept, in the given order, and no statistics are computed. ``anchor``: the
+    name of a format always built when k >= 2 (SpmmPlan's: the default format, so "auto" never loses to the
+    default by more than timing noise; on an H100, email-Enron at N = 128 had ranked ME-TCF out of the two and
+    ran 1.18x slower than the default's balanced kernel)."""
     k = check_candidates(k)
     if k >= len(formats):
         return list(formats), {"k": k, "built": [f.name for f in formats], "ranked": False,
@@ -120,8 +127,9 @@ def select(A, formats: list, precision, k: int = AUTO_CANDIDATES, *, N: int = RA
     t0 = time.perf_counter()
     stats = structure(A)
     ranked = rank(formats, stats, precision, N)
-    built, covered = pick([f for f, _ in ranked], k)
-    return built, {"k": k, "N": N, "ranked": True, "built": [f.name for f in built],
+    order = [f for f, _ in ranked]
+    built, covered = pick(order, k, next((f for f in order if f.name == anchor), None))
+    return built, {"k": k, "N": N, "ranked": True, "built": [f.name for f in built], "anchor": anchor,
                    "timed_as_fallback": [f.name for f in covered],
                    "estimate_us": {f.name: (round(us, 3) if us is not None else None) for f, us in ranked},
                    "statistics_s": stats.seconds, "ranking_s": time.perf_counter() - t0,
