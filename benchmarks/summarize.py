@@ -100,6 +100,9 @@ NEWEST_PER_KEY = {  # families whose runs each cover part of a table: every run 
 }
 
 
+REFERENCE_GPU = "H100"  # the reference for timings (the H100 x1 and its multi-GPU kinds); H200s are lent at times
+
+
 def model_of(gpus) -> str:
     """The GPU model of a list of GPU names, whatever their count (``"NVIDIA H100,..."``; "" for none)."""
     return ",".join(sorted(set(gpus or [])))
@@ -116,9 +119,12 @@ def newest_per_key(runs, key: tuple) -> SimpleNamespace:
     run it came from: ``_origin`` maps each filled field to its file, ``_file`` names them all, newest first; an
     older row's error is not carried over), rows in their run's order, oldest run first; meta of the newest run
     (keys it lacks from the older ones, e.g. a GNN run's fixed-cost table), with the commands and files of the runs
-    that gave a row or a field. Runs on other GPUs are left out (listed as older files)."""
-    seen, kept, used, model = {}, [], [], gpu_model(runs[0])
-    for r in (r for r in runs if gpu_model(r) == model):
+    that gave a row or a field. The model is the reference GPU's (REFERENCE_GPU) where any run has it, so a newer
+    run on a lent H200 does not replace the H100 tables; runs on other GPUs are left out (listed as older files)."""
+    model = next((gpu_model(r) for r in runs if REFERENCE_GPU in gpu_model(r)), gpu_model(runs[0]))
+    runs = [r for r in runs if gpu_model(r) == model]
+    seen, kept, used = {}, [], []
+    for r in runs:
         rows, filled = [], False
         for row in r.rows:
             k = tuple(row.get(c) for c in key)
