@@ -345,7 +345,7 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
         model.eval()
         with torch.no_grad(), autocast():
             state["out"] = model(x, g).float()
-        res = fit(model, x, y, g, masks, epochs=epochs, autocast_dtype=autocast_dtype)
+        res = fit(model, x, y, g, masks, epochs=epochs, autocast_dtype=autocast_dtype, cuda_graph=False)
         return {"ours_first_ms": res["epoch_ms"][0], "ours_ms": float(np.median(res["epoch_ms"][1:])),
                 "ours_losses": res["losses"], "ours_test_acc": res["test_acc"]}
 
@@ -366,7 +366,8 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
                 model.eval()
                 with torch.no_grad(), autocast():
                     out["forward_rel_err"] = rel(state["out"], model(x, arg).float())
-            res = fit(model, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype)
+            res = fit(model, x, y, arg, masks, epochs=epochs, autocast_dtype=autocast_dtype,
+                      cuda_graph=False)
         return {**out, "first_ms": res["epoch_ms"][0], "ms": float(np.median(res["epoch_ms"][1:])),
                 "losses": res["losses"], "test_acc": res["test_acc"]}
 

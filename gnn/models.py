@@ -60,7 +60,7 @@ GRAPH_WARMUP_EPOCHS = 3  # eager epochs before a whole step is captured: plans b
 
 
 def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight_decay: float = 5e-4,
-        seed: int = 0, autocast_dtype=None, cuda_graph: bool = False) -> dict:
+        seed: int = 0, autocast_dtype=None, cuda_graph: bool | None = None) -> dict:
     """Full-batch training with Adam; per epoch the training loss and the wall time of forward + backward + step
     (CUDA synchronised). Returns losses, epoch_ms, and train/val/test accuracy at the epoch of best validation.
 
@@ -73,13 +73,16 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
     not match (torch 2.11, H100: "The AccumulateGrad node's stream does not match ...", an error under the tests'
     warning filter, so the GCN step was not captured).
 
-    ``cuda_graph`` (CUDA tensors): after `GRAPH_WARMUP_EPOCHS` eager epochs (on a side stream, as PyTorch's
+    ``cuda_graph`` (default None: True for CUDA tensors, False on the CPU; True on the CPU is refused): after
+    `GRAPH_WARMUP_EPOCHS` eager epochs (on a side stream, as PyTorch's
     whole-network capture asks), one training step (forward, loss, backward, Adam's step with ``capturable=True``)
     is captured into a CUDA graph and every later epoch replays it: the same arithmetic on the same addresses, the
     host's per-op cost paid once. Works for any model whose ops are capturable (ours: bound products, no host sync;
     dropout draws from the graph-safe generator). The result adds ``graph_from_epoch`` (the first replayed epoch,
     1-based; the capture's epoch includes the capture) or ``graph_error`` when the capture failed and the epochs
-    went on eagerly."""
+    went on eagerly. The default captures because that is where small graphs' epochs go (H100, 10 graphs of
+    0.09-2.4M nnz: GCN 0.39-3.49 ms replayed against 1.63-3.68 eager, GAT 1.12-9.23 against 4.70-9.51; losses
+    within 2.4e-4 of the eager run's)."""
     train, val, test = (m.to(x.device) for m in masks)
     y = y.to(x.device)
     train_idx = torch.nonzero(train).flatten()  # once, before the loop: the epochs then gather without a sync
@@ -88,6 +91,7 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
     cuda = x.device.type == "cuda"
     if cuda_graph and not cuda:
         raise ValueError("fit: cuda_graph=True needs CUDA tensors (x is on the CPU)")
+    cuda_graph = cuda if cuda_graph is None else bool(cuda_graph)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, capturable=cuda_graph)
 
     def step():
