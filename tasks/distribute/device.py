@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from configs.names import DEFAULT_FORMAT
+from kernels import transfer
 from kernels.spmm import gpu_available  # noqa: F401  (re-exported: the tasks call dev.gpu_available())
 
 
@@ -140,12 +141,11 @@ def warm_worker(formats=(DEFAULT_FORMAT,), dtypes=("float32",), device: str = "a
     import scipy.sparse as sp
 
     from kernels.spmm import SpmmPlan
-    from kernels.transfer import to_device, to_host
 
     t0, failed = time.perf_counter(), {}
     rng = np.random.default_rng(0)
     A = sp.random_array((512, 512), density=0.05, format="csr", dtype=np.float32, rng=rng)
-    to_host(to_device(np.zeros(1 << 23, np.float32)))  # 32 MiB: the staged path, its pinned buffers made
+    transfer.to_host(transfer.to_device(np.zeros(1 << 23, np.float32)))  # 32 MiB: staged, pinned buffers made
     for fmt in formats:
         for dtype in dtypes:
             try:
@@ -266,17 +266,11 @@ def scatter_rows(src, idx, out) -> None:
 
 def to_device(x: np.ndarray, on_gpu: bool):
     """``x`` on this worker's GPU (large arrays through pinned staging: ``kernels.transfer``), or ``x``."""
-    if on_gpu:
-        from kernels.transfer import to_device as staged
-        return staged(x)
-    return x
+    return transfer.to_device(x) if on_gpu else x
 
 
 def to_host(x) -> np.ndarray:
-    if hasattr(x, "get"):
-        from kernels.transfer import to_host as staged
-        return staged(x)
-    return np.asarray(x)
+    return transfer.to_host(x) if hasattr(x, "get") else np.asarray(x)
 
 
 def time_kernel(plan, B, on_gpu: bool, repeats: int):

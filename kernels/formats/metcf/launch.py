@@ -15,6 +15,7 @@ from kernels.formats.metcf.container import METCF, balanced_items
 from storage.indexing import INT32_MAX
 from kernels.launch import MAX_GRID_Y, Bound, _bind, _run, tf32_round
 from kernels.operands import check_b_out
+from kernels.transfer import to_device
 
 SOURCE = Path(__file__).resolve().parent / "metcf_spmm.cu"
 
@@ -60,8 +61,6 @@ class KernelArrays:
 
 def upload(M: METCF) -> KernelArrays:
     """Copy a host METCF to the current device, casting to the kernel dtypes."""
-    from kernels.transfer import to_device
-
     return from_device_arrays(M.shape, *(to_device(a) for a in (M.row_window_offset, M.tc_offset, M.tc_local_id,
                                                                   M.sparse_a_to_b, M.data)))
 
