@@ -7,8 +7,9 @@ a cached ``torch.sparse`` CSR ``adj_t``, torch_sparse's ``SparseTensor`` where i
 graphs of 0.1-3M nnz: >= 1.5x geomean for each model, and no graph below 1.0x; and the same loss curve within TF32
 tolerance. Each speedup is given twice: our eager epoch, and our epoch as ``gnn.models.fit`` trains by default on
 CUDA (one captured step replayed: the ``--cuda-graph`` run's ``ours_graph_ms``), both against PyG's best eager path
-(PyG's own captured step, where it captures, is in the table beside them). Rows of the newest day's files are pooled; where two files measured the same (graph, model, hidden,
-precision), the newer one's row is kept (a later kernel or layer version). Files from before the per-path timing
+(PyG's own captured step, where it captures, is in the table beside them). Rows of the newest day's files are
+pooled; where two files measured the same (graph, model, hidden, precision), the newer one's row is kept (a later
+kernel or layer version). Files from before the per-path timing
 (one PyG path per model: ``pyg_ms`` and ``pyg_path``) render with that path as the only one.
 """
 from __future__ import annotations

@@ -74,11 +74,11 @@ def fit(model, x, y, graph, masks, *, epochs: int = 50, lr: float = 0.01, weight
     warning filter, so the GCN step was not captured).
 
     ``cuda_graph`` (default None: True for CUDA tensors, False on the CPU; True on the CPU is refused): after
-    `GRAPH_WARMUP_EPOCHS` eager epochs (on a side stream, as PyTorch's
-    whole-network capture asks), one training step (forward, loss, backward, Adam's step with ``capturable=True``)
-    is captured into a CUDA graph and every later epoch replays it: the same arithmetic on the same addresses, the
-    host's per-op cost paid once. Works for any model whose ops are capturable (ours: bound products, no host sync;
-    dropout draws from the graph-safe generator). The result adds ``graph_from_epoch`` (the first replayed epoch,
+    `GRAPH_WARMUP_EPOCHS` eager epochs (on a side stream, as PyTorch's whole-network capture asks), one training
+    step (forward, loss, backward, Adam's step with ``capturable=True``) is captured into a CUDA graph and every
+    later epoch replays it: the same arithmetic on the same addresses, the host's per-op cost paid once. Works for
+    any model whose ops are capturable (ours: bound products, no host sync; dropout draws from the graph-safe
+    generator). The result adds ``graph_from_epoch`` (the first replayed epoch,
     1-based; the capture's epoch includes the capture) or ``graph_error`` when the capture failed and the epochs
     went on eagerly. The default captures because that is where small graphs' epochs go (H100, 10 graphs of
     0.09-2.4M nnz: GCN 0.39-3.49 ms replayed against 1.63-3.68 eager, GAT 1.12-9.23 against 4.70-9.51; losses

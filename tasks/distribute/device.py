@@ -132,7 +132,7 @@ def warm_worker(formats=(DEFAULT_FORMAT,), dtypes=("float32",), device: str = "a
     """Load what a worker's first shard would: for each format and precision a plan on a small seeded matrix
     (conversion, upload, the kernels' modules from CuPy's cache, cuSPARSE's handle) and one run of every kernel
     its operators own, plus the staging buffers of `kernels.transfer`. A fresh worker paid this inside its first
-    shard's plan: 230-250 ms on the H100 x4 (a 5.2M-nnz shard planned in 255 ms there, 28 ms in a warm process).
+    shard's plan: about 230 ms on the H100 x4 (a 5.2M-nnz shard planned in 255 ms there, 28 ms in a warm process).
     Returns ``{"ms": time taken, "failed": {"format/dtype/kernel": error}}`` (a kernel that refuses the small
     matrix is left cold; its first real shard loads it). Off the GPU: nothing to load, ms 0."""
     if not worker_device(device):

@@ -152,7 +152,7 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
     with dev.Timer(on_gpu) as d2h:
         C = dev.to_host(C_dev).astype(np.float32, copy=False)
     choice = str(plan.choice.get("kernel"))
-    plan_parts = {k: float(v) for k, v in getattr(plan, "timings", {}).items() if isinstance(v, (int, float))}
+    plan_parts = {name: float(v) for name, v in getattr(plan, "timings", {}).items() if isinstance(v, (int, float))}
     del C_dev, B_dev, plan
     dev.release_device_memory(on_gpu)
     t0 = time.perf_counter()
