@@ -363,8 +363,8 @@ def bench_stored(plan, client, store, key, b_info, args, spmm_kw, row, P, E1, C1
                stored_b_rows=[t["b_rows"] for t in tm], stored_b_read_all=[t["b_read_all"] for t in tm],
                stored_first_ms=last["first_ms"],  # the product's first run: kernel selection / autotune included
                stored_plan_parts=last.get("plan_parts", {}),  # the plan's own timings (s): conversion + upload, ...
-               **{f"stored_{s}_ms": last[f"{s}_ms"] for s in ("load", "b", "remap", "h2d", "plan", "d2h", "write",
-                                                              "overhead")})
+               **{f"stored_{s}_ms": last.get(f"{s}_ms") for s in ("load", "b", "b_wait", "remap", "h2d", "plan", "d2h",
+                                                                  "write", "overhead")})
     C = read_c(store, run_id, plan.perm)  # the check's copy, after the timed run
     row["stored_rel_err"] = rel_err(C[check], C1)
 

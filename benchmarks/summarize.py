@@ -816,8 +816,8 @@ ONESHOT_PARTS = ("scatter_ms", "load_ms", "remap_ms", "h2d_ms", "plan_ms", "d2h_
                  "last_gather_ms", "other_ms")
 
 
-STORED_PARTS = ("stored_load_ms", "stored_b_ms", "stored_remap_ms", "stored_h2d_ms", "stored_plan_ms",
-                "stored_first_ms", "stored_d2h_ms", "stored_write_ms", "stored_overhead_ms")
+STORED_PARTS = ("stored_load_ms", "stored_b_ms", "stored_b_wait_ms", "stored_remap_ms", "stored_h2d_ms",
+                "stored_plan_ms", "stored_first_ms", "stored_d2h_ms", "stored_write_ms", "stored_overhead_ms")
 
 
 def parts_table(rows, intro: str, e2e: str, parts: tuple, prefix: str = "") -> list[str]:
@@ -842,7 +842,9 @@ def oneshot_breakdown(rows) -> list[str]:
         "block, `other` = the rest of that path: Dask scheduling, inputs moving to the worker, the block serialized "
         "back):", "e2e_ms", ONESHOT_PARTS) + parts_table(
         rows, "Driver-free one-shot (each worker reads its shard and B rows from Parquet and writes its C block), the "
-        "shard placed last (ms): load = its shard from Parquet, b = its rows of B, remap = its halo columns renamed, "
+        "shard placed last (ms): load = its shard from Parquet, b = its rows of B, b_wait = what was left of that "
+        "read when the remap and the plan (run beside it since 2026-11-28; '–' before) were done, remap = its halo "
+        "columns renamed, "
         "h2d / d2h = copies, plan = the SpmmPlan's build, first = the product's first run (kernel selection and "
         "autotune included; '–' in runs before it was recorded), write = its C block, overhead = Dask's share; e2e "
         "excludes the timed repeats only:", "stored_e2e_ms", STORED_PARTS, "stored_")
