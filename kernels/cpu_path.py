@@ -46,6 +46,15 @@ class CpuPath:
             C = prec.to_storage(C)
         return into_host(C, out, accumulate)
 
+    def bind(self, B, out, accumulate: bool, shape: tuple) -> "CpuCall":
+        """``SpmmPlan.bind`` on this path: NumPy B [K, N] and out [M, N] of A's ``shape``, checked once."""
+        if not isinstance(B, np.ndarray) or not isinstance(out, np.ndarray):
+            raise TypeError(f"bind on the CPU path takes NumPy B and out, got {type(B).__name__} and "
+                            f"{type(out).__name__}")
+        if B.ndim != 2 or B.shape[0] != shape[1] or out.shape != (shape[0], B.shape[1]):
+            raise ValueError(f"B is {B.shape} and out {out.shape}; expected ({shape[1]}, N) and ({shape[0]}, N)")
+        return CpuCall(self, B, out, accumulate)
+
     def benchmark(self, B, repeats: int, warmup: int) -> dict:
         """Median host ms of ``repeats`` runs after ``warmup``."""
         for _ in range(warmup):

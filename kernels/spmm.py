@@ -29,7 +29,8 @@ from kernels import launch
 from kernels.baselines import BASELINES
 from kernels.calls import (AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture,  # noqa: F401 (AUTO_GRAPH_AFTER:
                            retire)  # re-exported)
-from kernels.cpu_path import CpuCall, CpuPath, into_host
+from kernels.choice import decide
+from kernels.cpu_path import CpuPath, into_host
 from kernels.formats.contract import Choice
 from kernels.formats.ranking import AUTO_CANDIDATES, check_candidates
 from kernels.formats.ranking import select as select_formats
@@ -152,41 +153,8 @@ class SpmmPlan:
         return op
 
     def _decide(self, N: int, B) -> Choice:
-        """Each format's choice for N (its own cost model / timings, cuSPARSE among its candidates); with several
-        formats and a B, the fastest measured of their choices. When that choice was timed (autotune), each
-        fallback kernel the formats' records list (``Format.fallbacks``: ME-TCF's, after DTC-SpMM's selector, the
-        deterministic CUDA-core CSR kernel) is timed too and taken where it is faster."""
-        choice = self._decide_formats(N, B)
-        if self.ranking is not None:
-            choice["format_ranking"] = self.ranking
-        timed = choice.measured_ms or choice.formats_measured_ms
-        if B is None or not self._fallbacks or not timed:
-            return choice
-        best_ms = (choice.measured_ms or {}).get(choice.kernel)
-        if best_ms is None:
-            best_ms = min(choice.formats_measured_ms.values())
-        for kernel in self._fallbacks:
-            ms, op = self._time(kernel, B), self._op(kernel)
-            choice = choice.replace(**{kernel.replace("-", "_") + "_ms": ms})
-            if ms < best_ms:
-                choice.update(kernel=kernel, format=op.format_name, reason=f"{kernel} ({op.summary}) {ms:.4f} ms "
-                              f"beats {best_ms:.4f} ms of the Tensor Core choice; {choice.reason}")
-                best_ms = ms
-        return choice
-
-    def _decide_formats(self, N: int, B) -> Choice:
-        per_format = {}
-        for name, ops in self._ops.items():
-            ch = ops.decide(N, B, lambda kernel, **kw: self._time(kernel, B, **kw))
-            per_format[name] = ch.replace(format=self._op(ch.kernel).format_name, precision=self.precision.name)
-        if len(per_format) == 1 or B is None:
-            return next(iter(per_format.values()))
-        # a format that autotuned has timed its choice already (the same way, through _time): no second timing
-        measured = {name: (ch.measured_ms or {}).get(ch.kernel) or self._time(ch.kernel, B, choice=ch)
-                    for name, ch in per_format.items()}
-        best = min(measured, key=measured.get)
-        return per_format[best].replace(formats_measured_ms=measured, reason=f"fastest measured format of "
-                                        f"{measured}: {best}; {per_format[best].reason}")
+        """The choice for N (`kernels.choice.decide`: the formats' own, the fastest measured, the fallbacks)."""
+        return decide(self, N, B)
 
     def _launch(self, kernel: str, B, out, accumulate: bool = False, ksplit: int | None = None, *, choice=None):
         if out is None:  # C in the plan's out_dtype (the launchers' own default is float32), or the operator's
@@ -295,13 +263,7 @@ class SpmmPlan:
         B a C-contiguous cupy array in the precision's storage dtype, out C-contiguous in ``out_dtype`` (the
         operator checks both once, here); CPU path: NumPy arrays, a `kernels.cpu_path.CpuCall`."""
         if self.device == "cpu":
-            if not isinstance(B, np.ndarray) or not isinstance(out, np.ndarray):
-                raise TypeError(f"bind on the CPU path takes NumPy B and out, got {type(B).__name__} and "
-                                f"{type(out).__name__}")
-            if B.ndim != 2 or B.shape[0] != self.shape[1] or out.shape != (self.shape[0], B.shape[1]):
-                raise ValueError(f"B is {B.shape} and out {out.shape}; expected ({self.shape[1]}, N) and "
-                                 f"({self.shape[0]}, N)")
-            return CpuCall(self._cpu, B, out, accumulate)
+            return self._cpu.bind(B, out, accumulate, self.shape)
         import cupy
 
         if not isinstance(B, cupy.ndarray) or B.dtype != self.precision.storage_dtype or B.ndim != 2:

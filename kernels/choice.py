@@ -1,0 +1,48 @@
+"""How a `SpmmPlan` on the GPU chooses its kernel for N: each format's operator decides by its own cost model and
+timings, the fastest measured of several formats wins, and the fallback kernels the formats' records list are timed
+against a timed choice. Runs once per N (`SpmmPlan._kernel_for`), never on the per-call path; the plan supplies the
+operators (``plan._ops``, ``plan._op``), the timer (``plan._time``: the bound launch ``run`` takes) and the
+fallbacks (``plan._fallbacks``)."""
+from __future__ import annotations
+
+from kernels.formats.contract import Choice
+
+
+def decide(plan, N: int, B) -> Choice:
+    """Each format's choice for N (its own cost model / timings, cuSPARSE among its candidates); with several
+    formats and a B, the fastest measured of their choices. When that choice was timed (autotune), each fallback
+    kernel the formats' records list (``Format.fallbacks``: ME-TCF's, after DTC-SpMM's selector, the deterministic
+    CUDA-core CSR kernel) is timed too and taken where it is faster. ``B`` None: the a-priori choice (no timing)."""
+    choice = decide_formats(plan, N, B)
+    if plan.ranking is not None:
+        choice["format_ranking"] = plan.ranking
+    timed = choice.measured_ms or choice.formats_measured_ms
+    if B is None or not plan._fallbacks or not timed:
+        return choice
+    best_ms = (choice.measured_ms or {}).get(choice.kernel)
+    if best_ms is None:
+        best_ms = min(choice.formats_measured_ms.values())
+    for kernel in plan._fallbacks:
+        ms, op = plan._time(kernel, B), plan._op(kernel)
+        choice = choice.replace(**{kernel.replace("-", "_") + "_ms": ms})
+        if ms < best_ms:
+            choice.update(kernel=kernel, format=op.format_name, reason=f"{kernel} ({op.summary}) {ms:.4f} ms "
+                          f"beats {best_ms:.4f} ms of the Tensor Core choice; {choice.reason}")
+            best_ms = ms
+    return choice
+
+
+def decide_formats(plan, N: int, B) -> Choice:
+    """Each format operator's own choice for N; with several and a B, the fastest measured of them."""
+    per_format = {}
+    for name, ops in plan._ops.items():
+        ch = ops.decide(N, B, lambda kernel, **kw: plan._time(kernel, B, **kw))
+        per_format[name] = ch.replace(format=plan._op(ch.kernel).format_name, precision=plan.precision.name)
+    if len(per_format) == 1 or B is None:
+        return next(iter(per_format.values()))
+    # a format that autotuned has timed its choice already (the same way, through _time): no second timing
+    measured = {name: (ch.measured_ms or {}).get(ch.kernel) or plan._time(ch.kernel, B, choice=ch)
+                for name, ch in per_format.items()}
+    best = min(measured, key=measured.get)
+    return per_format[best].replace(formats_measured_ms=measured, reason=f"fastest measured format of "
+                                    f"{measured}: {best}; {per_format[best].reason}")
