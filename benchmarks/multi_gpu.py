@@ -98,7 +98,7 @@ def parse_args(argv=None):
     p.add_argument("--weak", type=float, default=None,
                    help="weak scaling: nonzeros per GPU (the matrix grows with P); resident modes only")
     p.add_argument("--cold-workers", action="store_true",
-                   help="skip warm_cluster: each worker's first shard then loads its kernels (about 0.24 s)")
+                   help="skip warm_cluster: each worker's first shard then loads its kernels (about 0.23 s)")
     p.add_argument("--protocol", default=None, help="Dask comm: tcp or ucx (default TCSPMM_DASK_PROTOCOL, tcp)")
     p.add_argument("--rmm-pool", default=None, help="RMM pool per worker (default TCSPMM_RMM_POOL, 0.5; off)")
     p.add_argument("--transport", default="auto", choices=("auto", "nccl", "dask"),

@@ -114,9 +114,9 @@ def gpu_model(run) -> str:
 
 
 def newest_per_key(runs, key: tuple) -> SimpleNamespace:
-    """The runs (newest first) on the newest run's GPU model as one: per ``key`` the newest run's row, its fields that
-    run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps the
-    run it came from: ``_origin`` maps each filled field to its file, ``_file`` names them all, newest first; an
+    """The runs (newest first) on one GPU model (see below) as one: per ``key`` the newest run's row, its fields
+    that run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps
+    the run it came from: ``_origin`` maps each filled field to its file, ``_file`` names them all, newest first; an
     older row's error is not carried over), rows in their run's order, oldest run first; meta of the newest run
     (keys it lacks from the older ones, e.g. a GNN run's fixed-cost table), with the commands and files of the runs
     that gave a row or a field. The model is the reference GPU's (REFERENCE_GPU) where any run has it, so a newer
@@ -844,10 +844,9 @@ def oneshot_breakdown(rows) -> list[str]:
         rows, "Driver-free one-shot (each worker reads its shard and B rows from Parquet and writes its C block), the "
         "shard placed last (ms): load = its shard from Parquet, b = its rows of B, b_wait = what was left of that "
         "read when the remap and the plan (run beside it since 2026-11-28; '–' before) were done, remap = its halo "
-        "columns renamed, "
-        "h2d / d2h = copies, plan = the SpmmPlan's build, first = the product's first run (kernel selection and "
-        "autotune included; '–' in runs before it was recorded), write = its C block, overhead = Dask's share; e2e "
-        "excludes the timed repeats only:", "stored_e2e_ms", STORED_PARTS, "stored_")
+        "columns renamed, h2d / d2h = copies, plan = the SpmmPlan's build, first = the product's first run (kernel "
+        "selection and autotune included; '–' in runs before it was recorded), write = its C block, overhead = "
+        "Dask's share; e2e excludes the timed repeats only:", "stored_e2e_ms", STORED_PARTS, "stored_")
 
 
 # ---------------------------------------------------------------------------------------------- convert, parse

@@ -147,8 +147,8 @@ def cluster_client(address: str | None = None, n_workers: int | None = None, *, 
 
 def warm_cluster(client, formats=None, dtypes=("float32",)) -> dict:
     """Run `device.warm_worker` on every worker at once (formats default: the default one); {worker: its
-    result}. A long-lived cluster pays it once; without it each worker's first shard does (one-shot e2e: about
-    0.24 s on the H100 x4)."""
+    result}. A long-lived cluster pays it once; without it each worker's first shard does (about 0.23 s of its
+    plan on the H100 x4)."""
     from configs.names import DEFAULT_FORMAT
     from tasks.distribute.device import warm_worker
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from configs.names import DEFAULT_FORMAT
 from kernels import transfer
-from kernels.spmm import gpu_available  # noqa: F401  (re-exported: the tasks call dev.gpu_available())
+from kernels.spmm import SpmmPlan, gpu_available  # noqa: F401  (gpu_available re-exported: dev.gpu_available())
 
 
 def worker_device(device: str = "auto") -> bool:
@@ -124,7 +124,6 @@ def make_spmm_plan(S, on_gpu: bool, dtype="float32", spmm_kw: dict | None = None
     and a half C would round each partial sum (bfloat16 C, as uint16 bits, could not be added on the host at all)."""
     if S.n_blocks == 0:
         return _EmptyPlan(S.shape[0], on_gpu)
-    from kernels.spmm import SpmmPlan
     return SpmmPlan(S, device="gpu" if on_gpu else "cpu", dtype=dtype, out_dtype=np.float32, **(spmm_kw or {}))
 
 
@@ -139,8 +138,6 @@ def warm_worker(formats=(DEFAULT_FORMAT,), dtypes=("float32",), device: str = "a
         return {"ms": 0.0, "failed": {}}
     import cupy
     import scipy.sparse as sp
-
-    from kernels.spmm import SpmmPlan
 
     t0, failed = time.perf_counter(), {}
     rng = np.random.default_rng(0)

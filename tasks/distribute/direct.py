@@ -166,10 +166,9 @@ def run_stored_shard(k: int, shard: ShardRef, b: DenseRef, out: tuple, *, repeat
     write_ms = (time.perf_counter() - t0) * 1e3
     return {"shard": int(k), "worker": _worker_address(), "gpu": dev.device_name(on_gpu), "kernel": choice,
             "dtype": dtype, "load_ms": load_ms, "b_ms": b_ms, "b_wait_ms": b_wait_ms, "remap_ms": remap_ms,
-            "h2d_ms": h2d.ms,
-            "plan_ms": plan_ms, "plan_parts": plan_parts, "kernel_ms": kernel_ms, "timing_ms": timing_ms,
-            "first_ms": first_ms, "d2h_ms": d2h.ms,
-            "write_ms": write_ms, "shard_ms": (time.perf_counter() - t_shard) * 1e3, "a_bytes_read": int(a_bytes),
+            "h2d_ms": h2d.ms, "plan_ms": plan_ms, "plan_parts": plan_parts, "kernel_ms": kernel_ms,
+            "timing_ms": timing_ms, "first_ms": first_ms, "d2h_ms": d2h.ms, "write_ms": write_ms,
+            "shard_ms": (time.perf_counter() - t_shard) * 1e3, "a_bytes_read": int(a_bytes),
             "b_bytes_read": int(b_bytes), "c_bytes_written": sum(int(r["size"]) for r in records),
             "b_rows": int(B_rows.shape[0]), "b_read_all": bool(read_all), "halo_rows": int(cols.shape[0]),
             "n_blocks": int(S.n_blocks), "nnz": int(S.nnz), "repeats": int(repeats), "records": records}
