@@ -1,9 +1,9 @@
 """Host <-> device copy rates of a dense operand: CuPy's copy from and into pageable memory against
 ``kernels.transfer``'s pinned staging (what the one-shot workers use for B and C), bitwise checked in the same run.
 
-    python benchmarks/transfer.py [--rows 524288] [--cols 256] [--repeats 3] [--out PATH]
+    python benchmarks/transfer.py [--rows 524288] [--cols 256] [--repeats 20] [--out PATH]
 
-Per direction the best of ``--repeats`` copies of a float32 [rows, cols] array (default 537 MB: the one-shot
+Per direction the median of ``--repeats`` copies (after two warm-up copies) of a float32 [rows, cols] array (default 537 MB: the one-shot
 benchmark's B), synchronized: ``h2d pageable`` = ``cupy.asarray(x)``, ``h2d staged`` = ``transfer.to_device(x)``,
 ``d2h pageable`` = ``x.get()`` into fresh memory (what a result costs), ``d2h reused`` = ``x.get(out=y)`` into
 memory written before (the page-fault-free bound), ``d2h staged`` = ``transfer.to_host(x)`` (fresh memory).
@@ -28,22 +28,24 @@ sys.path.insert(0, str(REPO))
 from storage.atomic import atomic_path  # noqa: E402
 
 
-def best_s(fn, sync, repeats: int):
-    best, out = float("inf"), None
-    for _ in range(repeats):
+def median_s(fn, sync, repeats: int, warmup: int = 2):
+    """(median seconds of ``repeats`` synchronized calls after ``warmup``, the last call's result)."""
+    out, times = None, []
+    for i in range(warmup + repeats):
         sync()
         t0 = time.perf_counter()
         out = fn()
         sync()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times)), out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=524288)
     ap.add_argument("--cols", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.rows < 1 or args.cols < 1 or args.repeats < 1:
@@ -58,15 +60,15 @@ def main(argv=None) -> int:
     sync = cupy.cuda.Device().synchronize
     x = np.random.default_rng(0).standard_normal((args.rows, args.cols), dtype=np.float32)
     gb = x.nbytes / 1e9
-    setup, _ = best_s(lambda: transfer.to_device(x[: max(1, transfer.MIN_BYTES // x[0].nbytes)]), sync, 1)
+    setup, _ = median_s(lambda: transfer.to_device(x[: max(1, transfer.MIN_BYTES // x[0].nbytes)]), sync, 1, 0)
     t = {}
-    t["h2d pageable"], d1 = best_s(lambda: cupy.asarray(x), sync, args.repeats)
-    t["h2d staged"], d2 = best_s(lambda: transfer.to_device(x), sync, args.repeats)
+    t["h2d pageable"], d1 = median_s(lambda: cupy.asarray(x), sync, args.repeats)
+    t["h2d staged"], d2 = median_s(lambda: transfer.to_device(x), sync, args.repeats)
     same_dev = bool((d1.view(cupy.uint32) == d2.view(cupy.uint32)).all())
-    t["d2h pageable"], h1 = best_s(lambda: d1.get(), sync, args.repeats)
+    t["d2h pageable"], h1 = median_s(lambda: d1.get(), sync, args.repeats)
     y = np.empty_like(x)
-    t["d2h reused"], _ = best_s(lambda: d1.get(out=y), sync, args.repeats)
-    t["d2h staged"], h2 = best_s(lambda: transfer.to_host(d1), sync, args.repeats)
+    t["d2h reused"], _ = median_s(lambda: d1.get(out=y), sync, args.repeats)
+    t["d2h staged"], h2 = median_s(lambda: transfer.to_host(d1), sync, args.repeats)
     same_host = np.array_equal(h2.view(np.uint32), x.view(np.uint32)) and np.array_equal(h1, h2)
     meta = gpu_meta()
     rows = [{"copy": k, "ms": v * 1e3, "gb_s": gb / v} for k, v in t.items()]
