@@ -219,10 +219,17 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = 0.5, 
     times back to back into a CUDA graph on a private stream (calls = enough for ~target_ms per replay, from a
     single-call estimate), and each of `repeats` replays is bracketed by its own pair of events; returns the
     median of replay ms / calls. fn must launch only on the current stream and must not allocate (pass its
-    outputs in); cuSPARSE through kernels.cusparse follows the current stream."""
+    outputs in); cuSPARSE through kernels.cusparse follows the current stream.
+
+    The private stream is ordered after the caller's current stream's earlier work, and the caller's stream after
+    the timing: a non-blocking stream does not wait for the legacy default stream by itself, so a plan's first
+    autotune (or cuSPARSE's `tune`) right after an upload ran its kernels on index arrays whose copies had not
+    landed (cudaErrorIllegalAddress, H200 and H100: host_overhead.py's cuSPARSE tune, after 11-12 matrices)."""
     import cupy
 
+    caller = cupy.cuda.get_current_stream()
     stream = cupy.cuda.Stream(non_blocking=True)
+    stream.wait_event(caller.record())
     with stream:
         one = median_ms(fn, repeats=3, warmup=warmup)
         calls = int(min(max_calls, max(1, round(target_ms / max(one, 1e-3)))))
@@ -241,6 +248,7 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = 0.5, 
             stop.record(stream)
             stop.synchronize()  # synchronize!
             times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
+    caller.wait_event(stream.record())
     return float(np.median(times))
 
 
