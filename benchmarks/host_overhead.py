@@ -3,8 +3,9 @@
     PYTHONPATH=. python3 benchmarks/host_overhead.py [--ns 128 256] [--label after] [--before FILE] [--code DIR]
 
 For each matrix (the SuiteSparse fixtures in .fixtures, 2.6k-370k nnz, and three generated 1.7-2M nnz graphs in
-their shuffled order), each N, and three plans (deterministic float32: our kernels only; deterministic=False
-float32: cuSPARSE allowed; deterministic float16), with B and out prepared once:
+their shuffled order), each N, and five plans (the defaults, format "auto", in float32 and float16; ME-TCF alone, deterministic float32:
+our kernels only; deterministic=False float32: cuSPARSE allowed; deterministic float16), with B and out prepared
+once:
 - ``issued_us``: plan.run(B, out) per call as issued: CUDA events around a Python loop of back-to-back calls,
   divided by the calls (median of 5 loops; the automatic graph replay of repeated calls is on, as by default);
 - ``issued_nograph_us``: the same with ``plan.graphs = False`` (the bound launch every call);
@@ -49,11 +50,13 @@ GENERATED_MORE = [("rmat-s16", "rmat", "scale=16&edge_factor=12"),
                   ("mesh2d-300", "mesh", "nx=300&ny=300&nz=1&stencil=9"),
                   ("banded-200k", "banded", "n=200000&bandwidth=4")]
 TARGET_NNZ = (100_000, 3_000_000)  # issue 15's real-matrix range
-PLANS = {"det-f32": {"dtype": "float32"}, "nondet-f32": {"dtype": "float32", "deterministic": False},
-         "det-f16": {"dtype": "float16"},
-         # format="auto" (issue 32: the cost model's first two formats built and timed) beside the defaults above
+# det-* / nondet-*: ME-TCF alone (SpmmPlan's default until 2026-11-28); auto-*: format="auto", the default since
+# (issue 32: the cost model's first format and ME-TCF built and timed, the faster kept)
+PLANS = {"det-f32": {"dtype": "float32", "format": "metcf"},
+         "nondet-f32": {"dtype": "float32", "format": "metcf", "deterministic": False},
+         "det-f16": {"dtype": "float16", "format": "metcf"},
          "auto-f32": {"dtype": "float32", "format": "auto"}, "auto-f16": {"dtype": "float16", "format": "auto"}}
-DEFAULT_PLANS = ("det-f32", "nondet-f32", "det-f16")
+DEFAULT_PLANS = ("auto-f32", "det-f32", "nondet-f32", "auto-f16", "det-f16")
 
 
 def log(*a):

@@ -40,7 +40,7 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from configs.names import DEFAULT_FORMAT  # noqa: E402
+from configs.names import BASE_FORMAT  # noqa: E402
 from kernels.precision import precision as as_precision  # noqa: E402
 from storage.atomic import atomic_path  # noqa: E402
 
@@ -156,7 +156,7 @@ def summary(rows: list[dict]) -> dict:
             continue
         key = f"{r['matrix']} {r['dtype']} N={r['N']}"
         default = next((d for d in rows if d["matrix"] == r["matrix"] and d["dtype"] == r["dtype"]
-                        and d["N"] == r["N"] and d["plan"] == DEFAULT_FORMAT and "error" not in d), None)
+                        and d["N"] == r["N"] and d["plan"] == BASE_FORMAT and "error" not in d), None)
         out[key] = {"nnz": r["nnz"], "auto_plan_s": r["plan_s"], "reorder_s": r["reorder_s"],
                     "auto_over_reorder": r["plan_s"] / r["reorder_s"] if r["reorder_s"] else None,
                     "auto_kernel_over_default": (r["kernel_ms"] / default["kernel_ms"]

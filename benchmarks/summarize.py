@@ -167,6 +167,7 @@ def pick(results: Path, family: str):
         chosen = list({series(r.path): r for r in reversed(runs)}.values())
     elif family == "host-overhead" and runs:  # --reorder auto runs of the newest day (--matrices parts pooled)
         auto = [r for r in runs if r.meta.get("reorder") == "auto"]
+        auto = [r for r in auto if gpu_model(r) == gpu_model(auto[0])]  # one GPU model: the newest run's
         chosen = [pooled(auto)] if auto else runs[:1]
     elif family in NEWEST_PER_KEY and runs:
         chosen = [newest_per_key(runs, NEWEST_PER_KEY[family])]

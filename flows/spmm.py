@@ -51,8 +51,10 @@ def build_parser() -> cli.Parser:
     order.add_argument("--seed", type=cli.nonnegative_int, default=0, help="seed of B and of randomized reorderings")
     fmt = p.add_argument_group("format and precision")
     fmt.add_argument("--format", dest="fmt", default=cli.DEFAULT_FORMAT, metavar="FORMAT",
-                     help=f"converted format: a registered one (kernels/formats/<name>/; default {cli.DEFAULT_FORMAT}), "
-                          "auto (the two formats the cost model ranks first, timed) or hybrid (dense 16-row windows "
+                     help=f"converted format (default {cli.DEFAULT_FORMAT}): auto (the format the cost model ranks "
+                          "first "
+                          f"and {cli.BASE_FORMAT}, both timed, the faster kept), a registered one "
+                          "(kernels/formats/<name>/) or hybrid (dense 16-row windows "
                           "on a Tensor Core format, the other rows on the CUDA-core CSR kernel; one device)")
     fmt.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                      help="value type of A, B and C: float32 (TF32 Tensor Cores), float16 or bfloat16 "

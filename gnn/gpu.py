@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from configs.names import BASE_FORMAT
 from gnn import reference as ref
 from gnn.products import PlanProduct, array_view
 
@@ -73,13 +74,15 @@ class GpuEngine:
                 A = A[self.op.perm]
             with self._on_torch_stream():
                 try:  # half plans return float32 C (cast to the input's dtype here: one rounding, not two)
-                    plan = SpmmPlan(A, device="gpu", dtype=name, **({"out_dtype": np.float32} if name != "float32"
-                                                                     else {}))
+                    # the base format (ME-TCF), not the default "auto": the GNN tables were measured on it, and
+                    # a layer's products at several N would each time two formats in the first epoch
+                    plan = SpmmPlan(A, device="gpu", dtype=name, format=BASE_FORMAT,
+                                    **({"out_dtype": np.float32} if name != "float32" else {}))
                     how = f"SpmmPlan dtype={name}"
                 except (ValueError, TypeError) as err:  # a SpmmPlan without half kernels: float32, inputs cast
                     if name == "float32":
                         raise
-                    plan = self._plans.get((transpose, "float32")) or SpmmPlan(A, device="gpu")
+                    plan = self._plans.get((transpose, "float32")) or SpmmPlan(A, device="gpu", format=BASE_FORMAT)
                     self._plans[(transpose, "float32")] = plan
                     how = f"SpmmPlan float32 (inputs cast from {name}: {err})"
             plan.gnn_permuted = permuted

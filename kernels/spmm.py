@@ -1,12 +1,13 @@
 """Public SpMM: `SpmmPlan(A, dtype=..., format=...)` converts, uploads, compiles and selects once; `plan.run(B)`
 per call; `spmm(A, B)` wraps both. Without CuPy or a GPU the plan takes the CPU path (kernels.cpu_path).
 
-Formats come from the registry (``kernels.formats``): ``format=`` any registered name (default
-``configs.names.DEFAULT_FORMAT``), ``"hybrid"`` (``kernels.hybrid``: dense 16-row windows on a Tensor Core format,
-the other rows on the CUDA-core CSR kernel, split by the cost model) or ``"auto"``: the formats that support the
+Formats come from the registry (``kernels.formats``): ``format=`` any registered name, ``"hybrid"``
+(``kernels.hybrid``: dense 16-row windows on a Tensor Core format, the other rows on the CUDA-core CSR kernel, split
+by the cost model) or ``"auto"``, the default (``configs.names.DEFAULT_FORMAT``): the formats that support the
 precision, and the hybrid, ranked by their cost estimates from A's structure statistics
-(``kernels.formats.ranking``); the first ``auto_candidates`` (default 2) are built and timed, and the fastest
-measured wins. Precisions (``kernels.precision``): float32 (TF32 Tensor
+(``kernels.formats.ranking``); the first ``auto_candidates`` (default 2, one of them always
+``configs.names.BASE_FORMAT``) are built and timed, and the fastest measured wins; on the CPU path "auto" runs the
+base format's NumPy twin. Precisions (``kernels.precision``): float32 (TF32 Tensor
 Cores, m16n8k8), float16 and bfloat16 (m16n8k16, FP32 accumulation; bfloat16 values travel as uint16 bit
 patterns: NumPy and CuPy have no bfloat16 dtype).
 
@@ -24,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT, DEFAULT_FORMAT
 from kernels import launch
 from kernels.baselines import BASELINES
 from kernels.calls import (AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture,  # noqa: F401 (AUTO_GRAPH_AFTER:
@@ -97,14 +98,15 @@ class SpmmPlan:
         self.device = "gpu" if use_gpu else "cpu"
         self.choices: dict[int, Choice] = {}
         self.timings: dict = {}
-        if not use_gpu:
-            self._cpu = CpuPath(self.formats[0], self.precision, self.out_dtype, self._csr, A if given else None)
+        if not use_gpu:  # "auto" there: the base format's twin (nothing is timed on the CPU path)
+            fmt = next((f for f in self.formats if f.name == BASE_FORMAT), self.formats[0])
+            self._cpu = CpuPath(fmt, self.precision, self.out_dtype, self._csr, A if given else None)
             self.choice = self._cpu.choice
             return
         self.formats = gpu_ready(self.formats, given or format)
         if not given and format == "auto":  # build only the formats the cost estimates rank first
             self.formats, self.ranking = select_formats(self._csr, self.formats, self.precision.name, auto_candidates,
-                                                        anchor=DEFAULT_FORMAT)
+                                                        anchor=BASE_FORMAT)
             self.timings["format_ranking_s"] = self.ranking.get("ranking_s", 0.0)
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._op_kw = {"balance": balance, "autotune": autotune, "allow_cusparse": not self.deterministic}

@@ -23,7 +23,7 @@ from typing import Callable
 
 from configs import data_root as resolve_data_root
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT, REORDER_METHODS  # noqa: F401 (the parser's choices)
+from configs.names import BASE_FORMAT, DEFAULT_FORMAT, REORDER_METHODS  # noqa: F401 (the parser's choices)
 
 _PREFECT_LOGGERS = ("prefect", "prefect.extra", "prefect.client", "prefect.infrastructure", "prefect.server",
                     "uvicorn", "fastapi")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT
 from kernels.formats.blocks import WINDOW, window_chunks
 
 # Below this many nonzeros the scatter/gather costs more than converting in-process (~1 s per 10M nnz, 1 core).
@@ -23,7 +23,7 @@ def convert_on_cluster(A, client, fmt=None, precision=None, *, chunk_nnz: int = 
     from kernels.formats import get
     from kernels.precision import precision as as_precision
 
-    fmt, precision = fmt or get(DEFAULT_FORMAT), as_precision(precision or "float32")
+    fmt, precision = fmt or get(BASE_FORMAT), as_precision(precision or "float32")
     A = A.tocsr()
     n_rows = int(A.shape[0])
     n_windows = -(-n_rows // WINDOW)

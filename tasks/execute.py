@@ -12,7 +12,7 @@ import uuid
 import numpy as np
 
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT, DEFAULT_FORMAT
 from storage import BlockStore
 from kernels.precision import precision as as_precision
 from tasks.stages import _jsonable, auto_formats, dask_client, is_composite, load_composite
@@ -215,15 +215,18 @@ def run_spmm(matrix_id: str, perm_key: str, format_key: str, data_root: str, *, 
             raise InputError(f"--devices {devices}: sharded SpMM needs the flow's Dask cluster")
         from tasks.distribute.formats import shard_ops
 
-        if M is None:  # --format auto: the first registered format the ranking kept that shards (the convert stage
-            # stored exactly those; each worker's selector then picks that format's kernel for its shard)
+        if M is None:  # --format auto: the base format where the ranking kept it (it always does: the anchor),
+            # else the first registered format the ranking kept that shards (the convert stage stored exactly
+            # those; each worker's selector then picks that format's kernel for its shard). The ranking is of the
+            # whole matrix, not of a shard, and the scale-out was measured on the base format (docs/scale-out.md)
             ranked = ([REGISTRY[n] for n in stored_formats if n in REGISTRY] if stored_formats else
                       [f for f in auto_formats(A[perm], formats, prec.name)[0] if f.name in REGISTRY])
             if not ranked:
                 raise InputError(f"--format auto --devices {devices}: the ranking kept only "
                                  f"{', '.join(stored_formats or ())}, which runs on one device; pass a registered "
                                  f"--format")
-            shardable = [f for f in ranked if f.shard is not None] or ranked
+            shardable = sorted([f for f in ranked if f.shard is not None] or ranked,
+                               key=lambda f: f.name != BASE_FORMAT)
             M = load_format(mstore, shardable[0], format_key, A, perm, prec)
         shard_ops(M)  # one line naming the format when it cannot run sharded
         C, result = _run_sharded(mstore, format_key, perm, M, B, devices, mode, scheduler, repeats, prec.name, seed)

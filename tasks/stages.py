@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT, DEFAULT_FORMAT
 from storage import BlockStore, perm_key as make_perm_key
 from storage.naming import dumps
 from tasks import progress
@@ -317,13 +317,14 @@ def reordered_csr(mstore, perm_key: str):
 
 
 def auto_formats(A, formats: list, precision: str) -> tuple[list, dict | None]:
-    """``--format auto``: the formats a plan of ``SpmmPlan(format="auto")`` builds for the reordered ``A``, ranked
-    by their cost estimates (``kernels.formats.ranking.select``, deterministic: the convert and run stages agree);
-    these are the ones converted and stored, and a sharded run takes the first that shards. One candidate: it."""
+    """``--format auto``: the formats a plan of ``SpmmPlan(format="auto")`` builds for the reordered ``A`` (the
+    base format among them), ranked by their cost estimates (``kernels.formats.ranking.select``, deterministic: the
+    convert and run stages agree); these are the ones converted and stored, and a sharded run takes the base format
+    (`tasks.execute.run_spmm`). One candidate: it."""
     if len(formats) <= 1:
         return list(formats), None
     from kernels.formats.ranking import AUTO_CANDIDATES, select
-    return select(A, formats, precision, AUTO_CANDIDATES)
+    return select(A, formats, precision, AUTO_CANDIDATES, anchor=BASE_FORMAT)
 
 
 def _jsonable(obj):

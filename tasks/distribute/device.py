@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT
 from kernels import transfer
 from kernels.spmm import SpmmPlan, gpu_available  # noqa: F401  (gpu_available re-exported: dev.gpu_available())
 
@@ -127,7 +127,7 @@ def make_spmm_plan(S, on_gpu: bool, dtype="float32", spmm_kw: dict | None = None
     return SpmmPlan(S, device="gpu" if on_gpu else "cpu", dtype=dtype, out_dtype=np.float32, **(spmm_kw or {}))
 
 
-def warm_worker(formats=(DEFAULT_FORMAT,), dtypes=("float32",), device: str = "auto", n_cols: int = 256) -> dict:
+def warm_worker(formats=(BASE_FORMAT,), dtypes=("float32",), device: str = "auto", n_cols: int = 256) -> dict:
     """Load what a worker's first shard would: for each format and precision a plan on a small seeded matrix
     (conversion, upload, the kernels' modules from CuPy's cache, cuSPARSE's handle) and one run of every kernel
     its operators own, plus the staging buffers of `kernels.transfer`. A fresh worker paid this inside its first

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT
 from storage import results as res_io
 from storage.naming import validate_id
 from storage.writes import write_files
@@ -180,7 +180,7 @@ def _timed(fn, *args):
     return fn(*args), (time.perf_counter() - t0) * 1e3
 
 
-def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = DEFAULT_FORMAT,
+def run_oneshot_stored(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = BASE_FORMAT,
                        run_id: str, repeats: int = 20, device: str = "auto", spmm_kw: dict | None = None,
                        dtype: str = "float32", source: dict | None = None, shard_fn=None) -> list[dict]:
     """C = A @ B with the driver out of the data path; C lands in ``store`` as ``results/<run_id>`` (read it with

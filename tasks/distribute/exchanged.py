@@ -19,14 +19,14 @@ import shutil
 import time
 
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT
 from tasks.distribute import device as dev
 from tasks.distribute.direct import DenseRef, b_rows_of, commit_product
 from tasks.distribute.plan import PartitionPlan
 from tasks.distribute.resident import DistributedSpmm, _wait
 
 
-def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = DEFAULT_FORMAT,
+def run_oneshot_exchanged(plan: PartitionPlan, client, store, *, b: str, perm_key: str, fmt: str = BASE_FORMAT,
                           run_id: str, device: str = "auto", spmm_kw: dict | None = None, dtype: str = "float32",
                           source: dict | None = None) -> list[dict]:
     """C = A @ B with B read once from ``store`` (artifact ``b``, `direct.store_b`) and the shards of

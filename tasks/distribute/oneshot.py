@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.errors import InputError
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT
 from tasks.distribute import device as dev
 from tasks.distribute.plan import PartitionPlan, shard_of
 
@@ -187,7 +187,7 @@ def retry_worker(err, f, k: int, w: str, attempts: list, owner: dict, futures: l
 
 
 def run_oneshot(plan: PartitionPlan, B: np.ndarray, client, *, M=None, store=None,
-                perm_key: str = "none", fmt: str = DEFAULT_FORMAT, out: str | None = None, repeats: int = 20,
+                perm_key: str = "none", fmt: str = BASE_FORMAT, out: str | None = None, repeats: int = 20,
                 device: str = "auto", shard_fn=None, meta: dict | None = None, spmm_kw: dict | None = None,
                 dtype: str = "float32") -> tuple[np.ndarray, list[dict]]:
     """C = A @ B over the cluster, C in the ORIGINAL row order (``C[plan.shard_rows(k)] = C_k``).

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from configs.names import DEFAULT_FORMAT
+from configs.names import BASE_FORMAT
 from tasks.distribute.oneshot import ShardRef
 from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_of
 from tasks.distribute.host_batches import BATCH_ABORT_TIMEOUT_S, check_n_iters
@@ -70,7 +70,7 @@ class DistributedSpmm:
     """
 
     def __init__(self, plan: PartitionPlan, client, *, M=None, store=None, perm_key: str = "none",
-                 fmt: str = DEFAULT_FORMAT, device: str = "auto", transport: str = "auto", repeats: int = 0,
+                 fmt: str = BASE_FORMAT, device: str = "auto", transport: str = "auto", repeats: int = 0,
                  spmm_kw: dict | None = None, overlap: bool | str = False, dtype: str = "float32",
                  halo_copy: str | None = None, prefetch_b=None):
         if M is None and store is None:

@@ -65,9 +65,10 @@ def test_bad_option_fails_before_anything_starts(tmp_path):
 
 def test_the_parsers_names_are_the_pipelines():
     from kernels.formats import REGISTRY
-    from tasks.cli import DEFAULT_FORMAT, REORDER_METHODS
+    from tasks.cli import BASE_FORMAT, DEFAULT_FORMAT, REORDER_METHODS
 
-    assert REORDER_METHODS == METHODS and DEFAULT_FORMAT in REGISTRY
+    assert REORDER_METHODS == METHODS and BASE_FORMAT in REGISTRY and DEFAULT_FORMAT == "auto"
+    assert build_parser().parse_args(["--matrix", "gen:rmat?scale=5"]).fmt == "auto"
     for name in (*REGISTRY, "auto", "hybrid"):  # every registered format is accepted, by the registry itself
         assert build_parser().parse_args(["--matrix", "gen:rmat?scale=5", "--format", name]).fmt == name
 

@@ -123,11 +123,14 @@ def test_nonfinite_values_refused_or_counted(prefect_harness, data_root, tmp_pat
 
 
 def test_auto_sharded_with_the_hybrid_ranked_shards_the_other_format(prefect_harness, data_root):
-    """``--format auto --devices 2`` where the ranking keeps the hybrid (one device only): the other format kept
-    is the one sharded, the hybrid's split is still stored and reported."""
+    """``--format auto --devices 2`` where the ranking keeps the hybrid (one device only): the other format kept,
+    the base format (the ranking always keeps it), is the one sharded; the hybrid's split is still stored and
+    reported."""
+    from configs.names import BASE_FORMAT
+
     out = spmm_flow(matrix="gen:rmat?scale=13&edge_factor=16&seed=1", n_cols_b=8, reorder="none", fmt="auto",
                     devices="2", data_root=str(data_root), repeats=1)
     built = out["convert"]["format_ranking"]["built"]
     assert "hybrid" in built and out["convert"]["split"]["composite"] == "hybrid"
-    assert out["spmm"]["sharded"]["format"] == next(n for n in built if n != "hybrid")
+    assert out["spmm"]["sharded"]["format"] == next(n for n in built if n != "hybrid") == BASE_FORMAT
     assert out["spmm"]["rel_err"] < 2e-3 and len(out["spmm"]["per_device"]) == 2

@@ -76,10 +76,31 @@ def assert_steady_state_allocates_nothing(plan, A, label, **run_kw):
                                                         ("cusparse", "float32", False)])
 def test_steady_state_run_allocates_nothing(kernel, dtype, deterministic, graphs):
     A = hub_csr(np.random.default_rng(0))
-    plan = SpmmPlan(A, device="gpu", dtype=dtype, deterministic=deterministic, autotune=False, graphs=graphs)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, format="metcf", deterministic=deterministic, autotune=False,
+                    graphs=graphs)
     assert_steady_state_allocates_nothing(plan, A, kernel, kernel=kernel)
     call = next(iter(plan._calls.values()))
     assert (call.graph is not None) == graphs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_default_plan_is_auto_with_the_base_format_and_its_steady_state_allocates_nothing(dtype):
+    """SpmmPlan(A) builds "auto" (issue 32): the cost model's first format and the base format, timed on the first
+    run; then the call path is the same as a single format's (bound call, graph replay, nothing allocated), and
+    two runs give the same bits."""
+    from configs.names import BASE_FORMAT
+
+    A = hub_csr(np.random.default_rng(0))
+    plan = SpmmPlan(A, device="gpu", dtype=dtype)
+    assert plan.ranking is not None and BASE_FORMAT in plan.ranking["built"]
+    assert len(plan.ranking["built"]) == 2
+    assert_steady_state_allocates_nothing(plan, A, f"default {dtype}")
+    ch = plan.choices[64]
+    assert set(ch["formats_measured_ms"]) == set(plan.ranking["built"])
+    B = cupy.asarray(plan.precision.to_storage(np.random.default_rng(5).standard_normal((500, 64)).astype(np.float32)))
+    one, two = plan.run(B).copy(), plan.run(B)
+    assert bool((one.view(cupy.uint16 if one.itemsize == 2 else cupy.uint32)
+                 == two.view(cupy.uint16 if two.itemsize == 2 else cupy.uint32)).all())
 
 
 @pytest.mark.parametrize("graphs", [True, False])
@@ -97,7 +118,7 @@ def test_replay_reads_b_in_place_and_matches_the_launch_bitwise(kernel):
     the launched kernel's."""
     rng = np.random.default_rng(1)
     A = hub_csr(rng)
-    plan = SpmmPlan(A, device="gpu", autotune=False)
+    plan = SpmmPlan(A, device="gpu", format="metcf", autotune=False)
     B = cupy.empty((500, 40), dtype=cupy.float32)
     out = cupy.empty((700, 40), dtype=cupy.float32)
     for i in range(AUTO_GRAPH_AFTER + 3):
@@ -162,7 +183,7 @@ def test_autotune_times_candidates_the_way_run_issues_them(fmt, graphs, monkeypa
 def test_accumulate_and_alternating_buffers():
     rng = np.random.default_rng(2)
     A = hub_csr(rng)
-    plan = SpmmPlan(A, device="gpu", autotune=False)
+    plan = SpmmPlan(A, device="gpu", format="metcf", autotune=False)
     Bs = [cupy.asarray(rng.standard_normal((500, 32)).astype(np.float32)) for _ in range(2)]
     outs = [cupy.zeros((700, 32), dtype=cupy.float32) for _ in range(2)]
     n = AUTO_GRAPH_AFTER + 3
@@ -177,7 +198,7 @@ def test_accumulate_and_alternating_buffers():
 def test_vector_odd_n_and_views_take_the_bound_path_correctly():
     rng = np.random.default_rng(3)
     A = hub_csr(rng)
-    plan = SpmmPlan(A, device="gpu", autotune=False)
+    plan = SpmmPlan(A, device="gpu", format="metcf", autotune=False)
     big = cupy.asarray(rng.standard_normal((500, 9)).astype(np.float32))
     v, vout = cupy.ascontiguousarray(big[:, 0]), cupy.empty(700, dtype=cupy.float32)
     B7, out7 = cupy.ascontiguousarray(big[:, 1:8]), cupy.empty((700, 7), dtype=cupy.float32)
@@ -198,7 +219,7 @@ def test_run_inside_a_callers_capture_records_the_kernel():
     launch inside a capture is refused by CUDA)."""
     rng = np.random.default_rng(4)
     A = hub_csr(rng)
-    plan = SpmmPlan(A, device="gpu", autotune=False)
+    plan = SpmmPlan(A, device="gpu", format="metcf", autotune=False)
     B = cupy.asarray(rng.standard_normal((500, 32)).astype(np.float32))
     out = cupy.empty((700, 32), dtype=cupy.float32)
     for _ in range(AUTO_GRAPH_AFTER + 1):
@@ -219,7 +240,7 @@ def test_run_inside_a_callers_capture_records_the_kernel():
 
 def test_graphs_opt_out_and_release():
     rng = np.random.default_rng(5)
-    plan = SpmmPlan(hub_csr(rng), device="gpu", autotune=False)
+    plan = SpmmPlan(hub_csr(rng), device="gpu", format="metcf", autotune=False)
     plan.graphs = False
     B = cupy.asarray(rng.standard_normal((500, 16)).astype(np.float32))
     out = cupy.empty((700, 16), dtype=cupy.float32)

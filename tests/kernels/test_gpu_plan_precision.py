@@ -46,7 +46,7 @@ def test_plan_meets_the_accuracy_contract_and_is_bitwise_repeatable(dtype, N):
     rng = np.random.default_rng(1)
     B = rng.standard_normal((777, N)).astype(np.float32)
     ref = A.astype(np.float64) @ B.astype(np.float64)
-    plan = SpmmPlan(A, device="gpu", dtype=dtype, autotune=True)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, format="metcf", autotune=True)
     Bd = cupy.asarray(prec.to_storage(B))
     for kernel in (*KERNELS[dtype], None):  # None: the plan's own (deterministic) choice
         out = cupy.full((1003, N), np.nan, dtype=plan.out_dtype) if prec.name != "bfloat16" else \
@@ -65,7 +65,7 @@ def test_plan_meets_the_accuracy_contract_and_is_bitwise_repeatable(dtype, N):
 def test_nondeterministic_plan_may_choose_cusparse(dtype):
     A = matrix(3000, 2000, 3, seed=11)  # sparse rows: cuSPARSE is competitive here
     B = np.random.default_rng(5).standard_normal((2000, 64)).astype(np.float32)
-    plan = SpmmPlan(A, device="gpu", dtype=dtype, autotune=True, deterministic=False)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, format="metcf", autotune=True, deterministic=False)
     C = precision(dtype).to_float32(plan.run(B))
     assert "cusparse" in plan.choices[64]["measured_ms"]
     assert rel_err(C.astype(np.float64), A.astype(np.float64) @ B.astype(np.float64)) <= precision(dtype).tolerance
@@ -77,7 +77,7 @@ def test_half_plan_chooses_by_timing_and_returns_float32_on_request(dtype):
     A = matrix(4000, 3000, 12, seed=5)
     B = np.random.default_rng(2).standard_normal((3000, 128)).astype(np.float32)
     ref = A.astype(np.float64) @ B.astype(np.float64)
-    plan = SpmmPlan(A, device="gpu", dtype=dtype, out_dtype=np.float32)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, format="metcf", out_dtype=np.float32)
     C = plan.run(B)  # NumPy float32 B: converted to the precision on the way in
     assert C.dtype == np.float32 and rel_err(C, ref) <= prec.tolerance
     ch = plan.choices[128]
@@ -90,7 +90,7 @@ def test_half_plan_chooses_by_timing_and_returns_float32_on_request(dtype):
 def test_half_capture_replays_with_new_b(dtype):
     prec = precision(dtype)
     A = matrix(700, 500, 9, seed=7)
-    plan = SpmmPlan(A, device="gpu", dtype=dtype, autotune=False)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, format="metcf", autotune=False)
     rng = np.random.default_rng(3)
     B = cupy.asarray(prec.to_storage(rng.standard_normal((500, 64)).astype(np.float32)))
     out = cupy.empty((700, 64), dtype=plan.out_dtype)

@@ -104,22 +104,22 @@ def test_a_format_timed_as_a_fallback_takes_no_slot_and_still_competes(formats):
 
 
 def test_the_default_format_is_always_one_of_the_built(formats):
-    from configs.names import DEFAULT_FORMAT
-    formats(fake("b", 1.0), fake("c", 2.0), fake(DEFAULT_FORMAT, 9.0), fake("d", 3.0))
+    from configs.names import BASE_FORMAT
+    formats(fake("b", 1.0), fake("c", 2.0), fake(BASE_FORMAT, 9.0), fake("d", 3.0))
     plan = SpmmPlan(A, device="gpu", format="auto")  # ranked last, built in the second slot, rank order kept
-    assert BUILT == ["b", DEFAULT_FORMAT] and plan.ranking["anchor"] == DEFAULT_FORMAT
-    assert list(plan.ranking["estimate_us"]) == ["b", "c", "d", DEFAULT_FORMAT]
+    assert BUILT == ["b", BASE_FORMAT] and plan.ranking["anchor"] == BASE_FORMAT
+    assert list(plan.ranking["estimate_us"]) == ["b", "c", "d", BASE_FORMAT]
     BUILT.clear()
     SpmmPlan(A, device="gpu", format="auto", auto_candidates=1)  # one slot: the cost model's first only
     assert BUILT == ["b"]
 
 
 def test_the_default_format_covering_the_first_leaves_two_slots_to_fill(formats):
-    from configs.names import DEFAULT_FORMAT
+    from configs.names import BASE_FORMAT
     formats(fake("rows", 1.0, kernels=("rows-k",)), fake("v", 2.0), fake("w", 3.0),
-            fake(DEFAULT_FORMAT, 9.0, fallbacks=("rows-k",)))
+            fake(BASE_FORMAT, 9.0, fallbacks=("rows-k",)))
     plan = SpmmPlan(A, device="gpu", format="auto")
-    assert BUILT == ["v", DEFAULT_FORMAT] and plan.ranking["timed_as_fallback"] == ["rows"]
+    assert BUILT == ["v", BASE_FORMAT] and plan.ranking["timed_as_fallback"] == ["rows"]
 
 
 def test_formats_without_gpu_kernels_leave_before_ranking(formats):

@@ -68,7 +68,7 @@ def test_convert_stage_shards_large_matrices_over_the_flows_cluster(monkeypatch,
     out = stages.ingest("gen:sbm?n=4000&blocks=40&p_in=0.05&p_out=0.0005&seed=3", str(data_root))
     order = stages.reorder(out["matrix_id"], "degree", str(data_root))
     with LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster:
-        conv = stages.convert(out["matrix_id"], order["perm_key"], str(data_root),
+        conv = stages.convert(out["matrix_id"], order["perm_key"], str(data_root), fmt="metcf",
                               scheduler=cluster.scheduler_address)
     assert calls == [2]
     mstore = BlockStore(data_root).matrix(out["matrix_id"])

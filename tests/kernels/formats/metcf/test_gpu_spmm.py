@@ -186,7 +186,7 @@ def test_plan_accumulate_equals_column_split_sum():
     A1, A2 = A @ sp.diags_array(left.astype(np.float32)), A @ sp.diags_array((~left).astype(np.float32))
     B = rng.standard_normal((400, 64)).astype(np.float32)
     ref = csr_spmm(A, B)
-    p1, p2 = SpmmPlan(sp.csr_array(A1), device="gpu"), SpmmPlan(sp.csr_array(A2), device="gpu")
+    p1, p2 = (SpmmPlan(sp.csr_array(A), device="gpu", format="metcf") for A in (A1, A2))
     for kernel in ("metcf-window", "metcf-balanced", "metcf-split", "cusparse"):
         out = p1.run(cupy.asarray(B), kernel=kernel)
         p2.run(cupy.asarray(B), out, kernel=kernel, accumulate=True)
@@ -221,7 +221,7 @@ def test_fixture_matrices(A):
 def test_plan_numpy_cupy_vector_and_choice():
     rng = np.random.default_rng(8)
     A = random_csr(1000, 800, 12, rng)
-    plan = SpmmPlan(A)
+    plan = SpmmPlan(A, format="metcf")
     B = rng.standard_normal((800, 64)).astype(np.float32)
     ref = csr_spmm(A, B)
     C = plan.run(B)
@@ -242,7 +242,7 @@ def test_plan_numpy_cupy_vector_and_choice():
 def test_plan_autotune_records_measurements():
     rng = np.random.default_rng(9)
     A = random_csr(3000, 3000, 10, rng)
-    plan = SpmmPlan(A, autotune=True)
+    plan = SpmmPlan(A, format="metcf", autotune=True)
     B = rng.standard_normal((3000, 128)).astype(np.float32)
     C = plan.run(B)
     pred = plan.choice["prediction"]
@@ -314,7 +314,7 @@ def test_plan_falls_back_to_bitmap_kernels_when_fragments_do_not_fit(monkeypatch
     A = random_csr(200, 150, 6, rng)
     B = rng.standard_normal((150, 64)).astype(np.float32)
     monkeypatch.setattr(spmm_mod, "FRAGMENT_MEMORY_FRACTION", 0.0)
-    plan = SpmmPlan(A, device="gpu", autotune=False)
+    plan = SpmmPlan(A, device="gpu", format="metcf", autotune=False)
     assert plan.config == BITMAP_CONFIG and "bitmap kernels" in plan.timings["a_layout_fallback"]
     C = plan.run(B, kernel="metcf-window")
     ref = csr_spmm(A, B)
@@ -362,7 +362,7 @@ def test_plan_capture_replays_with_new_b(kernel):
     """SpmmPlan.capture: the graph reads B's current contents on every replay (a GNN layer refilling B)."""
     rng = np.random.default_rng(42)
     A = random_csr(700, 500, 9, rng)
-    plan = SpmmPlan(A, device="gpu", autotune=False)
+    plan = SpmmPlan(A, device="gpu", format="metcf", autotune=False)
     B = cupy.asarray(rng.standard_normal((500, 64)).astype(np.float32))
     out = cupy.empty((700, 64), dtype=cupy.float32)
     plan.choices[64] = {"kernel": kernel, "prediction": plan._decide(64, None)["prediction"]}
