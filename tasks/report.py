@@ -51,7 +51,8 @@ def stage_rows(run_id: str, matrix_id: str, results: dict) -> list[dict]:
                     "tc_blocks": _before_after(order, "n_tc_blocks"),
                     "mean_nnz_tc": _before_after(order, "mean_nnz_tc")},
         "convert": {**{k: conv.get(k) for k in ("format", "dtype", "block_shape", "reused", "n_tc_blocks",
-                                                "mean_nnz_tc", "metcf_bytes", "csr_bytes", "formats")},
+                                                "mean_nnz_tc", f"{conv.get('format')}_bytes", "csr_bytes",
+                                                "formats")},  # <format>_bytes: each format's stats name its size
                     "split": _split(conv.get("split"))},
         "spmm": {**{k: mult.get(k) for k in ("dtype", "kernel_ms", "rel_err", "choice", "baseline", "per_device",
                                              "nonfinite_a", "nonfinite_c", "precision_check")},

@@ -83,6 +83,17 @@ def test_runs_table_timestamps_are_now(data_root):
     assert all(abs((now - t.replace(tzinfo=t.tzinfo or dt.timezone.utc)).total_seconds()) < 120 for t in stamps)
 
 
+@pytest.mark.parametrize("fmt", ["metcf", "cvse"])
+def test_the_report_shows_the_converted_formats_size_whatever_the_format(fmt):
+    import json
+
+    from tasks.report import stage_rows
+
+    rows = stage_rows("r1", "m", {"convert": {"format": fmt, f"{fmt}_bytes": 123, "csr_bytes": 456}})
+    extra = json.loads(next(r for r in rows if r["stage"] == "convert")["extra"])
+    assert extra[f"{fmt}_bytes"] == 123 and extra["csr_bytes"] == 456
+
+
 def test_local_archive_extracts_under_the_runs_data_root(tmp_path, monkeypatch, data_root):
     import gzip
 
