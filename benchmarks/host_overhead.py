@@ -3,9 +3,9 @@
     PYTHONPATH=. python3 benchmarks/host_overhead.py [--ns 128 256] [--label after] [--before FILE] [--code DIR]
 
 For each matrix (the SuiteSparse fixtures in .fixtures, 2.6k-370k nnz, and three generated 1.7-2M nnz graphs in
-their shuffled order), each N, and five plans (the defaults, format "auto", in float32 and float16; ME-TCF alone, deterministic float32:
-our kernels only; deterministic=False float32: cuSPARSE allowed; deterministic float16), with B and out prepared
-once:
+their shuffled order), each N, and five plans (the defaults, format "auto", in float32 and float16; ME-TCF
+alone, deterministic float32: our kernels only; deterministic=False float32: cuSPARSE allowed; deterministic
+float16), with B and out prepared once:
 - ``issued_us``: plan.run(B, out) per call as issued: CUDA events around a Python loop of back-to-back calls,
   divided by the calls (median of 5 loops; the automatic graph replay of repeated calls is on, as by default);
 - ``issued_nograph_us``: the same with ``plan.graphs = False`` (the bound launch every call);

@@ -39,9 +39,9 @@ def host_section(runs, v0, older, *, h) -> list[str]:
     out = [f"## {title}", ""] + h.env(run)
     out += ["What a user runs: `tasks.reorder.auto_reorder`, then `SpmmPlan(A')` (auto-f32 / auto-f16: the "
             "defaults since 2026-11-28, format \"auto\"; det-f32 / det-f16: ME-TCF alone, the default before, our "
-            "deterministic kernels only; nondet-f32: ME-TCF with `deterministic=False`, cuSPARSE allowed), `plan.run(B, out)` "
-            "per call. `issued` = CUDA events around a Python loop of back-to-back calls / calls (median of 5 loops; "
-            "repeated calls on the same buffers replay a CUDA graph by default), `no graph` = the same with "
+            "deterministic kernels only; nondet-f32: ME-TCF with `deterministic=False`, cuSPARSE allowed), "
+            "`plan.run(B, out)` per call. `issued` = CUDA events around a Python loop of back-to-back calls / "
+            "calls (median of 5 loops; repeated calls on the same buffers replay a CUDA graph by default), `no graph` = the same with "
             "`plan.graphs = False`, `graph` = the chosen kernel's device time by graph replay. cuSPARSE: its best "
             "CSR algorithm through a bound call and `cupyx` `A @ B`, as issued, on the matrix as given (`orig`) and "
             "on the same reordered matrix; `x orig` / `x same` = the faster of those two / the plan as issued. "

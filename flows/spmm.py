@@ -52,8 +52,7 @@ def build_parser() -> cli.Parser:
     fmt = p.add_argument_group("format and precision")
     fmt.add_argument("--format", dest="fmt", default=cli.DEFAULT_FORMAT, metavar="FORMAT",
                      help=f"converted format (default {cli.DEFAULT_FORMAT}): auto (the format the cost model ranks "
-                          "first "
-                          f"and {cli.BASE_FORMAT}, both timed, the faster kept), a registered one "
+                          f"first and {cli.BASE_FORMAT}, both timed, the faster kept), a registered one "
                           "(kernels/formats/<name>/) or hybrid (dense 16-row windows "
                           "on a Tensor Core format, the other rows on the CUDA-core CSR kernel; one device)")
     fmt.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],

@@ -222,9 +222,11 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = 0.5, 
     outputs in); cuSPARSE through kernels.cusparse follows the current stream.
 
     The private stream is ordered after the caller's current stream's earlier work, and the caller's stream after
-    the timing: a non-blocking stream does not wait for the legacy default stream by itself, so a plan's first
-    autotune (or cuSPARSE's `tune`) right after an upload ran its kernels on index arrays whose copies had not
-    landed (cudaErrorIllegalAddress, H200 and H100: host_overhead.py's cuSPARSE tune, after 11-12 matrices)."""
+    the timing: a non-blocking stream does not wait for the legacy default stream (nor any other) by itself, so
+    a plan's first autotune (or cuSPARSE's `tune`) right after an upload could run its kernels on arrays whose
+    copies had not landed (tests/kernels/test_gpu_launch.py shows the race; the likely cause of the
+    cudaErrorIllegalAddress in host_overhead.py's cuSPARSE tune after 11-12 matrices, H100 and H200, not seen in
+    two full runs since)."""
     import cupy
 
     caller = cupy.cuda.get_current_stream()

@@ -147,8 +147,8 @@ def cluster_client(address: str | None = None, n_workers: int | None = None, *, 
 
 def warm_cluster(client, formats=None, dtypes=("float32",)) -> dict:
     """Run `device.warm_worker` on every worker at once (formats default: the base one, which sharded runs
-    take); {worker: its result}. A long-lived cluster pays it once; without it each worker's first shard does (about 0.23 s of its
-    plan on the H100 x4)."""
+    take); {worker: its result}. A long-lived cluster pays it once; without it each worker's first shard does
+    (about 0.23 s of its plan on the H100 x4)."""
     from configs.names import BASE_FORMAT
     from tasks.distribute.device import warm_worker
 
