@@ -136,13 +136,20 @@ def auto_rows(auto_issued: float) -> list[dict]:
             {**host_row("m2", 600_000, 128, "auto-f32", auto_issued, 19.2, 40, 40), "kernel": "cvse-vector"}]
 
 
+def host_md(folder: Path, tmp_path: Path, *files: tuple[str, dict, list]) -> str:
+    """The "Per call as issued" section from host-overhead files (name, meta over a --reorder auto run's on GPU X,
+    rows), written to ``folder``."""
+    folder.mkdir()
+    for name, meta, rows in files:
+        write(folder, name, {"reorder": "auto", **meta}, rows)
+    return section(render(folder, tmp_path), "Per call as issued")
+
+
 def test_auto_against_the_base_format_is_judged_where_it_chose_another_kernel(tmp_path):
     for issued, ratio, status in ((20.4, "1.020x", "**met**"), (21.0, "1.050x", "**missed**")):
-        res = tmp_path / f"results-{issued}"
-        res.mkdir()
-        write(res, "host-overhead-gpu-x-2026-01-02-a.json", {"reorder": "auto", "date": "2026-01-02T10:00:00+00:00"},
-              auto_rows(issued))
-        md = section(render(res, tmp_path), "Per call as issued")
+        md = host_md(tmp_path / f"results-{issued}", tmp_path,
+                     ("host-overhead-gpu-x-2026-01-02-a.json", {"date": "2026-01-02T10:00:00+00:00"},
+                      auto_rows(issued)))
         line = next(x for x in md.splitlines() if x.startswith("| auto-f32 / det-f32 as issued"))
         assert "(2 cases; 1 where auto chose another kernel" in line
         assert "max 1.20x (same kernel: noise)" in line and f"other kernel: max {ratio}" in line and status in line
@@ -150,15 +157,12 @@ def test_auto_against_the_base_format_is_judged_where_it_chose_another_kernel(tm
 
 def test_a_days_runs_on_two_gpu_models_are_not_pooled(tmp_path):
     """The newest run's model only: a same-day run on another GPU neither adds rows nor replaces them."""
-    res = tmp_path / "results"
-    res.mkdir()
-    write(res, "host-overhead-gpu-x-2026-01-02-a.json", {"reorder": "auto", "date": "2026-01-02T10:00:00+00:00"},
-          [host_row("m1", 500_000, 128, "det-f32", 10, 9, 20, 20), host_row("m3", 700_000, 128, "det-f32", 10, 9,
-                                                                               20, 20)])
-    write(res, "host-overhead-gpu-y-2026-01-02-a.json", {"reorder": "auto", "date": "2026-01-02T11:00:00+00:00",
-                                                          "device": "GPU Y"},
-          [host_row("m1", 500_000, 128, "det-f32", 10, 9, 40, 40)])
-    md = section(render(res, tmp_path), "Per call as issued")
+    md = host_md(tmp_path / "results", tmp_path,
+                 ("host-overhead-gpu-x-2026-01-02-a.json", {"date": "2026-01-02T10:00:00+00:00"},
+                  [host_row("m1", 500_000, 128, "det-f32", 10, 9, 20, 20),
+                   host_row("m3", 700_000, 128, "det-f32", 10, 9, 20, 20)]),
+                 ("host-overhead-gpu-y-2026-01-02-a.json", {"date": "2026-01-02T11:00:00+00:00", "device": "GPU Y"},
+                  [host_row("m1", 500_000, 128, "det-f32", 10, 9, 40, 40)]))
     assert "host-overhead-gpu-y-2026-01-02-a.json" in md and "`m3`" not in md
     line = next(x for x in md.splitlines() if "det-f32 vs cuSPARSE as issued on the matrix as given" in x)
     assert "4.00x over 1 cases" in line
