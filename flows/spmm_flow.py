@@ -13,7 +13,7 @@ from configs.names import DEFAULT_FORMAT
 
 from tasks import steps
 from tasks.cli import data_root as resolve_data_root
-from tasks.execute import check_format_devices
+from tasks.execute import check_format_devices, run_format
 from tasks.stages import flow_cluster
 
 
@@ -28,6 +28,7 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
     lets the SpMM fall back to cuSPARSE (faster on some matrices, not bitwise repeatable)."""
     root = resolve_data_root(data_root)
     check_format_devices(fmt, devices)  # before anything is fetched: a composite format runs on one device
+    asked, fmt = fmt, run_format(fmt, devices)  # auto over several devices: the base format, which they shard
     run_id = uuid.uuid4().hex[:12]
     ingested = steps.ingest(matrix, root, drop_zeros, complex_mode, allow_nonfinite)
     matrix_id = ingested["matrix_id"]
@@ -39,6 +40,8 @@ def spmm_flow(matrix: str, n_cols_b: int = 128, dtype: str = "float32", reorder:
                                 devices, mode, seed, address, save_c, fmt, repeats, not nondeterministic,
                                 list(converted["formats"]))
     multiplied["precision_check"] = checked
+    if fmt != asked:
+        converted["format_asked"] = f"{asked}: over several devices a sharded run takes {fmt}"
     results = {"ingest": ingested, "reorder": ordered, "convert": converted, "spmm": multiplied}
     table = steps.write_report(root, run_id, matrix_id, results)
     print(f"\ntcspmm run {run_id}: {matrix_id} {ingested['shape']} nnz={ingested['nnz']} N={n_cols_b}\n{table}")

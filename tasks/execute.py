@@ -167,6 +167,15 @@ def check_format_devices(fmt: str, devices: str | int) -> None:
                          f"--devices auto, cpu or 1, or shard a registered format")
 
 
+def run_format(fmt: str, devices: str | int) -> str:
+    """The format the convert and SpMM stages take for ``fmt`` on ``devices``: ``auto`` over several devices is the
+    base format (a sharded auto run shards it: `run_spmm`), so that the convert stage does not convert and store
+    a ranked format no shard reads; anything else as given."""
+    if fmt == "auto" and parse_devices(devices) not in ("auto", "cpu", 1):
+        return BASE_FORMAT
+    return fmt
+
+
 def parse_devices(devices: str | int) -> str | int:
     """``auto`` (one GPU when present, else CPU), ``cpu``, ``all`` (every GPU / worker) or a positive count."""
     if isinstance(devices, int) or str(devices).isdigit():

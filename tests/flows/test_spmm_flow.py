@@ -81,18 +81,18 @@ def test_sharded_run_on_a_cpu_cluster_matches_one_device(prefect_harness, data_r
                                                     ("auto", "oneshot", "float16", 1e-2)])
 def test_every_format_runs_sharded_through_the_flow(prefect_harness, data_root, fmt, mode, dtype, tol):
     """``--format tiledcsr|cvse|auto --devices 2`` on the CPU cluster: the stored format's window-range shards, C
-    within the precision's contract. ``auto`` converts and stores only the formats an auto plan builds (ranked by
-    their cost estimates) and shards the first of them that shards; each worker's SpmmPlan then picks that
-    format's kernel for its shard."""
-    from kernels.formats import REGISTRY
+    within the precision's contract. ``auto`` over several devices converts, stores and shards the base format
+    only (the scale-out was measured on it; the ranking is of the whole matrix); each worker's SpmmPlan then picks
+    that format's kernel for its shard."""
+    from configs.names import BASE_FORMAT
 
     out = spmm_flow(matrix=GEN, n_cols_b=8, reorder="degree", fmt=fmt, dtype=dtype, devices="2", mode=mode,
                     data_root=str(data_root), repeats=1)
     assert out["spmm"]["rel_err"] < tol
     if fmt == "auto":
-        built = out["convert"]["format_ranking"]["built"]
-        assert list(out["convert"]["formats"]) == built and len(built) == 2  # not every candidate
-        fmt = next(name for name in built if REGISTRY[name].shard is not None)
+        assert list(out["convert"]["formats"]) == [BASE_FORMAT] and "format_ranking" not in out["convert"]
+        assert out["convert"]["format_asked"].startswith("auto: over several devices")
+        fmt = BASE_FORMAT
     assert out["spmm"]["sharded"]["format"] == fmt
     assert out["spmm"]["sharded"]["dtype"] == dtype and len(out["spmm"]["per_device"]) == 2
 
@@ -122,15 +122,15 @@ def test_nonfinite_values_refused_or_counted(prefect_harness, data_root, tmp_pat
         spmm_flow(matrix=str(path), n_cols_b=8, reorder="none", devices="cpu", data_root=str(data_root))
 
 
-def test_auto_sharded_with_the_hybrid_ranked_shards_the_other_format(prefect_harness, data_root):
-    """``--format auto --devices 2`` where the ranking keeps the hybrid (one device only): the other format kept,
-    the base format (the ranking always keeps it), is the one sharded; the hybrid's split is still stored and
-    reported."""
+def test_auto_sharded_converts_and_shards_only_the_base_format(prefect_harness, data_root):
+    """``--format auto --devices 2`` on a power-law matrix whose float32 ranking keeps the hybrid on one device
+    (tests/flows/test_cli.py): over several devices the flow converts, stores and shards the base format alone (no
+    hybrid split, which runs on one device, no second format no shard would read), and says so."""
     from configs.names import BASE_FORMAT
 
     out = spmm_flow(matrix="gen:rmat?scale=13&edge_factor=16&seed=1", n_cols_b=8, reorder="none", fmt="auto",
                     devices="2", data_root=str(data_root), repeats=1)
-    built = out["convert"]["format_ranking"]["built"]
-    assert "hybrid" in built and out["convert"]["split"]["composite"] == "hybrid"
-    assert out["spmm"]["sharded"]["format"] == next(n for n in built if n != "hybrid") == BASE_FORMAT
+    assert list(out["convert"]["formats"]) == [BASE_FORMAT] and "split" not in out["convert"]
+    assert out["convert"]["format_asked"] == f"auto: over several devices a sharded run takes {BASE_FORMAT}"
+    assert out["spmm"]["sharded"]["format"] == BASE_FORMAT
     assert out["spmm"]["rel_err"] < 2e-3 and len(out["spmm"]["per_device"]) == 2

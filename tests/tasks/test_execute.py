@@ -105,3 +105,14 @@ def test_one_device_on_the_gpu_with_and_without_the_original_order_fallback(monk
     assert (result["kernel"] == "cusparse-original-order") == force_fallback
     ref = A.astype(np.float64) @ B.astype(np.float64)
     assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < execute.REL_TOL["tf32"]
+
+
+@pytest.mark.parametrize("fmt, devices, expect", [("auto", "2", "metcf"), ("auto", "all", "metcf"),
+                                                  ("auto", 3, "metcf"), ("auto", "auto", "auto"),
+                                                  ("auto", "cpu", "auto"), ("auto", "1", "auto"),
+                                                  ("cvse", "2", "cvse"), ("hybrid", "auto", "hybrid")])
+def test_auto_over_several_devices_runs_the_base_format(fmt, devices, expect):
+    from configs.names import BASE_FORMAT
+
+    assert BASE_FORMAT == "metcf"
+    assert execute.run_format(fmt, devices) == expect
