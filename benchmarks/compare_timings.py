@@ -8,7 +8,8 @@ run on the same machine; a comma-separated list on a side gives that side's roun
 side's), of which each timing's minimum counts (host timings in microseconds vary from round to round). A row is
 matched by its identity fields (matrix, N, order, plan, class, kind, label);
 a timing is every number under a key ending in ``ms`` or ``us`` (nested dicts give one timing per entry, e.g.
-``ms.metcf-window``). A ratio is after / before. Exit 0 when every ratio is within ``1 + case`` (slower; faster is
+``ms.metcf-window``). A ratio is after / before. ``--skip`` leaves out the timings whose name matches (the
+baselines a script times beside ours, and numbers it derives rather than measures: ``BASELINES``). Exit 0 when every ratio is within ``1 + case`` (slower; faster is
 fine) and the geometric mean within ``1 + geomean``; 1 otherwise; the worst cases are printed first. ``--only``
 keeps the timings whose name matches (e.g. ``'^(issued_us|issued_nograph_us|graph_us)$'`` for host_overhead.py,
 leaving out the CuPy and cuSPARSE baselines it also times).
@@ -24,6 +25,9 @@ import sys
 from pathlib import Path
 
 IDENTITY = ("matrix", "label", "N", "order", "plan", "class", "kind", "dtype", "vector")
+# timings that are not of our code: other libraries' (torch, cuSPARSE, cupyx, cuBLAS, PyG) and what a script
+# derives rather than times (the memory floor from the copy bandwidth, the cost model's prediction)
+BASELINES = r"(^|\.)(torch|cusparse|cupyx|cublas|dense|pyg)|^cus(parse)?_|^orig_|memory_floor|predicted"
 
 
 def timings(row: dict, prefix: str = "") -> dict[str, float]:
@@ -56,14 +60,15 @@ def rounds(paths: str) -> dict[tuple, dict[str, float]]:
     return out
 
 
-def compare_values(before: str | Path, after: str | Path, only: str | None = None
+def compare_values(before: str | Path, after: str | Path, only: str | None = None, skip: str | None = None
                    ) -> list[tuple[str, float, float]]:
-    """(case name, before, after) for every timing present on both sides (whose name matches ``only``)."""
+    """(case name, before, after) for every timing present on both sides (whose name matches ``only`` and not
+    ``skip``)."""
     b, a = rounds(before), rounds(after)
     out = []
     for ident in sorted(set(b) & set(a)):
         for name in sorted(set(b[ident]) & set(a[ident])):
-            if only and not re.search(only, name):
+            if (only and not re.search(only, name)) or (skip and re.search(skip, name)):
                 continue
             label = " ".join(f"{k}={json.loads(v)}" for k, v in ident) + f" {name}"
             out.append((label, b[ident][name], a[ident][name]))
@@ -96,7 +101,8 @@ def report(before: str, after: str, values: list, args) -> dict:
                      "after": [Path(p).name for p in str(after).split(",")],
                      "before_commands": sorted({m.get("command", "?") for m in mb}),
                      "after_commands": sorted({m.get("command", "?") for m in ma}),
-                     "case_limit": 1 + args.case, "geomean_limit": 1 + args.geomean, "only": args.only},
+                     "case_limit": 1 + args.case, "geomean_limit": 1 + args.geomean, "only": args.only,
+                     "skip": args.skip},
             "summary": summary(values, args),
             "rows": [{"case": n, "before": b, "after": a, "ratio": a / b} for n, b, a in values]}
 
@@ -108,11 +114,13 @@ def main(argv=None) -> int:
     ap.add_argument("--case", type=float, default=0.03, help="largest slowdown of one timing (default 0.03)")
     ap.add_argument("--geomean", type=float, default=0.01, help="largest slowdown of the geomean (default 0.01)")
     ap.add_argument("--only", help="compare only the timings whose name matches this regular expression")
+    ap.add_argument("--skip", help="leave out the timings whose name matches this regular expression (e.g. "
+                    "compare_timings.BASELINES: other libraries' timings and derived numbers)")
     ap.add_argument("--out", type=Path, help="also write the comparison here as JSON (e.g. "
                     "benchmarks/results/ab-<label>-<script>-<device>-<date>.json)")
     ap.add_argument("--label", default="", help="what changed between before and after (recorded with --out)")
     args = ap.parse_args(argv)
-    values = compare_values(args.before, args.after, args.only)
+    values = compare_values(args.before, args.after, args.only, args.skip)
     if not values:
         print("no timing is in both files (same script? same cases?)")
         return 1

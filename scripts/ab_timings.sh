@@ -2,7 +2,9 @@
 # Before/after timings of a change on one GPU: benchmarks/spmm.py (quick suite), formats.py (--quick) and
 # host_overhead.py, each run from the BEFORE tree and from this one on the same GPU, alternately for AB_ROUNDS
 # rounds (default 1), judged by benchmarks/compare_timings.py on each timing's minimum over the rounds (a case within
-# 3%, the geomean within 1%). Run it on an otherwise idle machine: host timings (us) move with any other load.
+# 3%, the geomean within 1%; our timings only: host_overhead.py's plan timings, the other scripts' without the
+# baselines and derived numbers, compare_timings.BASELINES). Run it on an otherwise idle machine: host timings (us)
+# move with any other load.
 # Prints one verdict line per script last.
 #
 #   bash scripts/ab_timings.sh BEFORE_TREE [OUT]     e.g. BEFORE_TREE from `git archive OLD | tar x -C .ab/before`
@@ -45,7 +47,7 @@ for script in $scripts; do
     if [ -z "$b" ] || [ -z "$a" ]; then
         echo "$script: missing results (before: ${b:-none}, after: ${a:-none})"; status=1; continue
     fi
-    only=()
+    only=(--skip "$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import compare_timings as c; print(c.BASELINES)')")
     [ "$script" = host-overhead ] && only=(--only '^(issued_us|issued_nograph_us|graph_us)$')
     python3 benchmarks/compare_timings.py "$b" "$a" "${only[@]}" --label "${AB_LABEL:-}" \
         --out "$out/ab-${AB_LABEL:-change}-$script-$(date +%Y-%m-%d).json" > "$out/compare-$script.txt" 2>&1 || status=1

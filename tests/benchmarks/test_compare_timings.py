@@ -61,3 +61,16 @@ def test_out_writes_the_comparison(tmp_path):
     assert doc["meta"]["device"] == "GPU X" and doc["meta"]["label"] == "refactor"
     assert doc["meta"]["before_commands"] == ["bench --x"] and doc["summary"]["above"] == 1
     assert doc["summary"]["ok"] is False and abs(doc["rows"][0]["ratio"] - 1.05) < 1e-12
+
+
+def test_skip_leaves_out_the_baselines_and_derived_numbers(tmp_path):
+    row = {"matrix": "a", "N": 128, "ms": {"metcf-window": 1.0, "cusparse": 2.0, "torch": 3.0},
+           "cusparse_algs_ms": {"CSR_ALG2": 2.0}, "memory_floor_ms": 0.5, "model_predicted_ms": 0.9,
+           "selected_ms": 1.0, "convert_gpu_ms": 4.0, "cus_issued_us": 9.0, "orig_cus_graph_us": 8.0}
+    before = write(tmp_path / "b.json", [row])
+    after = write(tmp_path / "a.json", [{**row, "ms": {"metcf-window": 1.0, "cusparse": 2.5, "torch": 3.5}}])
+    kept = [n.split(" ")[-1] for n, _ in ct.compare(before, after)]
+    assert "ms.cusparse" in kept and ct.main([str(before), str(after)]) == 1  # the baselines moved 25%
+    names = [n.split(" ")[-1] for n, _, _ in ct.compare_values(before, after, skip=ct.BASELINES)]
+    assert names == ["convert_gpu_ms", "ms.metcf-window", "selected_ms"]
+    assert ct.main([str(before), str(after), "--skip", ct.BASELINES]) == 0
