@@ -9,8 +9,9 @@ side's), of which each timing's minimum counts (host timings in microseconds var
 matched by its identity fields (matrix, N, order, plan, class, kind, label);
 a timing is every number under a key ending in ``ms`` or ``us`` (nested dicts give one timing per entry, e.g.
 ``ms.metcf-window``). A ratio is after / before. ``--skip`` leaves out the timings whose name matches (the
-baselines a script times beside ours, and numbers it derives rather than measures: ``BASELINES``). Exit 0 when every ratio is within ``1 + case`` (slower; faster is
-fine) and the geometric mean within ``1 + geomean``; 1 otherwise; the worst cases are printed first. ``--only``
+baselines a script times beside ours, and numbers it derives rather than measures: ``BASELINES``). Exit 0 when
+every ratio is within ``1 + case`` (slower; faster is fine) and the geometric mean within ``1 + geomean``; 1
+otherwise; the worst cases are printed first. ``--only``
 keeps the timings whose name matches (e.g. ``'^(issued_us|issued_nograph_us|graph_us)$'`` for host_overhead.py,
 leaving out the CuPy and cuSPARSE baselines it also times).
 """

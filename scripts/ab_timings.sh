@@ -47,7 +47,8 @@ for script in $scripts; do
     if [ -z "$b" ] || [ -z "$a" ]; then
         echo "$script: missing results (before: ${b:-none}, after: ${a:-none})"; status=1; continue
     fi
-    only=(--skip "$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import compare_timings as c; print(c.BASELINES)')")
+    skip=$(cd benchmarks && python3 -c 'import compare_timings; print(compare_timings.BASELINES)')
+    only=(--skip "$skip")
     [ "$script" = host-overhead ] && only=(--only '^(issued_us|issued_nograph_us|graph_us)$')
     python3 benchmarks/compare_timings.py "$b" "$a" "${only[@]}" --label "${AB_LABEL:-}" \
         --out "$out/ab-${AB_LABEL:-change}-$script-$(date +%Y-%m-%d).json" > "$out/compare-$script.txt" 2>&1 || status=1
