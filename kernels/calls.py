@@ -2,7 +2,7 @@
 the operator's ``bind``, then a CUDA graph of it replayed on the caller's current stream). ``SpmmPlan.run`` keys
 its cache on the buffers' pointers, shapes, strides and dtypes, and a hit costs one dict lookup and this call:
 keep it that lean (benchmarks/host_overhead.py measures it: a few microseconds per call). `capture(plan, B, out)`
-is ``SpmmPlan.capture``: one explicit graph for an iterative caller.
+is ``SpmmPlan.capture``: one explicit graph for an iterative caller; `bind(plan, ...)` is ``SpmmPlan.bind``.
 
 ``SpmmPlan.bind(B, out)`` hands a `Call` to a caller that owns it (a GNN layer's product: gnn.products): its
 ``set_io(B, out)`` re-points the bound launch at new buffers of the same shapes and dtypes (the packed arguments
@@ -111,6 +111,28 @@ def _current_stream():
     global _current_stream
     _current_stream = cupy.cuda.get_current_stream  # bound once
     return _current_stream()
+
+
+def bind(plan, B, out, kernel: str | None, accumulate: bool):
+    """``plan.bind(B, out)``: B and out checked once, the kernel chosen for B's N (or ``kernel``) bound on them."""
+    if plan.device == "cpu":
+        return plan._cpu.bind(B, out, accumulate, plan.shape)
+    import cupy
+
+    if not isinstance(B, cupy.ndarray) or B.dtype != plan.precision.storage_dtype or B.ndim != 2:
+        raise TypeError(f"bind takes a 2-D cupy B in {plan.precision.storage_dtype}, got {type(B).__name__} "
+                        f"{getattr(B, 'dtype', None)} (run() converts; a bound call reads B as it is)")
+    if B.shape[0] != plan.shape[1]:
+        raise ValueError(f"B has shape {tuple(B.shape)}, expected ({plan.shape[1]}, N)")
+    N = int(B.shape[1])
+    kernel = kernel or plan._kernel_for(N, B)
+    op_dtype = plan._op(kernel).out_dtype
+    if op_dtype is not None and op_dtype != plan.out_dtype:
+        raise TypeError(f"kernel {kernel} writes {op_dtype}, not the plan's {plan.out_dtype}: bind needs a "
+                        f"kernel that writes out directly (run() casts)")
+    chosen = plan.choices.get(N, {})
+    choice = plan.choices.get(N, plan.choice) if kernel == chosen.get("kernel") else plan.choice.replace(kernel=kernel)
+    return Call(plan._bind(kernel, B, out, accumulate), out, choice, plan.graphs, ptrs=(B.data.ptr, out.data.ptr))
 
 
 def capture(plan, B, out):

@@ -28,8 +28,8 @@ from configs.errors import InputError
 from configs.names import BASE_FORMAT, DEFAULT_FORMAT
 from kernels import launch
 from kernels.baselines import BASELINES
-from kernels.calls import (AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, capture,  # noqa: F401 (AUTO_GRAPH_AFTER:
-                           retire)  # re-exported)
+from kernels.calls import (AUTO_GRAPH_AFTER, MAX_BOUND_CALLS, Call, bind,  # noqa: F401 (AUTO_GRAPH_AFTER:
+                           capture, retire)  # re-exported)
 from kernels.choice import decide
 from kernels.cpu_path import CpuPath, into_host
 from kernels.formats.contract import Choice
@@ -120,7 +120,7 @@ class SpmmPlan:
         # fallback kernels of the formats' records, unless a candidate format runs them already ("auto")
         self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks} - {k for op in self._ops.values()
                                                                                 for k in op.kernels})
-        self.choice = self._decide(128, None)  # a-priori choice for N = 128; re-decided per N in run()
+        self.choice = decide(self, 128, None)  # a-priori choice for N = 128; re-decided per N in run()
 
     @property
     def kernels(self) -> tuple[str, ...]:
@@ -154,23 +154,20 @@ class SpmmPlan:
             self._by_kernel.update({k: op for k in op.kernels})
         return op
 
-    def _decide(self, N: int, B) -> Choice:
-        """The choice for N (`kernels.choice.decide`: the formats' own, the fastest measured, the fallbacks)."""
-        return decide(self, N, B)
-
     def _launch(self, kernel: str, B, out, accumulate: bool = False, ksplit: int | None = None, *, choice=None):
-        if out is None:  # C in the plan's out_dtype (the launchers' own default is float32), or the operator's
-            out = self._out(int(B.shape[1]), kernel)
-        choice = choice if choice is not None else self.choices.get(int(B.shape[1]), {})
-        return self._op(kernel).launch(kernel, B, out, accumulate=accumulate, ksplit=ksplit, choice=choice)
+        return self._issue("launch", kernel, B, out, accumulate, ksplit, choice)
 
     def _bind(self, kernel: str, B, out, accumulate: bool, *, ksplit: int | None = None, choice=None):
         """``kernel``'s launch on these B and out, checked and packed once: ``bound(stream_ptr)`` issues it,
         ``bound.out`` is C (the operator's ``bind``)."""
-        if out is None:
-            out = self._out(int(B.shape[1]), kernel)
+        return self._issue("bind", kernel, B, out, accumulate, ksplit, choice)
+
+    def _issue(self, how: str, kernel: str, B, out, accumulate: bool, ksplit, choice):
+        """The operator's ``launch`` or ``bind`` of ``kernel``; out None: C in the plan's out_dtype (the
+        launchers' own default is float32), or the operator's; choice None: the one for B's N."""
+        out = self._out(int(B.shape[1]), kernel) if out is None else out
         choice = choice if choice is not None else self.choices.get(int(B.shape[1]), {})
-        return self._op(kernel).bind(kernel, B, out, accumulate=accumulate, ksplit=ksplit, choice=choice)
+        return getattr(self._op(kernel), how)(kernel, B, out, accumulate=accumulate, ksplit=ksplit, choice=choice)
 
     def _out(self, N: int, kernel: str):
         import cupy
@@ -253,7 +250,7 @@ class SpmmPlan:
         """The kernel chosen for N, decided (and autotuned on B) on the first call with that N; it becomes
         ``plan.choice``."""
         if N not in self.choices:
-            self.choices[N] = self._decide(N, B)
+            self.choices[N] = decide(self, N, B)
         self.choice = self.choices[N]
         return self.choice["kernel"]
 
@@ -264,25 +261,7 @@ class SpmmPlan:
         and autotuned on B, here when N is new: B must hold data ready on the current stream), or ``kernel``. GPU:
         B a C-contiguous cupy array in the precision's storage dtype, out C-contiguous in ``out_dtype`` (the
         operator checks both once, here); CPU path: NumPy arrays, a `kernels.cpu_path.CpuCall`."""
-        if self.device == "cpu":
-            return self._cpu.bind(B, out, accumulate, self.shape)
-        import cupy
-
-        if not isinstance(B, cupy.ndarray) or B.dtype != self.precision.storage_dtype or B.ndim != 2:
-            raise TypeError(f"bind takes a 2-D cupy B in {self.precision.storage_dtype}, got {type(B).__name__} "
-                            f"{getattr(B, 'dtype', None)} (run() converts; a bound call reads B as it is)")
-        if B.shape[0] != self.shape[1]:
-            raise ValueError(f"B has shape {tuple(B.shape)}, expected ({self.shape[1]}, N)")
-        N = int(B.shape[1])
-        kernel = kernel or self._kernel_for(N, B)
-        op_dtype = self._op(kernel).out_dtype
-        if op_dtype is not None and op_dtype != self.out_dtype:
-            raise TypeError(f"kernel {kernel} writes {op_dtype}, not the plan's {self.out_dtype}: bind needs a "
-                            f"kernel that writes out directly (run() casts)")
-        choice = self.choices.get(N, self.choice) if kernel == self.choices.get(N, {}).get("kernel") else \
-            self.choice.replace(kernel=kernel)
-        return Call(self._bind(kernel, B, out, accumulate), out, choice, self._graphs,
-                    ptrs=(B.data.ptr, out.data.ptr))
+        return bind(self, B, out, kernel, accumulate)
 
     @property
     def graphs(self) -> bool:

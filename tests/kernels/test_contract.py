@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kernels.baselines import BASELINES
+from kernels.choice import decide
 from kernels.formats import REGISTRY
 from kernels.formats.contract import Choice, DeviceOperator, PerCall
 from kernels.spmm import SpmmPlan
@@ -90,10 +91,10 @@ def test_the_fastest_measured_format_wins_and_names_its_format():
     a = Stub("fa", ("fa-x",), {"kernel": "fa-x", "reason": "a"})
     b = Stub("fb", ("fb-y",), {"kernel": "fb-y", "reason": "b"})
     plan = plan_with([a, b], times={"fa-x": 0.3, "fb-y": 0.2})
-    ch = plan._decide(64, np.zeros((4, 64)))
+    ch = decide(plan, 64, np.zeros((4, 64)))
     assert (ch.kernel, ch.format, ch.precision) == ("fb-y", "fb", "float32")
     assert ch.formats_measured_ms == {"fa": 0.3, "fb": 0.2} and ch.reason.endswith("b")
-    assert plan._decide(64, None).kernel in ("fa-x", "fb-y")  # a priori: no timing, no fallback
+    assert decide(plan, 64, None).kernel in ("fa-x", "fb-y")  # a priori: no timing, no fallback
 
 
 @pytest.mark.parametrize("fallback_ms, kernel", [(0.1, "rows"), (0.9, "fa-x")])
@@ -101,7 +102,7 @@ def test_a_fallback_is_timed_against_a_timed_choice(fallback_ms, kernel):
     a = Stub("fa", ("fa-x",), {"kernel": "fa-x", "reason": "tc"})
     rows = Stub("csr", ("rows",), {"kernel": "rows"})
     plan = plan_with([a, rows], fallbacks=["rows"], times={"fa-x": 0.5, "rows": fallback_ms})
-    ch = plan._decide(64, np.zeros((4, 64)))
+    ch = decide(plan, 64, np.zeros((4, 64)))
     assert ch.kernel == kernel and ch["rows_ms"] == fallback_ms
     assert ch.format == ("csr" if kernel == "rows" else "fa")
 
@@ -110,7 +111,7 @@ def test_a_choice_of_another_operators_kernel_is_routed_to_it():
     cus = Stub("csr", ("cusparse",), {"kernel": "cusparse"}, out_dtype=np.dtype(np.float16))
     a = Stub("fa", ("fa-x",), {"kernel": "cusparse", "reason": "model", "measured_ms": {"cusparse": 0.1}})
     plan = plan_with([a, cus], times={})
-    ch = plan._decide(64, np.zeros((4, 64)))
+    ch = decide(plan, 64, np.zeros((4, 64)))
     assert ch.format == "csr" and plan._op("cusparse") is cus
     bound = plan._bind("cusparse", np.zeros((4, 64)), np.zeros((8, 64)), True, choice=ch)
     bound(0)

@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 import kernels.spmm
+from kernels.choice import decide
 from kernels.formats import registry
 from kernels.formats.contract import Choice, PerCall
 from kernels.formats.ranking import CostModel
@@ -97,7 +98,7 @@ def test_a_format_timed_as_a_fallback_takes_no_slot_and_still_competes(formats):
     assert BUILT == ["tc", "v"] and plan.ranking["timed_as_fallback"] == ["rows"] and plan._fallbacks == ["rows-k"]
     times = {"tc-k": 0.5, "v-k": 0.4, "rows-k": 0.3}
     plan._time = lambda kernel, B, **kw: times[kernel]
-    choice = plan._decide(64, np.zeros((200, 64), dtype=np.float32))
+    choice = decide(plan, 64, np.zeros((200, 64), dtype=np.float32))
     assert choice.formats_measured_ms == {"tc": 0.5, "v": 0.4} and choice["rows_k_ms"] == 0.3
     assert (choice.kernel, choice.format) == ("rows-k", "rows") and BUILT == ["tc", "v", "rows"]  # built on use
     assert choice["format_ranking"] is plan.ranking

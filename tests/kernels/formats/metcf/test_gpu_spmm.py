@@ -17,6 +17,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from kernels import launch  # noqa: E402
+from kernels.choice import decide  # noqa: E402
 from kernels.formats.metcf import launch as metcf_launch  # noqa: E402
 from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG, V0_CONFIG, KernelConfig  # noqa: E402
 from kernels.formats.metcf.container import csr_to_metcf  # noqa: E402
@@ -365,7 +366,7 @@ def test_plan_capture_replays_with_new_b(kernel):
     plan = SpmmPlan(A, device="gpu", format="metcf", autotune=False)
     B = cupy.asarray(rng.standard_normal((500, 64)).astype(np.float32))
     out = cupy.empty((700, 64), dtype=cupy.float32)
-    plan.choices[64] = {"kernel": kernel, "prediction": plan._decide(64, None)["prediction"]}
+    plan.choices[64] = {"kernel": kernel, "prediction": decide(plan, 64, None)["prediction"]}
     replay = plan.capture(B, out)
     assert replay.kernel == kernel
     for _ in range(2):
