@@ -11,7 +11,12 @@
 //   segment blockIdx.x x CSR_WARPS + w and the 128 columns n0 = blockIdx.y x 128 .. +127, lane l columns
 //   n0 + 4l .. n0 + 4l + 3 (one 16-byte float4 / 8-byte 4 x 16-bit load of B per nonzero). The warp reads 32
 //   (column, value) pairs at once, coalesced, and broadcasts them by shuffle; U nonzeros' B loads are in flight
-//   before their FMAs. csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns.
+//   before their FMAs. csr_rows_wide (16-bit B, N % 8 == 0; the launcher picks it): lane l of half-warp h takes
+//   columns n0 + 8 (l % 16) .. + 7 (one 16-byte load of 8 values) of the nonzeros at even (h = 0) / odd (h = 1)
+//   positions of the segment, U / 2 of them in flight per lane; at the end the lower half adds the upper half's
+//   sums (a fixed order) and writes. Twice the bytes per load and two nonzeros per warp instruction: 1.65-1.81x
+//   the 4-values-per-lane mapping on graphs (H200, docs/kernels-notes.md, "Session 23").
+//   csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns as csr_rows.
 // Input contract (checked by the launcher): seg_ptr int64 [S + 1] (segment s = nonzeros seg_ptr[s] ..
 //   seg_ptr[s+1] - 1, increasing, seg_ptr[S] = nnz), seg_row int32 [S] (every row of A has >= 1 segment, so
 //   its row of C is written: zeros for an empty row; the row of C may be mapped, kernels.hybrid's CUDA-core
@@ -152,6 +157,88 @@ __device__ __forceinline__ void csr_rows(const i64* __restrict__ seg_ptr, const 
   }
 }
 
+// Lane += a x this lane's 8 16-bit values of B (one 16-byte word), widened to fp32 in column order.
+template <int KIND>
+__device__ __forceinline__ void fma8(float* acc, float a, const uint4& w) {
+  const unsigned ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc[2 * i] = fmaf(a, to_f32<KIND>((u16)(ws[i] & 0xffffu)), acc[2 * i]);
+    acc[2 * i + 1] = fmaf(a, to_f32<KIND>((u16)(ws[i] >> 16)), acc[2 * i + 1]);
+  }
+}
+
+// This lane's 8 values of row `col` of B from column n: one 16-byte load, or (B not 16-byte aligned) eight.
+template <bool VEC>
+__device__ __forceinline__ uint4 load_b8(const u16* __restrict__ B, i64 col, i64 N, i64 n) {
+  const u16* row = B + col * N + n;
+  if constexpr (VEC) {
+    return __ldg(reinterpret_cast<const uint4*>(row));
+  } else {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = (unsigned)__ldg(row + 2 * i) | (unsigned)__ldg(row + 2 * i + 1) << 16;
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// csr_rows for 16-bit B with N % 8 == 0 (the launcher's choice, kept when set_io re-points B and C: FLAG_VEC
+// then says whether they are 16-byte aligned): see the header. Its own kernel, so that csr_rows' registers do not
+// lower its occupancy (one kernel of both paths ran 1.2x slower on R-MAT, H200); VEC a template parameter, so
+// that the loop's loads are not behind a branch.
+template <int KIND, bool VEC>
+__device__ __forceinline__ void csr_rows_wide(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,
+                                              const int* __restrict__ seg_slot, const int* __restrict__ indices,
+                                              const void* __restrict__ data, const u16* __restrict__ B,
+                                              void* __restrict__ C, float* __restrict__ W, i64 n_segs, i64 N,
+                                              int flags) {
+  constexpr int U = CSR_UNROLL > 1 ? CSR_UNROLL / 2 : 1;  // per lane: the same bytes in flight as csr_rows'
+  const int lane = threadIdx.x & 31, h = lane >> 4;
+  const i64 s = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
+  if (s >= n_segs) return;  // no barriers below: a warp may leave early
+  const i64 n = (i64)blockIdx.y * COLS + 8 * (lane & 15);
+  const bool in = n < N;  // N % 8 == 0: a lane's 8 columns are all inside N or all outside
+  const i64 lo = seg_ptr[s], hi = seg_ptr[s + 1];
+  const int slot = seg_slot[s], row = seg_row[s];  // read now: their latency hides behind the loop's
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (i64 base = lo; base < hi; base += 32) {
+    const int cnt = (int)min((i64)32, hi - base);
+    const int my_col = lane < cnt ? __ldg(indices + base + lane) : 0;
+    const float my_val = lane < cnt ? value_of<KIND>(data, base + lane) : 0.f;
+    for (int j = 0; j < cnt; j += 2 * U) {  // cnt is warp-uniform: every lane takes part in each shuffle
+      uint4 b[U];
+      float a[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int k = j + 2 * u + h;  // even positions on the lower half-warp, odd on the upper
+        const int c = __shfl_sync(0xffffffffu, my_col, k & 31);
+        const float v = __shfl_sync(0xffffffffu, my_val, k & 31);
+        const bool live = in && k < cnt;
+        a[u] = live ? v : 0.f;
+        b[u] = live ? load_b8<VEC>(B, c, N, n) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) fma8<KIND>(acc, a[u], b[u]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] += __shfl_down_sync(0xffffffffu, acc[i], 16);  // even sums + odd sums
+  if (h || !in) return;
+  const float4 lo4 = make_float4(acc[0], acc[1], acc[2], acc[3]), hi4 = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  if (slot < 0 && VEC && (flags & (FLAG_OUT16 | FLAG_ADD)) == FLAG_OUT16) {  // the common case: one 16-byte store
+    *reinterpret_cast<uint4*>(static_cast<u16*>(C) + (i64)row * N + n) =
+        make_uint4(pack2<KIND>(acc[0], acc[1]), pack2<KIND>(acc[2], acc[3]), pack2<KIND>(acc[4], acc[5]),
+                   pack2<KIND>(acc[6], acc[7]));
+  } else if (slot < 0) {  // two 4-column stores (float32 C, C +=, or C not 16-byte aligned)
+    store_c<KIND>(C, row, N, n, lo4, VEC, 4, flags);
+    store_c<KIND>(C, row, N, n + 4, hi4, VEC, 4, flags);
+  } else {
+    float* w = W + (i64)slot * N + n;  // float32 partial row, no FLAG_ADD, no 16-bit rounding
+    *reinterpret_cast<float4*>(w) = lo4;
+    *reinterpret_cast<float4*>(w + 4) = hi4;
+  }
+}
+
 template <int KIND>
 __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const int* __restrict__ fix_ptr,
                                           const float* __restrict__ W, void* __restrict__ C, i64 n_long, i64 N,
@@ -187,6 +274,21 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
                          const float* __restrict__ W, void* __restrict__ C, i64 n_long, i64 N, int flags) {      \
     csr_fixup<KIND>(fix_row, fix_ptr, W, C, n_long, N, flags);                                                   \
   }
+#define CSR_WIDE_ENTRY(SUFFIX, KIND)                                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
+      csr_rows_wide_##SUFFIX(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,                   \
+                             const int* __restrict__ seg_slot, const int* __restrict__ indices,                  \
+                             const void* __restrict__ data, const void* __restrict__ B, void* __restrict__ C,    \
+                             float* __restrict__ W, i64 n_segs, i64 N, int flags) {                               \
+    if (flags & FLAG_VEC)                                                                                        \
+      csr_rows_wide<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, static_cast<const u16*>(B), C, W,     \
+                                n_segs, N, flags);                                                               \
+    else                                                                                                         \
+      csr_rows_wide<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, static_cast<const u16*>(B), C, W,    \
+                                 n_segs, N, flags);                                                              \
+  }
 CSR_ENTRY(f32, F32)
 CSR_ENTRY(f16, F16)
 CSR_ENTRY(bf16, BF16)
+CSR_WIDE_ENTRY(f16, F16)
+CSR_WIDE_ENTRY(bf16, BF16)

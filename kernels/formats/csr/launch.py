@@ -5,8 +5,9 @@ from call to call (so a deterministic plan never picks it). Works on the matrix 
 
 `segments` cuts each row into pieces of at most ``seg_len`` nonzeros (NumPy, once per plan): a short row is one
 segment written straight to C; the pieces of a long row write float32 partial rows to a workspace, added in piece
-order by a second kernel. `CsrRows` uploads A and the segments once; ``bind(B, out)`` packs the one or two launches
-(kernels.launch.Bound: one cuLaunchKernel each per call), ``run`` launches unbound. CuPy is imported lazily.
+order by a second kernel. 16-bit B with N % 8 == 0 takes the wide kernel (8 values per lane, 16-byte loads).
+`CsrRows` uploads A and the segments once; ``bind(B, out)`` packs the one or two launches (kernels.launch.Bound:
+one cuLaunchKernel each per call), ``run`` launches unbound. CuPy is imported lazily.
 """
 from __future__ import annotations
 
@@ -117,6 +118,8 @@ class CsrRows:
         self.fix_ptr = up(fix_ptr)
         self._workspace: dict[int, object] = {}  # N -> float32 [n_slots, N]
         self._rows = launch.function(f"csr_rows_{SUFFIX[p.name]}", config, SOURCE)  # compiles now
+        # 16-bit B where N % 8 == 0: 8 values per lane, a half-warp per nonzero (csr_spmm.cu's header)
+        self._wide = launch.function(f"csr_rows_wide_{SUFFIX[p.name]}", config, SOURCE) if p.half else None
         self._fixup = launch.function(f"csr_fixup_{SUFFIX[p.name]}", config, SOURCE)
 
     def workspace(self, N: int):
@@ -143,7 +146,8 @@ class CsrRows:
         block = (32 * self.config.warps,)
         rows = fix = None
         if self.n_segs:  # none: a hybrid whose rows are all on Tensor Cores copied here
-            rows = (self._rows, (-(-self.n_segs // self.config.warps), chunks), block,
+            fn = self._wide if self._wide is not None and N % 8 == 0 else self._rows
+            rows = (fn, (-(-self.n_segs // self.config.warps), chunks), block,
                     (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
                      np.int64(self.n_segs), np.int64(N), np.int32(flags)), 0, 5, 6, 10)
         if self.n_long:

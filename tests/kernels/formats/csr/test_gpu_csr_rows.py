@@ -1,7 +1,8 @@
 """GPU deterministic CUDA-core CSR SpMM (kernels/formats/csr/launch.py, csr_spmm.cu) for float32 / float16 /
 bfloat16 against float64: NaN-poisoned out (every element written), rectangular shapes, empty rows, a hub row cut
 into pieces (the fixup kernel), N off the 16-byte path, float32 and 16-bit C, accumulate, two runs bit-identical,
-the bound launch equal to the plain one; SpmmPlan's "csr-rows" kernel on request and in its timed choice."""
+the bound launch equal to the plain one; 16-bit B on both mappings (8 values per lane where N % 8 == 0 and the
+buffers are 16-byte aligned, else 4); SpmmPlan's "csr-rows" kernel on request and in its timed choice."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,7 +36,7 @@ def poisoned(shape, dtype):
     return out
 
 
-@pytest.mark.parametrize("N", [1, 13, 128, 200])
+@pytest.mark.parametrize("N", [1, 13, 24, 128, 200])
 @pytest.mark.parametrize("p_name", PRECISIONS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_against_float64(name, p_name, N):
@@ -68,6 +69,11 @@ def test_deterministic_bound_and_accumulate(p_name):
     acc = cupy.ones((A.shape[0], 256), cupy.float32)
     op.run(B, acc, accumulate=True)
     assert cupy.allclose(acc, one + 1, rtol=1e-6, atol=1e-5)
+    if p.half:  # C += A @ B in the 16-bit type: added in fp32, rounded once
+        acc16 = cupy.asarray(p.to_storage(np.ones((A.shape[0], 256), np.float32)))
+        op.run(B, acc16, accumulate=True)
+        want = p.to_float32(p.to_storage(cupy.asnumpy(one) + 1))
+        assert np.array_equal(p.to_float32(cupy.asnumpy(acc16)), want)
     with pytest.raises(ValueError, match="B has 7 rows"):
         op.run(cupy.zeros((7, 4), p.storage_dtype), out)
 
@@ -92,3 +98,31 @@ def test_plan_runs_csr_rows(p_name):
     first = plan.run(B, out, kernel="csr-rows").copy()
     for _ in range(4):  # the bound call, then graph replay
         assert bool((plan.run(B, out, kernel="csr-rows") == first).all())
+
+
+@pytest.mark.parametrize("p_name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("N, shift", [(136, 0), (136, 1), (132, 0)])
+def test_16bit_mappings(p_name, N, shift):
+    """16-bit B: N % 8 == 0 takes the wide kernel (8 values per lane, half-warps on alternate nonzeros) with 16-byte
+    loads, or element loads when B and C are not 16-byte aligned (``shift``: 2 bytes off); N = 132 the 4-values
+    kernel. Each matches float64 and is bitwise repeatable."""
+    p = precision(p_name)
+    A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
+    K = A.shape[1]
+    Bh = np.random.default_rng(5).standard_normal((K, N)).astype(np.float32)
+    ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
+    B = cupy.empty(K * N + shift, dtype=p.storage_dtype)[shift:].reshape(K, N)
+    B[...] = cupy.asarray(p.to_storage(Bh))
+    op = CsrRows(A, p, CsrConfig(seg_len=64))
+    for dtype in (np.float32, p.storage_dtype):
+        outs = [cupy.empty(A.shape[0] * N + shift, dtype=dtype)[shift:].reshape(A.shape[0], N) for _ in range(2)]
+        assert (outs[0].data.ptr % 16 == 0) == (shift == 0)
+        for out in outs:
+            out.view(cupy.uint8).fill(0xFF)  # NaN: every element must be written
+        C = [cupy.asnumpy(op.run(B, out)) for out in outs]
+        assert np.array_equal(C[0].view(np.uint8), C[1].view(np.uint8)), "bitwise repeatable"
+        got = p.to_float32(C[0]).astype(np.float64)
+        tol = RTOL["float32"] if np.dtype(dtype) == np.float32 else RTOL[p_name]
+        scale = max(np.abs(ref).max(), 1.0)
+        assert np.isfinite(got).all()
+        assert np.allclose(got, ref, rtol=tol, atol=tol * scale), float(np.abs(got - ref).max())
