@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from kernels import launch
 from kernels.precision import precision as as_precision
@@ -26,6 +27,15 @@ SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 COLS = 128  # columns per warp (4 per lane)
 
 
+# Rows are walked (launched) in A's order, except rows of at least HEAVY x the mean length, which go first, longest
+# first: a hub row's pieces left for the last wave of warps keep the GPU waiting on them. The rest keep A's order,
+# which carries the B-row locality a reordering built (an SBM after TCA ran 1.28x slower with every row sorted by
+# length). Swept on the H200 (float32 / float16, N = 128 and 256, as given and after TCA; docs/kernels-notes.md
+# "Session 23"): email-Enron after TCA, float32, N = 128: 50.0 us as given, 33.6 at 2, 34.1 at 4, 39.4 at 8;
+# R-MAT 4-8% faster at 2; SBM and 3-D mesh unchanged (no row that long). C is the same bit for bit in any walk.
+HEAVY = 2.0
+
+
 @dataclass(frozen=True)
 class CsrConfig:
     """Compile-time constants of csr_spmm.cu and the row cut."""
@@ -33,6 +43,7 @@ class CsrConfig:
     warps: int = 2  # warps per thread block (one segment each)
     unroll: int = 4  # B loads in flight per warp before their FMAs
     seg_len: int = 128  # nonzeros per segment: longer rows are cut and their pieces summed by csr_fixup
+    heavy: float = HEAVY  # rows of >= heavy x the mean row length are walked first, longest first (0: as given)
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}")
@@ -59,6 +70,22 @@ def segments(indptr, seg_len: int = CSR_CONFIG.seg_len) -> Segments:
     return Segments(*cut_ranges(indptr, seg_len, "row", "seg_len"))
 
 
+def walk_order(indptr, heavy: float = HEAVY) -> np.ndarray | None:
+    """The order rows are launched in: rows of >= ``heavy`` x the mean row length first (longest first, ties in A's
+    order), then the others in A's order; None when that is A's own order (no such row, or ``heavy`` <= 0)."""
+    nnz = np.diff(np.asarray(indptr, dtype=np.int64))
+    if heavy <= 0 or nnz.size == 0 or nnz.sum() == 0:
+        return None
+    big = np.flatnonzero(nnz >= heavy * nnz.mean())
+    if big.size == 0:
+        return None
+    big = big[np.argsort(-nnz[big], kind="stable")]
+    rest = np.ones(nnz.size, dtype=bool)
+    rest[big] = False
+    order = np.concatenate([big, np.flatnonzero(rest)])
+    return None if np.array_equal(order, np.arange(nnz.size)) else order
+
+
 def reference(A, B, seg: Segments) -> np.ndarray:
     """NumPy twin of the two kernels in float64 (piece sums added in piece order): what the tests compare to."""
     A = A.tocsr()
@@ -80,7 +107,8 @@ class CsrRows:
     """A (canonical CSR: SciPy) on the current device in ``precision``'s storage type, with its row pieces.
 
     ``rows`` (int64 [A's rows], distinct, default the identity): the row of C each row of A writes, in a C of
-    ``n_rows`` rows (default A's); C's other rows are not touched. ``copy_rows`` (int64, disjoint from ``rows``):
+    ``n_rows`` rows (default A's); C's other rows are not touched. Rows are launched in `walk_order` (config.heavy),
+    which changes no bit of C. ``copy_rows`` (int64, disjoint from ``rows``):
     rows of C that ``csr_fixup`` writes from float32 workspace rows the caller fills first (`copy_view`), one
     each, after the long rows' pieces: how kernels.hybrid brings a Tensor Core part computed on its own rows into
     C, inside this kernel's fixup launch, without a launch of its own."""
@@ -93,14 +121,19 @@ class CsrRows:
         self.shape = (int(A.shape[0]) if n_rows is None else int(n_rows), int(A.shape[1]))
         if self.shape[1] > INT32_MAX or self.shape[0] > INT32_MAX:
             raise ValueError(f"A has shape {self.shape}; the CSR kernel takes int32 row and column ids")
-        seg = segments(A.indptr, config.seg_len)
-        seg_row, fix_row, fix_ptr = seg.seg_row, seg.fix_row, seg.fix_ptr
         if rows is not None:
             rows = np.asarray(rows, dtype=np.int64)
             if rows.shape != (int(A.shape[0]),) or (rows.size and (rows.min() < 0 or rows.max() >= self.shape[0])):
                 raise ValueError(f"rows has shape {rows.shape} in {rows.min() if rows.size else 0}.."
                                  f"{rows.max() if rows.size else 0}, expected one row of C (< {self.shape[0]}) "
                                  f"per row of A ({int(A.shape[0])})")
+        walk = walk_order(A.indptr, config.heavy)
+        if walk is not None:  # A's rows in launch order, each still writing its own row of C
+            A = sp.csr_array(A)[walk]
+            rows = walk if rows is None else rows[walk]
+        seg = segments(A.indptr, config.seg_len)
+        seg_row, fix_row, fix_ptr = seg.seg_row, seg.fix_row, seg.fix_ptr
+        if rows is not None:
             seg_row, fix_row = rows[seg_row].astype(np.int32), rows[fix_row].astype(np.int32)
         copy_rows = np.zeros(0, dtype=np.int64) if copy_rows is None else np.asarray(copy_rows, dtype=np.int64)
         self.copy_slot0, self.n_copy = seg.n_slots, int(copy_rows.shape[0])  # the workspace rows copied to C

@@ -42,3 +42,17 @@ def test_checks():
     with pytest.raises(ValueError, match="seg_len is 0"):
         segments(np.array([0, 1]), 0)
     assert CsrConfig().defines() == ("-DCSR_WARPS=2", "-DCSR_UNROLL=4")
+
+
+def test_walk_order_puts_long_rows_first_and_keeps_the_rest():
+    from kernels.formats.csr.launch import walk_order
+
+    lengths = np.array([2, 40, 1, 0, 90, 3, 40, 2])  # mean 22.25: rows of >= 2 x 22.25 go first
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    assert walk_order(indptr, 2.0).tolist() == [4, 0, 1, 2, 3, 5, 6, 7]
+    assert walk_order(indptr, 1.0).tolist() == [4, 1, 6, 0, 2, 3, 5, 7]  # longest first, ties in A's order
+    assert walk_order(indptr, 0.0) is None and walk_order(indptr, 5.0) is None  # off; no row that long
+    assert walk_order(np.array([0, 5, 10, 15]), 1.0) is None  # equal rows: A's own order
+    assert walk_order(np.zeros(4, dtype=np.int64), 1.0) is None  # empty A
+    order = walk_order(indptr, 1e-9)  # every non-empty row, longest first, then the empty one
+    assert sorted(order.tolist()) == list(range(8)) and order[-1] == 3 and order[0] == 4
