@@ -11,10 +11,11 @@ float16), with B and out prepared once:
 - ``issued_nograph_us``: the same with ``plan.graphs = False`` (the bound launch every call);
 - ``graph_us``: the GPU's time of the chosen kernel (kernels.launch.graph_ms: replays of a captured graph of
   back-to-back launches); ``overhead_us`` = issued - graph.
-cuSPARSE is timed the same ways on the same matrix and B: its best CSR algorithm through a bound call
-(CusparseBound: descriptors and buffer made once, cusparseSpMM through nvmath's bindings, through ctypes in the
-files before the bindings change of 2026-11-25: the cheapest call CuPy's process allows) as issued and by graph
-replay, and ``cupyx.scipy.sparse`` ``A @ B`` as issued (what a CuPy user writes; it allocates C). Correctness in
+cuSPARSE is timed the same ways on the same matrix and B, in each plan's precision (``cus_dtype``; float32 for
+every plan in files written before it was recorded): its best CSR algorithm through a bound call (CusparseBound:
+descriptors and buffer made once, cusparseSpMM through nvmath's bindings, through ctypes in the files before the
+bindings change of 2026-11-25: the cheapest call CuPy's process allows) as issued and by graph replay, and for
+float32 ``cupyx.scipy.sparse`` ``A @ B`` as issued (what a CuPy user writes; it allocates C). Correctness in
 the same run: every plan's C against float64 SciPy. ``--code DIR`` imports ``kernels`` from DIR (the tree before a
 change; only features both trees have are used then); ``--before FILE`` puts that run's numbers beside these.
 JSON under benchmarks/results/, the table last.
@@ -142,36 +143,44 @@ def measure(label, A, N, rng, plans):
         log(f"  {label} N={N} {name}: {kernel} graph {graph_us:.1f} us, issued {row['issued_us']:.1f} us"
             + (f" (no graph {row['issued_nograph_us']:.1f})" if "issued_nograph_us" in row else "")
             + f", err {row['rel_err']:.1e}")
-    cus = cusparse_times(A, Bh, rows, ref)
-    for r in out_rows:
-        r.update(cus)
-    log(f"  {label} N={N} cuSPARSE {cus['cus_alg']}: graph {cus['cus_graph_us']:.1f} us, issued "
-        f"{cus['cus_issued_us']:.1f} us, cupyx A @ B {cus['cupyx_issued_us']:.1f} us")
+    for dtype in sorted({PLANS[r["plan"]]["dtype"] for r in out_rows}):  # cuSPARSE in each plan's precision
+        cus = cusparse_times(A, Bh, rows, ref, dtype)
+        for r in out_rows:
+            if PLANS[r["plan"]]["dtype"] == dtype:
+                r.update(cus)
+        log(f"  {label} N={N} cuSPARSE {dtype} {cus['cus_alg']}: graph {cus['cus_graph_us']:.1f} us, issued "
+            f"{cus['cus_issued_us']:.1f} us" + (f", cupyx A @ B {cus['cupyx_issued_us']:.1f} us"
+                                                if "cupyx_issued_us" in cus else ""))
     return out_rows
 
 
-def cusparse_times(A, Bh, rows, ref) -> dict:
-    """cuSPARSE float32 on A the cheapest ways: its best CSR algorithm (graph replay) through a bound call (as
-    issued), and cupyx's ``A @ B`` as issued; its C checked on ``rows`` against ``ref``."""
+def cusparse_times(A, Bh, rows, ref, dtype: str = "float32") -> dict:
+    """cuSPARSE on A in ``dtype`` (a plan's precision: float16 values, B and C for the half plans; its CSR SpMM
+    computes in fp32 on CUDA cores) the cheapest ways: its best CSR algorithm (graph replay) through a bound call
+    (as issued), and for float32 cupyx's ``A @ B`` as issued (cupyx has no float16 sparse product); its C checked
+    on ``rows`` against ``ref``. ``cus_dtype`` says which."""
     import cupy
     import cupyx.scipy.sparse as csp
 
     from kernels.cusparse import CusparseSpmm
+    from kernels.precision import precision
 
-    B = cupy.asarray(Bh)
-    out = cupy.empty((A.shape[0], B.shape[1]), dtype=cupy.float32)
-    op = CusparseSpmm(A)
+    p = precision(dtype)
+    B = cupy.asarray(p.to_storage(Bh))
+    out = cupy.empty((A.shape[0], B.shape[1]), dtype=p.storage_dtype)
+    op = CusparseSpmm(A, dtype=dtype)
     tuned = op.tune(B, out)
-    cus = {"cus_alg": tuned["best"], "cus_graph_us": 1e3 * tuned["ms"][tuned["best"]]}
+    cus = {"cus_dtype": dtype, "cus_alg": tuned["best"], "cus_graph_us": 1e3 * tuned["ms"][tuned["best"]]}
     if hasattr(op, "bind"):
         bound = op.bind(B, out)
         sptr = cupy.cuda.get_current_stream().ptr
         cus["cus_issued_us"] = issued_us(lambda: bound(sptr))
     else:
         cus["cus_issued_us"] = issued_us(lambda: op.run(B, out))
-    Ad = csp.csr_matrix((cupy.asarray(A.data), cupy.asarray(A.indices), cupy.asarray(A.indptr)), shape=A.shape)
-    cus["cupyx_issued_us"] = issued_us(lambda: Ad @ B)
-    C = cupy.asnumpy(out)[rows].astype(np.float64)
+    if dtype == "float32":
+        Ad = csp.csr_matrix((cupy.asarray(A.data), cupy.asarray(A.indices), cupy.asarray(A.indptr)), shape=A.shape)
+        cus["cupyx_issued_us"] = issued_us(lambda: Ad @ B)
+    C = p.to_float32(cupy.asnumpy(out)[rows]).astype(np.float64)
     cus["cus_rel_err"] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30))
     op.close()
     return cus
@@ -245,11 +254,15 @@ def main(argv=None) -> int:
             # cuSPARSE on the original matrix, as given, first (C's rows are permuted by the order, not its values)
             sample = np.sort(rng.choice(A.shape[0], min(2048, A.shape[0]), replace=False))
             Bh = rng.standard_normal((A.shape[1], N)).astype(np.float32)
-            orig = cusparse_times(A, Bh, sample, A[sample].astype(np.float64) @ Bh.astype(np.float64))
-            log(f"  {label} N={N} cuSPARSE on the original {orig['cus_alg']}: issued {orig['cus_issued_us']:.1f} us")
+            exact = A[sample].astype(np.float64) @ Bh.astype(np.float64)
+            orig = {dtype: cusparse_times(A, Bh, sample, exact, dtype)
+                    for dtype in sorted({PLANS[name]["dtype"] for name in args.plans})}
+            for dtype, o in orig.items():
+                log(f"  {label} N={N} cuSPARSE {dtype} on the original {o['cus_alg']}: issued "
+                    f"{o['cus_issued_us']:.1f} us")
             got = measure(label, Ar, N, rng, args.plans)
             for r in got:
-                r.update(order, **{f"orig_{k}": v for k, v in orig.items()})
+                r.update(order, **{f"orig_{k}": v for k, v in orig[PLANS[r["plan"]]["dtype"]].items()})
             rows.extend(got)
         path.write_text(json.dumps({"meta": {**meta, "partial": True}, "rows": rows, "before_rows": []}, indent=1))
     meta["wall_s"] = time.time() - t0
@@ -268,7 +281,7 @@ def target_summary(rows) -> None:
     """Issue 15's target: on 0.1-3M nnz, N = 128 and 256, each plan as issued over the strongest cuSPARSE as issued
     (its bound call or cupyx, whichever is faster) on the original matrix (and on the same one): geomean >= 1.3x,
     none below 0.95x."""
-    for plan in sorted({r["plan"] for r in rows if r["plan"].endswith("f32")}):  # cuSPARSE here is float32
+    for plan in sorted({r["plan"] for r in rows if "cus_dtype" in r or r["plan"].endswith("f32")}):  # same precision
         sel = [r for r in rows if r["plan"] == plan and r["N"] in (128, 256)
                and TARGET_NNZ[0] <= r["nnz"] <= TARGET_NNZ[1]]
         if not sel:
@@ -276,12 +289,18 @@ def target_summary(rows) -> None:
         for ref, tag in (("orig_", "original"), ("", "same matrix")):
             if not all(f"{ref}cus_issued_us" in r for r in sel):
                 continue
-            x = np.array([min(r[f"{ref}cus_issued_us"], r[f"{ref}cupyx_issued_us"]) / r["issued_us"] for r in sel])
+            x = np.array([best_cusparse_us(r, ref) / r["issued_us"] for r in sel])
             worst = sel[int(np.argmin(x))]
             met = "met" if np.exp(np.log(x).mean()) >= 1.3 and x.min() >= 0.95 else "missed"
             print(f"target {plan} vs cuSPARSE as issued on the {tag} ({len(sel)} cases, 0.1-3M nnz, N 128/256): "
                   f"geomean {np.exp(np.log(x).mean()):.2f}x, min {x.min():.2f}x ({worst['matrix']} N={worst['N']}, "
                   f"{worst['kernel']}) -> {met} (>= 1.3x, none < 0.95x)")
+
+
+def best_cusparse_us(r, ref: str = "") -> float:
+    """The faster cuSPARSE call as issued in the row's precision (its bound call, or cupyx's A @ B where timed);
+    ``ref`` "orig_": on the matrix as given."""
+    return min(r[f"{ref}cus_issued_us"], r.get(f"{ref}cupyx_issued_us", float("inf")))
 
 
 def print_table(rows, before, path):
@@ -290,11 +309,11 @@ def print_table(rows, before, path):
           f"{'before':>8}{'cus graph':>10}{'cus iss.':>9}{'cupyx':>8}{'vs cus':>7}{'err':>9}")
     for r in rows:
         b = prev.get((r["matrix"], r["N"], r["plan"]))
-        best_cus = min(r["cus_issued_us"], r["cupyx_issued_us"])
+        best_cus = best_cusparse_us(r, "")
         print(f"{r['matrix'][:17]:<18}{r['nnz']:>9}{r['N']:>5} {r['plan']:<11}{r['kernel']:<15}{r['graph_us']:>8.1f}"
               f"{r['issued_us']:>8.1f}{r.get('issued_nograph_us', float('nan')):>9.1f}"
               f"{(b['issued_us'] if b else float('nan')):>8.1f}{r['cus_graph_us']:>10.1f}{r['cus_issued_us']:>9.1f}"
-              f"{r['cupyx_issued_us']:>8.1f}{best_cus / r['issued_us']:>7.2f}{r['rel_err']:>9.1e}")
+              f"{r.get('cupyx_issued_us', float('nan')):>8.1f}{best_cus / r['issued_us']:>7.2f}{r['rel_err']:>9.1e}")
     print("times in us per call; issued = plan.run(B, out) in a Python loop between CUDA events (graph replay "
           "on by default), no-graph = plan.graphs False, before = --before's issued, vs cus = the faster cuSPARSE "
           "as issued / ours as issued")

@@ -23,9 +23,21 @@ def latest_rows(run) -> list[dict]:
     return list(keep.values())
 
 
+def cusparse_us(r, ref: str) -> float:
+    """The faster cuSPARSE call as issued (its bound call, or cupyx's A @ B where timed: float32); ref "orig_" or
+    ""."""
+    return min(r[f"{ref}cus_issued_us"], r.get(f"{ref}cupyx_issued_us", float("inf")))
+
+
 def vs_cusparse(r, ref: str) -> float:
-    """The faster cuSPARSE as issued (bound call or cupyx) over the plan as issued; ref "orig_" or ""."""
-    return min(r[f"{ref}cus_issued_us"], r[f"{ref}cupyx_issued_us"]) / r["issued_us"]
+    """The faster cuSPARSE as issued over the plan as issued; ref "orig_" or ""."""
+    return cusparse_us(r, ref) / r["issued_us"]
+
+
+def cusparse_dtype(rows) -> str:
+    """The precision cuSPARSE ran in for these rows: the plan's since host_overhead.py records ``cus_dtype``,
+    float32 for every plan in files from before."""
+    return "/".join(sorted({r.get("cus_dtype", "float32") for r in rows}))
 
 
 def host_section(runs, v0, older, *, h) -> list[str]:
@@ -43,15 +55,16 @@ def host_section(runs, v0, older, *, h) -> list[str]:
             "`plan.run(B, out)` per call. `issued` = CUDA events around a Python loop of back-to-back calls / "
             "calls (median of 5 loops; repeated calls on the same buffers replay a CUDA graph by default), `no graph` = the same with "
             "`plan.graphs = False`, `graph` = the chosen kernel's device time by graph replay. cuSPARSE: its best "
-            "CSR algorithm through a bound call and `cupyx` `A @ B`, as issued, on the matrix as given (`orig`) and "
-            "on the same reordered matrix; `x orig` / `x same` = the faster of those two / the plan as issued. "
-            "Times in us per call.", ""]
+            "CSR algorithm through a bound call (and for float32 `cupyx` `A @ B`), as issued, in the precision "
+            "the target rows name (the plan's; float32 for every plan in files written before "
+            "host_overhead.py recorded `cus_dtype`), on the matrix as given (`orig`) and on the same reordered "
+            "matrix; `x orig` / `x same` = the faster of those / the plan as issued. Times in us per call.", ""]
     out += h.table(("matrix", "nnz", "N", "order", "plan", "kernel", "graph", "issued", "no graph", "cuSP orig",
                     "cuSP same", "x orig", "x same", "rel err (tol)"),
                    [(f"`{r['matrix']}`", h.mnnz(r["nnz"]), r["N"], r.get("order", "-"), r["plan"], r["kernel"],
                      h.f(r["graph_us"], 1), h.f(r["issued_us"], 1), h.f(r.get("issued_nograph_us"), 1),
-                     h.f(min(r["orig_cus_issued_us"], r["orig_cupyx_issued_us"]), 1),
-                     h.f(min(r["cus_issued_us"], r["cupyx_issued_us"]), 1), h.f(vs_cusparse(r, "orig_"), 2, "x"),
+                     h.f(cusparse_us(r, "orig_"), 1),
+                     h.f(cusparse_us(r, ""), 1), h.f(vs_cusparse(r, "orig_"), 2, "x"),
                      h.f(vs_cusparse(r, ""), 2, "x"), f"{r['rel_err']:.1e} ({r['tolerance']:g})") for r in rows])
     targets = []
     for plan in sorted({r["plan"] for r in rows}):
@@ -74,7 +87,8 @@ def host_section(runs, v0, older, *, h) -> list[str]:
                 continue
             worst = min(sel, key=lambda r: vs_cusparse(r, ref))
             g = h.geo(x)
-            targets.append((f"{plan} vs cuSPARSE as issued on the {tag}, 0.1-3M nnz, N = 128/256",
+            targets.append((f"{plan} vs cuSPARSE {cusparse_dtype(sel)} as issued on the {tag}, 0.1-3M nnz, "
+                            "N = 128/256",
                             f"geomean >= {GEOMEAN}x, none < {FLOOR}x",
                             f"{h.f(g, 2)}x over {len(x)} cases, min {h.f(min(x), 2)}x ({worst['matrix']} "
                             f"N={worst['N']})", h.status(g >= GEOMEAN and min(x) >= FLOOR)))

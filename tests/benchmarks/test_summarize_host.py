@@ -48,7 +48,7 @@ def test_host_targets_pool_the_days_parts_and_a_later_row_wins(tmp_path):
           [host_row("m1", 500_000, 128, "det-f32", 100, 9, 20, 20)])  # not an auto run: left out
     md = section(render(res, tmp_path), "Per call as issued")
     assert "host-overhead-gpu-x-2026-01-02-a.json`, `host-overhead-gpu-x-2026-01-02-b.json" in md
-    line = next(x for x in md.splitlines() if "det-f32 vs cuSPARSE as issued on the matrix as given" in x)
+    line = next(x for x in md.splitlines() if "det-f32 vs cuSPARSE float32 as issued on the matrix as given" in x)
     assert "2.00x over 2 cases, min 2.00x" in line and line.endswith("**met** |")  # tiny (2k nnz) is out of range
     over = next(x for x in md.splitlines() if x.startswith("| det-f32: overhead"))
     assert "1.0 / 1.0 us" in over and "**met**" in over
@@ -62,7 +62,7 @@ def test_host_target_missed_below_the_floor(tmp_path):
           [host_row("m1", 500_000, 128, "det-f32", 10, 9, 40, 40), host_row("m2", 600_000, 256, "det-f32", 10, 9,
                                                                                9, 9)])
     md = section(render(res, tmp_path), "Per call as issued")
-    line = next(x for x in md.splitlines() if x.startswith("| det-f32 vs cuSPARSE as issued on the matrix as given"))
+    line = next(x for x in md.splitlines() if x.startswith("| det-f32 vs cuSPARSE float32 as issued on the matrix as given"))
     assert "min 0.90x (m2 N=256)" in line and "**missed**" in line  # geomean 1.90x, but one case < 0.95x
 
 
@@ -164,5 +164,22 @@ def test_a_days_runs_on_two_gpu_models_are_not_pooled(tmp_path):
                  ("host-overhead-gpu-y-2026-01-02-a.json", {"date": "2026-01-02T11:00:00+00:00", "device": "GPU Y"},
                   [host_row("m1", 500_000, 128, "det-f32", 10, 9, 40, 40)]))
     assert "host-overhead-gpu-y-2026-01-02-a.json" in md and "`m3`" not in md
-    line = next(x for x in md.splitlines() if "det-f32 vs cuSPARSE as issued on the matrix as given" in x)
+    line = next(x for x in md.splitlines() if "det-f32 vs cuSPARSE float32 as issued on the matrix as given" in x)
     assert "4.00x over 1 cases" in line
+
+
+def test_half_plans_against_cusparse_in_their_precision(tmp_path):
+    """Rows with ``cus_dtype`` (cuSPARSE in the plan's precision, no cupyx for float16) are judged against their
+    bound cuSPARSE call, and the target names that precision; older rows without it name float32."""
+    res = tmp_path / "results"
+    res.mkdir()
+    half = host_row("m1", 500_000, 128, "det-f16", 10, 9, 15, 30)
+    half.update(cus_dtype="float16")
+    for key in ("cupyx_issued_us", "orig_cupyx_issued_us"):
+        del half[key]
+    write(res, "host-overhead-gpu-x-2026-01-02-a.json", {"reorder": "auto", "date": "2026-01-02T10:00:00+00:00"},
+          [half, host_row("m1", 500_000, 128, "det-f32", 10, 9, 20, 20)])
+    md = section(render(res, tmp_path), "Per call as issued")
+    line = next(x for x in md.splitlines() if "det-f16 vs cuSPARSE float16 as issued on the matrix as given" in x)
+    assert "3.00x" in line  # 30 us of cuSPARSE half on the original against 10 us as issued
+    assert "det-f32 vs cuSPARSE float32 as issued" in md
