@@ -261,12 +261,13 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
   store_c<KIND>(C, fix_row[r], N, n, acc, vec, avail, flags);
 }
 
+// The row kernels' parameters (csr_rows and csr_rows_wide take the same).
+#define CSR_ROWS_PARAMS                                                                                           \
+  const i64 *__restrict__ seg_ptr, const int *__restrict__ seg_row, const int *__restrict__ seg_slot,            \
+      const int *__restrict__ indices, const void *__restrict__ data, const void *__restrict__ B,                \
+      void *__restrict__ C, float *__restrict__ W, i64 n_segs, i64 N, int flags
 #define CSR_ENTRY(SUFFIX, KIND)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
-      csr_rows_##SUFFIX(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,                        \
-                        const int* __restrict__ seg_slot, const int* __restrict__ indices,                       \
-                        const void* __restrict__ data, const void* __restrict__ B, void* __restrict__ C,         \
-                        float* __restrict__ W, i64 n_segs, i64 N, int flags) {                                    \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_##SUFFIX(CSR_ROWS_PARAMS) {              \
     csr_rows<KIND>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags);                        \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
@@ -275,17 +276,12 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
     csr_fixup<KIND>(fix_row, fix_ptr, W, C, n_long, N, flags);                                                   \
   }
 #define CSR_WIDE_ENTRY(SUFFIX, KIND)                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
-      csr_rows_wide_##SUFFIX(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,                   \
-                             const int* __restrict__ seg_slot, const int* __restrict__ indices,                  \
-                             const void* __restrict__ data, const void* __restrict__ B, void* __restrict__ C,    \
-                             float* __restrict__ W, i64 n_segs, i64 N, int flags) {                               \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_wide_##SUFFIX(CSR_ROWS_PARAMS) {         \
+    const u16* B16 = static_cast<const u16*>(B);                                                                 \
     if (flags & FLAG_VEC)                                                                                        \
-      csr_rows_wide<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, static_cast<const u16*>(B), C, W,     \
-                                n_segs, N, flags);                                                               \
+      csr_rows_wide<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);         \
     else                                                                                                         \
-      csr_rows_wide<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, static_cast<const u16*>(B), C, W,    \
-                                 n_segs, N, flags);                                                              \
+      csr_rows_wide<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);        \
   }
 CSR_ENTRY(f32, F32)
 CSR_ENTRY(f16, F16)
