@@ -292,7 +292,8 @@ def target_summary(rows) -> None:
             x = np.array([best_cusparse_us(r, ref) / r["issued_us"] for r in sel])
             worst = sel[int(np.argmin(x))]
             met = "met" if np.exp(np.log(x).mean()) >= 1.3 and x.min() >= 0.95 else "missed"
-            print(f"target {plan} vs cuSPARSE as issued on the {tag} ({len(sel)} cases, 0.1-3M nnz, N 128/256): "
+            print(f"target {plan} vs cuSPARSE {sel[0].get('cus_dtype', 'float32')} as issued on the {tag} "
+                  f"({len(sel)} cases, 0.1-3M nnz, N 128/256): "
                   f"geomean {np.exp(np.log(x).mean()):.2f}x, min {x.min():.2f}x ({worst['matrix']} N={worst['N']}, "
                   f"{worst['kernel']}) -> {met} (>= 1.3x, none < 0.95x)")
 

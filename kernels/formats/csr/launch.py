@@ -24,7 +24,7 @@ from kernels.operands import check_b_out
 
 SOURCE = Path(__file__).resolve().parent / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-COLS = 128  # columns per warp (4 per lane)
+COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each half-warp)
 
 
 # Rows are walked (launched) in A's order, except rows of at least HEAVY x the mean length, which go first, longest
@@ -107,11 +107,11 @@ class CsrRows:
     """A (canonical CSR: SciPy) on the current device in ``precision``'s storage type, with its row pieces.
 
     ``rows`` (int64 [A's rows], distinct, default the identity): the row of C each row of A writes, in a C of
-    ``n_rows`` rows (default A's); C's other rows are not touched. Rows are launched in `walk_order` (config.heavy),
-    which changes no bit of C. ``copy_rows`` (int64, disjoint from ``rows``):
+    ``n_rows`` rows (default A's); C's other rows are not touched. ``copy_rows`` (int64, disjoint from ``rows``):
     rows of C that ``csr_fixup`` writes from float32 workspace rows the caller fills first (`copy_view`), one
     each, after the long rows' pieces: how kernels.hybrid brings a Tensor Core part computed on its own rows into
-    C, inside this kernel's fixup launch, without a launch of its own."""
+    C, inside this kernel's fixup launch, without a launch of its own. Rows are launched in `walk_order`
+    (``config.heavy``), which changes no bit of C."""
 
     def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG, *, rows=None, n_rows: int | None = None,
                  copy_rows=None):
