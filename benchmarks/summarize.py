@@ -29,6 +29,7 @@ from storage.atomic import atomic_path  # noqa: E402
 import plots  # noqa: E402  (benchmarks/plots.py: charts beside the doc, optional matplotlib)
 from summarize_bcsr import bcsr_section  # noqa: E402  (benchmarks/ is the script folder)
 from summarize_cpu import cpu_section  # noqa: E402
+from summarize_csr import csr_section  # noqa: E402
 from summarize_cvse import cvse_section, svc_slack_section  # noqa: E402
 from summarize_formats import formats_section  # noqa: E402
 from summarize_gnn import gnn_section  # noqa: E402
@@ -42,7 +43,8 @@ from summarize_sddmm import sddmm_section  # noqa: E402
 from summarize_store_io import store_io_section  # noqa: E402
 from summarize_weak import weak_section  # noqa: E402
 
-DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "calibration": "benchmarks/spmm.py --calibrate",
+DEFAULT_CMD = {"spmm": "benchmarks/spmm.py --calibrate --suite full", "csr_rows": "benchmarks/csr_rows.py",
+               "calibration": "benchmarks/spmm.py --calibrate",
                "reorder": "benchmarks/reorder.py --sizes 1M,10M,100M --workers 16 --fixtures",
                "multi_gpu": "benchmarks/multi_gpu.py --nnz 100e6 --orders none,natural,tca",
                "multi_gpu_weak": "benchmarks/multi_gpu.py --weak 25e6 --kinds sbm,mesh,rmat --gpus 1,2,4",
@@ -891,6 +893,7 @@ SECTIONS = {"spmm": spmm_section, "precision": lambda *a: precision_section(*a, 
             "calibration": calibration_section, "reorder": reorder_section, "multi_gpu": multi_gpu_section,
             "multi_gpu_weak": lambda *a: weak_section(*a, h=SimpleNamespace(**globals())),
             "host-overhead": lambda *a: host_section(*a, h=SimpleNamespace(**globals())),
+            "csr_rows": lambda *a: csr_section(*a, h=SimpleNamespace(**globals())),
             "bindings": lambda *a: bindings_section(*a, h=SimpleNamespace(**globals())),
             "convert": convert_section, "parse": parse_section,
             "cpu_spmm": lambda *a: cpu_section(*a, h=SimpleNamespace(**globals())),

@@ -135,9 +135,9 @@ def test_empty_results_say_not_run(results, tmp_path):
     md = out.read_text()
     sections = md.split("\n## ")[1:]
     # spmm, precision, seam-ab, gnn, bcsr, cvse, svc-slack, sddmm, calibration, reorder, multi_gpu, multi_gpu_weak,
-    # host-overhead, bindings, convert, parse, cpu_spmm, startup, store_io, rank-check, plan-time, ab (formats adds
-    # none without results)
-    assert len(sections) == 22
+    # host-overhead, csr_rows, bindings, convert, parse, cpu_spmm, startup, store_io, rank-check, plan-time, ab
+    # (formats adds none without results)
+    assert len(sections) == 23
     for sec in sections:
         assert "Status: not run yet" in sec
         for line in sec.splitlines():

@@ -1,0 +1,184 @@
+"""The deterministic CUDA-core CSR kernel (``csr-rows``, the path every plan takes on power-law graphs) per precision
+and row walk, against cuSPARSE CSR in the same precision (issue 32).
+
+    PYTHONPATH=. python3 benchmarks/csr_rows.py [--ns 128 256] [--matrices rmat-s17 ...] [--budget-s 240]
+                                                [--out-dir DIR] [--table-from FILE]
+
+Matrices: R-MAT scale 16 and 17 and an SBM of 100k nodes from the project generators with shuffled labels, the
+SNAP/email-Enron fixture (skipped with a note when no fixtures folder holds it), and R-MAT scale 20 (16M nnz) last;
+each as given and after ``tasks.reorder.auto_reorder`` (what a user runs). Per (matrix, order, N, precision:
+float32, float16, bfloat16): the kernel through ``CsrRows.bind`` (kernels/formats/csr/launch.py) with its default
+walk (``CsrConfig.heavy``: rows of >= 2x the mean length launched first) and with A's own order (heavy 0); device
+time by graph replay (kernels.launch.graph_ms) and per call as issued (kernels.launch.issued_ms); cuSPARSE's best
+CSR algorithm in the same precision (``CusparseSpmm(A, dtype=...).tune``, graph replay; its bound call as issued;
+float16/bfloat16 CSR compute on CUDA cores). Correctness in the same run: C on sampled rows against float64 SciPy
+of the stored (rounded) values within the precision's tolerance (kernels.precision), and the two walks' C bitwise
+equal; a failure makes the run exit 1 after the table. JSON: benchmarks/results/csr_rows-<device>-<date>.json
+(written after each matrix); the table last. No new matrix is started after --budget-s seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import sys
+import tarfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+
+REPO = Path(__file__).resolve().parents[1]
+PRECISIONS = ("float32", "float16", "bfloat16")
+GENERATED = [("rmat-s16", "rmat", "scale=16&edge_factor=12"), ("rmat-s17", "rmat", "scale=17&edge_factor=16"),
+             ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2")]
+LAST = [("rmat-s20", "rmat", "scale=20&edge_factor=16")]
+FIXTURE = "SNAP/email-Enron"
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def fixture(name: str):
+    from configs import fixture_roots
+
+    path = next((r / "suitesparse" / "MM" / f"{name}.tar.gz" for r in fixture_roots(REPO)
+                 if (r / "suitesparse" / "MM" / f"{name}.tar.gz").is_file()), None)
+    if path is None:
+        return None
+    with tarfile.open(path) as tar, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SciPy's spmatrix-default notice
+        member = next(m for m in tar.getmembers() if m.name.endswith(".mtx"))
+        return sp.csr_array(scipy.io.mmread(io.BytesIO(tar.extractfile(member).read())), dtype=np.float32)
+
+
+def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
+    """One row per precision: both walks and cuSPARSE in that precision on the same B."""
+    import cupy
+
+    from kernels import launch
+    from kernels.cusparse import CusparseSpmm
+    from kernels.formats.csr.launch import CsrConfig, CsrRows
+    from kernels.precision import precision
+
+    sample = np.sort(rng.choice(A.shape[0], min(2048, A.shape[0]), replace=False))
+    Bh = rng.standard_normal((A.shape[1], N)).astype(np.float32)
+    rows = []
+    for name in PRECISIONS:
+        p = precision(name)
+        B = cupy.asarray(p.to_storage(Bh))
+        stored = sp.csr_array((p.to_float32(p.to_storage(A.data)).astype(np.float64), A.indices, A.indptr),
+                              shape=A.shape)
+        ref = stored[sample] @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
+        row = {"matrix": label, "order": order, "nnz": int(A.nnz), "shape": list(A.shape), "N": N, "precision": name,
+               "tolerance": p.tolerance}
+        outs = {}
+        for walk, heavy in (("walk", CsrConfig().heavy), ("given", 0.0)):
+            op = CsrRows(A, p, CsrConfig(heavy=heavy))
+            out = cupy.empty((A.shape[0], N), dtype=p.storage_dtype)
+            out.view(cupy.uint8).fill(0xFF)  # NaN: every element must be written
+            bound = op.bind(B, out)
+            stream = cupy.cuda.get_current_stream().ptr
+            row[f"{walk}_graph_us"] = 1e3 * launch.graph_ms(lambda: bound(stream))
+            row[f"{walk}_issued_us"] = 1e3 * launch.issued_ms(lambda: bound(stream))
+            outs[walk] = cupy.asnumpy(out)
+        C = p.to_float32(outs["walk"][sample]).astype(np.float64)
+        row["rel_err"] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30)) if np.isfinite(C).all() \
+            else float("nan")
+        row["walks_bitwise_equal"] = bool(np.array_equal(outs["walk"].view(np.uint8), outs["given"].view(np.uint8)))
+        cus = CusparseSpmm(A, dtype=name)
+        out = cupy.empty((A.shape[0], N), dtype=p.storage_dtype)
+        tuned = cus.tune(B, out)
+        bound = cus.bind(B, out)
+        stream = cupy.cuda.get_current_stream().ptr
+        row.update(cus_alg=tuned["best"], cus_graph_us=1e3 * tuned["ms"][tuned["best"]],
+                   cus_issued_us=1e3 * launch.issued_ms(lambda: bound(stream)))
+        C = p.to_float32(cupy.asnumpy(out)[sample]).astype(np.float64)
+        row["cus_rel_err"] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30))
+        cus.close()
+        row["correct"] = bool(row["rel_err"] <= p.tolerance and row["walks_bitwise_equal"])
+        rows.append(row)
+        log(f"  {label} {order} N={N} {name}: walk {row['walk_graph_us']:.1f} us, A's order "
+            f"{row['given_graph_us']:.1f} us, cuSPARSE {row['cus_alg']} {row['cus_graph_us']:.1f} us, "
+            f"err {row['rel_err']:.1e}{'' if row['correct'] else '  FAILED'}")
+    return rows
+
+
+def print_table(rows) -> None:
+    print(f"{'matrix':<14}{'order':<8}{'nnz':>10}{'N':>5} {'precision':<10}{'walk':>9}{'A order':>9}{'cuSPARSE':>10}"
+          f"{'x cus':>7}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'err':>9} ok")
+    for r in rows:
+        print(f"{r['matrix'][:13]:<14}{r['order'][:7]:<8}{r['nnz']:>10}{r['N']:>5} {r['precision']:<10}"
+              f"{r['walk_graph_us']:>9.1f}{r['given_graph_us']:>9.1f}{r['cus_graph_us']:>10.1f}"
+              f"{r['cus_graph_us'] / r['walk_graph_us']:>7.2f}{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
+              f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
+    print("us per call; walk = csr-rows with its default row walk (long rows first), A order = heavy 0; graph "
+          "replay, and as issued (iss) through the bound call; x = cuSPARSE (same precision) / ours")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ns", type=int, nargs="+", default=[128, 256])
+    ap.add_argument("--matrices", nargs="+", help="only these labels (rmat-s16, rmat-s17, sbm-100k, "
+                    f"{FIXTURE}, rmat-s20)")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="start no new matrix after this many seconds")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--table-from", type=Path, help="reprint the table of a results file and exit (no GPU)")
+    args = ap.parse_args(argv)
+    if args.table_from:
+        print_table(json.loads(args.table_from.read_text())["rows"])
+        return 0
+    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from machine import gpu_meta
+    from tasks.fetch.generators import generate
+    from tasks.reorder import auto_reorder
+
+    matrices = [(label, lambda k=kind, p=params: generate(k, f"{p}&seed=1&shuffle=1")) for label, kind, params
+                in GENERATED[:2]] + [(FIXTURE, lambda: fixture(FIXTURE))]
+    matrices += [(label, lambda k=kind, p=params: generate(k, f"{p}&seed=1&shuffle=1")) for label, kind, params
+                 in GENERATED[2:] + LAST]
+    if args.matrices:
+        unknown = set(args.matrices) - {m[0] for m in matrices}
+        if unknown:
+            raise SystemExit(f"benchmarks/csr_rows.py: unknown --matrices {sorted(unknown)}; known: "
+                             f"{[m[0] for m in matrices]}")
+        matrices = [m for m in matrices if m[0] in args.matrices]
+    meta = {**gpu_meta(), "command": " ".join(sys.argv),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "method": __doc__}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"csr_rows-{meta['slug']}-{dt.date.today().isoformat()}.json"
+    rng, rows, skipped, t0 = np.random.default_rng(0), [], [], time.time()
+    for label, make in matrices:
+        if time.time() - t0 > args.budget_s:
+            skipped.append(f"{label}: --budget-s reached")
+            continue
+        A = make()
+        if A is None:
+            skipped.append(f"{label}: fixture not present")
+            log(f"{label}: fixture not present, skipped")
+            continue
+        A = sp.csr_array(A, dtype=np.float32)
+        A.sort_indices()
+        method, perm, _ = auto_reorder(A, seed=0)
+        for order, M in (("given", A), (method, sp.csr_array(A[perm]))):
+            M.sort_indices()
+            for N in args.ns:
+                rows.extend(measure(label, order, M, N, rng))
+        path.write_text(json.dumps({"meta": {**meta, "partial": True, "skipped": skipped}, "rows": rows}, indent=1))
+    meta.update(wall_s=time.time() - t0, skipped=skipped)
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print_table(rows)
+    bad = [r for r in rows if not r["correct"]]
+    print(f"correctness: {len(rows) - len(bad)}/{len(rows)} within tolerance with both walks bitwise equal")
+    print(f"results: {path}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

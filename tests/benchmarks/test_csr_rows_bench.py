@@ -1,0 +1,74 @@
+"""benchmarks/csr_rows.py and its docs section on the CPU: the section's table and targets from a results file
+(the worst cases named; a slower walk, a slower half run or a failed check missed), the absent section,
+--table-from, and a bad --matrices label refused before any GPU work or file."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import summarize  # noqa: E402
+
+
+def row(matrix, precision, walk, given, cus, *, order="given", N=128, correct=True):
+    return {"matrix": matrix, "order": order, "nnz": 500_000, "shape": [10, 10], "N": N, "precision": precision,
+            "tolerance": 2e-3, "walk_graph_us": walk, "given_graph_us": given, "walk_issued_us": walk + 1,
+            "given_issued_us": given + 1, "cus_alg": "CSR_ALG2", "cus_graph_us": cus, "cus_issued_us": cus + 2,
+            "cus_rel_err": 1e-4, "rel_err": 1e-4, "walks_bitwise_equal": correct, "correct": correct}
+
+
+def render(tmp_path, rows) -> str:
+    res = tmp_path / "results"
+    res.mkdir()
+    (res / "csr_rows-gpu-x-2026-01-02.json").write_text(json.dumps(
+        {"meta": {"device": "GPU X", "command": "benchmarks/csr_rows.py", "date": "2026-01-02T10:00:00+00:00",
+                  "skipped": ["SNAP/email-Enron: fixture not present"]}, "rows": rows}))
+    md = summarize.render(res)
+    start = md.index("## CUDA-core CSR kernel")
+    return md[start:md.index("\n## ", start + 5)]
+
+
+def target(md: str, text: str) -> str:
+    return next(line for line in md.splitlines() if line.startswith(f"| {text}"))
+
+
+def test_targets_met_and_the_worst_cases_named(tmp_path):
+    md = render(tmp_path, [row("rmat", "float32", 150, 160, 155), row("rmat", "float16", 100, 110, 150),
+                           row("sbm", "float32", 100, 100, 200), row("sbm", "float16", 80, 79, 100)])
+    assert "**met**" in target(md, "float16 vs cuSPARSE half CSR") and "1.25x (sbm given N=128 float16)" in md
+    assert "1.25x (sbm given N=128 float16)" in target(md, "float16 vs its own float32")
+    line = target(md, "default walk vs A's order")
+    assert "1.01x (sbm given N=128 float16)" in line and "**met**" in line
+    assert "4 of 4" in target(md, "every C within tolerance") and "Skipped: SNAP/email-Enron" in md
+
+
+def test_a_slower_walk_or_half_and_a_failed_check_are_missed(tmp_path):
+    md = render(tmp_path, [row("rmat", "float32", 100, 100, 120), row("rmat", "float16", 110, 100, 105,
+                                                                     correct=False)])
+    assert "**missed**" in target(md, "float16 vs its own float32")  # 100 / 110
+    assert "**missed**" in target(md, "default walk vs A's order")  # 1.10x
+    assert "**missed**" in target(md, "every C within tolerance") and "| **no** |" in md
+    line = target(md, "float16 vs cuSPARSE half CSR")
+    assert "0.95x (rmat given N=128 float16)" in line and "**missed**" in line  # 105 / 110
+
+def test_absent_section_says_not_run(tmp_path):
+    res = tmp_path / "empty"
+    res.mkdir()
+    md = summarize.render(res)
+    assert "no `csr_rows-*.json`" in md and "PYTHONPATH=. python3 benchmarks/csr_rows.py" in md
+
+
+def test_table_from_and_bad_matrices(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"meta": {}, "rows": [row("rmat", "float16", 100, 110, 150)]}))
+    out = subprocess.run([sys.executable, str(BENCH / "csr_rows.py"), "--table-from", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "rmat" in out and "1.50" in out
+    bad = subprocess.run([sys.executable, str(BENCH / "csr_rows.py"), "--matrices", "nope", "--out-dir",
+                          str(tmp_path / "out")], capture_output=True, text=True)
+    assert bad.returncode != 0 and "unknown --matrices ['nope']" in bad.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything is written
