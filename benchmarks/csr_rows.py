@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
 import json
 import sys
-import tarfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
-import scipy.io
 import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,19 +38,6 @@ FIXTURE = "SNAP/email-Enron"
 
 def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
-
-
-def fixture(name: str):
-    from configs import fixture_roots
-
-    path = next((r / "suitesparse" / "MM" / f"{name}.tar.gz" for r in fixture_roots(REPO)
-                 if (r / "suitesparse" / "MM" / f"{name}.tar.gz").is_file()), None)
-    if path is None:
-        return None
-    with tarfile.open(path) as tar, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # SciPy's spmatrix-default notice
-        member = next(m for m in tar.getmembers() if m.name.endswith(".mtx"))
-        return sp.csr_array(scipy.io.mmread(io.BytesIO(tar.extractfile(member).read())), dtype=np.float32)
 
 
 def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
@@ -136,6 +119,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from machine import gpu_meta
+    from spmm import fixture  # the fixtures' finder and SuiteSparse reader the benchmarks share
     from tasks.fetch.generators import generate
     from tasks.reorder import auto_reorder
 

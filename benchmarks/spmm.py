@@ -13,8 +13,9 @@ path over the best cuSPARSE algorithm on the original and on the same matrix, % 
 moved once at the device-to-device copy bandwidth measured in this run), MeanNnzTC/128, the selector's AR and choice.
 Beside the replay times, every case is also timed as a user calls it (issue 15): ``SpmmPlan(A)`` (the defaults:
 format "auto" since 2026-11-28 (ME-TCF before), deterministic TF32, automatic graph replay of repeated calls) with
-``plan.run(B, out)`` in a Python loop between CUDA events (kernels.launch.issued_ms), against cuSPARSE's best algorithm through a bound cusparseSpMM timed the
-same way (the cheapest call from CuPy's process), with speedups as issued on the original and on the same matrix.
+``plan.run(B, out)`` in a Python loop between CUDA events (kernels.launch.issued_ms), against cuSPARSE's best
+algorithm through a bound cusparseSpMM timed the same way (the cheapest call from CuPy's process), with speedups as
+issued on the original and on the same matrix.
 Correctness is checked in the same run on fresh random B (a 2048-row sample against float64 SciPy), the plan's C
 included. --calibrate first fits kernels.formats.metcf.selector's constants on
 uniform matrices and writes calibration-<device>.json next to the results. JSON and a table, the table last.

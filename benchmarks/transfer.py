@@ -3,13 +3,14 @@
 
     python benchmarks/transfer.py [--rows 524288] [--cols 256] [--repeats 20] [--out PATH]
 
-Per direction the median of ``--repeats`` copies (after two warm-up copies) of a float32 [rows, cols] array (default 537 MB: the one-shot
-benchmark's B), synchronized: ``h2d pageable`` = ``cupy.asarray(x)``, ``h2d staged`` = ``transfer.to_device(x)``,
-``d2h pageable`` = ``x.get()`` into fresh memory (what a result costs), ``d2h reused`` = ``x.get(out=y)`` into
-memory written before (the page-fault-free bound), ``d2h staged`` = ``transfer.to_host(x)`` (fresh memory).
-``staging setup``: the first staged copy in the process (pinned buffers and threads made). Run one process per
-GPU at once to see a shared host's rates (CUDA_VISIBLE_DEVICES per process). JSON (device, versions, command,
-date, rates) to ``--out`` (default benchmarks/results/transfer-<device>-<date>.json); the table is printed last.
+Per direction the median of ``--repeats`` copies (after two warm-up copies) of a float32 [rows, cols] array
+(default 537 MB: the one-shot benchmark's B), synchronized: ``h2d pageable`` = ``cupy.asarray(x)``, ``h2d staged``
+= ``transfer.to_device(x)``, ``d2h pageable`` = ``x.get()`` into fresh memory (what a result costs), ``d2h reused``
+= ``x.get(out=y)`` into memory written before (the page-fault-free bound), ``d2h staged`` = ``transfer.to_host(x)``
+(fresh memory). ``staging setup``: the first staged copy in the process (pinned buffers and threads made). Run one
+process per GPU at once to see a shared host's rates (CUDA_VISIBLE_DEVICES per process). JSON (device, versions,
+command, date, rates) to ``--out`` (default benchmarks/results/transfer-<device>-<date>.json); the table is printed
+last.
 """
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ bench() {  # TREE DIR: the scripts from TREE, results and logs under DIR
     for script in $scripts; do
         case $script in
             spmm) (cd "$tree" && timeout "${AB_SPMM_S:-240}" python3 benchmarks/spmm.py --suite quick --ns 128 256 \
-                      --repeats 20 --budget-s "${AB_SPMM_BUDGET:-150}" --part ab --out-dir "$dir" > "$dir/spmm.log" 2>&1) ;;
+                      --repeats 20 --budget-s "${AB_SPMM_BUDGET:-150}" --part ab --out-dir "$dir" \
+                      > "$dir/spmm.log" 2>&1) ;;
             formats) (cd "$tree" && timeout "${AB_FORMATS_S:-150}" python3 benchmarks/formats.py --quick --tag ab \
                          --out-dir "$dir" > "$dir/formats.log" 2>&1) ;;
             host-overhead) (cd "$tree" && timeout "${AB_HOST_S:-200}" python3 benchmarks/host_overhead.py --label ab \
