@@ -9,7 +9,8 @@ SNAP/email-Enron fixture (skipped with a note when no fixtures folder holds it),
 each as given and after ``tasks.reorder.auto_reorder`` (what a user runs). Per (matrix, order, N, precision:
 float32, float16, bfloat16): the kernel through ``CsrRows.bind`` (kernels/formats/csr/launch.py) with its default
 walk (``CsrConfig.heavy``: rows of >= 2x the mean length launched first) and with A's own order (heavy 0); device
-time by graph replay (kernels.launch.graph_ms) and per call as issued (kernels.launch.issued_ms); cuSPARSE's best
+time by graph replay (kernels.launch.graph_ms: median of 20 replays) and per call as issued
+(kernels.launch.issued_ms: median of 20 loops of back-to-back calls), both after warm-up; cuSPARSE's best
 CSR algorithm in the same precision (``CusparseSpmm(A, dtype=...).tune``, graph replay; its bound call as issued;
 float16/bfloat16 CSR compute on CUDA cores). Correctness in the same run: C on sampled rows against float64 SciPy
 of the stored (rounded) values within the precision's tolerance (kernels.precision), and the two walks' C bitwise
@@ -34,6 +35,7 @@ GENERATED = [("rmat-s16", "rmat", "scale=16&edge_factor=12"), ("rmat-s17", "rmat
              ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2")]
 LAST = [("rmat-s20", "rmat", "scale=20&edge_factor=16")]
 FIXTURE = "SNAP/email-Enron"
+REPEATS = 20  # timed replays (graph) and timed loops (as issued) per median, after warm-up
 
 
 def log(*a):
@@ -67,8 +69,8 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
             out.view(cupy.uint8).fill(0xFF)  # NaN: every element must be written
             bound = op.bind(B, out)
             stream = cupy.cuda.get_current_stream().ptr
-            row[f"{walk}_graph_us"] = 1e3 * launch.graph_ms(lambda: bound(stream))
-            row[f"{walk}_issued_us"] = 1e3 * launch.issued_ms(lambda: bound(stream))
+            row[f"{walk}_graph_us"] = 1e3 * launch.graph_ms(lambda: bound(stream), repeats=REPEATS)
+            row[f"{walk}_issued_us"] = 1e3 * launch.issued_ms(lambda: bound(stream), repeats=REPEATS)
             outs[walk] = cupy.asnumpy(out)
         C = p.to_float32(outs["walk"][sample]).astype(np.float64)
         row["rel_err"] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30)) if np.isfinite(C).all() \
@@ -80,7 +82,7 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
         bound = cus.bind(B, out)
         stream = cupy.cuda.get_current_stream().ptr
         row.update(cus_alg=tuned["best"], cus_graph_us=1e3 * tuned["ms"][tuned["best"]],
-                   cus_issued_us=1e3 * launch.issued_ms(lambda: bound(stream)))
+                   cus_issued_us=1e3 * launch.issued_ms(lambda: bound(stream), repeats=REPEATS))
         C = p.to_float32(cupy.asnumpy(out)[sample]).astype(np.float64)
         row["cus_rel_err"] = float(np.linalg.norm(C - ref) / max(np.linalg.norm(ref), 1e-30))
         cus.close()
@@ -113,6 +115,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--table-from", type=Path, help="reprint the table of a results file and exit (no GPU)")
     args = ap.parse_args(argv)
+    if min(args.ns) < 1 or args.budget_s < 0:
+        raise SystemExit(f"benchmarks/csr_rows.py: --ns must be >= 1 (got {args.ns}) and --budget-s >= 0 (got "
+                         f"{args.budget_s})")
     if args.table_from:
         print_table(json.loads(args.table_from.read_text())["rows"])
         return 0

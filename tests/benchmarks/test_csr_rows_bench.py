@@ -72,3 +72,7 @@ def test_table_from_and_bad_matrices(tmp_path):
                           str(tmp_path / "out")], capture_output=True, text=True)
     assert bad.returncode != 0 and "unknown --matrices ['nope']" in bad.stderr
     assert not (tmp_path / "out").exists()  # refused before anything is written
+    bad = subprocess.run([sys.executable, str(BENCH / "csr_rows.py"), "--ns", "0", "--out-dir", str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and len(bad.stderr.splitlines()) == 1 and "--ns must be >= 1" in bad.stderr
+    assert not (tmp_path / "out").exists()
