@@ -2,7 +2,9 @@
 benchmarks/summarize.py: one row per benchmark script of a change, the change's label first, newest first.
 
 Target (issues 31 and the like): a change that should not move speed leaves every timing within 3% and the
-geometric mean within 1% (the limits each file records).
+geometric mean within 1% (the limits each file records). Where each side has two or more rounds, a case above the
+limit is also judged against the rounds' own spread (compare_timings.beyond_noise: every after round slower than
+every before round); an A/A row (the same tree on both sides) shows that spread.
 """
 from __future__ import annotations
 
@@ -19,17 +21,20 @@ def ab_section(runs, v0, older, *, h) -> list[str]:
     out = [f"## {title}", "",
            "Each row: one benchmark script run from the tree before a change and from the tree after it, on the same "
            "machine (alternating rounds where several: each timing's minimum); every timing of a case (ms / us) as "
-           "after / before. Worst: the largest ratios.", ""]
+           "after / before. Worst: the largest ratios. Beyond noise: of the cases above the limit, those whose every after "
+           "round is slower than every before round (files with one round a side: not judged, –).", ""]
     rows = []
     for d in docs:
         m, s = d["meta"], d["summary"]
         worst = sorted(d["rows"], key=lambda r: -r["ratio"])[:3]
         rows.append((m.get("label") or "–", f"`{d['_file']}`", m.get("device") or "?", m["date"][:10],
                      len(m["before"]), s["timings"], h.f(s["geomean"], 4), s["above"],
+                     s["above_beyond_noise"] if "above_beyond_noise" in s and len(m["before"]) > 1 else "–",
                      "; ".join(f"{r['case']} {h.f(r['ratio'], 2)}" for r in worst),
-                     h.status(s["ok"])))
+                     h.status(s["ok"]),
+                     h.status(s["ok_beyond_noise"]) if "ok_beyond_noise" in s and len(m["before"]) > 1 else "–"))
     out += h.table(("change", "file", "device", "date", "rounds", "timings", "geomean", "above case limit",
-                    "worst", "within limits"), rows)
+                    "of them beyond noise", "worst", "within limits", "within limits beyond noise"), rows)
     cmds = sorted({c for d in docs for c in d["meta"].get("after_commands", [])})
     out += ["Commands of the compared runs: " + "; ".join(f"`{c}`" for c in cmds), "",
             "How to reproduce: `bash scripts/ab_timings.sh BEFORE_TREE` on one GPU (BEFORE_TREE from `git archive "

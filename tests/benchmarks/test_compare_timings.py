@@ -74,3 +74,27 @@ def test_skip_leaves_out_the_baselines_and_derived_numbers(tmp_path):
     names = [n.split(" ")[-1] for n, _, _ in ct.compare_values(before, after, skip=ct.BASELINES)]
     assert names == ["convert_gpu_ms", "ms.metcf-window", "selected_ms"]
     assert ct.main([str(before), str(after), "--skip", ct.BASELINES]) == 0
+
+
+def test_beyond_noise_needs_every_after_round_slower(tmp_path, capsys):
+    """With rounds on both sides a case above the limit counts as beyond noise only when the rounds' ranges do not
+    overlap; the strict verdict stays as it was."""
+    b1 = write(tmp_path / "b1.json", [{"matrix": "a", "N": 1, "issued_us": 5.0, "graph_us": 4.0}])
+    b2 = write(tmp_path / "b2.json", [{"matrix": "a", "N": 1, "issued_us": 7.5, "graph_us": 4.1}])
+    a1 = write(tmp_path / "a1.json", [{"matrix": "a", "N": 1, "issued_us": 6.0, "graph_us": 4.5}])
+    a2 = write(tmp_path / "a2.json", [{"matrix": "a", "N": 1, "issued_us": 5.5, "graph_us": 4.4}])
+    out = tmp_path / "ab.json"
+    assert ct.main([f"{b1},{b2}", f"{a1},{a2}", "--out", str(out), "--geomean", "0.2"]) == 1
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    # issued_us: 5.5 / 5.0 = 1.10 but before's rounds reach 7.5 (noise); graph_us: 4.4 > 4.1 on every round
+    assert s["above"] == 2 and s["above_beyond_noise"] == 1 and s["rounds"] == [2, 2]
+    assert s["ok"] is False and s["ok_beyond_noise"] is False
+    rows = {r["case"].split(" ")[-1]: r for r in doc["rows"]}
+    assert rows["issued_us"]["beyond_noise"] is False and rows["graph_us"]["beyond_noise"] is True
+    assert rows["issued_us"]["before_rounds"] == [5.0, 7.5] and rows["issued_us"]["after"] == 5.5
+    assert "1 of them beyond the rounds' noise" in capsys.readouterr().out
+    a3 = write(tmp_path / "a3.json", [{"matrix": "a", "N": 1, "issued_us": 5.4, "graph_us": 4.05}])
+    assert ct.main([f"{b1},{b2}", f"{a3},{a2}", "--out", str(out), "--geomean", "0.2"]) == 1
+    assert json.loads(out.read_text())["summary"]["ok_beyond_noise"] is True  # issued 1.08x, inside before's range
+    assert ct.beyond_noise([5.0], [5.4], 1.03)  # one round a side: above the limit is beyond noise
