@@ -6,8 +6,11 @@ Why (issue #33): the layers called ``plan.run(B)`` without ``out``, which is the
 (B converted and checked, C allocated from CuPy's pool, the launch packed anew), with a DLPack conversion each way
 and a CuPy stream object made per call. Per call a `PlanProduct` now costs: two pointer comparisons; when torch's
 allocator has moved X or the output, a view of each (`array_view`, no DLPack) and ``call.set_io`` (a few writes
-into the packed arguments); the bound launch, or the CUDA graph of it replayed (kernels.calls); and, for a plan on
-permuted rows, one gather into the fresh output. Nothing is checked, converted or synchronised per call.
+into the packed arguments); the bound launch, or the CUDA graph of it replayed (kernels.calls). For a plan on
+permuted rows the gather into the caller's row order is part of that bound call on CUDA (kernels.calls.gathered:
+one more packed launch, in the same graph; torch's ``index_select`` cost 15-50 us of host time per product on
+the H200, 2026-11-28, more than the product's own launch), and an ``index_select`` on the CPU path. Nothing is
+checked, converted or synchronised per call.
 
 Buffers: the kernel's output ``C`` of a permuted plan is this object's, allocated once and overwritten by every
 call (only the gather reads it, on the same stream); what is returned is always a fresh torch tensor from torch's
@@ -24,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-_CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "uint16"}  # bfloat16: bits
+_CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "uint16",  # bfloat16: bits
+                torch.int64: "int64"}
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint16": torch.bfloat16}
 KEPT_VIEWS = 8  # array views a product keeps by data pointer (the same shape and dtype each time, so the pointer
 # names the view): X of the forward and the backward call, the fresh outputs of an unpermuted plan
@@ -61,6 +65,13 @@ class PlanProduct:
         first_out = self.C if self.C is not None else self._empty()
         self.call = plan.bind(array_view(X), array_view(first_out))
         self.kernel = self.call.kernel
+        self.fused = self.C is not None and self.device.type == "cuda"  # the gather inside the bound call
+        if self.fused:
+            from kernels.calls import gathered
+
+            first_out = self._empty()
+            self.call = gathered(self.call, array_view(X), array_view(self.C), array_view(inverse),
+                                 array_view(first_out))
         self._ptrs = (X.data_ptr(), first_out.data_ptr())
         self._views: dict = {}  # data pointer -> array_view: a layer's forward and backward X come back each epoch
         self.binds, self.rebinds, self.calls = 1, 0, 0
@@ -78,7 +89,7 @@ class PlanProduct:
         return torch.empty(self.shape, dtype=self.out_dtype, device=self.device)
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
-        out = self.C if self.C is not None else self._empty()
+        out = self.C if self.C is not None and not self.fused else self._empty()
         ptrs = (X.data_ptr(), out.data_ptr())
         if ptrs != self._ptrs:  # torch's allocator moved a buffer: re-point the bound launch (no rebuild)
             self.call.set_io(self._view(X), self._view(out))
@@ -86,6 +97,6 @@ class PlanProduct:
             self.rebinds += 1
         self.call()
         self.calls += 1
-        if self.inverse is None:
+        if self.inverse is None or self.fused:
             return out
         return out.index_select(0, self.inverse)  # C's row r is the user's row perm[r]: out[i] = C[inverse[i]]

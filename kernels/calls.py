@@ -165,3 +165,33 @@ def capture(plan, B, out):
 
     replay.kernel = kernel
     return replay
+
+
+class _Gathered:
+    """A bound product writing C, then C's rows gathered into out (kernels.gather): the bound-launch interface
+    (``set_io``, ``__call__(stream_ptr)``) over both, so that a `Call` captures and replays them as one graph."""
+
+    __slots__ = ("product", "gather", "C", "word")
+
+    def __init__(self, product, gather, C, word: int):
+        self.product, self.gather, self.C, self.word = product, gather, C, word
+
+    def set_io(self, B, out) -> None:
+        if out.data.ptr % self.word:
+            raise ValueError(f"gathered call: out at {out.data.ptr:#x} is not {self.word}-byte aligned as bound")
+        self.product.set_io(B, self.C)
+        self.gather.set_io(self.C, out)
+
+    def __call__(self, stream_ptr: int):
+        self.product(stream_ptr)
+        return self.gather(stream_ptr)
+
+
+def gathered(call: Call, B, C, index, out) -> Call:
+    """``call`` (``plan.bind(B, C)``: C = A[perm] @ B) followed by ``out[i] = C[index[i]]`` (index: the inverse
+    permutation, int64 on the device), as one `Call` returning out: ``set_io(B, out)`` re-points B and out (C stays
+    the product's own), and from AUTO_GRAPH_AFTER calls on one graph holds both launches."""
+    from kernels.gather import bind_rows
+
+    gather, word = bind_rows(C, index, out)
+    return Call(_Gathered(call.bound, gather, C, word), out, call.choice, call.graphs, ptrs=(B.data.ptr, out.data.ptr))
