@@ -12,13 +12,21 @@ few epochs in four phases (forward, loss, backward, optimizer: zero_grad + Adam 
   indexing), cast-copy, normalisation, other dense), from their names: a heuristic, so the kernel names of each
   category go into the JSON too.
 
+The counted events come from the profiler's exported trace (`trace_events`), not ``prof.events()``: on CUDA the
+backward runs on autograd's device thread, and ``prof.events()`` gave no launches and no kernels in the backward
+phase for either library (benchmarks/gnn.py, H200, 2026-11-28) while the exported trace holds that thread's launch
+calls and their kernels (the per-op table of the same epoch: docs/benchmarks.md).
+
 CPU-checkable pieces (tests/benchmarks/test_epoch_profile.py): `category`, `attribute` (events to phases),
-`phase_times` on a CPU model, the table.
+`trace_events` on a written trace, `phase_times` on a CPU model, the table.
 """
 from __future__ import annotations
 
+import json
 import re
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -28,7 +36,8 @@ LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaun
 SYNCS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize"}
 MALLOCS = {"cudaMalloc", "cuMemAlloc_v2", "cudaMallocAsync", "cuMemAlloc"}
 CATEGORIES = (  # first match wins; names are lower-cased
-    ("sparse product", r"spmm|sddmm|csrmm|csr_mm|cusparse|metcf|bcsr|tiledcsr|cvse|csrmv|spmv|sparse"),
+    ("sparse product", r"spmm|sddmm|csrmm|csr_mm|csr_rows|csr_fixup|cusparse|metcf|bcsr|tiledcsr|cvse|csrmv|spmv"
+                       r"|sparse"),
     ("transpose / format", r"transpose|csr2csc|coo|convert_indices|sort|radix|histogram"),
     ("normalisation", r"gcn_norm|rsqrt|pow_|_pow|degree"),
     ("gather-scatter", r"index|gather|scatter"),
@@ -158,15 +167,33 @@ def phase_counts(model, x, y_train, train_idx, graph, *, warmup: int = 3, lr: fl
         t["ctx"] = record_function(f"phase:{PHASES[0]}")
         t["ctx"].__enter__()
         run_epoch(model, x, y_train, train_idx, graph, opt, separator)
-    events = []
-    for e in prof.events():
-        if e.name.startswith("phase:"):
-            ranges[e.name[6:]] = (e.time_range.start, e.time_range.end)
-            continue
-        kind = "memory" if e.name == "[memory]" else ("cuda" if e.device_type.name == "CUDA" else "cpu")
-        # device allocations only (the caching allocator's; host ones are Python scalars and the like)
-        events.append((e.name, kind, e.time_range.start, int(getattr(e, "device_memory_usage", 0) or 0)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        ranges, events = trace_events(json.loads(path.read_text()))
     return attribute({p: ranges[p] for p in PHASES if p in ranges}, events)
+
+
+TRACE_KINDS = {"cpu_op": "cpu", "cuda_runtime": "cpu", "cuda_driver": "cpu", "kernel": "cuda", "gpu_memcpy": "cuda",
+               "gpu_memset": "cuda"}
+
+
+def trace_events(trace: dict) -> tuple[dict, list]:
+    """(phase ranges, events) of a torch.profiler chrome trace: ranges from the ``phase:<name>`` annotations,
+    events as `attribute` takes them from every thread (host calls, device kernels and copies by category) and the
+    device allocations (``[memory]`` instants on a CUDA device with a positive byte count)."""
+    ranges, events = {}, []
+    for e in trace.get("traceEvents", []):
+        name, cat, ts = e.get("name", ""), e.get("cat", ""), e.get("ts")
+        if ts is None:
+            continue
+        if e.get("ph") == "X" and cat == "user_annotation" and name.startswith("phase:"):
+            ranges[name[6:]] = (float(ts), float(ts) + float(e.get("dur", 0)))
+        elif e.get("ph") == "X" and cat in TRACE_KINDS:
+            events.append((name, TRACE_KINDS[cat], float(ts), 0))
+        elif name == "[memory]" and (e.get("args") or {}).get("Device Type") == 1:
+            events.append((name, "memory", float(ts), int(e["args"].get("Bytes", 0))))
+    return ranges, events
 
 
 def summary(times: dict, counts: dict | None) -> dict:

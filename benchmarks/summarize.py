@@ -115,15 +115,16 @@ def gpu_model(run) -> str:
     return model_of(run.meta.get("gpus")) or str(run.meta.get("device") or "?")
 
 
-def newest_per_key(runs, key: tuple) -> SimpleNamespace:
+def newest_per_key(runs, key: tuple, *, reference: bool = True) -> SimpleNamespace:
     """The runs (newest first) on one GPU model (see below) as one: per ``key`` the newest run's row, its fields
     that run did not measure (a run of fewer modes) filled from older runs' rows of the same key (each field keeps
     the run it came from: ``_origin`` maps each filled field to its file, ``_file`` names them all, newest first; an
     older row's error is not carried over), rows in their run's order, oldest run first; meta of the newest run
     (keys it lacks from the older ones, e.g. a GNN run's fixed-cost table), with the commands and files of the runs
     that gave a row or a field. The model is the reference GPU's (REFERENCE_GPU) where any run has it, so a newer
-    run on a lent H200 does not replace the H100 tables; runs on other GPUs are left out (listed as older files)."""
-    model = next((gpu_model(r) for r in runs if REFERENCE_GPU in gpu_model(r)), gpu_model(runs[0]))
+    run on a lent H200 does not replace the H100 tables (``reference=False``: the newest run's, for families whose
+    reference-GPU files predate the code they describe); runs on other GPUs are left out (listed as older files)."""
+    model = next((gpu_model(r) for r in runs if reference and REFERENCE_GPU in gpu_model(r)), gpu_model(runs[0]))
     runs = [r for r in runs if gpu_model(r) == model]
     seen, kept, used = {}, [], []
     for r in runs:
@@ -167,10 +168,9 @@ def pick(results: Path, family: str):
     runs.sort(key=lambda r: (r.date, r.path.name), reverse=True)
     if family == "reorder":
         chosen = list({series(r.path): r for r in reversed(runs)}.values())
-    elif family == "host-overhead" and runs:  # --reorder auto runs of the newest day (--matrices parts pooled)
+    elif family == "host-overhead" and runs:  # --reorder auto runs on the newest run's GPU, newest row per case
         auto = [r for r in runs if r.meta.get("reorder") == "auto"]
-        auto = [r for r in auto if gpu_model(r) == gpu_model(auto[0])]  # one GPU model: the newest run's
-        chosen = [pooled(auto)] if auto else runs[:1]
+        chosen = [newest_per_key(auto, ("matrix", "N", "order", "plan"), reference=False)] if auto else runs[:1]
     elif family in NEWEST_PER_KEY and runs:
         chosen = [newest_per_key(runs, NEWEST_PER_KEY[family])]
     elif family in ("spmm", "precision", "bcsr", "sddmm") and runs:

@@ -25,6 +25,9 @@ ep = load("epoch_profile")
 
 @pytest.mark.parametrize("name, cat", [
     ("metcf_spmm_window", "sparse product"),
+    ("csr_rows_f32", "sparse product"),
+    ("csr_fixup_f32", "sparse product"),
+    ("gather_rows_w16", "gather-scatter"),
     ("void cusparse::csrmm_alg2_kernel<float>", "sparse product"),
     ("void spmm_kernel<float, (ReductionType)0, true>", "sparse product"),
     ("void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<...>", "transpose / format"),
@@ -98,15 +101,20 @@ def test_the_doc_section_carries_the_budget_and_a_measured_breakdown(tmp_path):
 
     h = SimpleNamespace(**vars(summarize))
     row = {"graph": "sbm-20k", "model": "gcn", "library": "pyg", "epoch_ms": 2.4, "host_total_ms": 1.9,
+           "host_ms": {"forward": 0.5, "loss": 0.1, "backward": 0.9, "optimizer": 0.4},
            "gpu_ms": {"forward": 0.3, "loss": 0.1, "backward": 0.4, "optimizer": 0.2}, "launches": 60, "syncs": 2,
-           "allocations": 40}
+           "allocations": 40, "kernels": {"sparse product": 4, "cast-copy": 3}}
     path = tmp_path / "gnn-x-2026-01-01-000000.json"
     path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": [],
-                                "fixed_cost": [row]}))
-    lines = summarize_gnn.fixed_cost_lines([summarize.load(path)], h)
+                                "device": "GPU Y", "fixed_cost": [row]}))
+    # the newest file with a breakdown in the run's folder, whichever GPU: here another file without one beside it
+    (tmp_path / "gnn-x-2026-01-02-000000.json").write_text(json.dumps(
+        {"benchmark": "gnn", "date": "2026-01-02T00:00:00+00:00", "rows": []}))
+    lines = summarize_gnn.fixed_cost_lines([summarize.load(tmp_path / "gnn-x-2026-01-02-000000.json")], h)
     assert lines[0].startswith("### GNN per-epoch fixed cost")
-    assert any("| `sbm-20k` | gcn | pyg | 2.400 | 1.900 | 0.300 / 0.400 / 0.200 | 60 | 2 | 40 |" == ln
-               for ln in lines), lines[-4:]
+    assert any("(`gnn-x-2026-01-01-000000.json`, GPU Y)" in ln for ln in lines)
+    assert any("| `sbm-20k` | gcn | pyg | 2.400 | 1.900 | 0.50 / 0.30 | 0.90 / 0.40 | 0.40 / 0.20 | 60 | 2 | 40 | "
+               "cast-copy 3, sparse product 4 |" == ln for ln in lines), lines[-4:]
     path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": []}))
     assert "not run yet" in summarize_gnn.fixed_cost_lines([summarize.load(path)], h)[-2]
 
@@ -131,3 +139,24 @@ def test_the_doc_table_shows_captured_steps_when_the_run_has_them(tmp_path):
     path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": [base | {"model":
                                                                                                      "gcn"}]}))
     assert "captured step" not in "\n".join(summarize_gnn.gnn_section([summarize.load(path)], [], [], h=h))
+
+
+def test_trace_events_take_every_threads_calls_and_the_phase_annotations():
+    """The exported trace's events, whatever their thread: autograd's device thread runs the backward on CUDA."""
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "phase:forward", "ts": 0, "dur": 10, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "phase:backward", "ts": 10, "dur": 10, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#Adam.step", "ts": 11, "dur": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 12, "dur": 1, "tid": 2},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "ts": 13, "dur": 1, "tid": 2},
+        {"ph": "X", "cat": "kernel", "name": "csr_rows_f32", "ts": 14, "dur": 3, "tid": 7},
+        {"ph": "X", "cat": "cpu_op", "name": "_SpmmBackward", "ts": 11.5, "dur": 5, "tid": 2},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 15, "args": {"Device Type": 1, "Bytes": 64}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 16, "args": {"Device Type": 0, "Bytes": 8}},
+        {"ph": "M", "name": "process_name"}]}
+    ranges, events = ep.trace_events(trace)
+    assert ranges == {"forward": (0.0, 10.0), "backward": (10.0, 20.0)}
+    got = ep.attribute(ranges, events)
+    assert got["forward"]["launches"] == 1 and got["backward"]["launches"] == 2  # thread 2's launches counted
+    assert got["backward"]["kernels"] == {"sparse product": 1} and got["backward"]["allocations"] == 1
