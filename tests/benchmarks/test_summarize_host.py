@@ -183,3 +183,22 @@ def test_half_plans_against_cusparse_in_their_precision(tmp_path):
     line = next(x for x in md.splitlines() if "det-f16 vs cuSPARSE float16 as issued on the matrix as given" in x)
     assert "3.00x" in line  # 30 us of cuSPARSE half on the original against 10 us as issued
     assert "det-f32 vs cuSPARSE float32 as issued" in md
+
+
+def test_issue32_targets_on_the_defaults_in_their_precision(tmp_path):
+    """auto-f32 >= 1.5x and auto-f16 >= 2x over cuSPARSE in the same precision on the matrix as given, none below
+    1.0x; float16 rows whose cuSPARSE ran in float32 are not counted."""
+    res = tmp_path / "results"
+    res.mkdir()
+    f32 = [host_row("m1", 500_000, 128, "auto-f32", 10, 9, 20, 20), host_row("m2", 600_000, 256, "auto-f32", 10, 9,
+                                                                            12, 12)]
+    half = host_row("m1", 500_000, 128, "auto-f16", 10, 9, 30, 30)
+    half.update(cus_dtype="float16")
+    old_half = host_row("m2", 600_000, 128, "auto-f16", 10, 9, 5, 5)  # cuSPARSE float32: not counted
+    write(res, "host-overhead-gpu-x-2026-01-02-a.json", {"reorder": "auto", "date": "2026-01-02T10:00:00+00:00"},
+          [*f32, half, old_half])
+    md = section(render(res, tmp_path), "Per call as issued")
+    line = next(x for x in md.splitlines() if x.startswith("| issue 32: auto-f32 vs cuSPARSE float32"))
+    assert "1.55x over 2 cases, min 1.20x (m2 N=256)" in line and "**met**" in line  # sqrt(2.0 * 1.2)
+    line = next(x for x in md.splitlines() if x.startswith("| issue 32: auto-f16 vs cuSPARSE float16"))
+    assert "3.00x over 1 cases" in line and "**met**" in line
