@@ -645,8 +645,8 @@ def main(argv=None) -> int:
            "versions": versions(), "command": " ".join([sys.executable, *sys.argv]), "epochs": args.epochs,
            "hidden": args.hidden, "timing": TIMING, "tolerance_forward": TOL_FORWARD, "pyg_path_kinds": PYG_PATHS,
            "fixed_cost_method": "benchmarks/epoch_profile.py: host issue ms and CUDA-event GPU ms per phase, median "
-                                "of --fixed-cost-epochs epochs; counts from one torch.profiler epoch (its exported trace: every "
-                                "thread's launches and kernels)"}
+                                "of --fixed-cost-epochs epochs; counts from one torch.profiler epoch (its exported "
+                                "trace: every thread's launches and kernels)"}
 
     def write():
         doc.update(wall_s=time.time() - t_start, graphs=graphs, skipped=skipped, failures=failures,

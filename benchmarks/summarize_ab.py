@@ -4,7 +4,7 @@ benchmarks/summarize.py: one row per benchmark script of a change, the change's 
 Target (issues 31 and the like): a change that should not move speed leaves every timing within 3% and the
 geometric mean within 1% (the limits each file records). Where each side has two or more rounds, a case above the
 limit is also judged against the rounds' own spread (compare_timings.beyond_noise: every after round slower than
-every before round); an A/A row (the same tree on both sides) shows that spread.
+every before round).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def ab_section(runs, v0, older, *, h) -> list[str]:
     out = [f"## {title}", "",
            "Each row: one benchmark script run from the tree before a change and from the tree after it, on the same "
            "machine (alternating rounds where several: each timing's minimum); every timing of a case (ms / us) as "
-           "after / before. Worst: the largest ratios. Beyond noise: of the cases above the limit, those whose every after "
-           "round is slower than every before round (files with one round a side: not judged, –).", ""]
+           "after / before. Worst: the largest ratios. Beyond noise: of the cases above the limit, those whose every "
+           "after round is slower than every before round (files with one round a side: not judged, –).", ""]
     rows = []
     for d in docs:
         m, s = d["meta"], d["summary"]

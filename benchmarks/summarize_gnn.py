@@ -15,7 +15,6 @@ kernel or layer version). Files from before the per-path timing
 from __future__ import annotations
 
 import json
-
 import math
 
 GRAPH_NNZ = (1e5, 3e6)  # issue #33: "graphs of 0.1-3M nnz"

@@ -32,7 +32,7 @@ def word_bytes(row_bytes: int, *ptrs: int) -> int:
     for w in (16, 4, 2):
         if row_bytes % w == 0 and all(p % w == 0 for p in ptrs):
             return w
-    raise ValueError(f"gather_rows: rows of {row_bytes} bytes are not whole 2-byte words")
+    raise ValueError(f"gather_rows: rows of {row_bytes} bytes at these addresses are not whole 2-byte words")
 
 
 def bind_rows(C, index, out) -> tuple[launch.Bound, int]:
