@@ -12,6 +12,8 @@ allocator) pays a few pointer writes instead of a new binding; the graph capture
 """
 from __future__ import annotations
 
+from kernels import gather as row_gather
+
 
 AUTO_GRAPH_AFTER = 3  # run replays a captured graph from the 3rd call on the same buffers: one capture (~20-50 us)
 # pays back after a few calls (a replay costs ~2 us of host time against ~4 us for the bare launch on the H200),
@@ -130,8 +132,8 @@ def bind(plan, B, out, kernel: str | None, accumulate: bool):
     if op_dtype is not None and op_dtype != plan.out_dtype:
         raise TypeError(f"kernel {kernel} writes {op_dtype}, not the plan's {plan.out_dtype}: bind needs a "
                         f"kernel that writes out directly (run() casts)")
-    chosen = plan.choices.get(N, {})
-    choice = plan.choices.get(N, plan.choice) if kernel == chosen.get("kernel") else plan.choice.replace(kernel=kernel)
+    chosen = plan.choices.get(N, {})  # the choice made for this N, when bound to the kernel it chose
+    choice = chosen if kernel == chosen.get("kernel") else plan.choice.replace(kernel=kernel)
     return Call(plan._bind(kernel, B, out, accumulate), out, choice, plan.graphs, ptrs=(B.data.ptr, out.data.ptr))
 
 
@@ -191,7 +193,5 @@ def gathered(call: Call, B, C, index, out) -> Call:
     """``call`` (``plan.bind(B, C)``: C = A[perm] @ B) followed by ``out[i] = C[index[i]]`` (index: the inverse
     permutation, int64 on the device), as one `Call` returning out: ``set_io(B, out)`` re-points B and out (C stays
     the product's own), and from AUTO_GRAPH_AFTER calls on one graph holds both launches."""
-    from kernels.gather import bind_rows
-
-    gather, word = bind_rows(C, index, out)
+    gather, word = row_gather.bind_rows(C, index, out)
     return Call(_Gathered(call.bound, gather, C, word), out, call.choice, call.graphs, ptrs=(B.data.ptr, out.data.ptr))

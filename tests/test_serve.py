@@ -5,22 +5,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.flows.flow_cases import BIN, free_port
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _processes() -> dict[int, tuple[int, str]]:
@@ -79,7 +73,7 @@ def _wait(what, seconds, probe, log: Path):
 
 
 def test_make_serve_sigterm_stops_server_worker_and_flow_runs(tmp_path):
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     catalog = tmp_path / "catalog.yaml"
     # Large enough that its flow run is still going when the signal comes (several seconds of reordering).

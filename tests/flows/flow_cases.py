@@ -1,7 +1,9 @@
-"""Shared pieces of the flow tests: the spmm CLI run as a user runs it, and a stored format's round trip to CSR."""
+"""Shared pieces of the flow tests: the spmm CLI run as a user runs it, a stored format's round trip to CSR, and the
+`prefect` command line of the real-server tests (a free port, a checked call)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,22 @@ import numpy as np
 from kernels.formats import get
 
 REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent  # the environment's scripts: prefect, dask
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prefect(args, env, timeout=300) -> str:
+    """``prefect ARGS`` in the repository with ``env``; its stdout, the test failing with both streams otherwise."""
+    proc = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
 SPMM_CLI = REPO / "flows" / "spmm.py"
 
 

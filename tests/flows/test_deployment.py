@@ -2,9 +2,7 @@
 worker run it, and check the run completed and wrote its outputs."""
 import json
 import os
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -13,26 +11,14 @@ import pytest
 
 from storage import BlockStore
 
+from flow_cases import BIN, free_port, prefect
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _prefect(args, env, timeout=300):
-    proc = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def test_catalog_deployment_runs_on_a_real_server(tmp_path, mirror):
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     data_root = tmp_path / "data"
     catalog = tmp_path / "catalog.yaml"
@@ -53,9 +39,9 @@ def test_catalog_deployment_runs_on_a_real_server(tmp_path, mirror):
             except OSError:
                 assert time.monotonic() < deadline, "prefect server did not come up within 120 s"
                 time.sleep(1)
-        _prefect(["work-pool", "create", "tcspmm-process", "--type", "process"], env)
-        _prefect(["--no-prompt", "deploy", "--all"], env)
-        out = _prefect(["deployment", "run", "tcspmm-catalog/nightly", "--param", f"catalog={catalog}",
+        prefect(["work-pool", "create", "tcspmm-process", "--type", "process"], env)
+        prefect(["--no-prompt", "deploy", "--all"], env)
+        out = prefect(["deployment", "run", "tcspmm-catalog/nightly", "--param", f"catalog={catalog}",
                         "--param", f"data_root={data_root}", "--param", "concurrency=2",
                         "--param", "reorder=degree"], env)
         flow_run_id = next(line.split()[-1] for line in out.splitlines() if "UUID" in line)

@@ -8,9 +8,7 @@ created (not a manual one) of the interval deployment runs to Completed.
 """
 import json
 import os
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -18,22 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flow_cases import BIN, free_port, prefect
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _prefect(args, env, timeout=300):
-    proc = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def _api(api: str, path: str, body: dict | None = None):
@@ -60,7 +46,7 @@ def _wait(what: str, seconds: float, probe, logs: Path):
 
 
 def test_schedules_fire_and_a_scheduled_run_completes(tmp_path):
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     data_root = tmp_path / "data"
     catalog = tmp_path / "catalog.yaml"
@@ -90,9 +76,9 @@ def test_schedules_fire_and_a_scheduled_run_completes(tmp_path):
                 return False
 
         _wait("the Prefect server did not answer /health", 150, healthy, logs)
-        _prefect(["work-pool", "create", "tcspmm-process", "--type", "process"], env)
-        _prefect(["--no-prompt", "deploy", "--all"], env)
-        _prefect(["--no-prompt", "deploy", "--all", "--prefect-file", str(test_yaml)], env)
+        prefect(["work-pool", "create", "tcspmm-process", "--type", "process"], env)
+        prefect(["--no-prompt", "deploy", "--all"], env)
+        prefect(["--no-prompt", "deploy", "--all", "--prefect-file", str(test_yaml)], env)
         nightly_id = _api(api, "/deployments/name/tcspmm-catalog/nightly")["id"]
         every_id = _api(api, "/deployments/name/tcspmm-catalog/every-20s")["id"]
 

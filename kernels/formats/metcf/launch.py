@@ -30,8 +30,23 @@ def function(name: str, config: KernelConfig = CONFIG):
     return launch.function(name, config, SOURCE)
 
 
+class WindowCounts:
+    """``n_windows`` and ``n_blocks`` of device arrays that keep ``row_window_offset_host`` (the TF32 kernels'
+    `KernelArrays` and the 16-bit kernels' ``HalfArrays``)."""
+
+    row_window_offset_host: np.ndarray
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.row_window_offset_host.shape[0]) - 1
+
+    @property
+    def n_blocks(self) -> int:
+        return int(self.row_window_offset_host[-1])
+
+
 @dataclass
-class KernelArrays:
+class KernelArrays(WindowCounts):
     """ME-TCF arrays on the device in the dtypes the kernels take (int64 offsets, int32 column ids)."""
 
     shape: tuple[int, int]
@@ -45,14 +60,6 @@ class KernelArrays:
     _bitmap: object = field(default=None, repr=False)  # cupy uint32 [n_blocks, 4], built by `bitmap`
     _frag: object = field(default=None, repr=False)  # cupy float32 [n_blocks, 32, 4], built by `fragments`
     _pairs: object = field(default=None, repr=False)  # cupy int32 [n_blocks, 4, 2], built by `col_pairs`
-
-    @property
-    def n_windows(self) -> int:
-        return int(self.row_window_offset_host.shape[0]) - 1
-
-    @property
-    def n_blocks(self) -> int:
-        return int(self.row_window_offset_host[-1])
 
     @property
     def nnz(self) -> int:

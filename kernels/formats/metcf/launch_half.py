@@ -67,7 +67,7 @@ def half_layout(tc_offset, tc_local_id, sparse_a_to_b, values):
 
 
 @dataclass
-class HalfArrays:
+class HalfArrays(metcf_launch.WindowCounts):
     """A 16-wide ME-TCF matrix on the device in the half kernels' layout (module docstring)."""
 
     shape: tuple[int, int]
@@ -76,14 +76,6 @@ class HalfArrays:
     frag: object  # cupy uint16 [max(n_blocks, 1), 32, 8]
     cols: object  # cupy int32 [max(n_blocks, 1), 4, 4]
     row_window_offset_host: np.ndarray  # int64
-
-    @property
-    def n_windows(self) -> int:
-        return int(self.row_window_offset_host.shape[0]) - 1
-
-    @property
-    def n_blocks(self) -> int:
-        return int(self.row_window_offset_host[-1])
 
     @property
     def suffix(self) -> str:
