@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.flows.flow_cases import BIN, free_port
+from tests.flows.flow_cases import BIN, free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -62,14 +62,7 @@ def _api(api: str, path: str, body: dict | None = None):
 
 
 def _wait(what, seconds, probe, log: Path):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} within {seconds} s; make serve output:\n{log.read_text()[-4000:]}")
-        time.sleep(1)
+    return wait_until(what, seconds, probe, lambda: f"make serve output:\n{log.read_text()[-4000:]}")
 
 
 def test_make_serve_sigterm_stops_server_worker_and_flow_runs(tmp_path):

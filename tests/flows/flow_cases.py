@@ -6,9 +6,11 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from kernels.formats import get
 
@@ -21,6 +23,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_until(what: str, seconds: float, probe, logs, interval: float = 1.0):
+    """probe()'s first truthy value, asked every ``interval`` s; after ``seconds`` the test fails with ``what`` and
+    ``logs()`` (the output of the processes it waited on)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} within {seconds:.0f} s; {logs()}")
+        time.sleep(interval)
 
 
 def prefect(args, env, timeout=300) -> str:

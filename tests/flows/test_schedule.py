@@ -9,14 +9,13 @@ created (not a manual one) of the interval deployment runs to Completed.
 import json
 import os
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flow_cases import BIN, free_port, prefect
+from flow_cases import BIN, free_port, prefect, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -34,15 +33,10 @@ def _runs(api: str, deployment_id: str) -> list[dict]:
 
 
 def _wait(what: str, seconds: float, probe, logs: Path):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tail = "\n".join(p.read_text()[-3000:] for p in sorted(logs.glob("*.log")))
-            pytest.fail(f"{what} within {seconds:.0f} s; server and worker logs:\n{tail}")
-        time.sleep(2)
+    def tail():
+        return "server and worker logs:\n" + "\n".join(p.read_text()[-3000:] for p in sorted(logs.glob("*.log")))
+
+    return wait_until(what, seconds, probe, tail, interval=2.0)
 
 
 def test_schedules_fire_and_a_scheduled_run_completes(tmp_path):
