@@ -202,3 +202,22 @@ def test_issue32_targets_on_the_defaults_in_their_precision(tmp_path):
     assert "1.55x over 2 cases, min 1.20x (m2 N=256)" in line and "**met**" in line  # sqrt(2.0 * 1.2)
     line = next(x for x in md.splitlines() if x.startswith("| issue 32: auto-f16 vs cuSPARSE float16"))
     assert "3.00x over 1 cases" in line and "**met**" in line
+
+
+def test_host_rows_newest_per_case_across_days_on_the_newest_runs_gpu(tmp_path):
+    """A newer day's run replaces the cases it measured and keeps the older day's others (same GPU model); a run on
+    another GPU model older than the newest is left out."""
+    res = tmp_path / "results"
+    res.mkdir()
+    write(res, "host-overhead-gpu-x-2026-01-01-a.json", {"reorder": "auto", "date": "2026-01-01T10:00:00+00:00"},
+          [host_row("m1", 500_000, 128, "det-f32", 40, 39, 20, 20), host_row("m2", 600_000, 128, "det-f32", 10, 9,
+                                                                               30, 30)])
+    write(res, "host-overhead-gpu-x-2026-01-03-b.json", {"reorder": "auto", "date": "2026-01-03T10:00:00+00:00"},
+          [host_row("m1", 500_000, 128, "det-f32", 10, 9, 20, 20)])  # m1 again, now 2x
+    write(res, "host-overhead-gpu-y-2026-01-02-c.json", {"reorder": "auto", "date": "2026-01-02T10:00:00+00:00",
+                                                         "device": "GPU Y"},
+          [host_row("m3", 700_000, 128, "det-f32", 10, 9, 90, 90)])
+    md = section(render(res, tmp_path), "Per call as issued")
+    assert "`m3`" not in md and "`m2`" in md
+    line = next(x for x in md.splitlines() if "det-f32 vs cuSPARSE float32 as issued on the matrix as given" in x)
+    assert "2.45x over 2 cases, min 2.00x (m1 N=128)" in line  # m1 at 2x (the newer run), m2 at 3x (the older)
