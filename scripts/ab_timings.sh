@@ -10,8 +10,8 @@
 #   bash scripts/ab_timings.sh BEFORE_TREE [OUT]     e.g. BEFORE_TREE from `git archive OLD | tar x -C .ab/before`
 #   AB_SCRIPTS="host-overhead" AB_ROUNDS=2 bash scripts/ab_timings.sh ...      (a subset, two rounds each side)
 #   AB_ORDER=after-first: each round runs this tree first (an order effect shows as a ratio that flips with it)
-#   AB_SPMM_ARGS / AB_HOST_ARGS: more options for spmm.py / host_overhead.py (e.g. --matrices ... to re-time the
-#   cases a full run flagged)
+#   AB_SPMM_ARGS / AB_FORMATS_ARGS / AB_HOST_ARGS: more options for spmm.py / formats.py / host_overhead.py (e.g.
+#   --matrices ... to re-time the cases a full run flagged)
 #   AB_LABEL=format-folders: names the change in the ab-<label>-<script>-<date>.json files written to OUT (copy
 #   them to benchmarks/results/; benchmarks/summarize.py lists them)
 set -uo pipefail
@@ -32,7 +32,7 @@ bench() {  # TREE DIR: the scripts from TREE, results and logs under DIR
                       --repeats 20 --budget-s "${AB_SPMM_BUDGET:-150}" --part ab --out-dir "$dir" ${AB_SPMM_ARGS:-} \
                       > "$dir/spmm.log" 2>&1) ;;
             formats) (cd "$tree" && timeout "${AB_FORMATS_S:-150}" python3 benchmarks/formats.py --quick --tag ab \
-                         --out-dir "$dir" > "$dir/formats.log" 2>&1) ;;
+                         --out-dir "$dir" ${AB_FORMATS_ARGS:-} > "$dir/formats.log" 2>&1) ;;
             host-overhead) (cd "$tree" && timeout "${AB_HOST_S:-200}" python3 benchmarks/host_overhead.py --label ab \
                                --out-dir "$dir" ${AB_HOST_ARGS:-} > "$dir/host.log" 2>&1) ;;
             *) echo "unknown script $script"; return 2 ;;
