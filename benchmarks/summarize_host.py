@@ -20,14 +20,6 @@ ISSUE32 = {"auto-f32": ("float32", 1.5), "auto-f16": ("float16", 2.0)}  # plan: 
 ISSUE32_FLOOR = 1.0
 
 
-def latest_rows(run) -> list[dict]:
-    """Pooled rows with one row per (matrix, N, plan): a later file's row replaces an earlier one's."""
-    keep = {}
-    for r in run.rows:  # pooled() lists the day's files oldest first
-        keep[(r["matrix"], r["N"], r["plan"])] = r
-    return list(keep.values())
-
-
 def cusparse_us(r, ref: str) -> float:
     """The faster cuSPARSE call as issued (its bound call, or cupyx's A @ B where timed: float32); ref "orig_" or
     ""."""
@@ -52,7 +44,8 @@ def host_section(runs, v0, older, *, h) -> list[str]:
         return h.absent("host-overhead", title, [("overhead median / max", "<= 10 / 20 us"),
                                                  ("geomean vs cuSPARSE as issued, original", ">= 1.3x")])
     run = runs[0]
-    rows = sorted(latest_rows(run), key=lambda r: (r["nnz"], r["matrix"], r["N"], r["plan"]))
+    # one row per (matrix, N, order, plan): summarize.pick keeps the newest run's row of each case
+    rows = sorted(run.rows, key=lambda r: (r["nnz"], r["matrix"], r["N"], r["plan"]))
     out = [f"## {title}", ""] + h.env(run)
     out += ["What a user runs: `tasks.reorder.auto_reorder`, then `SpmmPlan(A')` (auto-f32 / auto-f16: the "
             "defaults since 2026-11-28, format \"auto\"; det-f32 / det-f16: ME-TCF alone, the default before, our "
@@ -88,16 +81,9 @@ def host_section(runs, v0, older, *, h) -> list[str]:
         sel = [r for r in rows if r["plan"] == plan and r["N"] in (128, 256)
                and TARGET_NNZ[0] <= r["nnz"] <= TARGET_NNZ[1]]
         for ref, tag in (("orig_", "matrix as given"), ("", "same reordered matrix")):
-            x = [vs_cusparse(r, ref) for r in sel]
-            if not x:
-                continue
-            worst = min(sel, key=lambda r: vs_cusparse(r, ref))
-            g = h.geo(x)
-            targets.append((f"{plan} vs cuSPARSE {cusparse_dtype(sel)} as issued on the {tag}, 0.1-3M nnz, "
-                            "N = 128/256",
-                            f"geomean >= {GEOMEAN}x, none < {FLOOR}x",
-                            f"{h.f(g, 2)}x over {len(x)} cases, min {h.f(min(x), 2)}x ({worst['matrix']} "
-                            f"N={worst['N']})", h.status(g >= GEOMEAN and min(x) >= FLOOR)))
+            if sel:
+                targets.append(speedup_target(f"{plan} vs cuSPARSE {cusparse_dtype(sel)} as issued on the {tag}, "
+                                              "0.1-3M nnz, N = 128/256", sel, ref, GEOMEAN, FLOOR, h))
     targets += auto_vs_base(rows, h)
     targets += issue32_targets(rows, h)
     out += h.targets(targets)
@@ -116,16 +102,21 @@ def issue32_targets(rows, h) -> list[tuple]:
         sel = [r for r in rows if r["plan"] == plan and r["N"] in (128, 256)
                and TARGET_NNZ[0] <= r["nnz"] <= TARGET_NNZ[1] and r.get("cus_dtype", "float32") == dtype]
         name = f"issue 32: {plan} vs cuSPARSE {dtype} as issued on the matrix as given, 0.1-3M nnz, N = 128/256"
-        thr = f"geomean >= {want:g}x, none < {ISSUE32_FLOOR:g}x"
-        if not sel:
-            out.append((name, thr, f"not measured (no row with cuSPARSE in {dtype})", "not run"))
-            continue
-        x = [vs_cusparse(r, "orig_") for r in sel]
-        worst = min(sel, key=lambda r: vs_cusparse(r, "orig_"))
-        g = h.geo(x)
-        out.append((name, thr, f"{h.f(g, 2)}x over {len(x)} cases, min {h.f(min(x), 2)}x ({worst['matrix']} "
-                               f"N={worst['N']})", h.status(g >= want and min(x) >= ISSUE32_FLOOR)))
+        out.append(speedup_target(name, sel, "orig_", want, ISSUE32_FLOOR, h) if sel else
+                   (name, f"geomean >= {want:g}x, none < {ISSUE32_FLOOR:g}x",
+                    f"not measured (no row with cuSPARSE in {dtype})", "not run"))
     return out
+
+
+def speedup_target(name: str, sel, ref: str, want: float, floor: float, h) -> tuple:
+    """A target row: the plan as issued over the faster cuSPARSE as issued (``ref`` "orig_": on the matrix as
+    given, "": on the same one) over the rows ``sel``, geomean >= ``want`` and none below ``floor``."""
+    x = [vs_cusparse(r, ref) for r in sel]
+    worst = min(sel, key=lambda r: vs_cusparse(r, ref))
+    g = h.geo(x)
+    return (name, f"geomean >= {want:g}x, none < {floor:g}x",
+            f"{h.f(g, 2)}x over {len(x)} cases, min {h.f(min(x), 2)}x ({worst['matrix']} N={worst['N']})",
+            h.status(g >= want and min(x) >= floor))
 
 
 AUTO_PAIRS = (("auto-f32", "det-f32"), ("auto-f16", "det-f16"))  # format="auto" against the base format alone
