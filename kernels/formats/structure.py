@@ -36,6 +36,7 @@ compares window by window.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -155,6 +156,36 @@ def window_stats(A, *, sample_nnz: int | None = None, seed: int = 0) -> Windows:
     return _window_stats(A, sample_nnz, seed)[0]
 
 
+class _Last:
+    """The last exact count, kept for the next call on the same CSR arrays: a plan of ``format="auto"`` ranks with
+    `structure(A)` and its hybrid candidate then splits the same A with `window_stats(A)` (0.09 s of the auto plan's
+    0.25 s at 1M nonzeros on the H200's host, counted twice before). Same arrays: the same index buffers (address
+    and length of both) while the objects owning them are alive, so the memory cannot have been reused; a caller writing into
+    A's indices in place between two calls gets the earlier counts, which steer a choice, never a result."""
+
+    key, owners, value = None, (), None
+
+    @classmethod
+    def get(cls, key):
+        if cls.key == key and cls.owners and all(ref() is not None for ref in cls.owners):
+            return cls.value
+        return None
+
+    @classmethod
+    def put(cls, key, arrays, value) -> None:
+        cls.key, cls.owners, cls.value = key, tuple(weakref.ref(_owner(a)) for a in arrays), value
+
+
+def _arrays_key(A, indptr: np.ndarray, indices: np.ndarray) -> tuple:
+    return (tuple(A.shape), indptr.ctypes.data, indptr.size, indices.ctypes.data, indices.size, indices.dtype.str)
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
 def _window_stats(A, sample_nnz, seed) -> tuple[Windows, np.ndarray]:
     """(Windows, the row lengths of all rows)."""
     if not sp.issparse(A):
@@ -163,13 +194,19 @@ def _window_stats(A, sample_nnz, seed) -> tuple[Windows, np.ndarray]:
         raise ValueError(f"sample_nnz is {sample_nnz}, expected a positive count or None (every window)")
     A = A if A.format == "csr" else sp.csr_array(A)
     n_rows, n_cols = (int(s) for s in A.shape)
+    indices = np.asarray(A.indices)
+    given_indptr = np.asarray(A.indptr)
+    key = _arrays_key(A, given_indptr, indices)
     indptr = np.asarray(A.indptr, dtype=np.int64)
     row_nnz = np.diff(indptr)
     n_windows = -(-n_rows // WINDOW)
     starts = np.arange(n_windows, dtype=np.int64) * WINDOW
     window_nnz = np.diff(indptr[np.minimum(np.append(starts, n_rows), n_rows)])
     picked, weight = _sample(window_nnz, sample_nnz, seed)
-    counts = _counts(indptr, np.asarray(A.indices), n_rows, n_cols, picked)
+    exact = picked.size == n_windows
+    if exact and (win := _Last.get(key)) is not None:
+        return win, row_nnz
+    counts = _counts(indptr, indices, n_rows, n_cols, picked)
     rows, local, first_row = _window_rows(picked, n_rows)
     lengths = row_nnz[rows]
     per = lambda x: np.bincount(local, weights=x, minlength=picked.size)  # noqa: E731
@@ -178,6 +215,8 @@ def _window_stats(A, sample_nnz, seed) -> tuple[Windows, np.ndarray]:
                   row_nnz_max=(np.maximum.reduceat(lengths, first_row[:-1]) if picked.size
                                else np.zeros(0, dtype=np.int64)),
                   row_nnz_sq=per(lengths.astype(np.float64) ** 2), counts=counts)
+    if exact:
+        _Last.put(key, (given_indptr, indices), win)
     return win, row_nnz
 
 
@@ -227,14 +266,19 @@ def _counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> d
     ptr = np.concatenate([[0], np.cumsum(lengths)])[first_row]  # nonzeros before each picked window
     counts = {key: np.zeros(windows.size, dtype=np.int64) for key in _KEYS}
     cuts = window_chunks(ptr, CHUNK_NNZ, max_windows=1 << (58 - bits))
+    every = windows.size == -(-n_rows // WINDOW)  # all windows: a chunk's nonzeros are one run of A's
     for w0, w1 in zip(cuts[:-1], cuts[1:]):
         sel = slice(first_row[w0], first_row[w1])
         r, n = rows[sel], lengths[sel]
         if not n.sum():
             continue
-        pos = np.repeat(indptr[r] - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
-        win = np.repeat(local[sel] - w0, n)
-        keys = (((win << bits) | np.asarray(indices[pos], dtype=np.int64)) << 4) | np.repeat(r % WINDOW, n)
+        if every:
+            cols = np.asarray(indices[indptr[r[0]]:indptr[r[-1] + 1]], dtype=np.int64)
+        else:
+            pos = np.repeat(indptr[r] - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
+            cols = np.asarray(indices[pos], dtype=np.int64)
+        keys = np.repeat(((local[sel] - w0) << (bits + 4)) | (r % WINDOW), n)  # window and row, then the column
+        keys |= cols << 4
         keys.sort()
         _chunk(keys, int(w1 - w0), bits, {k: c[w0:w1] for k, c in counts.items()})
     return counts

@@ -11,7 +11,8 @@ import pytest
 import scipy.sparse as sp
 
 from kernels.formats.metrics import tc_stats
-from kernels.formats.structure import BLOCK_WIDTHS, VECTOR_ROWS, structure
+from kernels.formats import structure as structure_module
+from kernels.formats.structure import BLOCK_WIDTHS, VECTOR_ROWS, structure, window_stats
 
 
 def brute(A) -> dict:
@@ -117,3 +118,35 @@ def test_sampled_statistics_are_deterministic_and_close():
     # the hub windows are always sampled: the maxima are the whole matrix's
     assert sampled.vectors_max == exact.vectors_max and sampled.tc_blocks_max == exact.tc_blocks_max
     assert (sampled.row_nnz_max, sampled.nonempty_rows) == (exact.row_nnz_max, exact.nonempty_rows)  # exact always
+
+
+def test_the_same_arrays_are_counted_once_and_anything_else_afresh():
+    """format="auto" ranks with structure(A), then its hybrid candidate splits A with window_stats(A): one count."""
+    A = sp.csr_array(sp.random(300, 200, density=0.05, format="csr", random_state=5, dtype=np.float32))
+    first = structure(A, sample_nnz=None)
+    assert window_stats(A) is first.windows and window_stats(sp.csr_array(A)) is first.windows  # same arrays
+    B = A.copy()
+    B.indices[:] = B.indices // 4  # other columns (neighbours merged), same shape and nnz
+    other = window_stats(B)
+    assert other is not first.windows
+    assert any(not np.array_equal(c, first.windows.counts[k]) for k, c in other.counts.items())
+    check_exact(B)
+    key = structure_module._arrays_key(B, B.indptr, B.indices)
+    assert structure_module._Last.get(key) is not None
+    del B, other
+    import gc
+
+    gc.collect()
+    assert structure_module._Last.get(key) is None  # arrays gone: their addresses may hold another matrix
+
+
+def test_sampled_windows_carry_the_exact_counts_of_those_windows():
+    """The sampled count gathers the picked windows' nonzeros; every window's count reads A's runs in place."""
+    from tasks.fetch.generators import generate
+
+    A = sp.csr_array(generate("rmat", "scale=13&edge_factor=8&seed=3"))
+    every = window_stats(A)
+    sampled = structure(A, sample_nnz=1 << 13, seed=1).windows
+    assert not sampled.exact and 0 < sampled.index.size < every.n_windows
+    for key, counts in sampled.counts.items():
+        assert np.array_equal(counts, every.counts[key][sampled.index]), key
