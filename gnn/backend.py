@@ -8,6 +8,8 @@ the user's node order; the row permutation of the Tensor Core path stays inside.
 - ``matmul_values(v, X[, transpose])``, A's pattern with per-call values v: CPU csr @ X; CUDA kernels.cusparse
   SpMM with the values written into its CSR in place.
 - ``sddmm(U, V)``, U[row_k] . V[col_k]: CPU gnn.reference.sddmm; CUDA kernels.cusparse_sddmm.
+- ``index(name, device)``: the pattern's index tensors (rows, columns, row pointers, A.T's) for torch-side steps
+  (the softmax, GAT's rank-one logits), made once per device.
 
 Per-call values (attention) go through cuSPARSE, not the ME-TCF plans: a plan bakes A's values in when it is
 built. Precision: CPU float64 stays float64 (gradcheck), everything else computes in float32 (TF32 on the Tensor
@@ -50,7 +52,7 @@ class SparseOp:
         self._sym = None
         self._cpu: dict = {}
         self._gpu: dict = {}
-        self._rows: dict = {}
+        self._index: dict = {}  # (name, device) -> int64 index tensor of A's pattern (`index`)
         self.compute: dict = {}
 
     @classmethod
@@ -77,10 +79,22 @@ class SparseOp:
 
     def edge_rows(self, device) -> torch.Tensor:
         """Destination (row) of each stored nonzero, int64, on ``device`` (cached)."""
-        key = str(torch.device(device))
-        if key not in self._rows:
-            self._rows[key] = torch.from_numpy(ref.edge_rows(self.A.indptr)).to(device)
-        return self._rows[key]
+        return self.index("rows", device)
+
+    def index(self, name: str, device) -> torch.Tensor:
+        """An int64 index tensor of A's pattern on ``device``, made once per device: "rows" / "cols" (each stored
+        nonzero's row / column), "indptr", and A.T's "indptr_t" and "order_t" (A.T's nonzeros as positions in A's
+        CSR order: ``data_t = data[order_t]``)."""
+        key = (name, str(torch.device(device)))
+        found = self._index.get(key)
+        if found is None:
+            make = {"rows": lambda: ref.edge_rows(self.A.indptr), "cols": lambda: self.A.indices,
+                    "indptr": lambda: self.A.indptr, "indptr_t": lambda: self.transpose_pattern[0],
+                    "order_t": lambda: self.transpose_pattern[2]}
+            if name not in make:
+                raise ValueError(f"gnn.SparseOp.index: {name!r} is not one of {', '.join(make)}")
+            found = self._index[key] = torch.from_numpy(np.asarray(make[name](), dtype=np.int64)).to(device)
+        return found
 
     # ---- products -----------------------------------------------------------------------------------------------
     def matmul(self, X: torch.Tensor, transpose: bool = False) -> torch.Tensor:

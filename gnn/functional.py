@@ -5,6 +5,8 @@
   backward ``dX = A_v.T @ G``, ``d values[k] = G[row_k] . X[col_k]`` (an SDDMM).
 - ``sddmm(op, U, V)[k] = U[row_k] . V[col_k]``; backward ``dU = S_g @ V``, ``dV = S_g.T @ U`` with S_g = A's pattern
   carrying the upstream gradient g.
+- ``edge_sum(op, d, s)[k] = d[row_k] + s[col_k]`` (a rank-one SDDMM: GAT's attention logits); backward
+  ``dd = row sums of g``, ``ds = column sums of g``, segment sums in a fixed order (deterministic).
 - ``edge_softmax(op, e)``: softmax over each destination's incoming edges, in torch ops (autograd derives it).
 
 Autocast: the functions are marked ``custom_fwd``/``custom_bwd`` for CUDA, so the backward runs under the forward's
@@ -70,6 +72,30 @@ class _Sddmm(torch.autograd.Function):
         return g_U, g_V, None
 
 
+class _EdgeSum(torch.autograd.Function):
+    @staticmethod
+    @_fwd
+    def forward(ctx, d, s, op: SparseOp):
+        ctx.op = op
+        return d.index_select(0, op.index("rows", d.device)) + s.index_select(0, op.index("cols", s.device))
+
+    @staticmethod
+    @_bwd
+    def backward(ctx, g):
+        op, dev = ctx.op, g.device
+        g_d = _segment_sum(g, op.index("indptr", dev)) if ctx.needs_input_grad[0] else None
+        g_s = (_segment_sum(g.index_select(0, op.index("order_t", dev)), op.index("indptr_t", dev))
+               if ctx.needs_input_grad[1] else None)
+        return g_d, g_s, None
+
+
+def _segment_sum(g: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:
+    """Sum of each segment ``g[indptr[i]:indptr[i + 1]]`` (0 for an empty one), in float32 (float64 stays) and
+    returned in g's dtype: one segmented reduction, each segment summed in a fixed order (CUB's on CUDA)."""
+    work = g if g.dtype == torch.float64 else g.float()
+    return torch.segment_reduce(work, "sum", offsets=indptr, unsafe=True).to(g.dtype)
+
+
 def spmm(op: SparseOp, X: torch.Tensor) -> torch.Tensor:
     """A @ X with A's fixed values (X: [n_cols, F] -> [n_rows, F])."""
     return _Spmm.apply(X, op)
@@ -83,6 +109,16 @@ def edge_spmm(op: SparseOp, values: torch.Tensor, X: torch.Tensor) -> torch.Tens
 def sddmm(op: SparseOp, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """``out[k] = U[row_k] . V[col_k]`` on A's pattern, [nnz]."""
     return _Sddmm.apply(U, V, op)
+
+
+def edge_sum(op: SparseOp, d: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``out[k] = d[row_k] + s[col_k]`` [nnz] on A's pattern: d [n_rows], s [n_cols]; dtype promoted from both.
+    What ``sddmm(op, [d, 1], [1, s])`` gives, as two gathers and an add, with row and column sums for its
+    backward instead of two SpMMs of N = 2."""
+    if d.shape != (op.shape[0],) or s.shape != (op.shape[1],):
+        raise ValueError(f"gnn.edge_sum: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({op.shape[0]},) and "
+                         f"({op.shape[1]},)")
+    return _EdgeSum.apply(d, s, op)
 
 
 def edge_softmax(op: SparseOp, e: torch.Tensor) -> torch.Tensor:

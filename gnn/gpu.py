@@ -18,7 +18,6 @@ import scipy.sparse as sp
 import torch
 
 from configs.names import BASE_FORMAT
-from gnn import reference as ref
 from gnn.products import PlanProduct, array_view
 
 HALF_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -33,8 +32,6 @@ class GpuEngine:
         self._sddmm = None
         self._inverse = None  # inverse of op.perm on the device (out = C[inverse]), made with the first permuted plan
         self._products: dict = {}  # (plan key, N) -> PlanProduct
-        self._order = None  # A.T's nonzeros in A's CSR order, on the device
-        self._torch_csr: dict = {}  # float64 path: torch sparse CSR of A and A.T
         self._streams: dict = {}  # torch stream pointer -> cupy.cuda.ExternalStream
         self._cupy_device = None
         self._values: dict = {}  # transpose -> torch view of the cuSPARSE operator's values (copied into per call)
@@ -139,9 +136,7 @@ class GpuEngine:
     def matmul_values(self, values: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Tensor:
         v = values.detach()
         if transpose:
-            if self._order is None:
-                self._order = torch.from_numpy(self.op.transpose_pattern[2]).to(self.device)
-            v = v.index_select(0, self._order)
+            v = v.index_select(0, self.op.index("order_t", self.device))
         if X.dtype == torch.float64:
             return self._csr64(transpose, v.to(torch.float64)) @ X
         op = self._cusparse(transpose)
@@ -170,7 +165,7 @@ class GpuEngine:
 
     def sddmm(self, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
         if torch.promote_types(U.dtype, V.dtype) == torch.float64:
-            rows, cols = self.op.edge_rows(self.device), self._cols()
+            rows, cols = self.op.index("rows", self.device), self.op.index("cols", self.device)
             return (U.detach()[rows].double() * V.detach()[cols].double()).sum(-1)
         if self._sddmm is None:
             from kernels.cusparse_sddmm import CusparseSddmm
@@ -188,11 +183,6 @@ class GpuEngine:
         return out
 
     # ---- float64 (references, not speed): torch's sparse CSR ------------------------------------------------------
-    def _cols(self) -> torch.Tensor:
-        if "cols" not in self._torch_csr:
-            self._torch_csr["cols"] = torch.from_numpy(self.op.A.indices.astype(np.int64)).to(self.device)
-        return self._torch_csr["cols"]
-
     def _csr64(self, transpose: bool, values: torch.Tensor | None = None) -> torch.Tensor:
         A = self.op.A
         if transpose:

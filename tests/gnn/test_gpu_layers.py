@@ -80,6 +80,29 @@ def test_sparse_op_products_match_float64_with_the_permutation_inside():
     assert any("SpmmPlan" in str(how) for how in op.compute.values())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_edge_sum_and_its_row_and_column_sums_match_float64_and_repeat_bitwise(dtype):
+    """GAT's logits on CUDA (a hub row of 300 edges, empty rows, a rectangular pattern): d[row] + s[col] rounded
+    once; the gradients' segment sums within float32 of float64, the same bits every time."""
+    A = sp.csr_array(graph()[:, :700])
+    op = gnn.SparseOp(A)
+    d = torch.randn(A.shape[0], device=CUDA).to(dtype).requires_grad_()
+    s = torch.randn(A.shape[1], device=CUDA).to(dtype).requires_grad_()
+    rows, cols = ref.edge_rows(A.indptr), A.indices
+    out = gnn.edge_sum(op, d, s)
+    dn, sn = d.detach().cpu().double().numpy(), s.detach().cpu().double().numpy()
+    assert out.dtype == dtype
+    tol = 1e-7 if dtype == torch.float32 else 1e-3  # one rounding of each sum to the inputs' dtype
+    assert rel(out.detach().cpu(), dn[rows] + sn[cols]) < tol
+    g = torch.randn(op.nnz, device=CUDA).to(dtype)
+    grads = [torch.autograd.grad(gnn.edge_sum(op, d, s), (d, s), g) for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*grads))  # deterministic: no atomics
+    csr = sp.csr_array((g.cpu().double().numpy(), A.indices, A.indptr), shape=A.shape)
+    tol = 1e-6 if dtype == torch.float32 else 2e-3  # summed in float32, rounded once to the inputs' dtype
+    assert grads[0][0].dtype == dtype and rel(grads[0][0].cpu(), csr.sum(axis=1)) < tol
+    assert grads[0][1].dtype == dtype and rel(grads[0][1].cpu(), csr.sum(axis=0)) < tol
+
+
 def test_symmetric_operator_reuses_one_plan_for_the_backward():
     A = graph(hub=False)
     S = gnn.gcn_norm(A + A.T)

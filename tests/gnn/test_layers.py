@@ -59,6 +59,27 @@ def test_sddmm_gradcheck_and_value():
     assert torch.autograd.gradcheck(lambda U, V: gnn.sddmm(op, U, V), (U, V))
 
 
+def test_edge_sum_is_the_rank_one_sddmm_with_row_and_column_sums_for_gradients():
+    """GAT's logits: d[row] + s[col]; empty rows (row 4) and empty columns get zero gradients; rectangular."""
+    A = sp.csr_array(graph(seed=2)[:, :6])  # 9 x 6: some columns without entries
+    op = gnn.SparseOp(A)
+    d, s = t64(9, seed=3), t64(6, seed=4)
+    ones = torch.ones(9, 1, dtype=torch.float64)
+    expect = gnn.sddmm(op, torch.cat([d.detach()[:, None], ones], 1), torch.cat([ones[:6], s.detach()[:, None]], 1))
+    torch.testing.assert_close(gnn.edge_sum(op, d, s), expect, rtol=1e-15, atol=0)
+    assert torch.autograd.gradcheck(lambda d, s: gnn.edge_sum(op, d, s), (d, s))
+    g = t64(op.nnz, seed=5).detach()
+    gd, gs = torch.autograd.grad(gnn.edge_sum(op, d, s), (d, s), g)
+    csr = sp.csr_array((g.numpy(), A.indices, A.indptr), shape=A.shape)
+    np.testing.assert_allclose(gd.numpy(), csr.sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(gs.numpy(), csr.sum(axis=0), rtol=1e-12)
+    assert gd[4] == 0 and (gs[np.bincount(A.indices, minlength=6) == 0] == 0).all()
+    g32 = gnn.edge_sum(op, d.detach().float().requires_grad_(), s.detach().half())
+    assert g32.dtype == torch.float32  # promoted, as sddmm's
+    with pytest.raises(ValueError, match=r"gnn.edge_sum: d \(6,\) and s \(9,\), expected \(9,\) and \(6,\)"):
+        gnn.edge_sum(op, s, d)
+
+
 def test_edge_softmax_gradcheck_matches_the_numpy_twin():
     op = gnn.SparseOp(graph(seed=3))
     e = t64(op.nnz, 2, seed=5)
