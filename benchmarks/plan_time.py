@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from configs.names import BASE_FORMAT  # noqa: E402
+from kernels.formats import structure  # noqa: E402
 from kernels.precision import precision as as_precision  # noqa: E402
 from storage.atomic import atomic_path  # noqa: E402
 
@@ -115,6 +116,7 @@ def time_plan(A, kind: str, dtype: str, N: int, args, rng) -> dict:
     B32 = rng.standard_normal((A.shape[1], N)).astype(np.float32)
     rows = np.sort(rng.choice(A.shape[0], min(SAMPLE_ROWS, A.shape[0]), replace=False))
     row = {"plan": kind, "dtype": dtype, "N": N}
+    structure.forget()  # each plan counts A's windows as a user's first plan would (no count kept from the last)
     t0 = time.perf_counter()
     plan = SpmmPlan(A, dtype=dtype, out_dtype=np.float32, device="cpu" if args.cpu else "auto",
                     **plan_options(kind, dtype, not args.cpu))

@@ -176,6 +176,11 @@ class _Last:
         cls.key, cls.owners, cls.value = key, tuple(weakref.ref(_owner(a)) for a in arrays), value
 
 
+def forget() -> None:
+    """Drop the kept count (`_Last`): benchmarks/plan_time.py times each plan as a user's first plan of A."""
+    _Last.key, _Last.owners, _Last.value = None, (), None
+
+
 def _arrays_key(A, indptr: np.ndarray, indices: np.ndarray) -> tuple:
     return (tuple(A.shape), indptr.ctypes.data, indptr.size, indices.ctypes.data, indices.size, indices.dtype.str)
 
@@ -297,14 +302,21 @@ def _distinct(sorted_keys: np.ndarray) -> np.ndarray:
 
 def _chunk(keys: np.ndarray, n_win: int, bits: int, counts: dict) -> None:
     """Fill the chunk's per-window counts (views into the whole arrays) from its sorted keys
-    ``((window << bits | col) << 4) | row % 16``."""
+    ``((window << bits | col) << 4) | row % 16`` (shifted in place: the caller's keys are used up)."""
     u = keys
     for V in VECTOR_ROWS[1:]:  # distinct (row // V, col): the previous distinct keys shifted once more
-        u = _distinct(u >> 1)  # (window << bits | col) << s | vector row in the window, s = log2(16 / V)
+        u >>= 1  # in place: (window << bits | col) << s | vector row in the window, s = log2(16 / V)
+        u = _distinct(u)
         s = 4 - (V.bit_length() - 1)
-        per_vec_row = np.bincount(((u >> (bits + s)) << s) | (u & ((1 << s) - 1)), minlength=n_win << s)
-        counts[("v", V)][:] = per_vec_row.reshape(n_win, 1 << s).sum(axis=1)
-        counts[("vmax", V)][:] = per_vec_row.reshape(n_win, 1 << s).max(axis=1)
+        if s:
+            slot = u >> (bits + s)  # (window, vector row) as window << s | vector row
+            slot <<= s
+            slot |= u & ((1 << s) - 1)
+            per_vec_row = np.bincount(slot, minlength=n_win << s).reshape(n_win, 1 << s)
+            counts[("v", V)][:] = per_vec_row.sum(axis=1)
+            counts[("vmax", V)][:] = per_vec_row.max(axis=1)
+        else:  # V = 16: one vector row per window
+            counts[("v", V)][:] = counts[("vmax", V)][:] = np.bincount(u >> bits, minlength=n_win)
     distinct_cols = counts[("v", WINDOW)]  # u now holds window << bits | col
     for w in BLOCK_WIDTHS:
         tc = -(-distinct_cols // w)

@@ -138,6 +138,9 @@ def test_the_same_arrays_are_counted_once_and_anything_else_afresh():
 
     gc.collect()
     assert structure_module._Last.get(key) is None  # arrays gone: their addresses may hold another matrix
+    window_stats(A)
+    structure_module.forget()  # what plan_time.py does before each plan
+    assert window_stats(A) is not first.windows
 
 
 def test_sampled_windows_carry_the_exact_counts_of_those_windows():
