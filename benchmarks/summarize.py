@@ -100,6 +100,8 @@ NEWEST_PER_KEY = {  # families whose runs each cover part of a table: every run 
     "multi_gpu": ("kind", "order", "nnz", "P"),
     "gnn": ("graph", "model", "hidden", "precision"),  # a --cuda-graph run of a few graphs beside the full suite
 }
+# families whose reference-GPU (H100) runs predate the code they describe: the newest run's GPU instead
+NEWEST_GPU = {"plan-time"}  # session 25: the window count kept per A and counted afresh per timed plan
 
 
 REFERENCE_GPU = "H100"  # the reference for timings (the H100 x1 and its multi-GPU kinds); H200s are lent at times
@@ -172,7 +174,7 @@ def pick(results: Path, family: str):
         auto = [r for r in runs if r.meta.get("reorder") == "auto"]
         chosen = [newest_per_key(auto, ("matrix", "N", "order", "plan"), reference=False)] if auto else runs[:1]
     elif family in NEWEST_PER_KEY and runs:
-        chosen = [newest_per_key(runs, NEWEST_PER_KEY[family])]
+        chosen = [newest_per_key(runs, NEWEST_PER_KEY[family], reference=family not in NEWEST_GPU)]
     elif family in ("spmm", "precision", "bcsr", "sddmm") and runs:
         chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:
