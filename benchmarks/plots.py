@@ -53,44 +53,38 @@ def speedup_chart(rows, path: Path) -> Path | None:
 
 def floor_chart(rows, path: Path) -> Path | None:
     """Selected kernel ms against the memory floor ms of every case, log-log, with the floor line y = x."""
-    pts = [(r["memory_floor_ms"], r["selected_ms"], r.get("order")) for r in rows
+    pts = [(r["memory_floor_ms"], r["selected_ms"], f"order {r.get('order') or '?'}") for r in rows
            if r.get("memory_floor_ms") and r.get("selected_ms")]
-    if not pts:
-        return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    for order in sorted({p[2] or "?" for p in pts}):
-        sel = [p for p in pts if (p[2] or "?") == order]
-        ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=16, label=f"order {order}")
-    lo, hi = min(min(p[0], p[1]) for p in pts), max(max(p[0], p[1]) for p in pts)
-    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="at the memory floor")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("memory floor ms (bytes moved / peak bandwidth)")
-    ax.set_ylabel("selected kernel ms")
-    ax.set_title("Time vs memory floor, every case")
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    lo_hi = lambda: (min(min(p[0], p[1]) for p in pts), max(max(p[0], p[1]) for p in pts))  # noqa: E731
+    return _against_diagonal(pts, lo_hi, "at the memory floor", "memory floor ms (bytes moved / peak bandwidth)",
+                             "selected kernel ms", "Time vs memory floor, every case", path)
 
 
 def reorder_chart(rows, path: Path) -> Path | None:
     """TC blocks before (original order) against after, per matrix and method, log-log with y = x."""
     pts = [(r["none_blocks"], r["blocks"], r.get("method", "?")) for r in rows
            if r.get("none_blocks") and r.get("blocks")]
+    lo_hi = lambda: (min(p[1] for p in pts), max(p[0] for p in pts))  # noqa: E731
+    return _against_diagonal(pts, lo_hi, "unchanged", "TC blocks before (original order)",
+                             "TC blocks after reordering", "Reordering: fewer blocks lie below the line", path)
+
+
+def _against_diagonal(pts, lo_hi, diagonal: str, xlabel: str, ylabel: str, title: str, path: Path) -> Path | None:
+    """A log-log scatter of (x, y, group) points, one series per group, with the line y = x from ``lo_hi()``."""
     if not pts:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    for method in sorted({p[2] for p in pts}):
-        sel = [p for p in pts if p[2] == method]
-        ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=16, label=method)
-    lo, hi = min(p[1] for p in pts), max(p[0] for p in pts)
-    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="unchanged")
+    for group in sorted({p[2] for p in pts}):
+        sel = [p for p in pts if p[2] == group]
+        ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=16, label=group)
+    lo, hi = lo_hi()
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label=diagonal)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("TC blocks before (original order)")
-    ax.set_ylabel("TC blocks after reordering")
-    ax.set_title("Reordering: fewer blocks lie below the line")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     return _save(fig, path)
 

@@ -36,57 +36,38 @@ class _Spmm(torch.autograd.Function):
         return ctx.op.matmul(G.contiguous(), transpose=True), None
 
 
-class _EdgeSpmm(torch.autograd.Function):
-    @staticmethod
-    @_fwd
-    def forward(ctx, values, X, op: SparseOp):
+def _binary(name: str, product, grad_a, grad_b):
+    """An autograd Function ``(a, b, op) -> product(op, a, b)`` whose backward is ``grad_a(op, a, b, g)`` and
+    ``grad_b(op, a, b, g)`` (g contiguous; each only where its input needs it), returned in each input's dtype."""
+
+    def forward(ctx, a, b, op: SparseOp):
         ctx.op = op
-        ctx.save_for_backward(values, X)
-        return op.matmul_values(values, X)
+        ctx.save_for_backward(a, b)
+        return product(op, a, b)
 
-    @staticmethod
-    @_bwd
-    def backward(ctx, G):
-        values, X = ctx.saved_tensors
-        op, G = ctx.op, G.contiguous()
-        g_values = op.sddmm(G, X).to(values.dtype) if ctx.needs_input_grad[0] else None
-        g_X = op.matmul_values(values, G, transpose=True).to(X.dtype) if ctx.needs_input_grad[1] else None
-        return g_values, g_X, None
-
-
-class _Sddmm(torch.autograd.Function):
-    @staticmethod
-    @_fwd
-    def forward(ctx, U, V, op: SparseOp):
-        ctx.op = op
-        ctx.save_for_backward(U, V)
-        return op.sddmm(U, V)
-
-    @staticmethod
-    @_bwd
     def backward(ctx, g):
-        U, V = ctx.saved_tensors
-        op, g = ctx.op, g.contiguous()
-        g_U = op.matmul_values(g, V).to(U.dtype) if ctx.needs_input_grad[0] else None
-        g_V = op.matmul_values(g, U, transpose=True).to(V.dtype) if ctx.needs_input_grad[1] else None
-        return g_U, g_V, None
+        a, b = ctx.saved_tensors
+        op, g, need = ctx.op, g.contiguous(), ctx.needs_input_grad
+        return (grad_a(op, a, b, g).to(a.dtype) if need[0] else None,
+                grad_b(op, a, b, g).to(b.dtype) if need[1] else None, None)
+
+    meta = type(torch.autograd.Function)  # its metaclass sets up the backward node class
+    return meta(name, (torch.autograd.Function,), {"forward": staticmethod(_fwd(forward)),
+                                                   "backward": staticmethod(_bwd(backward))})
 
 
-class _EdgeSum(torch.autograd.Function):
-    @staticmethod
-    @_fwd
-    def forward(ctx, d, s, op: SparseOp):
-        ctx.op = op
-        return d.index_select(0, op.index("rows", d.device)) + s.index_select(0, op.index("cols", s.device))
-
-    @staticmethod
-    @_bwd
-    def backward(ctx, g):
-        op, dev = ctx.op, g.device
-        g_d = _segment_sum(g, op.index("indptr", dev)) if ctx.needs_input_grad[0] else None
-        g_s = (_segment_sum(g.index_select(0, op.index("order_t", dev)), op.index("indptr_t", dev))
-               if ctx.needs_input_grad[1] else None)
-        return g_d, g_s, None
+# A_v @ X: d values[k] = G[row_k] . X[col_k] (an SDDMM), dX = A_v.T @ G
+_EdgeSpmm = _binary("_EdgeSpmm", lambda op, v, X: op.matmul_values(v, X), lambda op, v, X, G: op.sddmm(G, X),
+                    lambda op, v, X, G: op.matmul_values(v, G, transpose=True))
+# U[row_k] . V[col_k]: dU = S_g @ V, dV = S_g.T @ U
+_Sddmm = _binary("_Sddmm", lambda op, U, V: op.sddmm(U, V), lambda op, U, V, g: op.matmul_values(g, V),
+                 lambda op, U, V, g: op.matmul_values(g, U, transpose=True))
+# d[row_k] + s[col_k]: dd = g's row sums, ds = its column sums (A.T's rows)
+_EdgeSum = _binary(
+    "_EdgeSum", lambda op, d, s: d.index_select(0, op.index("rows", d.device))
+    + s.index_select(0, op.index("cols", s.device)),
+    lambda op, d, s, g: _segment_sum(g, op.index("indptr", g.device)),
+    lambda op, d, s, g: _segment_sum(g.index_select(0, op.index("order_t", g.device)), op.index("indptr_t", g.device)))
 
 
 def _segment_sum(g: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:

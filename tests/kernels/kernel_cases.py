@@ -53,6 +53,19 @@ BASE_CASES = {
 }
 
 
+def host_b(K, N, seed=1):
+    """A seeded float32 B of K x N on the host."""
+    return np.random.default_rng(seed).standard_normal((K, N)).astype(np.float32)
+
+
+def rounded_ref(A, B, p):
+    """float64 product of A and B rounded to the precision ``p`` (TF32 for float32), what the Tensor Cores
+    multiply."""
+    A = sp.csr_array(A, dtype=np.float32)
+    Ar = sp.csr_array((p.rounded(A.data), A.indices, A.indptr), shape=A.shape)
+    return Ar @ p.rounded(B)
+
+
 def int64_columns():
     """K = 2**36 columns: column ids (and the CSR's indices) need int64 in every format."""
     cols = np.array([0, 2**31 + 5, 3 * 10**9, 7, 2**31 + 5, 2**35], dtype=np.int64)

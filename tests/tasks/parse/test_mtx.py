@@ -79,41 +79,28 @@ def test_bad_banner(tmp_path, data_root):
     assert msg.startswith("bad.mtx line 1: bad MatrixMarket banner '%%MatrixMarkt matrix coordinate real general'")
 
 
-def test_column_index_out_of_range(tmp_path, data_root):
-    text = BANNER + "% c1\n% c2\n% c3\n% c4\n% c5\n% c6\n% c7\n% c8\n1086 1086 3\n1 1 1\n2 2 2\n5 1200 3\n"
-    msg = _fails(tmp_path, data_root, text, "bcsstk17.mtx")
-    assert msg == "bcsstk17.mtx line 13: column index 1200 exceeds the declared 1086 columns"
+BAD = [  # (what is wrong, file text, file name, the one-line error)
+    ("column index out of range", BANNER + "% c1\n% c2\n% c3\n% c4\n% c5\n% c6\n% c7\n% c8\n1086 1086 3\n1 1 1\n"
+     "2 2 2\n5 1200 3\n", "bcsstk17.mtx", "bcsstk17.mtx line 13: column index 1200 exceeds the declared 1086 columns"),
+    ("row index zero", BANNER + "3 3 2\n1 1 1\n0 2 2\n", "bad.mtx",
+     "bad.mtx line 4: row index 0 is below 1 (indices are 1-based)"),
+    ("fewer entries than declared", BANNER + "3 3 3\n1 1 1\n2 2 2\n", "bad.mtx",
+     "bad.mtx: 2 entries, the header declares 3 (file truncated?)"),
+    ("more entries than declared", BANNER + "3 3 2\n1 1 1\n2 2 2\n3 3 3\n", "bad.mtx",
+     "bad.mtx line 5: more entries than the 2 the header declares"),
+    ("truncated file", BANNER + "3 3 3\n1 1 1\n2 2 2\n3 ", "bad.mtx",
+     "bad.mtx line 5: file ends in the middle of an entry ('3 '; truncated?)"),
+    ("malformed number", BANNER + "3 3 2\n1 1 1\n2 x 2\n", "bad.mtx",
+     "bad.mtx line 4: invalid integer value in '2 x 2'"),
+    ("symmetric file with both triangles",
+     "%%MatrixMarket matrix coordinate real symmetric\n3 3 3\n2 1 1\n1 2 1\n3 3 1\n", "bad.mtx",
+     "bad.mtx: symmetric file stores both triangles (entry 2 at row 1, column 2); a symmetric file stores one"),
+]
 
 
-def test_row_index_zero(tmp_path, data_root):
-    msg = _fails(tmp_path, data_root, BANNER + "3 3 2\n1 1 1\n0 2 2\n")
-    assert msg == "bad.mtx line 4: row index 0 is below 1 (indices are 1-based)"
-
-
-def test_fewer_entries_than_declared(tmp_path, data_root):
-    msg = _fails(tmp_path, data_root, BANNER + "3 3 3\n1 1 1\n2 2 2\n")
-    assert msg == "bad.mtx: 2 entries, the header declares 3 (file truncated?)"
-
-
-def test_more_entries_than_declared(tmp_path, data_root):
-    msg = _fails(tmp_path, data_root, BANNER + "3 3 2\n1 1 1\n2 2 2\n3 3 3\n")
-    assert msg == "bad.mtx line 5: more entries than the 2 the header declares"
-
-
-def test_truncated_file(tmp_path, data_root):
-    msg = _fails(tmp_path, data_root, BANNER + "3 3 3\n1 1 1\n2 2 2\n3 ")
-    assert msg == "bad.mtx line 5: file ends in the middle of an entry ('3 '; truncated?)"
-
-
-def test_malformed_number(tmp_path, data_root):
-    msg = _fails(tmp_path, data_root, BANNER + "3 3 2\n1 1 1\n2 x 2\n")
-    assert msg == "bad.mtx line 4: invalid integer value in '2 x 2'"
-
-
-def test_symmetric_file_with_both_triangles(tmp_path, data_root):
-    text = "%%MatrixMarket matrix coordinate real symmetric\n3 3 3\n2 1 1\n1 2 1\n3 3 1\n"
-    msg = _fails(tmp_path, data_root, text)
-    assert msg == "bad.mtx: symmetric file stores both triangles (entry 2 at row 1, column 2); a symmetric file stores one"
+@pytest.mark.parametrize("text, name, expected", [case[1:] for case in BAD], ids=[case[0] for case in BAD])
+def test_a_bad_file_fails_in_one_line_naming_it_and_leaves_nothing(tmp_path, data_root, text, name, expected):
+    assert _fails(tmp_path, data_root, text, name) == expected
 
 
 def test_header_dimensions_past_int32_give_int64(tmp_path, data_root):

@@ -15,7 +15,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
 from kernels.formats.bcsr import launch as lb  # noqa: E402
 from kernels.formats import get  # noqa: E402
 from kernels.precision import precision  # noqa: E402
-from kernel_cases import BASE_CASES, int64_columns, random_csr  # noqa: E402
+from kernel_cases import BASE_CASES, host_b, int64_columns, random_csr, rounded_ref  # noqa: E402
 
 PRECISIONS = ("float32", "float16", "bfloat16")
 # Against the float64 product of the precision-rounded A and B (TF32 products are exact in fp32, 16-bit ones too):
@@ -28,17 +28,6 @@ CASES = {**{k: v for k, v in BASE_CASES.items() if k != "explicit_zeros"},
          "partial_last_blocks": lambda: random_csr((37, 45), 900, seed=11),  # 37 = 2 x 16 + 5 rows, 45 columns
          "block_structured": lambda: sp.csr_array(sp.kron(sp.random(20, 30, density=0.2, random_state=3),
                                                           np.ones((4, 4))))}
-
-
-def host_b(K, N, seed=1):
-    return np.random.default_rng(seed).standard_normal((K, N)).astype(np.float32)
-
-
-def rounded_ref(A, B, p):
-    """float64 product of A and B rounded to the precision (TF32 for float32), what the Tensor Cores multiply."""
-    A = sp.csr_array(A, dtype=np.float32)
-    Ar = sp.csr_array((p.rounded(A.data), A.indices, A.indptr), shape=A.shape)
-    return Ar @ p.rounded(B)
 
 
 def poisoned(shape, dtype_name, p):

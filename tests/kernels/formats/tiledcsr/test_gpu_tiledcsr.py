@@ -24,7 +24,7 @@ from kernels.formats.tiledcsr import launch as lt  # noqa: E402
 from kernels.formats import get  # noqa: E402
 from kernels.formats.tiledcsr.container import TiledCSR  # noqa: E402
 from kernels.precision import precision  # noqa: E402
-from kernel_cases import BASE_CASES, random_csr  # noqa: E402
+from kernel_cases import BASE_CASES, host_b, random_csr, rounded_ref  # noqa: E402
 
 PRECISIONS = ("float32", "float16", "bfloat16")
 # Against the float64 product of the precision-rounded A and B (TF32 and 16-bit products are exact in fp32): only
@@ -36,17 +36,6 @@ CASES = {**BASE_CASES,
          "partial_last_tiles": lambda: random_csr((37, 45), 900, seed=11),  # 37 = 2 x 16 + 5 rows, 45 columns
          "dense_rows": lambda: random_csr((64, 300), 64 * 200, seed=12),  # near-full tiles, 19-38 per group
          "long_groups": lambda: random_csr((70, 2000), 70 * 60, seed=13)}  # 49-98 sparse tiles a group; 6 rows last
-
-
-def host_b(K, N, seed=1):
-    return np.random.default_rng(seed).standard_normal((K, N)).astype(np.float32)
-
-
-def rounded_ref(A, B, p):
-    """float64 product of A and B rounded to the precision (TF32 for float32), what the Tensor Cores multiply."""
-    A = sp.csr_array(A, dtype=np.float32)
-    Ar = sp.csr_array((p.rounded(A.data), A.indices, A.indptr), shape=A.shape)
-    return Ar @ p.rounded(B)
 
 
 def poisoned(shape, p):
