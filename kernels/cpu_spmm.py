@@ -17,14 +17,11 @@ against SciPy's single-threaded CSR product.
 """
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import numba
 import numpy as np
 import scipy.sparse as sp
 
-from configs.threads import threads_from_env, usable_cpus
+from configs.threads import pool as threads_pool, threads_from_env, usable_cpus
 from kernels.cpu_simd import vaxpy, vstore, vzero
 
 
@@ -38,17 +35,6 @@ MIN_PARALLEL_FMAS = 1 << 18
 # (+25% / +12% lines: a loss or a wash with the copy) nor N = 8 (AMD EPYC, 2026-11-25).
 ALIGN_N = (16, 32)
 ALIGN_BYTES = 64
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """One persistent pool per thread count (creating threads per call cost ~0.5 ms)."""
-    with _POOLS_LOCK:
-        if threads not in _POOLS:
-            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="cpu-spmm")
-        return _POOLS[threads]
-
 
 def default_threads() -> int:
     """``TCSPMM_CPU_THREADS`` if set, else the CPUs this process may use."""
@@ -189,7 +175,7 @@ class CpuCsr:
         if self.threads == 1 or len(spans) <= 1 or self.nnz * shape[1] < MIN_PARALLEL_FMAS:
             _rows(self.indptr, self.indices, self.data, B2, C, 0, self.shape[0])
         else:
-            pool = _pool(self.threads)
+            pool = threads_pool("cpu-spmm", self.threads)
             for f in [pool.submit(_rows, self.indptr, self.indices, self.data, B2, C, r0, r1) for r0, r1 in spans]:
                 f.result()
         if raw is not None and not self._spare:

@@ -153,3 +153,20 @@ def test_sampled_windows_carry_the_exact_counts_of_those_windows():
     assert not sampled.exact and 0 < sampled.index.size < every.n_windows
     for key, counts in sampled.counts.items():
         assert np.array_equal(counts, every.counts[key][sampled.index]), key
+
+
+def test_counting_window_chunks_on_threads_gives_the_one_thread_counts(monkeypatch):
+    """From PARALLEL_NNZ nonzeros the windows are counted in chunks on a thread pool, each chunk into its own
+    windows' slots: the same counts as one thread, sampled or not, a hub row included."""
+    from tasks.fetch.generators import generate
+
+    A = sp.csr_array(generate("rmat", "scale=12&edge_factor=8&seed=5"))  # hub rows
+    one = {s: structure(A, sample_nnz=s) for s in (None, 1 << 13)}
+    monkeypatch.setattr(structure_module, "PARALLEL_NNZ", 64)
+    monkeypatch.setattr(structure_module, "usable_cpus", lambda: 3)
+    structure_module.forget()
+    for s, expect in one.items():
+        got = structure(A, sample_nnz=s)
+        assert _same(got, expect) and got.windows.index.size == expect.windows.index.size
+        for key, counts in expect.windows.counts.items():
+            assert np.array_equal(got.windows.counts[key], counts), (s, key)
