@@ -18,8 +18,9 @@ from gnn.graph import Graph, load
 from gnn.norm import gcn_norm, with_self_loops
 
 _LAZY = {"SparseOp": "gnn.backend", "spmm": "gnn.functional", "edge_spmm": "gnn.functional",
-         "sddmm": "gnn.functional", "edge_sum": "gnn.functional", "edge_softmax": "gnn.functional", "GCNConv": "gnn.layers",
-         "GATConv": "gnn.layers", "to_pyg": "gnn.adapters", "to_torch_csr": "gnn.adapters", "to_dgl": "gnn.adapters"}
+         "sddmm": "gnn.functional", "edge_sum": "gnn.functional", "edge_softmax": "gnn.functional",
+         "GCNConv": "gnn.layers", "GATConv": "gnn.layers", "to_pyg": "gnn.adapters", "to_torch_csr": "gnn.adapters",
+         "to_dgl": "gnn.adapters"}
 
 __all__ = ["Graph", "load", "gcn_norm", "with_self_loops", *_LAZY]
 

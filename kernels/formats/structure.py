@@ -166,25 +166,26 @@ class _Last:
     """The last exact count, kept for the next call on the same CSR arrays: a plan of ``format="auto"`` ranks with
     `structure(A)` and its hybrid candidate then splits the same A with `window_stats(A)` (0.09 s of the auto plan's
     0.25 s at 1M nonzeros on the H200's host, counted twice before). Same arrays: the same index buffers (address
-    and length of both) while the objects owning them are alive, so the memory cannot have been reused; a caller writing into
-    A's indices in place between two calls gets the earlier counts, which steer a choice, never a result."""
+    and length of both) while the objects owning them are alive, so the memory cannot have been reused; a caller
+    writing into A's indices in place between two calls gets the earlier counts, which steer a choice, never a
+    result. One attribute holds (key, owners, value), replaced whole: plans built on concurrent threads never see
+    one matrix's key with another's counts."""
 
-    key, owners, value = None, (), None
+    entry: tuple = (None, (), None)
 
     @classmethod
     def get(cls, key):
-        if cls.key == key and cls.owners and all(ref() is not None for ref in cls.owners):
-            return cls.value
-        return None
+        found, owners, value = cls.entry
+        return value if found == key and owners and all(ref() is not None for ref in owners) else None
 
     @classmethod
     def put(cls, key, arrays, value) -> None:
-        cls.key, cls.owners, cls.value = key, tuple(weakref.ref(_owner(a)) for a in arrays), value
+        cls.entry = (key, tuple(weakref.ref(_owner(a)) for a in arrays), value)
 
 
 def forget() -> None:
     """Drop the kept count (`_Last`): benchmarks/plan_time.py times each plan as a user's first plan of A."""
-    _Last.key, _Last.owners, _Last.value = None, (), None
+    _Last.entry = (None, (), None)
 
 
 def _arrays_key(A, indptr: np.ndarray, indices: np.ndarray) -> tuple:
