@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from machine import gpu_meta
+    from machine import gpu_meta, write_json
     from spmm import fixture  # the fixtures' finder and SuiteSparse reader the benchmarks share
     from tasks.fetch.generators import generate
     from tasks.reorder import auto_reorder
@@ -162,9 +162,9 @@ def main(argv=None) -> int:
             M.sort_indices()
             for N in args.ns:
                 rows.extend(measure(label, order, M, N, rng))
-        path.write_text(json.dumps({"meta": {**meta, "partial": True, "skipped": skipped}, "rows": rows}, indent=1))
+        write_json(path, {"meta": {**meta, "partial": True, "skipped": skipped}, "rows": rows})
     meta.update(wall_s=time.time() - t0, skipped=skipped)
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_json(path, {"meta": meta, "rows": rows})
     print_table(rows)
     bad = [r for r in rows if not r["correct"]]
     print(f"correctness: {len(rows) - len(bad)}/{len(rows)} within tolerance with both walks bitwise equal")

@@ -36,7 +36,7 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from machine import gpu_meta  # benchmarks/ is the script folder; machine.py imports nothing from the tree
+from machine import gpu_meta, write_json  # benchmarks/ is the script folder; machine.py imports nothing from the tree
 from summarize_host import cusparse_us  # the faster cuSPARSE call as issued, as the docs section reads it
 
 REPO = Path(__file__).resolve().parents[1]
@@ -265,10 +265,10 @@ def main(argv=None) -> int:
             for r in got:
                 r.update(order, **{f"orig_{k}": v for k, v in orig[PLANS[r["plan"]]["dtype"]].items()})
             rows.extend(got)
-        path.write_text(json.dumps({"meta": {**meta, "partial": True}, "rows": rows, "before_rows": []}, indent=1))
+        write_json(path, {"meta": {**meta, "partial": True}, "rows": rows, "before_rows": []})
     meta["wall_s"] = time.time() - t0
     before = json.loads(args.before.read_text())["rows"] if args.before else []
-    path.write_text(json.dumps({"meta": meta, "rows": rows, "before_rows": before}, indent=1))
+    write_json(path, {"meta": meta, "rows": rows, "before_rows": before})
     print_table(rows, before, path)
     return 0
 

@@ -1,7 +1,11 @@
-"""What the benchmarks record about the host they ran on (shared by the benchmark scripts)."""
+"""What the benchmarks record about the host they ran on, and how they write it (shared by the benchmark scripts;
+imports nothing from the tree under test: host_overhead.py --code times another tree's kernels)."""
 from __future__ import annotations
 
+import json
+import os
 import platform
+import tempfile
 from pathlib import Path
 
 
@@ -52,3 +56,18 @@ def gpu_meta() -> dict:
             "gpu_clocks": gpu_clocks(), "python": platform.python_version(), "numpy": np.__version__,
             "scipy": scipy.__version__, "cupy": cupy.__version__,
             "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion()}
+
+
+def write_json(path: Path, obj) -> None:
+    """``obj`` as indented JSON at ``path``, whole or not at all: written to a temp file beside it, then renamed
+    over it (a run killed while writing, e.g. a partial file rewritten after each matrix, leaves the last whole
+    file)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -51,3 +51,16 @@ def test_the_slug_is_the_calibration_files_rule_and_imports_nothing_from_kernels
         assert machine.slug(name) == slug(name)
     lines = (REPO / "benchmarks" / "machine.py").read_text().splitlines()
     assert not any(ln.strip().startswith(("from kernels", "import kernels")) for ln in lines)
+
+
+def test_write_json_replaces_the_file_whole_or_not_at_all(tmp_path, machine):
+    """A results file rewritten after each matrix: a write that fails (here a value JSON cannot hold) leaves the
+    last whole file and no temp file beside it."""
+    import json
+
+    path = tmp_path / "run.json"
+    machine.write_json(path, {"rows": [1, 2]})
+    assert json.loads(path.read_text()) == {"rows": [1, 2]}
+    with pytest.raises(TypeError):
+        machine.write_json(path, {"rows": [1, 2, object()]})
+    assert json.loads(path.read_text()) == {"rows": [1, 2]} and [p.name for p in tmp_path.iterdir()] == ["run.json"]
