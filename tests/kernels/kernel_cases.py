@@ -83,6 +83,64 @@ def as_float32(A, drop_zeros: bool = True):
 
 
 # The PTX ISA side of the lane-by-lane kernel simulations (test_cvse_warp.py, test_tiledcsr_warp.py)
+def rel_err(C, exact) -> float:
+    """Relative Frobenius error of C against a float64 reference."""
+    return float(np.linalg.norm(np.asarray(C, dtype=np.float64) - exact) / np.linalg.norm(exact))
+
+
+def check_plugin_precision(name: str, dtype: str):
+    """A format's registered ``convert`` at ``dtype`` stores blocks of the precision's width and storage dtype, and
+    its NumPy twin multiplies within the precision's tolerance; returns the converted object for more checks."""
+    from kernels.formats import get
+    from kernels.precision import precision
+
+    p = precision(dtype)
+    A = as_float32(random_csr((70, 90), 900, seed=5))
+    X = get(name).convert(A, p)
+    assert X.width == p.block_width and X.data.dtype == p.storage_dtype
+    B = np.random.default_rng(2).standard_normal((90, 8))
+    assert rel_err(get(name).reference_spmm(X, B), A.astype(np.float64) @ B) < p.tolerance
+    return X
+
+
+def check_cpu_plan(name: str, dtype: str, **convert_kw) -> None:
+    """``SpmmPlan(format=name)`` on the CPU path, given the CSR and given the converted object (as the SpMM stage
+    passes it), keeps the format and multiplies within the precision's tolerance."""
+    from kernels.formats import get
+    from kernels.precision import precision
+    from kernels.spmm import SpmmPlan
+
+    p = precision(dtype)
+    A = as_float32(random_csr((100, 77), 1500, seed=8))
+    B = np.random.default_rng(3).standard_normal((77, 16)).astype(np.float32)
+    exact = A.astype(np.float64) @ B.astype(np.float64)
+    for given in (A, get(name).convert(A, p, **convert_kw)):
+        plan = SpmmPlan(given, device="cpu", dtype=dtype, format=name)
+        assert plan.choice["format"] == name
+        assert rel_err(p.to_float32(plan.run(B)), exact) < p.tolerance
+
+
+def check_store_round_trip(tmp_path, name: str, dtype: str, fields, **convert_kw):
+    """A format's object of ``BASE_CASES["empty_windows"]`` (100 rows: 7 windows, 1 and 2 empty) written to a block
+    store in window ranges [0, 2, 7] and read back whole: every field equal in value and dtype. Returns (A, X, the
+    matrix store) for reads of parts."""
+    from kernels.formats import get
+    from kernels.precision import precision
+    from storage import BlockStore
+
+    A = as_float32(BASE_CASES["empty_windows"]())
+    X = get(name).convert(A, precision(dtype), **convert_kw)
+    ms = BlockStore(tmp_path).matrix("gen.test")
+    ms.write_format(name, f"k-{dtype}", X, {"dtype": dtype}, window_ranges=[0, 2, 7])
+    back = get(name).from_arrays(ms.read_format(name, f"k-{dtype}"))
+    for field in fields:
+        assert np.array_equal(getattr(back, field), getattr(X, field)), field
+        assert getattr(back, field).dtype == getattr(X, field).dtype, field
+    assert back.shape == X.shape
+    back.validate(full=True)
+    return A, X, ms
+
+
 def byte_perm(x, y, sel):
     pool = x | (y << 32)
     return sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import BASE_CASES, as_float32, int64_columns, random_csr
+from kernel_cases import (BASE_CASES, as_float32, check_cpu_plan, check_plugin_precision, check_store_round_trip,
+                          int64_columns, random_csr)
 from kernels.formats import get
 from kernels.formats.bcsr.container import (BCSR, bcsr_concat, bcsr_from_arrays, bcsr_spmm, bcsr_stats, bcsr_to_csr,
                                   csr_to_bcsr)
@@ -146,30 +147,13 @@ def test_validate_messages():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_plugin_conversion_uses_the_precision(dtype):
-    p = precision(dtype)
-    A = as_float32(random_csr((70, 90), 900, seed=5))
-    X = get("bcsr").convert(A, p)
-    assert X.width == p.block_width and X.data.dtype == p.storage_dtype
-    B = np.random.default_rng(2).standard_normal((90, 8))
-    exact = A.astype(np.float64) @ B
-    C = get("bcsr").reference_spmm(X, B)
-    assert np.linalg.norm(C - exact) / np.linalg.norm(exact) < p.tolerance
+    check_plugin_precision("bcsr", dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_store_round_trip(tmp_path, dtype):
-    from storage import BlockStore
-
+    A, X, ms = check_store_round_trip(tmp_path, "bcsr", dtype, ("indptr", "indices", "data"))
     p = precision(dtype)
-    A = as_float32(BASE_CASES["empty_windows"]())
-    X = get("bcsr").convert(A, p)
-    ms = BlockStore(tmp_path).matrix("gen.test")
-    ms.write_format("bcsr", f"k-{dtype}", X, {"dtype": dtype}, window_ranges=[0, 2, 7])
-    back = get("bcsr").from_arrays(ms.read_format("bcsr", f"k-{dtype}"))
-    for field in ("indptr", "indices", "data"):
-        assert np.array_equal(getattr(back, field), getattr(X, field)), field
-        assert getattr(back, field).dtype == getattr(X, field).dtype, field
-    assert back.shape == X.shape
     part = get("bcsr").from_arrays(ms.read_format("bcsr", f"k-{dtype}", 3, 7))  # block rows 3..6
     assert np.array_equal(part.data, X.data[X.indptr[3]:])
     empty = get("bcsr").convert(sp.csr_array((30, 20), dtype=np.float32), p)
@@ -180,14 +164,4 @@ def test_store_round_trip(tmp_path, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cpu_plan_runs_bcsr(dtype):
-    from kernels.spmm import SpmmPlan
-
-    p = precision(dtype)
-    A = as_float32(random_csr((100, 77), 1500, seed=8))
-    B = np.random.default_rng(3).standard_normal((77, 16)).astype(np.float32)
-    exact = A.astype(np.float64) @ B.astype(np.float64)
-    for given in (A, get("bcsr").convert(A, p)):  # the CSR, and the converted object (as the SpMM stage passes)
-        plan = SpmmPlan(given, device="cpu", dtype=dtype, format="bcsr")
-        assert plan.choice["format"] == "bcsr"
-        C = p.to_float32(plan.run(B)).astype(np.float64)
-        assert np.linalg.norm(C - exact) / np.linalg.norm(exact) < p.tolerance
+    check_cpu_plan("bcsr", dtype)

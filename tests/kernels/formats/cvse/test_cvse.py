@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import BASE_CASES, as_float32, int64_columns, random_csr
+from kernel_cases import BASE_CASES, as_float32, check_cpu_plan, int64_columns, random_csr
 from kernels.formats import get
 from kernels.formats.cvse.container import (CVSE, VECTORS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_sddmm, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
@@ -287,14 +287,4 @@ def test_svc_unstructured_follows_the_rule(sparsity):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cpu_plan_runs_cvse(dtype):
-    from kernels.spmm import SpmmPlan
-
-    p = precision(dtype)
-    A = as_float32(random_csr((100, 77), 1500, seed=8))
-    B = np.random.default_rng(3).standard_normal((77, 16)).astype(np.float32)
-    exact = A.astype(np.float64) @ B.astype(np.float64)
-    for given in (A, get("cvse").convert(A, p, vector=4)):
-        plan = SpmmPlan(given, device="cpu", dtype=dtype, format="cvse")
-        assert plan.choice["format"] == "cvse"
-        C = p.to_float32(plan.run(B)).astype(np.float64)
-        assert np.linalg.norm(C - exact) / np.linalg.norm(exact) < p.tolerance
+    check_cpu_plan("cvse", dtype, vector=4)

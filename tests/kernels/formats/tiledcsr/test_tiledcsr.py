@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from kernel_cases import BASE_CASES, int64_columns, random_csr
+from kernel_cases import (BASE_CASES, check_cpu_plan, check_plugin_precision, check_store_round_trip, int64_columns,
+                          random_csr)
 from kernel_cases import as_float32 as kernel_cases_as_float32
 from kernels.formats import get
 from kernels.formats.tiledcsr.container import (TiledCSR, csr_to_tiledcsr, effective_rate, tiledcsr_concat,
@@ -191,32 +192,14 @@ def test_effective_rate_by_hand():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_plugin_conversion_uses_the_precision(dtype):
-    p = precision(dtype)
-    A = as_float32(random_csr((70, 90), 900, seed=5))
-    X = get("tiledcsr").convert(A, p)
-    assert X.width == p.block_width and X.data.dtype == p.storage_dtype
+    X = check_plugin_precision("tiledcsr", dtype)
     assert X.tile_indptr.dtype == (np.uint8 if dtype == "float32" else np.uint16)
-    B = np.random.default_rng(2).standard_normal((90, 8))
-    exact = A.astype(np.float64) @ B
-    C = get("tiledcsr").reference_spmm(X, B)
-    assert np.linalg.norm(C - exact) / np.linalg.norm(exact) < p.tolerance
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_store_round_trip(tmp_path, dtype):
-    from storage import BlockStore
-
+    A, X, ms = check_store_round_trip(tmp_path, "tiledcsr", dtype, FIELDS)
     p = precision(dtype)
-    A = as_float32(BASE_CASES["empty_windows"]())
-    X = get("tiledcsr").convert(A, p)
-    ms = BlockStore(tmp_path).matrix("gen.test")
-    ms.write_format("tiledcsr", f"k-{dtype}", X, {"dtype": dtype}, window_ranges=[0, 2, 7])
-    back = get("tiledcsr").from_arrays(ms.read_format("tiledcsr", f"k-{dtype}"))
-    for f in FIELDS:
-        assert np.array_equal(getattr(back, f), getattr(X, f)), f
-        assert getattr(back, f).dtype == getattr(X, f).dtype, f
-    assert back.shape == X.shape
-    back.validate(full=True)
     part = get("tiledcsr").from_arrays(ms.read_format("tiledcsr", f"k-{dtype}", 3, 7))  # groups 3..6
     assert np.array_equal(part.data, X.data[X.tile_ptr[X.group_ptr[3]]:])
     np.testing.assert_allclose(tiledcsr_spmm(part, np.eye(A.shape[1])), tiledcsr_spmm(X, np.eye(A.shape[1]))[48:])
@@ -229,14 +212,4 @@ def test_store_round_trip(tmp_path, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cpu_plan_runs_tiledcsr(dtype):
-    from kernels.spmm import SpmmPlan
-
-    p = precision(dtype)
-    A = as_float32(random_csr((100, 77), 1500, seed=8))
-    B = np.random.default_rng(3).standard_normal((77, 16)).astype(np.float32)
-    exact = A.astype(np.float64) @ B.astype(np.float64)
-    for given in (A, get("tiledcsr").convert(A, p)):  # the CSR, and the converted object (as the SpMM stage passes)
-        plan = SpmmPlan(given, device="cpu", dtype=dtype, format="tiledcsr")
-        assert plan.choice["format"] == "tiledcsr"
-        C = p.to_float32(plan.run(B)).astype(np.float64)
-        assert np.linalg.norm(C - exact) / np.linalg.norm(exact) < p.tolerance
+    check_cpu_plan("tiledcsr", dtype)
