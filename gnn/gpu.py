@@ -1,13 +1,14 @@
-"""CUDA side of ``gnn.SparseOp``: the plans, cuSPARSE operators and index tensors of one op on one device.
+"""CUDA side of ``gnn.SparseOp``: the plans and cuSPARSE operators of one op on one device (its index tensors are
+the op's own, ``SparseOp.index``).
 
 Per call nothing crosses through DLPack and nothing is checked twice: the fixed-value products are bound once per
 (A or A.T, dtype, N) and re-pointed when torch's allocator moves a buffer (gnn.products.PlanProduct); the cuSPARSE
 products and the SDDMM read and write torch tensors through non-owning CuPy views (gnn.products.array_view) and
-write into outputs torch allocates (no CuPy pool allocation; the SDDMM's is zero-filled, see `sddmm`). CuPy's current stream is torch's
-current stream (one ``ExternalStream`` kept per torch stream), so CuPy and cuSPARSE work is ordered with the torch
-work around it. The only host synchronisations are on the first call per (product, N), before autotuning times
-candidates on private streams. The per-epoch budget this gives is written down in docs/benchmarks.md ("GNN
-per-epoch fixed cost").
+write into outputs torch allocates (no CuPy pool allocation; the SDDMM's is zero-filled, see `sddmm`). CuPy's
+current stream is torch's current stream (one ``ExternalStream`` kept per torch stream), so CuPy and cuSPARSE work
+is ordered with the torch work around it. The only host synchronisations are on the first call per (product, N),
+before autotuning times candidates on private streams. The per-epoch budget this gives is written down in
+docs/benchmarks.md ("GNN per-epoch fixed cost").
 """
 from __future__ import annotations
 
