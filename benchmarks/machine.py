@@ -61,7 +61,8 @@ def gpu_meta() -> dict:
 def write_json(path: Path, obj) -> None:
     """``obj`` as indented JSON at ``path``, whole or not at all: written to a temp file beside it, then renamed
     over it (a run killed while writing, e.g. a partial file rewritten after each matrix, leaves the last whole
-    file)."""
+    file). storage.atomic.atomic_path does the same for the store (with fsync and its own errors); this one stays
+    here because host_overhead.py --code runs with another tree's packages first on the path."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
     try:
