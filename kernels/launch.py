@@ -171,7 +171,16 @@ def _bind(B, out, *launches, vec_n: int = 4) -> Bound:
             bound.add(fn, grid, block, args, smem, b_at=b_at, out_at=out_at, flags_at=flags_at)
     return bound
 
-# Device timing with CUDA events: warm-up, then the median of `repeats` single-call timings.
+# Device timing with CUDA events. A timing replays (graph_ms) or issues (issued_ms) a batch of back-to-back calls
+# worth about TARGET_MS; an autotune timing (SpmmPlan's candidates, the hybrid's Tensor Core part) spends less:
+# TUNE_REPEATS batches of ~TUNE_TARGET_MS after TUNE_WARMUP calls. At 10 x 0.5 ms the timings took 0.04-0.08 s of
+# a 1M-nonzero `auto` plan's 0.15-0.19 s; at 5 x 0.2 ms they take half of that, and 18 plans (R-MAT, SBM, mesh;
+# float32, float16; three plans each) picked the kernel the full budget picks, within 1 % of its time (H200,
+# docs/kernels-notes.md "Session 26").
+TARGET_MS = 0.5
+TUNE_REPEATS, TUNE_WARMUP, TUNE_TARGET_MS = 5, 3, 0.2
+
+
 def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
     """Median milliseconds of fn() on the current stream, each call bracketed by its own pair of events (host
     launch overhead included: what one call from Python costs; graph_ms measures the GPU work alone)."""
@@ -190,7 +199,8 @@ def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
     return float(np.median(times))
 
 
-def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5, target_ms: float = 0.5) -> float:
+def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5,
+              target_ms: float = TARGET_MS) -> float:
     """Milliseconds per call as a caller issues them: CUDA events around a Python loop of ``calls`` back-to-back
     fn() on the current stream, divided by ``calls``; the median of ``repeats`` loops. Where the host issues
     faster than the GPU runs, this is the GPU's time per call; where slower, the host's cost per call. What
@@ -214,7 +224,7 @@ def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5
     return float(np.median(times))
 
 
-def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = 0.5, max_calls: int = 200) -> float:
+def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGET_MS, max_calls: int = 200) -> float:
     """Median milliseconds of one fn() as the GPU runs it, without host launch overhead: fn is captured `calls`
     times back to back into a CUDA graph on a private stream (calls = enough for ~target_ms per replay, from a
     single-call estimate), and each of `repeats` replays is bracketed by its own pair of events; returns the

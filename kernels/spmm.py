@@ -53,6 +53,7 @@ def gpu_available() -> bool:
 
 class SpmmPlan:
     ranking = None  # format="auto" on a GPU: the ranking's record (kernels.formats.ranking.select), else None
+    _choice = None  # the last decision; None until a run, or a read of `choice`, makes one
 
     def __init__(self, A, *, device="auto", dtype=np.float32, format=DEFAULT_FORMAT, balance="auto", autotune="auto",
                  config=None, calibration=None, out_dtype=None, deterministic: bool = True,
@@ -101,7 +102,7 @@ class SpmmPlan:
         if not use_gpu:  # "auto" there: the base format's twin (nothing is timed on the CPU path)
             fmt = next((f for f in self.formats if f.name == BASE_FORMAT), self.formats[0])
             self._cpu = CpuPath(fmt, self.precision, self.out_dtype, self._csr, A if given else None)
-            self.choice = self._cpu.choice
+            self._choice = self._cpu.choice
             return
         self.formats = gpu_ready(self.formats, given or format)
         if not given and format == "auto":  # build only the formats the cost estimates rank first
@@ -120,7 +121,15 @@ class SpmmPlan:
         # fallback kernels of the formats' records, unless a candidate format runs them already ("auto")
         self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks} - {k for op in self._ops.values()
                                                                                 for k in op.kernels})
-        self.choice = decide(self, 128, None)  # a-priori choice for N = 128; re-decided per N in run()
+
+    @property
+    def choice(self) -> Choice:
+        """The last decision; before the first run, the a-priori choice for N = 128 (each format's cost model,
+        nothing timed), made on first read: a plan that runs first never makes it (on a 1M-nonzero `auto` plan it
+        took 0.01 s of the build, two ME-TCF schedule simulations, on the H200)."""
+        if self._choice is None:
+            self._choice = decide(self, 128, None)
+        return self._choice
 
     @property
     def kernels(self) -> tuple[str, ...]:
@@ -175,11 +184,13 @@ class SpmmPlan:
         dtype = self._op(kernel).out_dtype
         return cupy.empty((self.shape[0], N), dtype=self.out_dtype if dtype is None else dtype)
 
-    def _time(self, kernel: str, B, *, repeats: int = 10, warmup: int = 3, ksplit: int | None = None, choice=None,
+    def _time(self, kernel: str, B, *, repeats: int = launch.TUNE_REPEATS, warmup: int = launch.TUNE_WARMUP,
+              target_ms: float = launch.TUNE_TARGET_MS, ksplit: int | None = None, choice=None,
               how: str | None = None) -> float:
-        """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes; `time_bound`)."""
+        """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes; `time_bound`),
+        on the autotune budget unless given another."""
         bound = self._bind(kernel, B, self._out(int(B.shape[1]), kernel), False, ksplit=ksplit, choice=choice)
-        return time_bound(bound, how or ("graph" if self._graphs else "issued"), repeats, warmup)
+        return time_bound(bound, how or ("graph" if self._graphs else "issued"), repeats, warmup, target_ms)
 
     def _device_b(self, B):
         """B on the device in the precision's storage dtype, C-contiguous (converted when it is not already)."""
@@ -207,7 +218,7 @@ class SpmmPlan:
             else:
                 call = self._calls.get(key)
                 if call is not None:
-                    self.choice = call.choice
+                    self._choice = call.choice
                     return call()
         if accumulate and out is None:
             raise ValueError("accumulate=True adds A @ B to out: pass out")
@@ -251,8 +262,8 @@ class SpmmPlan:
         ``plan.choice``."""
         if N not in self.choices:
             self.choices[N] = decide(self, N, B)
-        self.choice = self.choices[N]
-        return self.choice["kernel"]
+        self._choice = self.choices[N]
+        return self._choice["kernel"]
 
     def bind(self, B, out, *, kernel: str | None = None, accumulate: bool = False):
         """out (=, or += with ``accumulate``) A @ B as a call the caller keeps: ``call()`` launches it on the current
@@ -296,7 +307,7 @@ class SpmmPlan:
         N = int(Bd.shape[1])
         self.run(Bd)  # decides (and autotunes) for this N
         k = kernel or self.choices[N]["kernel"]
-        ms = self._time(k, Bd, repeats=repeats, warmup=warmup, how="graph")
+        ms = self._time(k, Bd, repeats=repeats, warmup=warmup, target_ms=launch.TARGET_MS, how="graph")
         return {"kernel": k, "median_ms": ms, "repeats": repeats, "N": N,
                 "gflops": 2.0 * self.nnz * N / (ms * 1e-3) / 1e9}
 
@@ -310,7 +321,7 @@ def gpu_ready(formats: list, asked: str) -> list:
     return [f for f in formats if f.gpu_ready]
 
 
-def time_bound(bound, how: str, repeats: int, warmup: int) -> float:
+def time_bound(bound, how: str, repeats: int, warmup: int, target_ms: float = launch.TARGET_MS) -> float:
     """Milliseconds per call of ``bound(stream_ptr)``. "issued": a candidate is charged its host cost where that
     exceeds its GPU time (kernels.launch.issued_ms); "graph": the GPU's time alone (kernels.launch.graph_ms, a
     captured graph of back-to-back calls). The plan's autotune times candidates the way ``run`` issues them from
@@ -321,9 +332,11 @@ def time_bound(bound, how: str, repeats: int, warmup: int) -> float:
     import cupy
 
     if how == "graph":  # launch.graph_ms / issued_ms read per call: tests/kernels/test_gpu_host_path.py counts them
-        return launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup)
+        return launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup,
+                               target_ms=target_ms)
     stream_ptr = cupy.cuda.get_current_stream().ptr
-    return launch.issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup)
+    return launch.issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup,
+                            target_ms=target_ms)
 
 
 def spmm(A, B, **kw):

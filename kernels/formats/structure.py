@@ -28,7 +28,9 @@ AVX-512 sort; issue 32): 0.04 s at 1M nnz, 0.04-0.05 s at 10M nnz sampled (0.4-0
 generated graphs and DNN weights at 10M nnz a 256K-nonzero sample was within 1 % of the exact counts. From
 `PARALLEL_NNZ` nonzeros counted, chunks of windows go to a thread pool (NumPy's sorts and element-wise loops
 release the GIL; each chunk fills its own windows' counts, so the result does not depend on the thread count): on
-this 2-core CI host every window of R-MAT at 1M / 4M nonzeros 0.029 -> 0.017 s / 0.138 -> 0.064 s.
+this 2-core CI host every window of R-MAT at 1M / 4M nonzeros 0.029 -> 0.017 s / 0.138 -> 0.064 s. One thread per
+`PARALLEL_NNZ` nonzeros at most: on a 16-core H200 host R-MAT at 1M took 0.052 / 0.032 / 0.025 / 0.028 / 0.040 s
+on 1 / 2 / 4 / 8 / 16 threads (more threads than that share the GIL-held steps between the sorts).
 
 Per window: `window_stats(A)` -> `Windows`, the same counts kept per window (every window by default, or the
 sample `structure` sums, with its weights: ``Structure.windows``). ``Windows.per_window()`` is a `Structure` whose
@@ -57,7 +59,7 @@ SAMPLE_NNZ = 1 << 20  # above this many nonzeros, a sample of whole windows hold
 HEAVY_SHARE = 0.25  # the heaviest windows fill up to this share of the sample
 HEAVY_MAX = 256
 CHUNK_NNZ = 1 << 22  # keys sorted per chunk of windows (32 MB of int64 keys), at most
-PARALLEL_NNZ = 1 << 18  # from this many nonzeros counted, chunks of windows go to a thread pool (below: one thread)
+PARALLEL_NNZ = 1 << 18  # nonzeros counted per thread (below this many: one thread, no pool)
 CHUNKS_PER_THREAD = 4  # chunks per thread (a hub window's chunk does not leave the others idle)
 
 
@@ -278,7 +280,7 @@ def _counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> d
     ptr = np.concatenate([[0], np.cumsum(lengths)])[first_row]  # nonzeros before each picked window
     counts = {key: np.zeros(windows.size, dtype=np.int64) for key in _KEYS}
     total = int(ptr[-1])
-    threads = usable_cpus() if total >= PARALLEL_NNZ else 1
+    threads = min(usable_cpus(), -(-total // PARALLEL_NNZ)) if total >= PARALLEL_NNZ else 1
     chunk_nnz = min(CHUNK_NNZ, max(PARALLEL_NNZ // 4, -(-total // (CHUNKS_PER_THREAD * threads))))
     cuts = window_chunks(ptr, chunk_nnz, max_windows=1 << (58 - bits))
     every = windows.size == -(-n_rows // WINDOW)  # all windows: a chunk's nonzeros are one run of A's

@@ -21,8 +21,6 @@ from kernels.hybrid.parts import HybridA, split_matrix
 from kernels.operands import check_b_out
 from kernels.precision import Precision
 
-TUNE_REPEATS, TUNE_WARMUP = 10, 3  # the TC part's candidates timed on their own (as SpmmPlan times formats)
-
 
 class HybridDevice:
     """A split (kernels.hybrid.parts) on the current device at one precision: one kernel, "hybrid"."""
@@ -85,8 +83,8 @@ class HybridDevice:
             dtype = cupy.float32 if self.host.tc_range is None else self.precision.storage_dtype
             out = cupy.empty((int(self.host.tc_rows.size), N), dtype=dtype)
             bound = self.tc_op.bind(kernel, B, out, ksplit=ksplit, choice=choice)
-            return launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=TUNE_REPEATS,
-                                   warmup=TUNE_WARMUP)
+            return launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=launch.TUNE_REPEATS,
+                                   warmup=launch.TUNE_WARMUP, target_ms=launch.TUNE_TARGET_MS)
 
         return time_tc
 

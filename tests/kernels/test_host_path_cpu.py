@@ -2,12 +2,17 @@
 64-bit slots cuLaunchKernel reads, and the CPU plan never binds."""
 from __future__ import annotations
 
+import inspect
+import sys
+from types import SimpleNamespace
+
 import numpy as np
 import scipy.sparse as sp
 
+from kernels import launch
 from kernels.launch import _arg_bits
 from kernels.formats.metcf.selector import Calibration, choose, issued_ms
-from kernels.spmm import SpmmPlan
+from kernels.spmm import SpmmPlan, time_bound
 
 
 def _pred(plain_ms, cusparse_ms):
@@ -59,3 +64,23 @@ def test_cpu_plan_runs_numpy_out_without_binding():
         assert plan.run(B, out) is out
     np.testing.assert_allclose(out, A @ B, rtol=1e-5, atol=1e-5)
     assert plan._calls == {}
+
+
+def test_autotune_timings_spend_the_tune_budget(monkeypatch):
+    # a plan times its candidates on launch's autotune budget; benchmark() measures on the full one
+    stream = SimpleNamespace(ptr=0)
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: stream)))
+    seen = []
+    monkeypatch.setattr(launch, "graph_ms", lambda fn, **kw: seen.append(("graph", kw)) or fn() or 1.0)
+    monkeypatch.setattr(launch, "issued_ms", lambda fn, **kw: seen.append(("issued", kw)) or fn() or 1.0)
+    calls = []
+    for how in ("graph", "issued"):
+        assert time_bound(calls.append, how, launch.TUNE_REPEATS, launch.TUNE_WARMUP, launch.TUNE_TARGET_MS) == 1.0
+    assert calls == [0, 0]  # the bound launch called with the current stream's pointer
+    assert seen == [("graph", {"repeats": launch.TUNE_REPEATS, "warmup": launch.TUNE_WARMUP,
+                               "target_ms": launch.TUNE_TARGET_MS}),
+                    ("issued", {"repeats": max(3, launch.TUNE_REPEATS // 2), "warmup": launch.TUNE_WARMUP,
+                                "target_ms": launch.TUNE_TARGET_MS})]
+    defaults = {k: p.default for k, p in inspect.signature(SpmmPlan._time).parameters.items()}
+    assert (defaults["repeats"], defaults["warmup"], defaults["target_ms"]) == \
+        (launch.TUNE_REPEATS, launch.TUNE_WARMUP, launch.TUNE_TARGET_MS)

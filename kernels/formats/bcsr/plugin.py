@@ -25,7 +25,6 @@ from storage.formats import BlockLayout
 # A-priori choice (no timing): split a block row's blocks over ksplit warps when the grid would leave SMs idle
 # (fewer thread blocks than SPLIT_FILL_SMS x the SM count) or when the longest block row is SPLIT_SKEW x the mean.
 SPLIT_FILL_SMS, SPLIT_SKEW = 2, 4.0
-TUNE_REPEATS, TUNE_WARMUP = 10, 3
 
 
 def convert(A, precision: Precision) -> BCSR:

@@ -30,7 +30,6 @@ AUTOTUNE_MIN_NNZ = 1 << 20  # autotune="auto": on from ~1M nonzeros, where one t
 # candidate) costs less than a few hundred later calls that a 5-20% better choice saves
 FRAGMENT_MEMORY_FRACTION = 0.5  # dense A fragments may take at most this share of the free device memory
 AUTOTUNE_MIN_AR = 1.05  # autotune times the balanced kernel only when the simulated schedule is this imbalanced
-TUNE_REPEATS, TUNE_WARMUP = 10, 3
 # FP16/BF16 plans convert A on the device (`convert_on_gpu`): the host path (`convert`, then `upload_half`) took
 # 0.15-0.19 s at 1M nonzeros where TF32's GPU conversion takes 0.016 s (H100, plan-time-*-2026-11-27.json);
 # test_gpu_half.py holds the two to the same bits (passed on an H100, 2026-11-27). False: the host path

@@ -170,3 +170,19 @@ def test_counting_window_chunks_on_threads_gives_the_one_thread_counts(monkeypat
         assert _same(got, expect) and got.windows.index.size == expect.windows.index.size
         for key, counts in expect.windows.counts.items():
             assert np.array_equal(got.windows.counts[key], counts), (s, key)
+
+
+def test_one_thread_per_parallel_nnz_at_most(monkeypatch):
+    """The pool gets one thread per PARALLEL_NNZ nonzeros counted, at most the usable CPUs."""
+    from tasks.fetch.generators import generate
+
+    A = sp.csr_array(generate("rmat", "scale=10&edge_factor=8&seed=5"))
+    pools = []
+    real_pool = structure_module.pool
+    monkeypatch.setattr(structure_module, "pool", lambda name, n: pools.append(n) or real_pool(name, n))
+    monkeypatch.setattr(structure_module, "usable_cpus", lambda: 16)
+    for per_thread, expect in ((-(-A.nnz // 3), 3), (64, 16)):
+        monkeypatch.setattr(structure_module, "PARALLEL_NNZ", per_thread)
+        structure_module.forget()
+        structure(A, sample_nnz=None)
+        assert pools[-1] == expect, (per_thread, pools)
