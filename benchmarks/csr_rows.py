@@ -16,6 +16,12 @@ float16/bfloat16 CSR compute on CUDA cores). Correctness in the same run: C on s
 of the stored (rounded) values within the precision's tolerance (kernels.precision), and the two walks' C bitwise
 equal; a failure makes the run exit 1 after the table. JSON: benchmarks/results/csr_rows-<device>-<date>.json
 (written after each matrix); the table last. No new matrix is started after --budget-s seconds.
+
+The bound both kernels work against: each nonzero gathers one row of B (N x the itemsize), so the rows' bytes over
+the time ("gather TB/s", ours and cuSPARSE's) are set against the GPU's L2 read rate, measured once per run
+(`l2_read_tbs`: 16-byte loads through L2 only, ``ld.global.cg``, over a 16 MiB L2-resident buffer, graph replay):
+a kernel that fetches every gathered row from L2 cannot run faster than that rate allows; more needs rows reused
+from L1 or fewer bytes per row.
 """
 from __future__ import annotations
 
@@ -36,10 +42,51 @@ GENERATED = [("rmat-s16", "rmat", "scale=16&edge_factor=12"), ("rmat-s17", "rmat
 LAST = [("rmat-s20", "rmat", "scale=20&edge_factor=16")]
 FIXTURE = "SNAP/email-Enron"
 REPEATS = 20  # timed replays (graph) and timed loops (as issued) per median, after warm-up
+L2_READ_SOURCE = r"""
+extern "C" __global__ void l2_read(const uint4* __restrict__ a, long long n, int reps, unsigned* __restrict__ out) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  for (int r = 0; r < reps; ++r) {
+    long long i = t;
+    for (; i + 3 * stride < n; i += 4 * stride) {  // four 16-byte loads in flight, through L2 only (ld.global.cg)
+      const uint4 v0 = __ldcg(a + i), v1 = __ldcg(a + i + stride), v2 = __ldcg(a + i + 2 * stride),
+                  v3 = __ldcg(a + i + 3 * stride);
+      acc ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w;
+      acc ^= v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
+    }
+    for (; i < n; i += stride) {
+      const uint4 v = __ldcg(a + i);
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+  }
+  if (acc == 0x9e3779b9u) out[0] = acc;  // (almost) never taken: keeps the loads
+}
+"""
 
 
 def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def l2_read_tbs(n_bytes: int = 16 << 20, reps: int = 16) -> float:
+    """TB/s at which the SMs read an L2-resident buffer of ``n_bytes`` through L2 only (module docstring)."""
+    import cupy
+
+    from kernels import launch
+
+    fn = cupy.RawKernel(L2_READ_SOURCE, "l2_read")
+    a = cupy.arange(n_bytes // 4, dtype=cupy.uint32)
+    out = cupy.zeros(1, dtype=cupy.uint32)
+    n = n_bytes // 16
+    grid = (cupy.cuda.Device().attributes["MultiProcessorCount"] * 8,)
+    ms = launch.graph_ms(lambda: fn(grid, (256,), (a, np.int64(n), np.int32(reps), out)), repeats=REPEATS)
+    return n_bytes * reps / (ms * 1e-3) / 1e12
+
+
+def gather_tbs(row: dict, us: float) -> float:
+    """TB/s of B rows gathered (one row of N values per nonzero) at ``us`` per call."""
+    return row["nnz"] * row["N"] * (4 if row["precision"] == "float32" else 2) / (us * 1e-6) / 1e12
 
 
 def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
@@ -97,16 +144,19 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
     return rows
 
 
-def print_table(rows) -> None:
+def print_table(rows, l2_tbs: float | None = None) -> None:
     print(f"{'matrix':<14}{'order':<8}{'nnz':>10}{'N':>5} {'precision':<10}{'walk':>9}{'A order':>9}{'cuSPARSE':>10}"
-          f"{'x cus':>7}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'err':>9} ok")
+          f"{'x cus':>7}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'TB/s':>6}{'cus':>6}{'err':>9} ok")
     for r in rows:
         print(f"{r['matrix'][:13]:<14}{r['order'][:7]:<8}{r['nnz']:>10}{r['N']:>5} {r['precision']:<10}"
               f"{r['walk_graph_us']:>9.1f}{r['given_graph_us']:>9.1f}{r['cus_graph_us']:>10.1f}"
               f"{r['cus_graph_us'] / r['walk_graph_us']:>7.2f}{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
-              f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
+              f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{gather_tbs(r, r['walk_graph_us']):>6.2f}"
+              f"{gather_tbs(r, r['cus_graph_us']):>6.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
     print("us per call; walk = csr-rows with its default row walk (long rows first), A order = heavy 0; graph "
-          "replay, and as issued (iss) through the bound call; x = cuSPARSE (same precision) / ours")
+          "replay, and as issued (iss) through the bound call; x = cuSPARSE (same precision) / ours; TB/s = B rows "
+          "gathered per second (one row of N values per nonzero; graph replay), ours (walk) and cuSPARSE's"
+          + (f"; this GPU's L2 read rate: {l2_tbs:.2f} TB/s" if l2_tbs else ""))
 
 
 def main(argv=None) -> int:
@@ -122,7 +172,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"benchmarks/csr_rows.py: --ns must be >= 1 (got {args.ns}) and --budget-s >= 0 (got "
                          f"{args.budget_s})")
     if args.table_from:
-        print_table(json.loads(args.table_from.read_text())["rows"])
+        saved = json.loads(args.table_from.read_text())
+        print_table(saved["rows"], saved["meta"].get("l2_read_tbs"))
         return 0
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -142,7 +193,9 @@ def main(argv=None) -> int:
                              f"{[m[0] for m in matrices]}")
         matrices = [m for m in matrices if m[0] in args.matrices]
     meta = {**gpu_meta(), "command": " ".join(sys.argv),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "method": __doc__}
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "method": __doc__,
+            "l2_read_tbs": l2_read_tbs()}
+    log(f"L2 read rate {meta['l2_read_tbs']:.2f} TB/s")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / f"csr_rows-{meta['slug']}-{dt.date.today().isoformat()}.json"
     rng, rows, skipped, t0 = np.random.default_rng(0), [], [], time.time()
@@ -165,7 +218,7 @@ def main(argv=None) -> int:
         write_json(path, {"meta": {**meta, "partial": True, "skipped": skipped}, "rows": rows})
     meta.update(wall_s=time.time() - t0, skipped=skipped)
     write_json(path, {"meta": meta, "rows": rows})
-    print_table(rows)
+    print_table(rows, meta["l2_read_tbs"])
     bad = [r for r in rows if not r["correct"]]
     print(f"correctness: {len(rows) - len(bad)}/{len(rows)} within tolerance with both walks bitwise equal")
     print(f"results: {path}")

@@ -7,6 +7,8 @@ never more than 3% slower than A's own order; every C within tolerance with both
 """
 from __future__ import annotations
 
+from csr_rows import gather_tbs  # benchmarks/ is the script folder (summarize.py puts it on the path)
+
 WALK_SLOWER = 1.03
 
 
@@ -24,15 +26,22 @@ def csr_section(runs, v0, older, *, h) -> list[str]:
             "length launched first, longest first), `A order` = the rows as stored; cuSPARSE = its best CSR "
             "algorithm in the same precision (half CSR computes on CUDA cores); device us per call by graph "
             "replay, `issued` = per call as issued through the bound calls; `x` = cuSPARSE / ours. Orders: the "
-            "matrix as given (shuffled labels) and after `tasks.reorder.auto_reorder`.", ""]
+            "matrix as given (shuffled labels) and after `tasks.reorder.auto_reorder`. `gather TB/s`: the rows of "
+            "B the product gathers (one row of N values per nonzero) per second of graph replay, ours (walk) / "
+            "cuSPARSE's" + (f", against this GPU's L2 read rate in the same run, **{run.meta['l2_read_tbs']:.2f} "
+                            "TB/s** (16-byte loads through L2 only over a 16 MiB resident buffer): a kernel "
+                            "that fetches every gathered row from L2 runs no faster than that rate allows"
+                            if run.meta.get("l2_read_tbs") else "") + ".", ""]
     out += h.table(("matrix", "order", "nnz", "N", "precision", "walk us", "A order us", "cuSPARSE us (alg)",
-                    "x cuSPARSE", "walk issued", "cuSPARSE issued", "x issued", "rel err (tol)", "walks equal"),
+                    "x cuSPARSE", "walk issued", "cuSPARSE issued", "x issued", "gather TB/s", "rel err (tol)",
+                    "walks equal"),
                    [(f"`{r['matrix']}`", r["order"], h.mnnz(r["nnz"]), r["N"], r["precision"],
                      h.f(r["walk_graph_us"], 1), h.f(r["given_graph_us"], 1),
                      f"{h.f(r['cus_graph_us'], 1)} ({r['cus_alg']})",
                      h.f(r["cus_graph_us"] / r["walk_graph_us"], 2, "x"),
                      h.f(r["walk_issued_us"], 1), h.f(r["cus_issued_us"], 1),
                      h.f(r["cus_issued_us"] / r["walk_issued_us"], 2, "x"),
+                     f"{h.f(gather_tbs(r, r['walk_graph_us']), 2)} / {h.f(gather_tbs(r, r['cus_graph_us']), 2)}",
                      f"{r['rel_err']:.1e} ({r['tolerance']:g})", "yes" if r["walks_bitwise_equal"] else "**no**")
                     for r in rows])
     by = {(r["matrix"], r["order"], r["N"], r["precision"]): r for r in rows}
