@@ -51,8 +51,8 @@ class SparseOp:
         self._t = None  # (indptr_t, indices_t, order) of A.T
         self._sym = None
         self._cpu: dict = {}
-        self._gpu: dict = {}
-        self._index: dict = {}  # (name, device) -> int64 index tensor of A's pattern (`index`)
+        self._gpu: dict = {}  # torch.device("cuda", i) -> gnn.gpu.GpuEngine (`_engine`)
+        self._index: dict = {}  # (name, torch.device) -> int64 index tensor of A's pattern (`index`)
         self.compute: dict = {}
 
     @classmethod
@@ -85,7 +85,7 @@ class SparseOp:
         """An int64 index tensor of A's pattern on ``device``, made once per device: "rows" / "cols" (each stored
         nonzero's row / column), "indptr", and A.T's "indptr_t" and "order_t" (A.T's nonzeros as positions in A's
         CSR order: ``data_t = data[order_t]``)."""
-        key = (name, str(torch.device(device)))
+        key = (name, device if isinstance(device, torch.device) else torch.device(device))  # no string per call
         found = self._index.get(key)
         if found is None:
             make = {"rows": lambda: ref.edge_rows(self.A.indptr), "cols": lambda: self.A.indices,
@@ -148,12 +148,18 @@ class SparseOp:
         return self._cpu[key]
 
     def _engine(self, device):
-        from gnn.gpu import GpuEngine
+        """The GPU engine of a CUDA device, one per device index: a tensor's device (which has its index) finds it
+        in one dict lookup; "cuda" without an index means the current device."""
+        engine = self._gpu.get(device)
+        if engine is None:
+            dev = torch.device(device)
+            dev = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
+            engine = self._gpu.get(dev)
+            if engine is None:
+                from gnn.gpu import GpuEngine
 
-        key = torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
-        if key not in self._gpu:
-            self._gpu[key] = GpuEngine(self, torch.device("cuda", key))
-        return self._gpu[key]
+                engine = self._gpu[dev] = GpuEngine(self, dev)
+        return engine
 
 
 def _cpu_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -211,3 +211,20 @@ def test_the_engine_path_repeats_bitwise_and_follows_the_scipy_loss_curve(cpu_pl
     ref = train(op_ref, None, 6, adam_epochs)  # scipy csr @ X in float32: another summation order
     assert a == b  # bitwise, epoch by epoch
     np.testing.assert_allclose(a, ref, rtol=1e-5)
+
+
+def test_index_tensors_and_engines_are_kept_per_device(monkeypatch):
+    # one index tensor per (name, device) however the device is named; one engine per CUDA device index, "cuda"
+    # meaning the current device (engines stubbed: no GPU needed)
+    op = gnn.SparseOp(graph())
+    rows = op.index("rows", "cpu")
+    assert op.index("rows", torch.device("cpu")) is rows and op.index("rows", rows.device) is rows
+    assert np.array_equal(rows.numpy(), np.repeat(np.arange(37), np.diff(op.A.indptr)))
+    made = []
+    monkeypatch.setattr("gnn.gpu.GpuEngine", lambda op_, dev: made.append(dev) or ("engine", dev))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    e1 = op._engine("cuda")
+    assert e1 == ("engine", torch.device("cuda", 1))
+    assert op._engine(torch.device("cuda", 1)) is e1 and op._engine("cuda:1") is e1
+    assert op._engine(torch.device("cuda", 0)) == ("engine", torch.device("cuda", 0))
+    assert made == [torch.device("cuda", 1), torch.device("cuda", 0)]
