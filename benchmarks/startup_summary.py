@@ -17,13 +17,14 @@ def startup_section(runs, v0, older, *, h) -> list[str]:
     run = runs[0]
     m = run.meta
     cases = [c for c in ("warm", "warm-cluster", "first") if c in m["cases"]]
-    out = [f"## {title}", ""] + h.env(run)
-    out += [f"`flows/spmm.py --matrix '{m['matrix']}' --devices cpu --json` (`make run`'s matrix), each run a fresh "
-            f"process; seconds, median of {m['repeats']} runs (first: one run on an empty data root). warm: every "
-            "artifact reused; warm-cluster: the same with the Dask cluster forced (TCSPMM_CLUSTER_MIN_NNZ=0), what "
-            "a one-device run paid before issue 30; first: the Prefect template database migrated, the matrix "
-            f"generated and reordered. Load average {h.f(m.get('loadavg_at_start'), 2)} at the start and "
-            f"{h.f(m.get('loadavg_at_end'), 2)} at the end (2 cores shared with other jobs).", ""]
+    out = h.opening(
+        title, run,
+        f"`flows/spmm.py --matrix '{m['matrix']}' --devices cpu --json` (`make run`'s matrix), each run a fresh "
+        f"process; seconds, median of {m['repeats']} runs (first: one run on an empty data root). warm: every "
+        "artifact reused; warm-cluster: the same with the Dask cluster forced (TCSPMM_CLUSTER_MIN_NNZ=0), what "
+        "a one-device run paid before issue 30; first: the Prefect template database migrated, the matrix "
+        f"generated and reordered. Load average {h.f(m.get('loadavg_at_start'), 2)} at the start and "
+        f"{h.f(m.get('loadavg_at_end'), 2)} at the end (2 cores shared with other jobs).")
     rows = []
     for group in ("phases_s", "stages_s"):
         for key in m["cases"]["warm"][group]:

@@ -246,6 +246,11 @@ def reproduce(family, run=None) -> str:
     return f"How to reproduce: `{'PYTHONPATH=. python3 ' if cmd.split()[0].endswith('.py') else ''}{cmd}`"
 
 
+def opening(title, run, *paragraphs) -> list[str]:
+    """A section's first lines: its heading, the run's environment (`env`), then each paragraph and a blank line."""
+    return [f"## {title}", "", *env(run)] + [line for p in paragraphs for line in (p, "")]
+
+
 def absent(family, title, target_rows=()) -> list[str]:
     out = [f"## {title}", "", f"Status: {NOT_RUN} yet (no `{family}-*.json` in the results folder).", ""]
     if target_rows:

@@ -18,12 +18,13 @@ def bcsr_section(runs, v0, older, *, h) -> list[str]:
         return h.absent("bcsr", title, [("FP16 vs better of cuSPARSE BSR / Blocked-ELL after SMaT", ">= 1.5x")])
     run = runs[0]
     rows = run.rows
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["Device ms per call by CUDA-graph replay. `bcsr` = our FP16 kernel at its fastest ksplit; baselines in "
-            "FP16 at 16 x 16 blocks; `x best block` = the better of cuSPARSE BSR and Blocked-ELL over `bcsr`; "
-            "ME-TCF = our FP16 ME-TCF path on the same matrix. Orders: the generator's natural order, shuffled "
-            "rows, and shuffled then clustered by `--reorder smat` (SMaT's Jaccard clustering; kept only when it "
-            "lowers the block count).", ""]
+    out = h.opening(
+        title, run,
+        "Device ms per call by CUDA-graph replay. `bcsr` = our FP16 kernel at its fastest ksplit; baselines in "
+        "FP16 at 16 x 16 blocks; `x best block` = the better of cuSPARSE BSR and Blocked-ELL over `bcsr`; "
+        "ME-TCF = our FP16 ME-TCF path on the same matrix. Orders: the generator's natural order, shuffled "
+        "rows, and shuffled then clustered by `--reorder smat` (SMaT's Jaccard clustering; kept only when it "
+        "lowers the block count).")
     out += h.table(("matrix", "order", "N", "blocks", "bcsr", "BF16", "TF32", "cuSP BSR", "Blocked-ELL", "cuSP CSR",
                     "ME-TCF", "x best block"),
                    [(f"`{r['matrix']}`", r["order"], r["N"], r["bcsr_blocks"], h.f(r["ms"].get("bcsr"), 4),

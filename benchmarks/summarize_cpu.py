@@ -15,13 +15,14 @@ def cpu_section(runs, v0, older, *, h) -> list[str]:
         return h.absent("cpu_spmm", title, [("vs SciPy, every case (min)", f">= {TARGET}x")])
     run = runs[0]
     rows = run.rows
-    out = [f"## {title}", ""] + h.env(run)
-    out += [f"Wall ms per call, allocating C included; median of interleaved repeats: SciPy's `csr_array(float32) @ B`"
-            " (one core), ours = `SpmmPlan(A, device=\"cpu\").run(B)` (kernels/cpu_spmm.py, every usable core), "
-            "1-thread = the same kernel on one core; GFLOP/s = 2 nnz N / ours; load average "
-            f"{h.f(run.meta.get('machine', {}).get('loadavg_at_start', [None])[0], 2)} at the start and "
-            f"{h.f((run.meta.get('machine', {}).get('loadavg_at_end') or [None])[0], 2)} at the end (other work on "
-            "the cores slows ours, which uses both, more than SciPy's one).", ""]
+    out = h.opening(
+        title, run,
+        f"Wall ms per call, allocating C included; median of interleaved repeats: SciPy's `csr_array(float32) @ B`"
+        " (one core), ours = `SpmmPlan(A, device=\"cpu\").run(B)` (kernels/cpu_spmm.py, every usable core), "
+        "1-thread = the same kernel on one core; GFLOP/s = 2 nnz N / ours; load average "
+        f"{h.f(run.meta.get('machine', {}).get('loadavg_at_start', [None])[0], 2)} at the start and "
+        f"{h.f((run.meta.get('machine', {}).get('loadavg_at_end') or [None])[0], 2)} at the end (other work on "
+        "the cores slows ours, which uses both, more than SciPy's one).")
     out += h.table(("case", "nnz", "N", "threads", "SciPy ms", "ours ms", "1-thread ms", "GFLOP/s", "vs SciPy",
                     "1-thread vs SciPy", "correct"),
                    [(f"`{r['case']}`", h.mnnz(r["nnz"]), r["N"], r["threads"], h.f(r["scipy"]["median_ms"], 1),

@@ -21,17 +21,18 @@ def csr_section(runs, v0, older, *, h) -> list[str]:
         return h.absent("csr_rows", title, goals)
     run = runs[0]
     rows = run.rows
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["`CsrRows.bind` per precision on the same B: `walk` = the default row walk (rows of >= 2x the mean "
-            "length launched first, longest first), `A order` = the rows as stored; cuSPARSE = its best CSR "
-            "algorithm in the same precision (half CSR computes on CUDA cores); device us per call by graph "
-            "replay, `issued` = per call as issued through the bound calls; `x` = cuSPARSE / ours. Orders: the "
-            "matrix as given (shuffled labels) and after `tasks.reorder.auto_reorder`. `gather TB/s`: the rows of "
-            "B the product gathers (one row of N values per nonzero) per second of graph replay, ours (walk) / "
-            "cuSPARSE's" + (f", against this GPU's L2 read rate in the same run, **{run.meta['l2_read_tbs']:.2f} "
-                            "TB/s** (16-byte loads through L2 only over a 16 MiB resident buffer): a kernel "
-                            "that fetches every gathered row from L2 runs no faster than that rate allows"
-                            if run.meta.get("l2_read_tbs") else "") + ".", ""]
+    out = h.opening(
+        title, run,
+        "`CsrRows.bind` per precision on the same B: `walk` = the default row walk (rows of >= 2x the mean "
+        "length launched first, longest first), `A order` = the rows as stored; cuSPARSE = its best CSR "
+        "algorithm in the same precision (half CSR computes on CUDA cores); device us per call by graph "
+        "replay, `issued` = per call as issued through the bound calls; `x` = cuSPARSE / ours. Orders: the "
+        "matrix as given (shuffled labels) and after `tasks.reorder.auto_reorder`. `gather TB/s`: the rows of "
+        "B the product gathers (one row of N values per nonzero) per second of graph replay, ours (walk) / "
+        "cuSPARSE's" + (f", against this GPU's L2 read rate in the same run, **{run.meta['l2_read_tbs']:.2f} "
+                        "TB/s** (16-byte loads through L2 only over a 16 MiB resident buffer): a kernel "
+                        "that fetches every gathered row from L2 runs no faster than that rate allows"
+                        if run.meta.get("l2_read_tbs") else "") + ".")
     out += h.table(("matrix", "order", "nnz", "N", "precision", "walk us", "A order us", "cuSPARSE us (alg)",
                     "x cuSPARSE", "walk issued", "cuSPARSE issued", "x issued", "gather TB/s", "rel err (tol)",
                     "walks equal"),

@@ -124,10 +124,11 @@ def svc_slack_section(runs, v0, older, *, h) -> list[str]:
     if not runs:
         return h.absent("svc-slack", title)
     run = runs[0]
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["CVSE FP16 SpMM at V = 8 and V = 16 on the same matrix, device ms by CUDA-graph replay; w = mma work of "
-            "V = 16 / V = 8 (vectors x n8 columns), t = ms(16) / ms(8). V = 16 is as fast as V = 8 while w <= "
-            "1 / geomean(t / w): the slack `kernels/formats/cvse/svc.py` uses (WORK_SLACK).", ""]
+    out = h.opening(
+        title, run,
+        "CVSE FP16 SpMM at V = 8 and V = 16 on the same matrix, device ms by CUDA-graph replay; w = mma work of "
+        "V = 16 / V = 8 (vectors x n8 columns), t = ms(16) / ms(8). V = 16 is as fast as V = 8 while w <= "
+        "1 / geomean(t / w): the slack `kernels/formats/cvse/svc.py` uses (WORK_SLACK).")
     out += h.table(("matrix", "N", "w", "ms V = 8", "ms V = 16", "t", "t / w", "max rel err"),
                    [(r["matrix"], r["N"], h.f(r["work_ratio"], 2), h.f(r["ms"]["8"], 4), h.f(r["ms"]["16"], 4),
                      h.f(r["time_ratio"], 2), h.f(r["time_per_work"], 3), f"{max(r['rel_err'].values()):.1e}")

@@ -212,15 +212,16 @@ def formats_section(runs, v0, older, *, h) -> list[str]:
     run = runs[0]
     rows, matrices = run.rows, run.meta.get("matrices") or {}
     title = "Formats (FP16): ME-TCF, BCSR, Tiled-CSR and CVSE against cuSPARSE half CSR"
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["Every format through `SpmmPlan(A, device=\"gpu\", dtype=\"float16\", format=...)` (autotuned among its "
-            "own kernels), FP16 in and out, FP32 accumulation. ms = device ms per call by CUDA-graph replay; "
-            "*issued* = `plan.run(B, out)` in a Python loop between CUDA events. `xO` / `xS` = best cuSPARSE half "
-            "CSR algorithm on the matrix as given / on the same reordered matrix, over the format's ms. Orders: as "
-            "given, and each format paper's reordering where the project has it (rowshuffle: Tiled-CSR, smat: "
-            "BCSR, tca: ME-TCF; applied only when it improves its own measure). BELL = cuSPARSE Blocked-ELL 16x16 "
-            "FP16; dense = cuBLAS FP16 GEMM (DNN class). DNN-style matrices are generated (`gen:dlmc`, DLMC is not "
-            "reachable here).", ""]
+    out = h.opening(
+        title, run,
+        "Every format through `SpmmPlan(A, device=\"gpu\", dtype=\"float16\", format=...)` (autotuned among its "
+        "own kernels), FP16 in and out, FP32 accumulation. ms = device ms per call by CUDA-graph replay; "
+        "*issued* = `plan.run(B, out)` in a Python loop between CUDA events. `xO` / `xS` = best cuSPARSE half "
+        "CSR algorithm on the matrix as given / on the same reordered matrix, over the format's ms. Orders: as "
+        "given, and each format paper's reordering where the project has it (rowshuffle: Tiled-CSR, smat: "
+        "BCSR, tca: ME-TCF; applied only when it improves its own measure). BELL = cuSPARSE Blocked-ELL 16x16 "
+        "FP16; dense = cuBLAS FP16 GEMM (DNN class). DNN-style matrices are generated (`gen:dlmc`, DLMC is not "
+        "reachable here).")
     if run.meta.get("skipped"):
         out += ["Skipped (budget or missing fixtures): " + ", ".join(run.meta["skipped"]), ""]
 

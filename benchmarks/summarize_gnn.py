@@ -263,14 +263,15 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
     for r in run.rows:  # pooled in file order, oldest first: later rows replace earlier ones
         newest[(r["graph"], r["model"], r["hidden"], r["precision"])] = r
     rows = list(newest.values())
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["Median epoch ms (forward + backward + Adam step, 2 layers, full batch, after the first epoch) of our "
-            "layers (`gnn.GCNConv` / `gnn.GATConv` on `SpmmPlan` and cuSPARSE SDDMM) and of PyG's on the same GPU, "
-            "from the same weights and seed. PyG is timed on each of its inputs (\"PyG ms per path\"; older "
-            "files timed one per model) and its fastest is the baseline (\"PyG best\", \"path used\"): "
-            + "; ".join(f"`{k}`: {v}" for k, v in PYG_PATHS.items())
-            + ". Speedup = PyG best / ours; loss gap = the largest relative difference of our loss curve and PyG's "
-            "best path's; test accuracy of ours / PyG's best path.", ""]
+    out = h.opening(
+        title, run,
+        "Median epoch ms (forward + backward + Adam step, 2 layers, full batch, after the first epoch) of our "
+        "layers (`gnn.GCNConv` / `gnn.GATConv` on `SpmmPlan` and cuSPARSE SDDMM) and of PyG's on the same GPU, "
+        "from the same weights and seed. PyG is timed on each of its inputs (\"PyG ms per path\"; older "
+        "files timed one per model) and its fastest is the baseline (\"PyG best\", \"path used\"): "
+        + "; ".join(f"`{k}`: {v}" for k, v in PYG_PATHS.items())
+        + ". Speedup = PyG best / ours; loss gap = the largest relative difference of our loss curve and PyG's "
+        "best path's; test accuracy of ours / PyG's best path.")
     graphed = any("ours_graph_ms" in r or "ours_graph_error" in r for r in rows)
 
     def captured(r, who):  # the median replayed epoch of a captured step, or why there is none

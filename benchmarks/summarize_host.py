@@ -46,18 +46,19 @@ def host_section(runs, v0, older, *, h) -> list[str]:
     run = runs[0]
     # one row per (matrix, N, order, plan): summarize.pick keeps the newest run's row of each case
     rows = sorted(run.rows, key=lambda r: (r["nnz"], r["matrix"], r["N"], r["plan"]))
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["What a user runs: `tasks.reorder.auto_reorder`, then `SpmmPlan(A')` (auto-f32 / auto-f16: the "
-            "defaults since 2026-11-28, format \"auto\"; det-f32 / det-f16: ME-TCF alone, the default before, our "
-            "deterministic kernels only; nondet-f32: ME-TCF with `deterministic=False`, cuSPARSE allowed), "
-            "`plan.run(B, out)` per call. `issued` = CUDA events around a Python loop of back-to-back calls / "
-            "calls (median of 5 loops; repeated calls on the same buffers replay a CUDA graph by default), "
-            "`no graph` = the same with `plan.graphs = False`, `graph` = the chosen kernel's device time by graph "
-            "replay. cuSPARSE: its best "
-            "CSR algorithm through a bound call (and for float32 `cupyx` `A @ B`), as issued, in the precision "
-            "the target rows name (the plan's; float32 for every plan in files written before "
-            "host_overhead.py recorded `cus_dtype`), on the matrix as given (`orig`) and on the same reordered "
-            "matrix; `x orig` / `x same` = the faster of those / the plan as issued. Times in us per call.", ""]
+    out = h.opening(
+        title, run,
+        "What a user runs: `tasks.reorder.auto_reorder`, then `SpmmPlan(A')` (auto-f32 / auto-f16: the "
+        "defaults since 2026-11-28, format \"auto\"; det-f32 / det-f16: ME-TCF alone, the default before, our "
+        "deterministic kernels only; nondet-f32: ME-TCF with `deterministic=False`, cuSPARSE allowed), "
+        "`plan.run(B, out)` per call. `issued` = CUDA events around a Python loop of back-to-back calls / "
+        "calls (median of 5 loops; repeated calls on the same buffers replay a CUDA graph by default), "
+        "`no graph` = the same with `plan.graphs = False`, `graph` = the chosen kernel's device time by graph "
+        "replay. cuSPARSE: its best "
+        "CSR algorithm through a bound call (and for float32 `cupyx` `A @ B`), as issued, in the precision "
+        "the target rows name (the plan's; float32 for every plan in files written before "
+        "host_overhead.py recorded `cus_dtype`), on the matrix as given (`orig`) and on the same reordered "
+        "matrix; `x orig` / `x same` = the faster of those / the plan as issued. Times in us per call.")
     out += h.table(("matrix", "nnz", "N", "order", "plan", "kernel", "graph", "issued", "no graph", "cuSP orig",
                     "cuSP same", "x orig", "x same", "rel err (tol)"),
                    [(f"`{r['matrix']}`", h.mnnz(r["nnz"]), r["N"], r.get("order", "-"), r["plan"], r["kernel"],
@@ -155,11 +156,12 @@ def bindings_section(runs, v0, older, *, h) -> list[str]:
         return h.absent("bindings", title, [("nvmath host time per call vs ctypes", "not higher")])
     run = runs[0]
     rows = run.rows
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["The same cuSPARSE CSR SpMM (its fastest algorithm for the case) on the same device arrays through each "
-            "binding; `host` = perf_counter around 100 calls without waiting / 100 (what a call costs the host), "
-            "`issued` = CUDA events around a loop of calls / calls, `graph` = device time by graph replay; us per "
-            "call, median of 5.", ""]
+    out = h.opening(
+        title, run,
+        "The same cuSPARSE CSR SpMM (its fastest algorithm for the case) on the same device arrays through each "
+        "binding; `host` = perf_counter around 100 calls without waiting / 100 (what a call costs the host), "
+        "`issued` = CUDA events around a loop of calls / calls, `graph` = device time by graph replay; us per "
+        "call, median of 5.")
     head = ["matrix", "nnz", "N", "algorithm", "graph"]
     for _, name in PATHS:
         head += [f"{name} host", f"{name} issued"]

@@ -57,14 +57,15 @@ def plan_section(runs, v0, older, *, h) -> list[str]:
         return h.absent("plan-time", TITLE, TARGET_NAMES)
     run = runs[0]
     kinds, rows = plan_table(run.rows, h.mnnz)
-    out = [f"## {TITLE}", "", *h.env(run)]
-    out += ["Per matrix (seeded generator, rows reordered by `auto_reorder` at the precision's block width: its "
-            "seconds in \"reorder s\") and precision, each plan's build + first decision in seconds, and in "
-            "parentheses its kernel's ms (CUDA-graph replay of the chosen kernel). `auto`: the cost model's first "
-            "two built and timed (the default); `auto-all`: every candidate built and timed (what `auto` cost "
-            "before the ranking); `hybrid`: dense windows on a Tensor Core format, the rest on the CUDA-core CSR "
-            "kernel. Kernels compiled by an earlier plan of the run come from the compile cache, as for a user's "
-            "second plan. Every C was checked against float64 on sampled rows in the run.", ""]
+    out = h.opening(
+        TITLE, run,
+        "Per matrix (seeded generator, rows reordered by `auto_reorder` at the precision's block width: its "
+        "seconds in \"reorder s\") and precision, each plan's build + first decision in seconds, and in "
+        "parentheses its kernel's ms (CUDA-graph replay of the chosen kernel). `auto`: the cost model's first "
+        "two built and timed (the default); `auto-all`: every candidate built and timed (what `auto` cost "
+        "before the ranking); `hybrid`: dense windows on a Tensor Core format, the rest on the CUDA-core CSR "
+        "kernel. Kernels compiled by an earlier plan of the run come from the compile cache, as for a user's "
+        "second plan. Every C was checked against float64 on sampled rows in the run.")
     out += h.table(("matrix", "nnz", "dtype", "N", "reorder s", *kinds, "auto chose"), rows)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     return out + h.older_note(older) + h.targets(plan_targets(run.rows, h)) + [h.reproduce("plan-time", run), ""]

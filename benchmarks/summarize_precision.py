@@ -31,16 +31,17 @@ def precision_section(runs, v0, older, *, h) -> list[str]:
         r["_tf32"] = r["float32"]["replay_ms"]
         r["_cus_orig"] = r["cusparse_float16_original_ms"]
         r["_cus_same"] = r["cusparse_float16"]["ms"]
-    out = [f"## {title}", ""] + h.env(run)
-    out += ["Times are device ms per call from CUDA-graph replays (`kernels.launch.graph_ms`) unless marked "
-            "*issued* (one `plan.run(B, out)` per Python loop iteration between CUDA events: what a caller gets; for "
-            "cuSPARSE one bound cusparseSpMM call, recorded from the next run on: – in files before it). "
-            "Each plan is `SpmmPlan(A, dtype=...)` autotuned among its deterministic kernels; `x TF32` = TF32 "
-            "selected ms / FP16 selected ms; `x cuSP16 orig` / `same` = best cuSPARSE FP16 CSR algorithm on the "
-            "matrix as given / on the same (reordered) matrix, over FP16 selected; BELL16 = cuSPARSE Blocked-ELL "
-            "16x16 FP16 (– where padding to the longest block row exceeds 4 GiB); floor = A as the kernel reads it "
-            "plus B and C once at the measured copy bandwidth; errors are relative Frobenius errors on 2048 sampled "
-            "rows against float64 of the un-rounded inputs (contract: 1e-2 FP16, 3e-2 BF16).", ""]
+    out = h.opening(
+        title, run,
+        "Times are device ms per call from CUDA-graph replays (`kernels.launch.graph_ms`) unless marked "
+        "*issued* (one `plan.run(B, out)` per Python loop iteration between CUDA events: what a caller gets; for "
+        "cuSPARSE one bound cusparseSpMM call, recorded from the next run on: – in files before it). "
+        "Each plan is `SpmmPlan(A, dtype=...)` autotuned among its deterministic kernels; `x TF32` = TF32 "
+        "selected ms / FP16 selected ms; `x cuSP16 orig` / `same` = best cuSPARSE FP16 CSR algorithm on the "
+        "matrix as given / on the same (reordered) matrix, over FP16 selected; BELL16 = cuSPARSE Blocked-ELL "
+        "16x16 FP16 (– where padding to the longest block row exceeds 4 GiB); floor = A as the kernel reads it "
+        "plus B and C once at the measured copy bandwidth; errors are relative Frobenius errors on 2048 sampled "
+        "rows against float64 of the un-rounded inputs (contract: 1e-2 FP16, 3e-2 BF16).")
     out += h.table(("matrix", "order", "nnz", "N", "TF32 ms", "FP16 ms", "FP16 kernel", "BF16 ms", "x TF32",
                     "x cuSP16 orig", "x cuSP16 same", "BELL16 ms", "torch16 ms", "FP16 issued ms",
                     "cuSP16 issued ms", "floor %",
@@ -112,9 +113,10 @@ def seam_section(runs, v0, older, *, h) -> list[str]:
         rows.append((f"`{r['matrix']}`", r["order"], r["N"],
                      *(f"{h.f(o['ms'].get(k), 4)} / {h.f(r['ms'].get(k), 4)}" for k in
                        ("metcf-window", "metcf-balanced", "metcf-split"))))
-    out = [f"## {title}", ""] + h.env(after)
-    out += [f"Before: `{before.path.name}` (commit e5a627a, before the seam); after: `{after.path.name}`. Device ms "
-            "per call by graph replay, before / after.", ""]
+    out = h.opening(
+        title, after,
+        f"Before: `{before.path.name}` (commit e5a627a, before the seam); after: `{after.path.name}`. Device ms "
+        "per call by graph replay, before / after.")
     out += h.table(("matrix", "order", "N", "window", "balanced", "split"), rows)
     g = h.geo(ratios)
     out += h.targets([("TF32 kernel time after / before (geomean; max)", "unchanged (within 3%)",

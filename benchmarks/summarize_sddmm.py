@@ -151,24 +151,25 @@ def sddmm_section(runs, v0, older, *, h) -> list[str]:
     if not runs:
         return h.absent("sddmm", TITLE, target_names())
     run = runs[0]
-    out = [f"## {TITLE}", "", *h.env(run)]
-    out += ["Per S (unit values) and Kd, with the same seeded A [M, Kd] and B [K, Kd]: \"torch\" is "
-            "`torch.sparse.sampled_addmm(S, A, B.T, beta=0.0)` on CUDA float32 (cuSPARSE SDDMM; torch has no half "
-            "SDDMM), i.e. `A[row_k] . B[col_k]` at every stored nonzero of S, a sparse CSR tensor of S's pattern "
-            "returned; \"csr\" is `SddmmPlan(S, format=\"csr\").run(A, B)` (our cuSPARSE route: TF32-rounded copies "
-            "of A and B, cuSPARSE SDDMM, x S); TF32 / FP16 / BF16 are `SddmmPlan(S, dtype=float32 / float16 / "
-            "bfloat16, format=\"cvse\").run(A, B)` with CuPy A and B already in the plan's storage dtype; since "
-            "2026-11-27 such a plan times its routes on the first call with a Kd (the CVSE kernel, the cuSPARSE "
-            "route, and the CUDA-core CSR kernel once it is GPU-ready) and keeps the fastest (\"FP16 route\": what "
-            "the FP16 plan kept; \"–\" in older runs, which ran the CVSE kernel only). Issued ms "
-            f"({TIMING['issued']}), in parentheses the same call with `out=` (a float32 [nnz] made once); "
-            "\"torch / X\": torch's issued ms over ours, without `out`. Graph ms "
-            f"({TIMING['graph']}): cuSPARSE SDDMM float32 (kernels.cusparse_sddmm), the plan's CVSE kernel alone "
-            "into its vector-order buffer, and FP16's whole call with `out` (kernel + gather into CSR order). V: "
-            "the vector length Sparse Vector Compression chose (FP16 plan). Max rel err: the worst over the row's "
-            "results, on up to 65,536 sampled nonzeros against float64 of the float32 inputs; the run also checks "
-            "each against float64 of the inputs rounded to its precision, and fails beyond the precision's "
-            "tolerance.", ""]
+    out = h.opening(
+        TITLE, run,
+        "Per S (unit values) and Kd, with the same seeded A [M, Kd] and B [K, Kd]: \"torch\" is "
+        "`torch.sparse.sampled_addmm(S, A, B.T, beta=0.0)` on CUDA float32 (cuSPARSE SDDMM; torch has no half "
+        "SDDMM), i.e. `A[row_k] . B[col_k]` at every stored nonzero of S, a sparse CSR tensor of S's pattern "
+        "returned; \"csr\" is `SddmmPlan(S, format=\"csr\").run(A, B)` (our cuSPARSE route: TF32-rounded copies "
+        "of A and B, cuSPARSE SDDMM, x S); TF32 / FP16 / BF16 are `SddmmPlan(S, dtype=float32 / float16 / "
+        "bfloat16, format=\"cvse\").run(A, B)` with CuPy A and B already in the plan's storage dtype; since "
+        "2026-11-27 such a plan times its routes on the first call with a Kd (the CVSE kernel, the cuSPARSE "
+        "route, and the CUDA-core CSR kernel once it is GPU-ready) and keeps the fastest (\"FP16 route\": what "
+        "the FP16 plan kept; \"–\" in older runs, which ran the CVSE kernel only). Issued ms "
+        f"({TIMING['issued']}), in parentheses the same call with `out=` (a float32 [nnz] made once); "
+        "\"torch / X\": torch's issued ms over ours, without `out`. Graph ms "
+        f"({TIMING['graph']}): cuSPARSE SDDMM float32 (kernels.cusparse_sddmm), the plan's CVSE kernel alone "
+        "into its vector-order buffer, and FP16's whole call with `out` (kernel + gather into CSR order). V: "
+        "the vector length Sparse Vector Compression chose (FP16 plan). Max rel err: the worst over the row's "
+        "results, on up to 65,536 sampled nonzeros against float64 of the float32 inputs; the run also checks "
+        "each against float64 of the inputs rounded to its precision, and fails beyond the precision's "
+        "tolerance.")
     head = ("matrix", "class", "nnz", "Kd", "V", "FP16 route", "torch ms", "csr ms",
             *(f"{SHORT[p]} ms" for p in PRECISIONS),
             *(f"torch / {SHORT[p]}" for p in PRECISIONS), "cuSPARSE graph ms",

@@ -27,14 +27,15 @@ def store_io_section(runs, v0, older, *, h) -> list[str]:
     before = _before(run, older, h)
     b = before.meta if before else {}
     rows, cols = m["shape"]
-    out = [f"## {title}", ""] + h.env(run)
-    out += [f"B [{rows}, {cols}] float32 (standard normal) through `tasks/distribute/direct.py` in one process: "
-            "`store_b`, `read_rows` of all of B and of a random sorted half of its rows (every row group touched: a "
-            "shard's halo), `write_block` of all rows and of a quarter (one worker's block at 4 workers), `read_c` "
-            f"of a C committed in a permuted row order; wall seconds, median of {m['repeats']}, each result checked "
-            "bitwise. Files read from the page cache. "
-            + (f"Before: `{before.path.name}` ({b.get('note') or b.get('git') or 'the code before'}), same machine."
-               if before else "No before file."), ""]
+    out = h.opening(
+        title, run,
+        f"B [{rows}, {cols}] float32 (standard normal) through `tasks/distribute/direct.py` in one process: "
+        "`store_b`, `read_rows` of all of B and of a random sorted half of its rows (every row group touched: a "
+        "shard's halo), `write_block` of all rows and of a quarter (one worker's block at 4 workers), `read_c` "
+        f"of a C committed in a permuted row order; wall seconds, median of {m['repeats']}, each result checked "
+        "bitwise. Files read from the page cache. "
+        + (f"Before: `{before.path.name}` ({b.get('note') or b.get('git') or 'the code before'}), same machine."
+           if before else "No before file."))
     old = {r["op"]: r for r in b.get("api", [])}
     out += h.table(("op", "MB", "before s", "after s", "speedup"),
                    [(r["op"], h.f(r["bytes"] / 1e6, 0), h.f(old.get(r["op"], {}).get("median_s"), 3),

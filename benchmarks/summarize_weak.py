@@ -40,20 +40,21 @@ def weak_section(runs, v0, older, *, h) -> list[str]:
     if not runs:
         return h.absent("multi_gpu_weak", TITLE)
     run, args = runs[0], runs[0].meta.get("args", {})
-    out = [f"## {TITLE}", "", *h.env(run)]
-    out += [f"{h.mnnz(args['weak']) if args.get('weak') else '?'} nonzeros per GPU, N = {args.get('n_cols')}, "
-            "one batch of iterations per actor call (no host sync between iterations); \"loop ms\": the slowest "
-            "GPU's time per iteration inside that call; weak efficiency T_1 / T_P against the 1-GPU row of the same "
-            "kind and order (ideal 1.0: each GPU's share stays the same size). Breakdown (medians, CUDA events): the "
-            "slowest GPU's kernel, the halo exchange (pack + NCCL, waiting for a late peer included), the part of "
-            "it the kernels waited for (exposed), the halo rows each GPU receives per iteration, the kernel "
-            "imbalance (slowest / mean). \"none\": the generator's random labels; \"natural\": the generator's "
-            "own blocks, the ideal partition (not a method); \"community\": label propagation. \"overlap\": the same "
-            "loop with the exchange beside the kernel over each GPU's own columns (two kernels per iteration). "
-            "\"row-overlap\": the boundary rows (those peers receive) computed first, their exchange for the next "
-            "iteration beside the interior rows' kernel (each row once), its efficiency against the plain 1-GPU "
-            "loop, with its boundary kernel ms and the exchange it left exposed; kernel / exchange / exposed ms are "
-            "the plain loop's.", ""]
+    out = h.opening(
+        TITLE, run,
+        f"{h.mnnz(args['weak']) if args.get('weak') else '?'} nonzeros per GPU, N = {args.get('n_cols')}, "
+        "one batch of iterations per actor call (no host sync between iterations); \"loop ms\": the slowest "
+        "GPU's time per iteration inside that call; weak efficiency T_1 / T_P against the 1-GPU row of the same "
+        "kind and order (ideal 1.0: each GPU's share stays the same size). Breakdown (medians, CUDA events): the "
+        "slowest GPU's kernel, the halo exchange (pack + NCCL, waiting for a late peer included), the part of "
+        "it the kernels waited for (exposed), the halo rows each GPU receives per iteration, the kernel "
+        "imbalance (slowest / mean). \"none\": the generator's random labels; \"natural\": the generator's "
+        "own blocks, the ideal partition (not a method); \"community\": label propagation. \"overlap\": the same "
+        "loop with the exchange beside the kernel over each GPU's own columns (two kernels per iteration). "
+        "\"row-overlap\": the boundary rows (those peers receive) computed first, their exchange for the next "
+        "iteration beside the interior rows' kernel (each row once), its efficiency against the plain 1-GPU "
+        "loop, with its boundary kernel ms and the exchange it left exposed; kernel / exchange / exposed ms are "
+        "the plain loop's.")
     rows = [(k, o, P, h.mnnz(nnz), h.f(ms), h.f(eff, 3), h.f(oms), h.f(oeff, 3), h.f(rms), h.f(reff, 3), h.f(rb),
              h.f(rx), h.f(ker), h.f(x), h.f(e), h.f(halo, 0), h.f(imb), f"{err:.1e}" if err is not None else "–",
              (copy or "nccl") if rms is not None else "–", f"`{name}`" if name else "–")
