@@ -264,6 +264,24 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGE
     return float(np.median(times))
 
 
+def time_bound(bound, how: str = "graph", repeats: int = TUNE_REPEATS, warmup: int = TUNE_WARMUP,
+               target_ms: float = TUNE_TARGET_MS) -> float:
+    """Milliseconds per call of ``bound(stream_ptr)``, an autotune timing unless given another budget. "issued": a
+    candidate is charged its host cost where that exceeds its GPU time (`issued_ms`); "graph": the GPU's time alone
+    (`graph_ms`, a captured graph of back-to-back calls). SpmmPlan's autotune times candidates the way ``run``
+    issues them from the third call on: with ``graphs`` (default) a replayed graph, whose host cost is one graph
+    launch whatever the kernel, so "graph"; without, "issued". Why: a host-bound launcher (an operator without a
+    packed ``bind``) made the tiled CVSE kernel (28 us on the GPU) measure its ~55 us host cost, and autotune kept
+    the per-vector one (40 us) (H200, V = 8, 80 %, N = 256: docs/kernels-notes.md, "Session 12")."""
+    import cupy
+
+    if how == "graph":  # graph_ms / issued_ms looked up per call: tests/kernels/test_gpu_host_path.py counts them
+        return graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup,
+                        target_ms=target_ms)
+    stream_ptr = cupy.cuda.get_current_stream().ptr
+    return issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup, target_ms=target_ms)
+
+
 def copy_bandwidth_gbs(n_bytes: int = 1 << 30, repeats: int = 10) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written (METHOD.md)."""
     import cupy

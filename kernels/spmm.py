@@ -187,10 +187,11 @@ class SpmmPlan:
     def _time(self, kernel: str, B, *, repeats: int = launch.TUNE_REPEATS, warmup: int = launch.TUNE_WARMUP,
               target_ms: float = launch.TUNE_TARGET_MS, ksplit: int | None = None, choice=None,
               how: str | None = None) -> float:
-        """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes; `time_bound`),
-        on the autotune budget unless given another."""
+        """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes;
+        `kernels.launch.time_bound`), on the autotune budget unless given another."""
         bound = self._bind(kernel, B, self._out(int(B.shape[1]), kernel), False, ksplit=ksplit, choice=choice)
-        return time_bound(bound, how or ("graph" if self._graphs else "issued"), repeats, warmup, target_ms)
+        return launch.time_bound(bound, how or ("graph" if self._graphs else "issued"), repeats, warmup,
+                                 target_ms)
 
     def _device_b(self, B):
         """B on the device in the precision's storage dtype, C-contiguous (converted when it is not already)."""
@@ -319,24 +320,6 @@ def gpu_ready(formats: list, asked: str) -> list:
         raise InputError(f"format {unready[0].name}: no GPU path yet, {unready[0].gpu_not_ready_why}; run it "
                          "with device='cpu' (--devices cpu) or choose another format")
     return [f for f in formats if f.gpu_ready]
-
-
-def time_bound(bound, how: str, repeats: int, warmup: int, target_ms: float = launch.TARGET_MS) -> float:
-    """Milliseconds per call of ``bound(stream_ptr)``. "issued": a candidate is charged its host cost where that
-    exceeds its GPU time (kernels.launch.issued_ms); "graph": the GPU's time alone (kernels.launch.graph_ms, a
-    captured graph of back-to-back calls). The plan's autotune times candidates the way ``run`` issues them from
-    the third call on: with ``graphs`` (default) a replayed graph, whose host cost is one graph launch whatever
-    the kernel, so "graph"; without, "issued". Why: a host-bound launcher (an operator without a packed ``bind``)
-    made the tiled CVSE kernel (28 us on the GPU) measure its ~55 us host cost, and autotune kept the per-vector
-    one (40 us) (H200, V = 8, 80 %, N = 256: docs/kernels-notes.md, "Session 12")."""
-    import cupy
-
-    if how == "graph":  # launch.graph_ms / issued_ms read per call: tests/kernels/test_gpu_host_path.py counts them
-        return launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup,
-                               target_ms=target_ms)
-    stream_ptr = cupy.cuda.get_current_stream().ptr
-    return launch.issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup,
-                            target_ms=target_ms)
 
 
 def spmm(A, B, **kw):

@@ -82,9 +82,7 @@ class HybridDevice:
             N = int(B.shape[1])
             dtype = cupy.float32 if self.host.tc_range is None else self.precision.storage_dtype
             out = cupy.empty((int(self.host.tc_rows.size), N), dtype=dtype)
-            bound = self.tc_op.bind(kernel, B, out, ksplit=ksplit, choice=choice)
-            return launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=launch.TUNE_REPEATS,
-                                   warmup=launch.TUNE_WARMUP, target_ms=launch.TUNE_TARGET_MS)
+            return launch.time_bound(self.tc_op.bind(kernel, B, out, ksplit=ksplit, choice=choice), "graph")
 
         return time_tc
 

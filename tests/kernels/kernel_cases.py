@@ -82,7 +82,6 @@ def as_float32(A, drop_zeros: bool = True):
     return A
 
 
-# The PTX ISA side of the lane-by-lane kernel simulations (test_cvse_warp.py, test_tiledcsr_warp.py)
 def rel_err(C, exact) -> float:
     """Relative Frobenius error of C against a float64 reference."""
     return float(np.linalg.norm(np.asarray(C, dtype=np.float64) - exact) / np.linalg.norm(exact))
@@ -141,6 +140,7 @@ def check_store_round_trip(tmp_path, name: str, dtype: str, fields, **convert_kw
     return A, X, ms
 
 
+# The PTX ISA side of the lane-by-lane kernel simulations (test_cvse_warp.py, test_tiledcsr_warp.py)
 def byte_perm(x, y, sel):
     pool = x | (y << 32)
     return sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))

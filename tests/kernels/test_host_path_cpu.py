@@ -10,9 +10,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels import launch
-from kernels.launch import _arg_bits
+from kernels.launch import _arg_bits, time_bound
 from kernels.formats.metcf.selector import Calibration, choose, issued_ms
-from kernels.spmm import SpmmPlan, time_bound
+from kernels.spmm import SpmmPlan
 
 
 def _pred(plain_ms, cusparse_ms):
