@@ -21,7 +21,9 @@ The bound both kernels work against: each nonzero gathers one row of B (N x the 
 the time ("gather TB/s", ours and cuSPARSE's) are set against the GPU's L2 read rate, measured once per run
 (`l2_read_tbs`: 16-byte loads through L2 only, ``ld.global.cg``, over a 16 MiB L2-resident buffer, graph replay):
 a kernel that fetches every gathered row from L2 cannot run faster than that rate allows; more needs rows reused
-from L1 or fewer bytes per row.
+from L1 or fewer bytes per row. "L2 x" is that bound as a speedup over cuSPARSE (`l2_bound_x`). 16-bit rows run the
+mapping ``CsrRows.tune`` keeps (timed on the default walk, as a plan does; both walks then on that one, so their C
+can be compared bit for bit); "mapping_ms" in the JSON holds both timings.
 """
 from __future__ import annotations
 
@@ -89,6 +91,12 @@ def gather_tbs(row: dict, us: float) -> float:
     return row["nnz"] * row["N"] * (4 if row["precision"] == "float32" else 2) / (us * 1e-6) / 1e12
 
 
+def l2_bound_x(row: dict, l2_tbs: float) -> float:
+    """The speedup over cuSPARSE (graph replay) of a kernel that gathers every B row from L2 at ``l2_tbs``: where
+    it is below a target, no row-gathering kernel reaches the target without L1 reuse or fewer bytes per row."""
+    return l2_tbs / gather_tbs(row, row["cus_graph_us"])
+
+
 def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
     """One row per precision: both walks and cuSPARSE in that precision on the same B."""
     import cupy
@@ -109,12 +117,15 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
         ref = stored[sample] @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
         row = {"matrix": label, "order": order, "nnz": int(A.nnz), "shape": list(A.shape), "N": N, "precision": name,
                "tolerance": p.tolerance}
-        outs = {}
+        outs, mapping = {}, None
         for walk, heavy in (("walk", CsrConfig().heavy), ("given", 0.0)):
             op = CsrRows(A, p, CsrConfig(heavy=heavy))
+            if mapping is None:  # as a plan runs it: the 16-bit mappings timed on the default walk, that one kept
+                row["mapping_ms"] = op.tune(B)
+                mapping = row["mapping"] = op.mapping(N)
             out = cupy.empty((A.shape[0], N), dtype=p.storage_dtype)
             out.view(cupy.uint8).fill(0xFF)  # NaN: every element must be written
-            bound = op.bind(B, out)
+            bound = op.bind(B, out, mapping=mapping)  # both walks on one mapping: their C bitwise equal
             # graph_ms captures on a private stream made current: the call must read the current stream there
             row[f"{walk}_graph_us"] = 1e3 * launch.graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr),
                                                             repeats=REPEATS)
@@ -138,7 +149,7 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
         timed = all(row[k] > 0 for k in ("walk_graph_us", "given_graph_us", "walk_issued_us", "given_issued_us"))
         row["correct"] = bool(row["rel_err"] <= p.tolerance and row["walks_bitwise_equal"] and timed)
         rows.append(row)
-        log(f"  {label} {order} N={N} {name}: walk {row['walk_graph_us']:.1f} us, A's order "
+        log(f"  {label} {order} N={N} {name}: walk ({mapping}) {row['walk_graph_us']:.1f} us, A's order "
             f"{row['given_graph_us']:.1f} us, cuSPARSE {row['cus_alg']} {row['cus_graph_us']:.1f} us, "
             f"err {row['rel_err']:.1e}{'' if row['correct'] else '  FAILED'}")
     return rows
@@ -146,15 +157,18 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
 
 def print_table(rows, l2_tbs: float | None = None) -> None:
     print(f"{'matrix':<14}{'order':<8}{'nnz':>10}{'N':>5} {'precision':<10}{'walk':>9}{'A order':>9}{'cuSPARSE':>10}"
-          f"{'x cus':>7}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'TB/s':>6}{'cus':>6}{'err':>9} ok")
+          f"{'x cus':>7}{'L2 x':>6}{'map':>5}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'TB/s':>6}{'cus':>6}{'err':>9} ok")
     for r in rows:
         print(f"{r['matrix'][:13]:<14}{r['order'][:7]:<8}{r['nnz']:>10}{r['N']:>5} {r['precision']:<10}"
               f"{r['walk_graph_us']:>9.1f}{r['given_graph_us']:>9.1f}{r['cus_graph_us']:>10.1f}"
-              f"{r['cus_graph_us'] / r['walk_graph_us']:>7.2f}{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
+              f"{r['cus_graph_us'] / r['walk_graph_us']:>7.2f}"
+              f"{l2_bound_x(r, l2_tbs) if l2_tbs else float('nan'):>6.2f}{r.get('mapping', '-')[:4]:>5}"
+              f"{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
               f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{gather_tbs(r, r['walk_graph_us']):>6.2f}"
               f"{gather_tbs(r, r['cus_graph_us']):>6.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
     print("us per call; walk = csr-rows with its default row walk (long rows first), A order = heavy 0; graph "
-          "replay, and as issued (iss) through the bound call; x = cuSPARSE (same precision) / ours; TB/s = B rows "
+          "replay, and as issued (iss) through the bound call; x = cuSPARSE (same precision) / ours; L2 x = the x of "
+          "a kernel gathering every B row from L2 at the L2 read rate; map = the mapping `tune` kept; TB/s = B rows "
           "gathered per second (one row of N values per nonzero; graph replay), ours (walk) and cuSPARSE's"
           + (f"; this GPU's L2 read rate: {l2_tbs:.2f} TB/s" if l2_tbs else ""))
 

@@ -129,6 +129,9 @@ def measure(label, A, N, rng, plans):
             log(f"  {label} N={N} {name}: graph timing failed: {graph_error}")
         row = {"graph_error": graph_error, "matrix": label, "nnz": int(A.nnz), "shape": list(A.shape), "N": N, "plan": name, "kernel": kernel,
                "graph_us": graph_us, "issued_us": issued_us(lambda: plan.run(B, out))}
+        mapping = getattr(plan._op(kernel), "mapping", None)  # the CSR kernel's tuned mapping (csr_spmm.cu)
+        if mapping is not None:
+            row["csr_mapping"] = mapping(N)
         if hasattr(plan, "graphs"):
             plan.graphs = False
             row["issued_nograph_us"] = issued_us(lambda: plan.run(B, out))

@@ -7,7 +7,7 @@ never more than 3% slower than A's own order; every C within tolerance with both
 """
 from __future__ import annotations
 
-from csr_rows import gather_tbs  # benchmarks/ is the script folder (summarize.py puts it on the path)
+from csr_rows import gather_tbs, l2_bound_x  # benchmarks/ is the script folder (summarize.py puts it on the path)
 
 WALK_SLOWER = 1.03
 
@@ -31,15 +31,19 @@ def csr_section(runs, v0, older, *, h) -> list[str]:
         "B the product gathers (one row of N values per nonzero) per second of graph replay, ours (walk) / "
         "cuSPARSE's" + (f", against this GPU's L2 read rate in the same run, **{run.meta['l2_read_tbs']:.2f} "
                         "TB/s** (16-byte loads through L2 only over a 16 MiB resident buffer): a kernel "
-                        "that fetches every gathered row from L2 runs no faster than that rate allows"
-                        if run.meta.get("l2_read_tbs") else "") + ".")
+                        "that fetches every gathered row from L2 runs no faster than that rate allows; `L2 "
+                        "bound x`: that limit as a speedup over cuSPARSE" if run.meta.get("l2_read_tbs") else "")
+        + ". `mapping`: the 16-bit row kernel `CsrRows.tune` kept (`wide`: a warp per row piece, its halves on "
+        "alternate nonzeros; `pair`: a half-warp per piece), as a plan keeps it.")
+    l2 = run.meta.get("l2_read_tbs")
     out += h.table(("matrix", "order", "nnz", "N", "precision", "walk us", "A order us", "cuSPARSE us (alg)",
-                    "x cuSPARSE", "walk issued", "cuSPARSE issued", "x issued", "gather TB/s", "rel err (tol)",
-                    "walks equal"),
+                    "x cuSPARSE", "L2 bound x", "mapping", "walk issued", "cuSPARSE issued", "x issued",
+                    "gather TB/s", "rel err (tol)", "walks equal"),
                    [(f"`{r['matrix']}`", r["order"], h.mnnz(r["nnz"]), r["N"], r["precision"],
                      h.f(r["walk_graph_us"], 1), h.f(r["given_graph_us"], 1),
                      f"{h.f(r['cus_graph_us'], 1)} ({r['cus_alg']})",
                      h.f(r["cus_graph_us"] / r["walk_graph_us"], 2, "x"),
+                     h.f(l2_bound_x(r, l2), 2, "x") if l2 else "–", r.get("mapping", "–"),
                      h.f(r["walk_issued_us"], 1), h.f(r["cus_issued_us"], 1),
                      h.f(r["cus_issued_us"] / r["walk_issued_us"], 2, "x"),
                      f"{h.f(gather_tbs(r, r['walk_graph_us']), 2)} / {h.f(gather_tbs(r, r['cus_graph_us']), 2)}",

@@ -55,6 +55,25 @@ def test_a_slower_walk_or_half_and_a_failed_check_are_missed(tmp_path):
     line = target(md, "float16 vs cuSPARSE half CSR")
     assert "0.95x (rmat given N=128 float16)" in line and "**missed**" in line  # 105 / 110
 
+def test_l2_bound_and_mapping_columns(tmp_path):
+    """With the run's L2 read rate, each row shows the speedup a kernel gathering every B row from L2 would reach
+    (float16, 500k nnz x 128 x 2 bytes = 128 MB: 16 us at 8 TB/s, so 40 us of cuSPARSE is a 2.5x bound) and the
+    mapping the kernel kept; older files without either show a dash."""
+    import csr_rows
+
+    r = {**row("rmat", "float16", 30, 31, 40), "mapping": "pair", "mapping_ms": {"wide": 0.032, "pair": 0.030}}
+    assert abs(csr_rows.l2_bound_x(r, 8.0) - 2.5) < 1e-9
+    res = tmp_path / "results"
+    res.mkdir()
+    (res / "csr_rows-gpu-x-2026-01-02.json").write_text(json.dumps(
+        {"meta": {"device": "GPU X", "command": "benchmarks/csr_rows.py", "date": "2026-01-02T10:00:00+00:00",
+                  "l2_read_tbs": 8.0}, "rows": [r, row("rmat", "float32", 50, 50, 60)]}))
+    md = summarize.render(res)
+    md = md[md.index("## CUDA-core CSR kernel"):]
+    assert "| 1.33x | 2.50x | pair |" in md  # x cuSPARSE 40 / 30, the bound, the mapping
+    assert "| 1.20x | 1.88x | – |" in md  # float32: 500k x 128 x 4 = 256 MB, 32 us at 8 TB/s; no mapping recorded
+
+
 def test_absent_section_says_not_run(tmp_path):
     res = tmp_path / "empty"
     res.mkdir()

@@ -15,7 +15,9 @@
 //   columns n0 + 8 (l % 16) .. + 7 (one 16-byte load of 8 values) of the nonzeros at even (h = 0) / odd (h = 1)
 //   positions of the segment, U / 2 of them in flight per lane; at the end the lower half adds the upper half's
 //   sums (a fixed order) and writes. Twice the bytes per load and two nonzeros per warp instruction: 1.65-1.81x
-//   the 4-values-per-lane mapping on graphs (H200, docs/kernels-notes.md, "Session 23").
+//   the 4-values-per-lane mapping on graphs (H200, docs/kernels-notes.md, "Session 23"). csr_rows_pair (16-bit
+//   B, N % 8 == 0, the same columns per lane): each half-warp its own segment, 2 x CSR_WARPS segments a block;
+//   the operator times it against csr_rows_wide for each N (launch.py, `CsrRows.tune`).
 //   csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns as csr_rows.
 // Input contract (checked by the launcher): seg_ptr int64 [S + 1] (segment s = nonzeros seg_ptr[s] ..
 //   seg_ptr[s+1] - 1, increasing, seg_ptr[S] = nnz), seg_row int32 [S] (every row of A has >= 1 segment, so
@@ -182,6 +184,25 @@ __device__ __forceinline__ uint4 load_b8(const u16* __restrict__ B, i64 col, i64
   }
 }
 
+// Write a lane's 8 sums (columns n .. n + 7) to C row `row` (slot < 0) or to W row `slot` (float32, unrounded).
+template <int KIND, bool VEC>
+__device__ __forceinline__ void store8(void* __restrict__ C, float* __restrict__ W, int row, int slot, i64 N, i64 n,
+                                       const float* acc, int flags) {
+  const float4 lo4 = make_float4(acc[0], acc[1], acc[2], acc[3]), hi4 = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  if (slot < 0 && VEC && (flags & (FLAG_OUT16 | FLAG_ADD)) == FLAG_OUT16) {  // the common case: one 16-byte store
+    *reinterpret_cast<uint4*>(static_cast<u16*>(C) + (i64)row * N + n) =
+        make_uint4(pack2<KIND>(acc[0], acc[1]), pack2<KIND>(acc[2], acc[3]), pack2<KIND>(acc[4], acc[5]),
+                   pack2<KIND>(acc[6], acc[7]));
+  } else if (slot < 0) {  // two 4-column stores (float32 C, C +=, or C not 16-byte aligned)
+    store_c<KIND>(C, row, N, n, lo4, VEC, 4, flags);
+    store_c<KIND>(C, row, N, n + 4, hi4, VEC, 4, flags);
+  } else {
+    float* w = W + (i64)slot * N + n;  // float32 partial row, no FLAG_ADD, no 16-bit rounding
+    *reinterpret_cast<float4*>(w) = lo4;
+    *reinterpret_cast<float4*>(w + 4) = hi4;
+  }
+}
+
 // csr_rows for 16-bit B with N % 8 == 0 (the launcher's choice, kept when set_io re-points B and C: FLAG_VEC
 // then says whether they are 16-byte aligned): see the header. Its own kernel, so that csr_rows' registers do not
 // lower its occupancy (one kernel of both paths ran 1.2x slower on R-MAT, H200); VEC a template parameter, so
@@ -224,19 +245,55 @@ __device__ __forceinline__ void csr_rows_wide(const i64* __restrict__ seg_ptr, c
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] += __shfl_down_sync(0xffffffffu, acc[i], 16);  // even sums + odd sums
   if (h || !in) return;
-  const float4 lo4 = make_float4(acc[0], acc[1], acc[2], acc[3]), hi4 = make_float4(acc[4], acc[5], acc[6], acc[7]);
-  if (slot < 0 && VEC && (flags & (FLAG_OUT16 | FLAG_ADD)) == FLAG_OUT16) {  // the common case: one 16-byte store
-    *reinterpret_cast<uint4*>(static_cast<u16*>(C) + (i64)row * N + n) =
-        make_uint4(pack2<KIND>(acc[0], acc[1]), pack2<KIND>(acc[2], acc[3]), pack2<KIND>(acc[4], acc[5]),
-                   pack2<KIND>(acc[6], acc[7]));
-  } else if (slot < 0) {  // two 4-column stores (float32 C, C +=, or C not 16-byte aligned)
-    store_c<KIND>(C, row, N, n, lo4, VEC, 4, flags);
-    store_c<KIND>(C, row, N, n + 4, hi4, VEC, 4, flags);
-  } else {
-    float* w = W + (i64)slot * N + n;  // float32 partial row, no FLAG_ADD, no 16-bit rounding
-    *reinterpret_cast<float4*>(w) = lo4;
-    *reinterpret_cast<float4*>(w + 4) = hi4;
+  store8<KIND, VEC>(C, W, row, slot, N, n, acc, flags);
+}
+
+// csr_rows_pair (16-bit B, N % 8 == 0; kernels/formats/csr/launch.py times it against csr_rows_wide per N): warp w
+// takes segments 2w and 2w + 1, half-warp h segment 2w + h and lane q of a half columns n0 + 8q .. + 7 (one
+// 16-byte load per nonzero), the half's nonzeros in order, CSR_UNROLL loads in flight per lane; no cross-half sum.
+// The warp loops to the longer half's length (shuffles need every lane), so it pays where paired segments are
+// alike: R-MAT after TCA 0.88x csr_rows_wide's time, SBM 0.95-0.97x, email-Enron 1.02-1.03x (H200,
+// docs/kernels-notes.md, "Session 27").
+template <int KIND, bool VEC>
+__device__ __forceinline__ void csr_rows_pair(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,
+                                              const int* __restrict__ seg_slot, const int* __restrict__ indices,
+                                              const void* __restrict__ data, const u16* __restrict__ B,
+                                              void* __restrict__ C, float* __restrict__ W, i64 n_segs, i64 N,
+                                              int flags) {
+  constexpr int U = CSR_UNROLL;
+  const int lane = threadIdx.x & 31, h = lane >> 4, q = lane & 15;
+  const i64 w = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
+  if (2 * w >= n_segs) return;  // warp-uniform: neither half has a segment
+  const i64 s = 2 * w + h;
+  const bool has = s < n_segs;  // the upper half of the last warp may have none
+  const i64 n = (i64)blockIdx.y * COLS + 8 * q;
+  const bool in = n < N;
+  const i64 lo = has ? seg_ptr[s] : 0, len = has ? seg_ptr[s + 1] - lo : 0;
+  const int slot = has ? seg_slot[s] : -1, row = has ? seg_row[s] : 0;
+  const i64 trips = max(len, (i64)__shfl_xor_sync(0xffffffffu, (long long)len, 16));  // warp-uniform
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (i64 off = 0; off < trips; off += 16) {
+    const int cnt = (int)max((i64)0, min((i64)16, len - off));  // this half's
+    const int my_col = q < cnt ? __ldg(indices + lo + off + q) : 0;
+    const float my_val = q < cnt ? value_of<KIND>(data, lo + off + q) : 0.f;
+    const int steps = (int)min((i64)16, trips - off);
+    for (int j = 0; j < steps; j += U) {
+      uint4 b[U];
+      float a[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int k = j + u;
+        const int c = __shfl_sync(0xffffffffu, my_col, k & 15, 16);
+        const float v = __shfl_sync(0xffffffffu, my_val, k & 15, 16);
+        const bool live = in && k < cnt;
+        a[u] = live ? v : 0.f;
+        b[u] = live ? load_b8<VEC>(B, c, N, n) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) fma8<KIND>(acc, a[u], b[u]);
+    }
   }
+  if (has && in) store8<KIND, VEC>(C, W, row, slot, N, n, acc, flags);
 }
 
 template <int KIND>
@@ -261,7 +318,7 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
   store_c<KIND>(C, fix_row[r], N, n, acc, vec, avail, flags);
 }
 
-// The row kernels' parameters (csr_rows and csr_rows_wide take the same).
+// The row kernels' parameters (csr_rows, csr_rows_wide and csr_rows_pair take the same).
 #define CSR_ROWS_PARAMS                                                                                           \
   const i64 *__restrict__ seg_ptr, const int *__restrict__ seg_row, const int *__restrict__ seg_slot,            \
       const int *__restrict__ indices, const void *__restrict__ data, const void *__restrict__ B,                \
@@ -275,16 +332,18 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
                          const float* __restrict__ W, void* __restrict__ C, i64 n_long, i64 N, int flags) {      \
     csr_fixup<KIND>(fix_row, fix_ptr, W, C, n_long, N, flags);                                                   \
   }
-#define CSR_WIDE_ENTRY(SUFFIX, KIND)                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_wide_##SUFFIX(CSR_ROWS_PARAMS) {         \
+#define CSR_WIDE_ENTRY(SUFFIX, KIND, MAP)                                                                         \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS) {      \
     const u16* B16 = static_cast<const u16*>(B);                                                                 \
     if (flags & FLAG_VEC)                                                                                        \
-      csr_rows_wide<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);         \
+      csr_rows_##MAP<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);        \
     else                                                                                                         \
-      csr_rows_wide<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);        \
+      csr_rows_##MAP<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);       \
   }
 CSR_ENTRY(f32, F32)
 CSR_ENTRY(f16, F16)
 CSR_ENTRY(bf16, BF16)
-CSR_WIDE_ENTRY(f16, F16)
-CSR_WIDE_ENTRY(bf16, BF16)
+CSR_WIDE_ENTRY(f16, F16, wide)
+CSR_WIDE_ENTRY(bf16, BF16, wide)
+CSR_WIDE_ENTRY(f16, F16, pair)
+CSR_WIDE_ENTRY(bf16, BF16, pair)

@@ -5,7 +5,9 @@ from call to call (so a deterministic plan never picks it). Works on the matrix 
 
 `segments` cuts each row into pieces of at most ``seg_len`` nonzeros (NumPy, once per plan): a short row is one
 segment written straight to C; the pieces of a long row write float32 partial rows to a workspace, added in piece
-order by a second kernel. 16-bit B with N % 8 == 0 takes the wide kernel (8 values per lane, 16-byte loads).
+order by a second kernel. 16-bit B with N % 8 == 0 takes one of two 8-values-per-lane mappings (16-byte loads):
+"wide" (a warp per segment, its halves on alternate nonzeros) or "pair" (a half-warp per segment), timed against
+each other once per N (`CsrRows.tune`; "wide" untimed).
 `CsrRows` uploads A and the segments once; ``bind(B, out)`` packs the one or two launches (kernels.launch.Bound:
 one cuLaunchKernel each per call), ``run`` launches unbound. CuPy is imported lazily.
 """
@@ -24,6 +26,7 @@ from kernels.operands import check_b_out
 
 SOURCE = Path(__file__).resolve().parent / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+MAPS = ("wide", "pair")  # the 16-bit row kernels' mappings (csr_spmm.cu), "wide" the untimed default
 COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each half-warp)
 
 
@@ -151,8 +154,11 @@ class CsrRows:
         self.fix_ptr = up(fix_ptr)
         self._workspace: dict[int, object] = {}  # N -> float32 [n_slots, N]
         self._rows = launch.function(f"csr_rows_{SUFFIX[p.name]}", config, SOURCE)  # compiles now
-        # 16-bit B where N % 8 == 0: 8 values per lane, a half-warp per nonzero (csr_spmm.cu's header)
-        self._wide = launch.function(f"csr_rows_wide_{SUFFIX[p.name]}", config, SOURCE) if p.half else None
+        # 16-bit B where N % 8 == 0: 8 values per lane, two mappings (csr_spmm.cu's header); N -> the one `tune` kept
+        self._maps = {m: launch.function(f"csr_rows_{m}_{SUFFIX[p.name]}", config, SOURCE) for m in MAPS} \
+            if p.half else {}
+        self.maps: dict[int, str] = {}
+        self.mapping_ms: dict[int, dict] = {}  # N -> the timings `tune` chose by
         self._fixup = launch.function(f"csr_fixup_{SUFFIX[p.name]}", config, SOURCE)
 
     def workspace(self, N: int):
@@ -169,7 +175,26 @@ class CsrRows:
         """float32 [len(copy_rows), N], C-contiguous: the workspace rows ``csr_fixup`` copies to ``copy_rows``."""
         return self.workspace(N)[self.copy_slot0 * N:(self.copy_slot0 + self.n_copy) * N].reshape(self.n_copy, N)
 
-    def _launches(self, B, out, accumulate: bool):
+    def mapping(self, N: int) -> str:
+        """The row kernel's mapping for N columns: "rows" (4 values per lane), or for 16-bit B with N % 8 == 0
+        the one `tune` kept ("wide" untimed)."""
+        return self.maps.get(N, "wide") if self._maps and N % 8 == 0 else "rows"
+
+    def tune(self, B) -> dict | None:
+        """Time the 8-values-per-lane mappings on B (GPU time, the autotune budget, into a scratch C) and keep the
+        faster for B's N; their milliseconds, or None when B's N has one mapping (float32, N % 8 != 0) or was
+        tuned already. Both give C within the same rounding of one sum order each, bitwise repeatable."""
+        import cupy
+
+        N = int(B.shape[1])
+        if not self._maps or N % 8 or N in self.maps or self.shape[0] == 0 or not self.n_segs:
+            return None
+        scratch = cupy.empty((self.shape[0], N), dtype=self.precision.storage_dtype)
+        ms = self.mapping_ms[N] = {m: launch.time_bound(self.bind(B, scratch, mapping=m)) for m in MAPS}
+        self.maps[N] = min(MAPS, key=ms.get)  # ties: "wide", the earlier
+        return ms
+
+    def _launches(self, B, out, accumulate: bool, mapping: str | None = None):
         if out is None:
             raise ValueError("out must be given: the CSR kernel writes into the caller's C")
         # 4 columns per lane: one 16-byte float or 8-byte 16-bit access
@@ -179,8 +204,13 @@ class CsrRows:
         block = (32 * self.config.warps,)
         rows = fix = None
         if self.n_segs:  # none: a hybrid whose rows are all on Tensor Cores copied here
-            fn = self._wide if self._wide is not None and N % 8 == 0 else self._rows
-            rows = (fn, (-(-self.n_segs // self.config.warps), chunks), block,
+            mapping = self.mapping(N) if mapping is None else mapping
+            if mapping not in ("rows", *self._maps) or (mapping != "rows" and N % 8):
+                raise ValueError(f"mapping {mapping!r} is not one of {self.precision.name}'s for N = {N}: "
+                                 f"rows{''.join(', ' + m for m in self._maps) if N % 8 == 0 else ''}")
+            fn = self._rows if mapping == "rows" else self._maps[mapping]
+            per_block = self.config.warps * (2 if mapping == "pair" else 1)  # segments
+            rows = (fn, (-(-self.n_segs // per_block), chunks), block,
                     (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
                      np.int64(self.n_segs), np.int64(N), np.int32(flags)), 0, 5, 6, 10)
         if self.n_long:
@@ -189,13 +219,13 @@ class CsrRows:
                    None, 3, 6)
         return rows, fix
 
-    def run(self, B, out, *, accumulate: bool = False):
+    def run(self, B, out, *, accumulate: bool = False, mapping: str | None = None):
         if self.shape[0] == 0:
             return out
-        return launch._run(out, *self._launches(B, out, accumulate))
+        return launch._run(out, *self._launches(B, out, accumulate, mapping))
 
-    def bind(self, B, out, *, accumulate: bool = False):
-        """The launches checked and packed once (kernels.launch.Bound)."""
+    def bind(self, B, out, *, accumulate: bool = False, mapping: str | None = None):
+        """The launches checked and packed once (kernels.launch.Bound); ``mapping`` None: `mapping` (N)."""
         if self.shape[0] == 0:
             return launch._bind(B, out)
-        return launch._bind(B, out, *self._launches(B, out, accumulate), vec_n=4)
+        return launch._bind(B, out, *self._launches(B, out, accumulate, mapping), vec_n=4)

@@ -33,7 +33,9 @@ def convert(A, precision: Precision) -> CSR:
 
 class CsrDevice:
     """A as CSR on the current device at one precision, uploaded on first use (a plan that never times or runs it
-    pays nothing): one kernel, "csr-rows"; cuSPARSE among the candidates when the plan need not be deterministic."""
+    pays nothing): one kernel, "csr-rows"; cuSPARSE among the candidates when the plan need not be deterministic.
+    With 16-bit B and N % 8 == 0 its first launch or bind for an N times the kernel's two mappings and keeps the
+    faster (`CsrRows.tune`; autotune=False: "wide", untimed)."""
 
     format_name, kernels, out_dtype = "csr", ("csr-rows",), None  # the device-operator contract
     summary = "CUDA cores, deterministic"
@@ -56,7 +58,12 @@ class CsrDevice:
 
     def decide(self, N: int, B, time_fn) -> Choice:
         choice = Choice(kernel="csr-rows", N=N, reason="one warp per row piece on CUDA cores, fixed summation order")
-        if B is None or self.autotune is False or not self.allow_cusparse:
+        if B is None or self.autotune is False:
+            return choice
+        self._tune(B)
+        if N in self._rows.maps:
+            choice.update(csr_mapping=self._rows.maps[N], csr_mapping_ms=self._rows.mapping_ms[N])
+        if not self.allow_cusparse:
             return choice
         measured = {k: time_fn(k) for k in ("csr-rows", "cusparse")}
         best = min(measured, key=measured.get)
@@ -64,13 +71,25 @@ class CsrDevice:
                       reason=f"autotune: fastest measured of {measured}")
         return choice
 
+    def mapping(self, N: int) -> str | None:
+        """The row kernel's mapping for N (`CsrRows.mapping`), None before A is uploaded."""
+        return None if self._rows is None else self._rows.mapping(N)
+
+    def _tune(self, B) -> dict | None:
+        """The row kernel's mapping for B's N timed once (`CsrRows.tune`), unless autotune is off; its ms or None."""
+        return self._get().tune(B) if self.autotune is not False else None
+
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         self._check(kernel, ksplit)
-        return self._get().run(B, out, accumulate=accumulate)
+        rows = self._get()
+        self._tune(B)
+        return rows.run(B, out, accumulate=accumulate)
 
     def bind(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         self._check(kernel, ksplit)
-        return self._get().bind(B, out, accumulate=accumulate)
+        rows = self._get()
+        self._tune(B)
+        return rows.bind(B, out, accumulate=accumulate)
 
     @staticmethod
     def _check(kernel: str, ksplit) -> None:

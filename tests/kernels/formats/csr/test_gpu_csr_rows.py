@@ -1,9 +1,12 @@
 """GPU deterministic CUDA-core CSR SpMM (kernels/formats/csr/launch.py, csr_spmm.cu) for float32 / float16 /
 bfloat16 against float64: NaN-poisoned out (every element written), rectangular shapes, empty rows, a hub row cut
 into pieces (the fixup kernel), N off the 16-byte path, float32 and 16-bit C, accumulate, two runs bit-identical,
-the bound launch equal to the plain one; 16-bit B on both mappings (8 values per lane where N % 8 == 0 and the
-buffers are 16-byte aligned, else 4); SpmmPlan's "csr-rows" kernel on request and in its timed choice."""
+the bound launch equal to the plain one; 16-bit B on every mapping (4 values per lane; 8 where N % 8 == 0, "wide"
+and "pair", with 16-byte loads where the buffers are aligned), `CsrRows.tune` keeping one of them; SpmmPlan's
+"csr-rows" kernel on request and in its timed choice."""
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ cupy = pytest.importorskip("cupy")
 if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from kernels.formats.csr.launch import CsrConfig, CsrRows  # noqa: E402
+from kernels.formats.csr.launch import MAPS, CsrConfig, CsrRows  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from kernel_cases import BASE_CASES, random_csr  # noqa: E402
 
@@ -46,12 +49,15 @@ def test_against_float64(name, p_name, N):
     B = cupy.asarray(p.to_storage(Bh))
     ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
     op = CsrRows(A, p, CsrConfig(seg_len=64))  # small pieces: the hub and long rows go through the fixup
-    for dtype in {np.dtype(np.float32), p.storage_dtype}:
-        C = p.to_float32(cupy.asnumpy(op.run(B, poisoned((A.shape[0], N), dtype)))).astype(np.float64)
-        assert np.isfinite(C).all(), "every element of C is written"
+    mappings = ("rows", *MAPS) if p.half and N % 8 == 0 else ("rows",)
+    assert op.mapping(N) == ("wide" if len(mappings) > 1 else "rows")  # untuned
+    for dtype, mapping in itertools.product({np.dtype(np.float32), p.storage_dtype}, mappings):
+        out = poisoned((A.shape[0], N), dtype)
+        C = p.to_float32(cupy.asnumpy(op.run(B, out, mapping=mapping))).astype(np.float64)
+        assert np.isfinite(C).all(), ("every element of C is written", mapping)
         tol = RTOL["float32"] if dtype == np.float32 else RTOL[p_name]
         scale = max(np.abs(ref).max(initial=0.0), 1.0)
-        assert np.allclose(C, ref, rtol=tol, atol=tol * scale), (dtype, float(np.abs(C - ref).max()))
+        assert np.allclose(C, ref, rtol=tol, atol=tol * scale), (dtype, mapping, float(np.abs(C - ref).max()))
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
@@ -101,11 +107,12 @@ def test_plan_runs_csr_rows(p_name):
 
 
 @pytest.mark.parametrize("p_name", ["float16", "bfloat16"])
-@pytest.mark.parametrize("N, shift", [(136, 0), (136, 1), (132, 0)])
-def test_16bit_mappings(p_name, N, shift):
-    """16-bit B: N % 8 == 0 takes the wide kernel (8 values per lane, half-warps on alternate nonzeros) with 16-byte
-    loads, or element loads when B and C are not 16-byte aligned (``shift``: 2 bytes off); N = 132 the 4-values
-    kernel. Each matches float64 and is bitwise repeatable."""
+@pytest.mark.parametrize("N, shift, mapping", [(136, 0, "wide"), (136, 1, "wide"), (136, 0, "pair"),
+                                               (136, 1, "pair"), (132, 0, None)])
+def test_16bit_mappings(p_name, N, shift, mapping):
+    """16-bit B: N % 8 == 0 takes an 8-values-per-lane kernel ("wide": half-warps on alternate nonzeros; "pair": a
+    half-warp per segment) with 16-byte loads, or element loads when B and C are not 16-byte aligned (``shift``: 2
+    bytes off); N = 132 the 4-values kernel. Each matches float64 and is bitwise repeatable."""
     p = precision(p_name)
     A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
     K = A.shape[1]
@@ -119,7 +126,7 @@ def test_16bit_mappings(p_name, N, shift):
         assert (outs[0].data.ptr % 16 == 0) == (shift == 0)
         for out in outs:
             out.view(cupy.uint8).fill(0xFF)  # NaN: every element must be written
-        C = [cupy.asnumpy(op.run(B, out)) for out in outs]
+        C = [cupy.asnumpy(op.run(B, out, mapping=mapping)) for out in outs]
         assert np.array_equal(C[0].view(np.uint8), C[1].view(np.uint8)), "bitwise repeatable"
         got = p.to_float32(C[0]).astype(np.float64)
         tol = RTOL["float32"] if np.dtype(dtype) == np.float32 else RTOL[p_name]
@@ -145,3 +152,55 @@ def test_walk_order_changes_no_bit(p_name):
             out = cupy.zeros((op.shape[0], 136), dtype=cupy.float32)
             outs.append(cupy.asnumpy(op.run(B, out)))
         assert all(np.array_equal(o.view(np.uint32), outs[0].view(np.uint32)) for o in outs[1:])
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_tune_keeps_the_faster_mapping(p_name):
+    """`tune` times "wide" and "pair" once per N (16-bit, N % 8 == 0) and later calls run the one kept, bit for bit
+    what that mapping gives; nothing to tune for float32 or N % 8 != 0; a mapping the kernel lacks is refused."""
+    p = precision(p_name)
+    A = sp.csr_array(sp.vstack([BASE_CASES["hub_row"](), random_csr((501, BASE_CASES["hub_row"]().shape[1]), 4000,
+                                                                    seed=6)]), dtype=np.float32)  # odd segments
+    op = CsrRows(A, p, CsrConfig(seg_len=64))
+    B = cupy.asarray(p.to_storage(np.random.default_rng(7).standard_normal((A.shape[1], 136))))
+    ms = op.tune(B)
+    if not p.half:
+        assert ms is None and op.maps == {} and op.mapping(136) == "rows"
+        with pytest.raises(ValueError, match="mapping 'pair'"):
+            op.run(B, cupy.empty((A.shape[0], 136), cupy.float32), mapping="pair")
+        return
+    assert set(ms) == set(MAPS) and all(v > 0 for v in ms.values())
+    kept = op.maps[136]
+    assert kept == min(MAPS, key=ms.get) and op.mapping_ms[136] == ms
+    assert op.tune(B) is None  # once per N
+    assert op.tune(B[:, :132].copy()) is None and op.mapping(132) == "rows"
+    got = cupy.asnumpy(op.run(B, cupy.empty((A.shape[0], 136), p.storage_dtype)))
+    want = cupy.asnumpy(op.run(B, cupy.empty((A.shape[0], 136), p.storage_dtype), mapping=kept))
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    with pytest.raises(ValueError, match="mapping 'pair'"):
+        op.run(B[:, :132].copy(), cupy.empty((A.shape[0], 132), p.storage_dtype), mapping="pair")
+
+
+@pytest.mark.parametrize("autotune", [True, False])
+def test_plan_reports_the_csr_mapping(autotune):
+    """A float16 CSR plan times the mappings at its first run for an N (autotune on) and says which it kept; with
+    autotune off it runs "wide" untimed. Both correct and repeatable."""
+    from kernels.spmm import SpmmPlan
+
+    p = precision("float16")
+    A = sp.csr_array(random_csr((3000, 2000), 30_000, seed=8), dtype=np.float32)
+    Bh = np.random.default_rng(9).standard_normal((2000, 128)).astype(np.float32)
+    exact = A.astype(np.float64) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
+    plan = SpmmPlan(A, dtype="float16", format="csr", autotune=autotune)
+    B = cupy.asarray(p.to_storage(Bh))
+    C = plan.run(B)
+    assert plan.choices[128].kernel == "csr-rows"
+    if autotune:
+        assert plan.choices[128]["csr_mapping"] in MAPS and set(plan.choices[128]["csr_mapping_ms"]) == set(MAPS)
+    else:
+        assert "csr_mapping" not in plan.choices[128]
+    got = p.to_float32(cupy.asnumpy(C)).astype(np.float64)
+    assert np.linalg.norm(got - exact) / np.linalg.norm(exact) <= p.tolerance
+    first = cupy.asnumpy(C).copy()
+    for _ in range(3):
+        assert np.array_equal(cupy.asnumpy(plan.run(B)).view(np.uint16), first.view(np.uint16))
