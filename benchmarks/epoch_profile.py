@@ -54,6 +54,26 @@ def category(kernel_name: str) -> str:
     return "other dense"
 
 
+def dense_conv():
+    """A layer class that keeps a GNN layer's linear map and bias and drops its sparse step (GCN's product with the
+    normalised adjacency; GAT's attention and aggregation): ``conv(in, out, heads=1)`` -> ``x W + b`` of width
+    ``heads x out``, so `gnn.models.GCN` and `GAT` build on it. Such a model's eager epoch issues only the work both
+    libraries share (dropout, the linear maps, the activations, the loss, Adam): the floor no library's eager
+    epoch of that model goes below (benchmarks/gnn.py's fixed-cost "dense" rows)."""
+    import torch
+
+    class DenseConv(torch.nn.Module):
+        def __init__(self, in_channels: int, out_channels: int, heads: int = 1, **_):
+            super().__init__()
+            self.lin = torch.nn.Linear(in_channels, heads * out_channels, bias=False)
+            self.bias = torch.nn.Parameter(torch.zeros(heads * out_channels))
+
+        def forward(self, x, graph):
+            return self.lin(x) + self.bias
+
+    return DenseConv
+
+
 def run_epoch(model, x, y_train, train_idx, graph, opt, mark=None):
     """One epoch in PHASES order; ``mark(phase)`` after each phase (timers, events, separators)."""
     import torch.nn.functional as F

@@ -52,7 +52,10 @@ Fixed cost (issue #33; off with ``--no-fixed-cost``): on the smallest graph run,
 in float32, ours and PyG's (its best path there) from the same weights are run in four phases (forward, loss,
 backward, optimizer) by benchmarks/epoch_profile.py: host issue ms and GPU ms per phase (host timers, CUDA events),
 synchronised epoch ms, and from one torch.profiler epoch the launch calls, host syncs, allocations and GPU kernels by
-category. Printed as a table before the main one, and written under "fixed_cost" in the JSON.
+category; and the same model with each layer's sparse step dropped ("dense": its linear maps and biases, dropout,
+activations, loss and Adam only), whose epoch is the floor of any library's eager epoch: PyG's epoch over it bounds
+the speedup an eager epoch of ours could reach there. Printed as a table before the main one, and written under
+"fixed_cost" in the JSON.
 """
 from __future__ import annotations
 
@@ -411,7 +414,8 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
 
 
 def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg_for, epochs) -> list[dict]:
-    """benchmarks/epoch_profile.py's timings and counts of ours and PyG's (same weights) for each model;
+    """benchmarks/epoch_profile.py's timings and counts of ours and PyG's (same weights) for each model, and of the
+    model with its sparse steps dropped ("dense": `epoch_profile.dense_conv`, the floor of any eager epoch);
     ``pyg_for(model)``: (PyG's conv factory, graph argument) on its best path there, or None."""
     import torch
 
@@ -431,11 +435,14 @@ def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg_for, epochs) -> 
         theirs = pyg_for(name)
         if theirs is not None:
             libs.append(("pyg", *theirs))
+        # PyG's first when present (its weights are loaded into ours), then the dense floor (its own weights)
         state = None
-        for lib, conv, graph in libs[::-1]:  # PyG's first when present: its weights are loaded into ours
+        for lib, conv, graph in [*libs[::-1], ("dense", ep.dense_conv(), None)]:
             torch.manual_seed(0)
             model = build(conv).to(x.device)
-            if state is None:
+            if lib == "dense":
+                pass
+            elif state is None:
                 state = model.state_dict()
             else:
                 model.load_state_dict(state)

@@ -235,14 +235,32 @@ def fixed_cost_lines(runs, h) -> list[str]:
     return BUDGET + [f"Measured on the smallest graph of the run (`{name}`, {doc.get('device', '?')}): synchronised "
                      "epoch ms, host issue ms (all phases), host / GPU ms per phase, launch calls, host syncs and "
                      "device allocations of one profiled epoch (every thread's, from the profiler's trace), its "
-                     "kernels by category.", ""] + h.table(
+                     "kernels by category. `dense` (where measured): the same model with each layer's sparse step "
+                     "dropped, the work every library's eager epoch issues.", ""] + h.table(
         ("graph", "model", "library", "epoch ms", "host ms", "host / GPU ms fwd", "host / GPU ms bwd",
          "host / GPU ms opt", "launches", "syncs", "allocations", "kernels"),
         [(f"`{r['graph']}`", r["model"], r["library"], h.f(r["epoch_ms"], 3), h.f(r["host_total_ms"], 3),
           *(f"{h.f((r.get('host_ms') or {}).get(p), 2)} / {h.f((r.get('gpu_ms') or {}).get(p), 2)}"
             for p in ("forward", "backward", "optimizer")),
           r.get("launches", "–"), r.get("syncs", "–"), r.get("allocations", "–"),
-          ", ".join(f"{k} {v}" for k, v in sorted((r.get("kernels") or {}).items())) or "–") for r in rows]) + [""]
+          ", ".join(f"{k} {v}" for k, v in sorted((r.get("kernels") or {}).items())) or "–") for r in rows]) + [""] \
+        + eager_bound_lines(rows, h)
+
+
+def eager_bound_lines(rows: list[dict], h) -> list[str]:
+    """Per model with a "dense" row (the model without its sparse steps): PyG's eager epoch over that floor, the
+    most any library's eager epoch could gain over PyG on that graph, beside ours."""
+    by = {(r["model"], r["library"]): r for r in rows}
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        dense, pyg, ours = (by.get((model, lib)) for lib in ("dense", "pyg", "tcspmm"))
+        if dense and pyg and dense.get("epoch_ms"):
+            lines.append(f"- {model} on `{dense['graph']}`: the dense floor (the same model without its sparse "
+                         f"steps) {h.f(dense['epoch_ms'], 3)} ms an epoch, PyG {h.f(pyg['epoch_ms'], 3)} ms: no "
+                         f"eager epoch can beat PyG by more than **{h.f(pyg['epoch_ms'] / dense['epoch_ms'], 2)}x** "
+                         "there" + (f" (ours {h.f(ours['epoch_ms'], 3)} ms, "
+                                    f"{h.f(pyg['epoch_ms'] / ours['epoch_ms'], 2)}x)" if ours else "") + ".")
+    return lines + [""] if lines else []
 
 
 def path_cell(r: dict, h) -> str:

@@ -119,6 +119,41 @@ def test_the_doc_section_carries_the_budget_and_a_measured_breakdown(tmp_path):
     assert "not run yet" in summarize_gnn.fixed_cost_lines([summarize.load(path)], h)[-2]
 
 
+def test_dense_conv_builds_both_models_without_their_sparse_steps():
+    """The dense floor's layer: GCN and GAT build on it with the same output widths, it ignores the graph, trains."""
+    torch = pytest.importorskip("torch", reason="needs torch: pip install -e '.[gnn]'")
+    from gnn.models import GAT, GCN
+
+    conv = ep.dense_conv()
+    torch.manual_seed(0)
+    x = torch.randn(30, 8)
+    idx = torch.arange(0, 30, 2)
+    y = torch.randint(0, 3, (30,))[idx]
+    for model in (GCN(8, 16, 3, conv=conv), GAT(8, 16, 3, heads=4, conv=conv)):
+        assert model(x, None).shape == (30, 3) and not any("att" in n for n, _ in model.named_parameters())
+        before = [p.detach().clone() for p in model.parameters()]
+        t = ep.phase_times(model, x, y, idx, None, epochs=2, warmup=1)
+        assert t["epoch_ms"] > 0 and any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_eager_bound_from_the_dense_floor(tmp_path):
+    """With a "dense" row the section says how far any eager epoch could beat PyG: PyG's epoch / the floor's."""
+    from types import SimpleNamespace
+
+    summarize = load("summarize")
+    import summarize_gnn
+
+    h = SimpleNamespace(**vars(summarize))
+    rows = [{"graph": "rmat-s13", "model": "gcn", "library": lib, "epoch_ms": ms}
+            for lib, ms in (("pyg", 1.9), ("tcspmm", 2.1), ("dense", 1.75))]
+    lines = summarize_gnn.eager_bound_lines(rows + [{"graph": "rmat-s13", "model": "gat", "library": "pyg",
+                                                     "epoch_ms": 4.0}], h)
+    assert lines == ["- gcn on `rmat-s13`: the dense floor (the same model without its sparse steps) 1.750 ms an "
+                     "epoch, PyG 1.900 ms: no eager epoch can beat PyG by more than **1.09x** there (ours 2.100 ms, "
+                     "0.90x).", ""]  # gat has no dense row: no line
+    assert summarize_gnn.eager_bound_lines(rows[:2], h) == []
+
+
 def test_the_doc_table_shows_captured_steps_when_the_run_has_them(tmp_path):
     import json
     from types import SimpleNamespace
