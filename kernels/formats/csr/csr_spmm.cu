@@ -184,6 +184,12 @@ __device__ __forceinline__ uint4 load_b8(const u16* __restrict__ B, i64 col, i64
   }
 }
 
+// The 16-bit row kernels' parameters (csr_rows_wide, csr_rows_pair): CSR_ROWS_PARAMS with B as 16-bit words.
+#define CSR_WIDE_PARAMS                                                                                           \
+  const i64 *__restrict__ seg_ptr, const int *__restrict__ seg_row, const int *__restrict__ seg_slot,            \
+      const int *__restrict__ indices, const void *__restrict__ data, const u16 *__restrict__ B,                 \
+      void *__restrict__ C, float *__restrict__ W, i64 n_segs, i64 N, int flags
+
 // Write a lane's 8 sums (columns n .. n + 7) to C row `row` (slot < 0) or to W row `slot` (float32, unrounded).
 template <int KIND, bool VEC>
 __device__ __forceinline__ void store8(void* __restrict__ C, float* __restrict__ W, int row, int slot, i64 N, i64 n,
@@ -208,11 +214,7 @@ __device__ __forceinline__ void store8(void* __restrict__ C, float* __restrict__
 // lower its occupancy (one kernel of both paths ran 1.2x slower on R-MAT, H200); VEC a template parameter, so
 // that the loop's loads are not behind a branch.
 template <int KIND, bool VEC>
-__device__ __forceinline__ void csr_rows_wide(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,
-                                              const int* __restrict__ seg_slot, const int* __restrict__ indices,
-                                              const void* __restrict__ data, const u16* __restrict__ B,
-                                              void* __restrict__ C, float* __restrict__ W, i64 n_segs, i64 N,
-                                              int flags) {
+__device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
   constexpr int U = CSR_UNROLL > 1 ? CSR_UNROLL / 2 : 1;  // per lane: the same bytes in flight as csr_rows'
   const int lane = threadIdx.x & 31, h = lane >> 4;
   const i64 s = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
@@ -255,11 +257,7 @@ __device__ __forceinline__ void csr_rows_wide(const i64* __restrict__ seg_ptr, c
 // alike: R-MAT after TCA 0.88x csr_rows_wide's time, SBM 0.95-0.97x, email-Enron 1.02-1.03x (H200,
 // docs/kernels-notes.md, "Session 27").
 template <int KIND, bool VEC>
-__device__ __forceinline__ void csr_rows_pair(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,
-                                              const int* __restrict__ seg_slot, const int* __restrict__ indices,
-                                              const void* __restrict__ data, const u16* __restrict__ B,
-                                              void* __restrict__ C, float* __restrict__ W, i64 n_segs, i64 N,
-                                              int flags) {
+__device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS) {
   constexpr int U = CSR_UNROLL;
   const int lane = threadIdx.x & 31, h = lane >> 4, q = lane & 15;
   const i64 w = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
