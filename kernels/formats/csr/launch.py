@@ -186,6 +186,8 @@ class CsrRows:
         tuned already. Both give C within the same rounding of one sum order each, bitwise repeatable."""
         import cupy
 
+        if getattr(B, "ndim", 0) != 2:
+            return None  # not a B at all: the launch's own checks say so
         N = int(B.shape[1])
         if not self._maps or N % 8 or N in self.maps or self.shape[0] == 0 or not self.n_segs:
             return None

@@ -173,6 +173,9 @@ def test_tune_keeps_the_faster_mapping(p_name):
     kept = op.maps[136]
     assert kept == min(MAPS, key=ms.get) and op.mapping_ms[136] == ms
     assert op.tune(B) is None  # once per N
+    assert op.tune(B[:, 0].copy()) is None  # not 2-D: nothing timed, the launch's checks refuse it
+    with pytest.raises(TypeError, match="2-D"):
+        op.run(B[:, 0].copy(), cupy.empty((A.shape[0], 1), p.storage_dtype))
     assert op.tune(B[:, :132].copy()) is None and op.mapping(132) == "rows"
     got = cupy.asnumpy(op.run(B, cupy.empty((A.shape[0], 136), p.storage_dtype)))
     want = cupy.asnumpy(op.run(B, cupy.empty((A.shape[0], 136), p.storage_dtype), mapping=kept))
