@@ -440,9 +440,8 @@ def fixed_cost(label, A, perm, x, y, masks, models, hidden, pyg_for, epochs) -> 
         for lib, conv, graph in [*libs[::-1], ("dense", ep.dense_conv(), None)]:
             torch.manual_seed(0)
             model = build(conv).to(x.device)
-            if lib != "dense" and state is None:
-                state = model.state_dict()
-            elif lib != "dense":
+            if lib != "dense":  # ours from the weights of the first built (PyG's when present)
+                state = model.state_dict() if state is None else state
                 model.load_state_dict(state)
             times = ep.phase_times(model, x, y_train, train_idx, graph, epochs=epochs)
             counts = ep.phase_counts(model, x, y_train, train_idx, graph)

@@ -68,8 +68,11 @@ class HybridDevice:
             f"against {H.split.tc_us:.1f} all on Tensor Cores, {H.split.cuda_us:.1f} all on CUDA cores"),
             extra={"hybrid": H.summary(), "tc_choice": dict(tc) if tc is not None else None})
         if B is not None and self.autotune is not False:
-            if self.cuda is not None and self.cuda.tune(B) is not None:  # 16-bit: the CUDA-core part's mapping
-                choice.update(cuda_part_mapping=self.cuda.maps[N], cuda_part_mapping_ms=self.cuda.mapping_ms[N])
+            if self.cuda is not None:  # 16-bit: the CUDA-core part's mapping, timed once per N
+                self.cuda.tune(B)
+                if N in self.cuda.mapping_ms:
+                    choice.update(cuda_part_mapping=self.cuda.mapping(N),
+                                  cuda_part_mapping_ms=self.cuda.mapping_ms[N])
             choice.update(measured_ms={"hybrid": time_fn("hybrid", choice=choice)})
         return choice
 

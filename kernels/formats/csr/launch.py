@@ -157,8 +157,7 @@ class CsrRows:
         # 16-bit B where N % 8 == 0: 8 values per lane, two mappings (csr_spmm.cu's header); N -> the one `tune` kept
         self._maps = {m: launch.function(f"csr_rows_{m}_{SUFFIX[p.name]}", config, SOURCE) for m in MAPS} \
             if p.half else {}
-        self.maps: dict[int, str] = {}
-        self.mapping_ms: dict[int, dict] = {}  # N -> the timings `tune` chose by
+        self.mapping_ms: dict[int, dict] = {}  # N -> `tune`'s timings of each mapping (the faster is kept: `maps`)
         self._fixup = launch.function(f"csr_fixup_{SUFFIX[p.name]}", config, SOURCE)
 
     def workspace(self, N: int):
@@ -175,25 +174,32 @@ class CsrRows:
         """float32 [len(copy_rows), N], C-contiguous: the workspace rows ``csr_fixup`` copies to ``copy_rows``."""
         return self.workspace(N)[self.copy_slot0 * N:(self.copy_slot0 + self.n_copy) * N].reshape(self.n_copy, N)
 
+    @property
+    def maps(self) -> dict[int, str]:
+        """N -> the mapping `tune` kept: the faster of its timings (ties: "wide", the earlier in MAPS)."""
+        return {N: min(MAPS, key=ms.get) for N, ms in self.mapping_ms.items()}
+
     def mapping(self, N: int) -> str:
         """The row kernel's mapping for N columns: "rows" (4 values per lane), or for 16-bit B with N % 8 == 0
         the one `tune` kept ("wide" untimed)."""
-        return self.maps.get(N, "wide") if self._maps and N % 8 == 0 else "rows"
+        if not self._maps or N % 8:
+            return "rows"
+        ms = self.mapping_ms.get(N)
+        return "wide" if ms is None else min(MAPS, key=ms.get)
 
     def tune(self, B) -> dict | None:
         """Time the 8-values-per-lane mappings on B (GPU time, the autotune budget, into a scratch C) and keep the
         faster for B's N; their milliseconds, or None when B's N has one mapping (float32, N % 8 != 0) or was
         tuned already. Both give C within the same rounding of one sum order each, bitwise repeatable."""
-        import cupy
-
         if getattr(B, "ndim", 0) != 2:
             return None  # not a B at all: the launch's own checks say so
         N = int(B.shape[1])
-        if not self._maps or N % 8 or N in self.maps or self.shape[0] == 0 or not self.n_segs:
+        if not self._maps or N % 8 or N in self.mapping_ms or self.shape[0] == 0 or not self.n_segs:
             return None
+        import cupy
+
         scratch = cupy.empty((self.shape[0], N), dtype=self.precision.storage_dtype)
         ms = self.mapping_ms[N] = {m: launch.time_bound(self.bind(B, scratch, mapping=m)) for m in MAPS}
-        self.maps[N] = min(MAPS, key=ms.get)  # ties: "wide", the earlier
         return ms
 
     def _launches(self, B, out, accumulate: bool, mapping: str | None = None):
