@@ -8,7 +8,8 @@ Matrices: R-MAT scale 16 and 17 and an SBM of 100k nodes from the project genera
 SNAP/email-Enron fixture (skipped with a note when no fixtures folder holds it), and R-MAT scale 20 (16M nnz) last;
 each as given and after ``tasks.reorder.auto_reorder`` (what a user runs). Per (matrix, order, N, precision:
 float32, float16, bfloat16): the kernel through ``CsrRows.bind`` (kernels/formats/csr/launch.py) with its default
-walk (``CsrConfig.heavy``: rows of >= 2x the mean length launched first) and with A's own order (heavy 0); device
+walk (``CsrConfig.walk_heavy``: float32 rows of >= 2x the mean length launched first, 16-bit rows all by length,
+longest first) and with A's own order (heavy 0); device
 time by graph replay (kernels.launch.graph_ms: median of 20 replays) and per call as issued
 (kernels.launch.issued_ms: median of 20 loops of back-to-back calls), both after warm-up; cuSPARSE's best
 CSR algorithm in the same precision (``CusparseSpmm(A, dtype=...).tune``, graph replay; its bound call as issued;
@@ -166,7 +167,7 @@ def print_table(rows, l2_tbs: float | None = None) -> None:
               f"{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
               f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{gather_tbs(r, r['walk_graph_us']):>6.2f}"
               f"{gather_tbs(r, r['cus_graph_us']):>6.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
-    print("us per call; walk = csr-rows with its default row walk (long rows first), A order = heavy 0; graph "
+    print("us per call; walk = csr-rows with its default row walk (float32: long rows first; 16-bit: all by length), A order = heavy 0; graph "
           "replay, and as issued (iss) through the bound call; x = cuSPARSE (same precision) / ours; L2 x = the x of "
           "a kernel gathering every B row from L2 at the L2 read rate; map = the mapping `tune` kept; TB/s = B rows "
           "gathered per second (one row of N values per nonzero; graph replay), ours (walk) and cuSPARSE's"

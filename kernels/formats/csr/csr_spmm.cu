@@ -255,7 +255,8 @@ __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
 // 16-byte load per nonzero), the half's nonzeros in order, CSR_UNROLL loads in flight per lane; no cross-half sum.
 // The warp loops to the longer half's length (shuffles need every lane), so it pays where paired segments are
 // alike: R-MAT after TCA 0.88x csr_rows_wide's time, SBM 0.95-0.97x, email-Enron 1.02-1.03x (H200,
-// docs/kernels-notes.md, "Session 27").
+// docs/kernels-notes.md, "Session 27"); 16-bit rows are walked by length (launch.py, HEAVY_HALF), which makes
+// neighbouring segments alike: R-MAT as given and SBM 0.85-0.88x, email-Enron 0.97x ("Session 28").
 template <int KIND, bool VEC>
 __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS) {
   constexpr int U = CSR_UNROLL;

@@ -36,7 +36,14 @@ COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each 
 # length). Swept on the H200 (float32 / float16, N = 128 and 256, as given and after TCA; docs/kernels-notes.md
 # "Session 23"): email-Enron after TCA, float32, N = 128: 50.0 us as given, 33.6 at 2, 34.1 at 4, 39.4 at 8;
 # R-MAT 4-8% faster at 2; SBM and 3-D mesh unchanged (no row that long). C is the same bit for bit in any walk.
+# 16-bit B walks every row by length (HEAVY_HALF: each non-empty row counts as heavy), which the float32 kernel
+# cannot take (SBM 1.28x slower there): the pair mapping's half-warps then hold rows of near the same length (a warp
+# loops to the longer one's) and the wide one loses at most 3%. After the mapping is tuned on that walk, float16
+# against the A-order walk (H200, graph replay, N = 128 / 256, us; docs/kernels-notes.md "Session 28"): sbm-50k
+# after TCA 30.5 -> 26.7 / 62.1 -> 57.2, rmat-s17 as given 106.4 -> 93.9 / 200.2 -> 176.4, after TCA 97.0 -> 93.8 /
+# 182.2 -> 176.3, email-Enron 22.8 -> 22.1 / 53.7 -> 53.3; no case slower.
 HEAVY = 2.0
+HEAVY_HALF = 1e-9
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,11 @@ class CsrConfig:
     unroll: int = 4  # B loads in flight per warp before their FMAs
     seg_len: int = 128  # nonzeros per segment: longer rows are cut and their pieces summed by csr_fixup
     heavy: float = HEAVY  # rows of >= heavy x the mean row length are walked first, longest first (0: as given)
+    heavy_half: float = HEAVY_HALF  # the same for 16-bit B (the default: every row, longest first)
+
+    def walk_heavy(self, half: bool) -> float:
+        """`walk_order`'s threshold for B of this width (``heavy`` 0 walks A's order in either)."""
+        return 0.0 if self.heavy <= 0 else self.heavy_half if half else self.heavy
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}")
@@ -114,7 +126,8 @@ class CsrRows:
     rows of C that ``csr_fixup`` writes from float32 workspace rows the caller fills first (`copy_view`), one
     each, after the long rows' pieces: how kernels.hybrid brings a Tensor Core part computed on its own rows into
     C, inside this kernel's fixup launch, without a launch of its own. Rows are launched in `walk_order`
-    (``config.heavy``), which changes no bit of C."""
+    (``config.walk_heavy``: hub rows first for float32, every row by length for 16-bit B), which changes no bit
+    of C."""
 
     def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG, *, rows=None, n_rows: int | None = None,
                  copy_rows=None):
@@ -130,7 +143,7 @@ class CsrRows:
                 raise ValueError(f"rows has shape {rows.shape} in {rows.min() if rows.size else 0}.."
                                  f"{rows.max() if rows.size else 0}, expected one row of C (< {self.shape[0]}) "
                                  f"per row of A ({int(A.shape[0])})")
-        walk = walk_order(A.indptr, config.heavy)
+        walk = walk_order(A.indptr, config.walk_heavy(self.precision.half))
         if walk is not None:  # A's rows in launch order, each still writing its own row of C
             A = sp.csr_array(A)[walk]
             rows = walk if rows is None else rows[walk]

@@ -56,3 +56,15 @@ def test_walk_order_puts_long_rows_first_and_keeps_the_rest():
     assert walk_order(np.zeros(4, dtype=np.int64), 1.0) is None  # empty A
     order = walk_order(indptr, 1e-9)  # every non-empty row, longest first, then the empty one
     assert sorted(order.tolist()) == list(range(8)) and order[-1] == 3 and order[0] == 4
+
+
+def test_walk_heavy_sorts_16_bit_rows_by_length_unless_walked_as_given():
+    from kernels.formats.csr.launch import HEAVY, HEAVY_HALF
+
+    assert CsrConfig().walk_heavy(False) == HEAVY and CsrConfig().walk_heavy(True) == HEAVY_HALF
+    assert CsrConfig(heavy=0.0).walk_heavy(True) == 0.0 and CsrConfig(heavy=0.0).walk_heavy(False) == 0.0
+    assert CsrConfig(heavy_half=3.0).walk_heavy(True) == 3.0
+    lengths = np.array([2, 40, 1, 0, 90, 3, 40, 2])
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    from kernels.formats.csr.launch import walk_order
+    assert walk_order(indptr, HEAVY_HALF).tolist() == [4, 1, 6, 5, 0, 7, 2, 3]  # longest first, ties in A's order

@@ -137,21 +137,28 @@ def test_16bit_mappings(p_name, N, shift, mapping):
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
 def test_walk_order_changes_no_bit(p_name):
-    """Rows launched as given (heavy=0), long rows first (default) or every row longest first: the same C, bit for
-    bit, here and with C's rows mapped (the hybrid's CUDA-core part)."""
+    """Rows launched as given (heavy=0), long rows first (float32's default), every row longest first (16-bit's
+    default): the same C, bit for bit, in each mapping, here and with C's rows mapped (the hybrid's CUDA-core
+    part)."""
     p = precision(p_name)
     A = sp.csr_array(sp.vstack([BASE_CASES["hub_row"](), random_csr((300, BASE_CASES["hub_row"]().shape[1]), 2000,
                                                                     seed=3)]), dtype=np.float32)
     B = cupy.asarray(p.to_storage(np.random.default_rng(4).standard_normal((A.shape[1], 136))))
     rows = np.random.default_rng(5).permutation(A.shape[0] + 7)[:A.shape[0]]
+    walks = [CsrConfig(seg_len=64, heavy=0.0), CsrConfig(seg_len=64, heavy=4.0, heavy_half=4.0),
+             CsrConfig(seg_len=64), CsrConfig(seg_len=64, heavy=1e-9, heavy_half=1e-9)]
+    orders = []
     for mapped in (None, rows):
         n_rows = None if mapped is None else A.shape[0] + 7
-        outs = []
-        for heavy in (0.0, 4.0, 1e-9):
-            op = CsrRows(A, p, CsrConfig(seg_len=64, heavy=heavy), rows=mapped, n_rows=n_rows)
-            out = cupy.zeros((op.shape[0], 136), dtype=cupy.float32)
-            outs.append(cupy.asnumpy(op.run(B, out)))
-        assert all(np.array_equal(o.view(np.uint32), outs[0].view(np.uint32)) for o in outs[1:])
+        for mapping in (MAPS if p.half else (None,)):
+            outs = []
+            for config in walks:
+                op = CsrRows(A, p, config, rows=mapped, n_rows=n_rows)
+                orders.append(cupy.asnumpy(op.seg_row).tobytes())
+                out = cupy.zeros((op.shape[0], 136), dtype=cupy.float32)
+                outs.append(cupy.asnumpy(op.run(B, out, mapping=mapping)))
+            assert all(np.array_equal(o.view(np.uint32), outs[0].view(np.uint32)) for o in outs[1:]), mapping
+    assert len(set(orders[:len(walks)])) >= 3  # the walks differ: the test would see an order-dependent sum
 
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
