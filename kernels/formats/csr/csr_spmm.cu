@@ -256,7 +256,8 @@ __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
 // The warp loops to the longer half's length (shuffles need every lane), so it pays where paired segments are
 // alike: R-MAT after TCA 0.88x csr_rows_wide's time, SBM 0.95-0.97x, email-Enron 1.02-1.03x (H200,
 // docs/kernels-notes.md, "Session 27"); 16-bit rows are walked by length (launch.py, HEAVY_HALF), which makes
-// neighbouring segments alike: R-MAT as given and SBM 0.85-0.88x, email-Enron 0.97x ("Session 28").
+// neighbouring segments alike: the kept mapping's time R-MAT as given 0.88x, SBM 0.88-0.92x, R-MAT after TCA
+// 0.97x, email-Enron 0.97-0.99x ("Session 28").
 template <int KIND, bool VEC>
 __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS) {
   constexpr int U = CSR_UNROLL;
