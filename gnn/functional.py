@@ -15,12 +15,28 @@ autocast state; they return their dense input's dtype (float16/bfloat16 under au
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from gnn.backend import SparseOp
 
 _fwd = torch.amp.custom_fwd(device_type="cuda")
-_bwd = torch.amp.custom_bwd(device_type="cuda")
+
+
+def _bwd(bwd):
+    """``torch.amp.custom_bwd``: ``bwd`` under the forward's autocast state; without entering an autocast context
+    where the forward ran without autocast and the backward's thread has none on (the context changes nothing
+    there and costs host time in every backward call)."""
+    under_autocast = torch.amp.custom_bwd(bwd, device_type="cuda")
+
+    @functools.wraps(bwd)
+    def backward(ctx, *grads):
+        if ctx._fwd_used_autocast or torch.is_autocast_enabled("cuda"):
+            return under_autocast(ctx, *grads)
+        return bwd(ctx, *grads)
+
+    return backward
 
 
 class _Spmm(torch.autograd.Function):

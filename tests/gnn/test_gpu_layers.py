@@ -328,3 +328,35 @@ def test_fit_goes_on_eagerly_with_dropout_after_a_failed_capture():
     assert res["graph_error"] and "graph_from_epoch" not in res
     assert len(res["losses"]) == 6 and np.isfinite(res["losses"]).all()
     assert torch.nn.functional.dropout(x, 0.5).isfinite().all()  # the generator draws eagerly again
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float16, torch.bfloat16])
+def test_backward_runs_under_the_forwards_autocast_state(dtype):
+    """gnn.functional's custom_bwd skips the autocast context only where the forward had none: a backward sees
+    autocast on, in the forward's dtype, exactly when the forward ran under it."""
+    from gnn import functional
+
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        @functional._fwd
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        @functional._bwd
+        def backward(ctx, g):
+            seen.append((torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")))
+            return g * 2
+
+    x = torch.randn(8, device=CUDA, requires_grad=True)
+    if dtype is None:
+        Probe.apply(x).sum().backward()
+        assert seen == [(False, seen[0][1])]
+    else:
+        with torch.autocast("cuda", dtype=dtype):
+            y = Probe.apply(x)
+        y.sum().backward()
+        assert seen == [(True, dtype)]
+    assert torch.equal(x.grad, torch.full_like(x, 2.0))

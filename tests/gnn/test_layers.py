@@ -188,3 +188,21 @@ def test_fit_refuses_a_cuda_graph_on_the_cpu():
     with pytest.raises(ValueError, match="cuda_graph=True needs CUDA tensors"):
         fit(GCN(8, 8, 2), torch.randn(50, 8), torch.randint(0, 2, (50,)), gnn.Graph("g", A + A.T),
             split_masks(50, 0), epochs=1, cuda_graph=True)
+
+
+def test_backward_skips_the_autocast_context_only_where_the_forward_had_none(monkeypatch):
+    """gnn.functional's custom_bwd: without autocast in the forward (and none on in the backward's thread) the
+    backward runs as written, no autocast context entered; a forward under autocast is tested on CUDA
+    (tests/gnn/test_gpu_layers.py)."""
+    from gnn import functional
+
+    entered = []
+    real = torch.amp.autocast_mode.autocast.__enter__
+    monkeypatch.setattr(torch.amp.autocast_mode.autocast, "__enter__",
+                        lambda self: entered.append(self) or real(self))
+    A = sp.random_array((30, 30), density=0.2, random_state=1, format="csr", dtype=np.float64)
+    op = gnn.SparseOp(A)
+    X = torch.randn(30, 4, dtype=torch.float64, requires_grad=True)
+    functional.spmm(op, X).sum().backward()
+    assert not entered
+    assert torch.allclose(X.grad, torch.from_numpy(A.T @ np.ones((30, 4))))
