@@ -16,8 +16,9 @@
 //   positions of the segment, U / 2 of them in flight per lane; at the end the lower half adds the upper half's
 //   sums (a fixed order) and writes. Twice the bytes per load and two nonzeros per warp instruction: 1.65-1.81x
 //   the 4-values-per-lane mapping on graphs (H200, docs/kernels-notes.md, "Session 23"). csr_rows_pair (16-bit
-//   B, N % 8 == 0, the same columns per lane): each half-warp its own segment, 2 x CSR_WARPS segments a block;
-//   the operator times it against csr_rows_wide for each N (launch.py, `CsrRows.tune`).
+//   B, N % 8 == 0, the same columns per lane): each half-warp its own segment, 2 x CSR_WARPS segments a block,
+//   except the walk's tail of short segments (from tail0), CSR_TAIL_GROUP a half-warp in the first warps; the
+//   operator times it against csr_rows_wide for each N (launch.py, `CsrRows.tune`).
 //   csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns as csr_rows.
 // Input contract (checked by the launcher): seg_ptr int64 [S + 1] (segment s = nonzeros seg_ptr[s] ..
 //   seg_ptr[s+1] - 1, increasing, seg_ptr[S] = nnz), seg_row int32 [S] (every row of A has >= 1 segment, so
@@ -30,9 +31,11 @@
 #ifndef CSR_WARPS
 #define CSR_WARPS 2
 #define CSR_UNROLL 4
+#define CSR_TAIL_GROUP 8
 #endif
 static_assert(CSR_WARPS >= 1 && CSR_WARPS <= 32, "CsrConfig.warps must be 1..32");
 static_assert(CSR_UNROLL == 1 || CSR_UNROLL == 2 || CSR_UNROLL == 4 || CSR_UNROLL == 8, "CsrConfig.unroll: 1/2/4/8");
+static_assert(CSR_TAIL_GROUP >= 1 && CSR_TAIL_GROUP <= 64, "CsrConfig.tail_group must be 1..64");
 
 #include "tc_ops.cuh"  // i64, u16, Kind (F32 = float32 here), to_f32, from_f32
 #define FLAG_VEC 1
@@ -257,17 +260,17 @@ __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
 // alike: R-MAT after TCA 0.88x csr_rows_wide's time, SBM 0.95-0.97x, email-Enron 1.02-1.03x (H200,
 // docs/kernels-notes.md, "Session 27"); 16-bit rows are walked by length (launch.py, HEAVY_HALF), which makes
 // neighbouring segments alike: the kept mapping's time R-MAT as given 0.88x, SBM 0.88-0.92x, R-MAT after TCA
-// 0.97x, email-Enron 0.97-0.99x ("Session 28").
+// 0.97x, email-Enron 0.97-0.99x ("Session 28"). That walk ends in the short rows (40% of an R-MAT's rows are
+// empty), each a warp-half of its own: a warp launched for little more than its row's store. Their segments of
+// <= tail_short (2) nonzeros go CSR_TAIL_GROUP (8) a half-warp to the first warps instead (first, so that their
+// serial chains of dependent loads do not hold up the kernel's end: last, they cost an SBM with a few such rows up
+// to 1.25x): R-MAT 0.93-0.96x the pair kernel's time without it, SBM 1.00-1.01x, email-Enron 0.98-1.02x (one
+// process, interleaved; "Session 28").
+// One segment s of the pair mapping on half-warp h (both halves call it together: the shuffles need every lane).
 template <int KIND, bool VEC>
-__device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS) {
+__device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 n, bool in) {
   constexpr int U = CSR_UNROLL;
-  const int lane = threadIdx.x & 31, h = lane >> 4, q = lane & 15;
-  const i64 w = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
-  if (2 * w >= n_segs) return;  // warp-uniform: neither half has a segment
-  const i64 s = 2 * w + h;
   const bool has = s < n_segs;  // the upper half of the last warp may have none
-  const i64 n = (i64)blockIdx.y * COLS + 8 * q;
-  const bool in = n < N;
   const i64 lo = has ? seg_ptr[s] : 0, len = has ? seg_ptr[s + 1] - lo : 0;
   const int slot = has ? seg_slot[s] : -1, row = has ? seg_row[s] : 0;
   const i64 trips = max(len, (i64)__shfl_xor_sync(0xffffffffu, (long long)len, 16));  // warp-uniform
@@ -294,6 +297,31 @@ __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS) {
     }
   }
   if (has && in) store8<KIND, VEC>(C, W, row, slot, N, n, acc, flags);
+}
+
+template <int KIND, bool VEC>
+__device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS, i64 tail0) {
+  constexpr int G = CSR_TAIL_GROUP;
+  const int lane = threadIdx.x & 31, h = lane >> 4, q = lane & 15;
+  const i64 w = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
+  const i64 n = (i64)blockIdx.y * COLS + 8 * q;
+  const bool in = n < N;
+  // The walk's tail of short segments (from tail0, even: <= tail_short nonzeros, one pass each) goes to the first
+  // warps, G consecutive segments a half-warp: fewer warps where a segment is little more than its row's store,
+  // and their dependent load chains start first rather than hold up the kernel's end. The warps after them take
+  // segments 2v (lower half) and 2v + 1 (upper) of the head.
+  const i64 tail_warps = n_segs > tail0 ? (n_segs - tail0 + 2 * G - 1) / (2 * G) : 0;
+  if (w >= tail_warps) {
+    const i64 s0 = 2 * (w - tail_warps);  // the lower half's; tail0 even: both halves' are in the head or neither
+    if (s0 >= tail0) return;  // warp-uniform
+    pair_segment<KIND, VEC>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, s0 + h, q, n, in);
+    return;
+  }
+  const i64 first = tail0 + (2 * w + h) * G;
+#pragma unroll 1
+  for (int i = 0; i < G; ++i)
+    pair_segment<KIND, VEC>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, first + i, q, n,
+                            in);
 }
 
 template <int KIND>
@@ -343,7 +371,16 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
 CSR_ENTRY(f32, F32)
 CSR_ENTRY(f16, F16)
 CSR_ENTRY(bf16, BF16)
+#define CSR_PAIR_ENTRY(SUFFIX, KIND)                                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS, 32 / CSR_WARPS)                                     \
+      csr_rows_pair_##SUFFIX(CSR_ROWS_PARAMS, i64 tail0) {                                                       \
+    const u16* B16 = static_cast<const u16*>(B);                                                                 \
+    if (flags & FLAG_VEC)                                                                                        \
+      csr_rows_pair<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags, tail0);  \
+    else                                                                                                         \
+      csr_rows_pair<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags, tail0); \
+  }
 CSR_WIDE_ENTRY(f16, F16, wide)
 CSR_WIDE_ENTRY(bf16, BF16, wide)
-CSR_WIDE_ENTRY(f16, F16, pair)
-CSR_WIDE_ENTRY(bf16, BF16, pair)
+CSR_PAIR_ENTRY(f16, F16)
+CSR_PAIR_ENTRY(bf16, BF16)

@@ -44,6 +44,12 @@ COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each 
 # 182.2 -> 176.3, email-Enron 22.8 -> 22.1 / 53.7 -> 53.3; no case slower.
 HEAVY = 2.0
 HEAVY_HALF = 1e-9
+# The pair mapping groups the walk's tail of segments of <= SHORT nonzeros, tail_group a half-warp, in the first
+# warps (csr_spmm.cu): swept in one process on the H200 (float16, N = 128 / 256, graph replay, against the kernel
+# without it; docs/kernels-notes.md "Session 28"): (8, 2) R-MAT 0.93-0.96x, SBM 1.00-1.01x, email-Enron 0.98-1.02x;
+# (8, 4) the same on R-MAT, SBM 1.01x, email-Enron up to 1.07x; (8, 16) SBM up to 1.17x, email-Enron up to 1.23x
+# (segments of 10-16 nonzeros in series are latency, not launch cost); (4, 2) R-MAT 0.92-1.00x.
+SHORT = 2
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,15 @@ class CsrConfig:
     seg_len: int = 128  # nonzeros per segment: longer rows are cut and their pieces summed by csr_fixup
     heavy: float = HEAVY  # rows of >= heavy x the mean row length are walked first, longest first (0: as given)
     heavy_half: float = HEAVY_HALF  # the same for 16-bit B (the default: every row, longest first)
+    tail_group: int = 8  # the pair mapping: segments a half-warp takes in the walk's tail of short segments
+    tail_short: int = SHORT  # nonzeros of a segment in that tail (<= 16: one pass of a half-warp each)
+
+    def defines(self) -> tuple[str, ...]:
+        return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}", f"-DCSR_TAIL_GROUP={self.tail_group}")
 
     def walk_heavy(self, half: bool) -> float:
         """`walk_order`'s threshold for B of this width (``heavy`` 0 walks A's order in either)."""
         return 0.0 if self.heavy <= 0 else self.heavy_half if half else self.heavy
-
-    def defines(self) -> tuple[str, ...]:
-        return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}")
 
 
 CSR_CONFIG = CsrConfig()
@@ -83,6 +91,15 @@ class Segments:
 def segments(indptr, seg_len: int = CSR_CONFIG.seg_len) -> Segments:
     """Cut rows into pieces of <= seg_len nonzeros (>= 1 piece per row, so every row of C is written)."""
     return Segments(*cut_ranges(indptr, seg_len, "row", "seg_len"))
+
+
+def short_tail(seg_ptr, short: int = SHORT) -> int:
+    """The first segment of the walk's tail of segments of <= ``short`` nonzeros, rounded up to even (the pair
+    mapping takes two segments a warp before it): the segment count rounded up when the last one is longer."""
+    lens = np.diff(np.asarray(seg_ptr, dtype=np.int64))
+    longer = np.flatnonzero(lens > short)
+    first = int(longer[-1]) + 1 if longer.size else 0
+    return first + (first & 1)
 
 
 def walk_order(indptr, heavy: float = HEAVY) -> np.ndarray | None:
@@ -157,6 +174,7 @@ class CsrRows:
             fix_row = np.concatenate([fix_row, copy_rows.astype(np.int32)])
             fix_ptr = np.concatenate([fix_ptr, fix_ptr[-1] + np.arange(1, self.n_copy + 1, dtype=np.int32)])
         self.n_segs, self.n_long, self.n_slots = int(seg_row.shape[0]), int(fix_row.shape[0]), int(fix_ptr[-1])
+        self.tail0 = short_tail(seg.seg_ptr, config.tail_short)
         p = self.precision
         values = A.data if A.data.dtype == p.storage_dtype else p.to_storage(np.asarray(A.data, dtype=np.float32))
         up = cupy.asarray
@@ -230,10 +248,14 @@ class CsrRows:
                 raise ValueError(f"mapping {mapping!r} is not one of {self.precision.name}'s for N = {N}: "
                                  f"rows{''.join(', ' + m for m in self._maps) if N % 8 == 0 else ''}")
             fn = self._rows if mapping == "rows" else self._maps[mapping]
-            per_block = self.config.warps * (2 if mapping == "pair" else 1)  # segments
-            rows = (fn, (-(-self.n_segs // per_block), chunks), block,
-                    (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
-                     np.int64(self.n_segs), np.int64(N), np.int32(flags)), 0, 5, 6, 10)
+            args = (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
+                    np.int64(self.n_segs), np.int64(N), np.int32(flags))
+            warps = self.n_segs
+            if mapping == "pair":  # tail_group segments a half-warp in the short tail, then 2 a warp
+                tail0, group = self.tail0, self.config.tail_group
+                warps = max(0, -(-(self.n_segs - tail0) // (2 * group))) + min(tail0, self.n_segs + 1) // 2
+                args += (np.int64(tail0),)
+            rows = (fn, (-(-warps // self.config.warps), chunks), block, args, 0, 5, 6, 10)
         if self.n_long:
             fix = (self._fixup, (-(-self.n_long // self.config.warps), chunks), block,
                    (self.fix_row, self.fix_ptr, W, out, np.int64(self.n_long), np.int64(N), np.int32(flags)), 0,

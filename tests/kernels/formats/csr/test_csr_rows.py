@@ -41,7 +41,20 @@ def test_reference_equals_the_product(name):
 def test_checks():
     with pytest.raises(ValueError, match="seg_len is 0"):
         segments(np.array([0, 1]), 0)
-    assert CsrConfig().defines() == ("-DCSR_WARPS=2", "-DCSR_UNROLL=4")
+    assert CsrConfig().defines() == ("-DCSR_WARPS=2", "-DCSR_UNROLL=4", "-DCSR_TAIL_GROUP=8")
+
+
+def test_short_tail_is_the_even_start_of_the_last_run_of_short_segments():
+    from kernels.formats.csr.launch import short_tail
+
+    ptr = lambda lens: np.concatenate([[0], np.cumsum(lens)])  # noqa: E731
+    assert short_tail(ptr([40, 17, 16, 3, 0, 0]), 16) == 2  # segments 2.. are <= 16
+    assert short_tail(ptr([40, 17, 20, 3, 0]), 16) == 4  # from 3, rounded up to even
+    assert short_tail(ptr([5, 40, 3, 1]), 16) == 2  # a short segment before a long one stays in the head
+    assert short_tail(ptr([3, 1, 0]), 16) == 0 and short_tail(ptr([]), 16) == 0  # all short; none
+    assert short_tail(ptr([3, 1, 20]), 16) == 4  # the last segment long: no tail (past the end, even)
+    assert short_tail(ptr([40, 17, 16, 3, 2, 0, 1])) == 4  # the default: <= 2 nonzeros
+    assert short_tail(ptr([9, 9]), short=8) == 2
 
 
 def test_walk_order_puts_long_rows_first_and_keeps_the_rest():

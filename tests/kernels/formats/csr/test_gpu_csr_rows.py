@@ -214,3 +214,33 @@ def test_plan_reports_the_csr_mapping(autotune):
     first = cupy.asnumpy(C).copy()
     for _ in range(3):
         assert np.array_equal(cupy.asnumpy(plan.run(B)).view(np.uint16), first.view(np.uint16))
+
+
+@pytest.mark.parametrize("p_name", ["float16", "bfloat16"])
+def test_pair_tail_groups_short_rows_without_changing_a_bit(p_name):
+    """The pair mapping's tail (segments of <= tail_short nonzeros, tail_group a half-warp, launched first): every
+    row of C written (empty rows as zeros, C poisoned first), each row's sum bit for bit what one segment a
+    half-warp gives, for tails of odd and even starts and lengths, a tail of every segment and none."""
+    p = precision(p_name)
+    rng = np.random.default_rng(8)
+    lengths = np.concatenate([rng.integers(17, 300, 9), rng.integers(3, 17, 40), rng.integers(0, 3, 203)])
+    rows = [rng.choice(700, size=k, replace=False) for k in lengths]
+    A = sp.csr_array((rng.standard_normal(int(lengths.sum())).astype(np.float32),
+                      np.concatenate(rows).astype(np.int32), np.concatenate([[0], np.cumsum(lengths)])),
+                     shape=(len(lengths), 700))
+    A.sort_indices()
+    Bh = rng.standard_normal((700, 136)).astype(np.float32)
+    B = cupy.asarray(p.to_storage(Bh))
+    ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
+    outs, tails = [], set()
+    for group, short in ((1, 16), (8, 2), (3, 2), (8, 16), (5, 0), (2, 1000)):
+        op = CsrRows(A, p, CsrConfig(seg_len=64, tail_group=group, tail_short=short))
+        tails.add(op.tail0)
+        C = p.to_float32(cupy.asnumpy(op.run(B, poisoned((A.shape[0], 136), p.storage_dtype), mapping="pair")))
+        outs.append(C)
+    assert len(tails) >= 4  # different tails were walked
+    for C in outs[1:]:
+        assert np.array_equal(C.view(np.uint32), outs[0].view(np.uint32))
+    tol = RTOL[p_name]
+    assert np.allclose(outs[0], ref, rtol=tol, atol=tol * max(np.abs(ref).max(), 1.0))
+    assert not outs[0][lengths == 0].any()  # empty rows: zeros
