@@ -253,20 +253,8 @@ __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
   store8<KIND, VEC>(C, W, row, slot, N, n, acc, flags);
 }
 
-// csr_rows_pair (16-bit B, N % 8 == 0; kernels/formats/csr/launch.py times it against csr_rows_wide per N): warp w
-// takes segments 2w and 2w + 1, half-warp h segment 2w + h and lane q of a half columns n0 + 8q .. + 7 (one
-// 16-byte load per nonzero), the half's nonzeros in order, CSR_UNROLL loads in flight per lane; no cross-half sum.
-// The warp loops to the longer half's length (shuffles need every lane), so it pays where paired segments are
-// alike: R-MAT after TCA 0.88x csr_rows_wide's time, SBM 0.95-0.97x, email-Enron 1.02-1.03x (H200,
-// docs/kernels-notes.md, "Session 27"); 16-bit rows are walked by length (launch.py, HEAVY_HALF), which makes
-// neighbouring segments alike: the kept mapping's time R-MAT as given 0.88x, SBM 0.88-0.92x, R-MAT after TCA
-// 0.97x, email-Enron 0.97-0.99x ("Session 28"). That walk ends in the short rows (40% of an R-MAT's rows are
-// empty), each a warp-half of its own: a warp launched for little more than its row's store. Their segments of
-// <= tail_short (2) nonzeros go CSR_TAIL_GROUP (8) a half-warp to the first warps instead (first, so that their
-// serial chains of dependent loads do not hold up the kernel's end: last, they cost an SBM with a few such rows up
-// to 1.25x): R-MAT 0.93-0.96x the pair kernel's time without it, SBM 1.00-1.01x, email-Enron 0.98-1.02x (one
-// process, interleaved; "Session 28").
-// One segment s of the pair mapping on half-warp h (both halves call it together: the shuffles need every lane).
+// Segment s of the pair mapping on the calling half-warp, lane q: columns n .. n + 7 (in: inside N); both halves
+// call it together (the shuffles need every lane).
 template <int KIND, bool VEC>
 __device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 n, bool in) {
   constexpr int U = CSR_UNROLL;
@@ -299,6 +287,19 @@ __device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 
   if (has && in) store8<KIND, VEC>(C, W, row, slot, N, n, acc, flags);
 }
 
+// csr_rows_pair (16-bit B, N % 8 == 0; kernels/formats/csr/launch.py times it against csr_rows_wide per N): a warp
+// takes two neighbouring segments, half-warp h the (h + 1)-th, and lane q of a half columns n0 + 8q .. + 7 (one
+// 16-byte load per nonzero), the half's nonzeros in order, CSR_UNROLL loads in flight per lane; no cross-half sum.
+// The warp loops to the longer half's length (shuffles need every lane), so it pays where paired segments are
+// alike: R-MAT after TCA 0.88x csr_rows_wide's time, SBM 0.95-0.97x, email-Enron 1.02-1.03x (H200,
+// docs/kernels-notes.md, "Session 27"); 16-bit rows are walked by length (launch.py, HEAVY_HALF), which makes
+// neighbouring segments alike: the kept mapping's time R-MAT as given 0.88x, SBM 0.88-0.92x, R-MAT after TCA
+// 0.97x, email-Enron 0.97-0.99x ("Session 28"). That walk ends in the short rows (40% of an R-MAT's rows are
+// empty), each a warp-half of its own: a warp launched for little more than its row's store. Their segments of
+// <= tail_short (2) nonzeros go CSR_TAIL_GROUP (8) a half-warp to the first warps instead (first, so that their
+// serial chains of dependent loads do not hold up the kernel's end: last, they cost an SBM with a few such rows up
+// to 1.25x): R-MAT 0.93-0.96x the pair kernel's time without it, SBM 1.00-1.01x, email-Enron 0.98-1.02x (one
+// process, interleaved; "Session 28").
 template <int KIND, bool VEC>
 __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS, i64 tail0) {
   constexpr int G = CSR_TAIL_GROUP;
