@@ -63,7 +63,7 @@ class GpuEngine:
         self._streams: dict = {}  # torch stream pointer -> _StreamScope (CuPy's device and that stream)
         self._values: dict = {}  # transpose -> torch view of the cuSPARSE operator's values (copied into per call)
 
-    def _on_torch_stream(self) -> "_StreamScope":
+    def _on_torch_stream(self) -> _StreamScope:
         """A context setting CuPy's current device and stream to this engine's device and torch's current stream
         there, one kept per torch stream: per call one raw-pointer query and a dict lookup (torch's
         ``current_stream`` object and a generator context cost 3-4 us more of host time per product, H200)."""

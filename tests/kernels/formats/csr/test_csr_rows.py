@@ -47,7 +47,9 @@ def test_checks():
 def test_short_tail_is_the_even_start_of_the_last_run_of_short_segments():
     from kernels.formats.csr.launch import short_tail
 
-    ptr = lambda lens: np.concatenate([[0], np.cumsum(lens)])  # noqa: E731
+    def ptr(lens):
+        return np.concatenate([[0], np.cumsum(lens)])
+
     assert short_tail(ptr([40, 17, 16, 3, 0, 0]), 16) == 2  # segments 2.. are <= 16
     assert short_tail(ptr([40, 17, 20, 3, 0]), 16) == 4  # from 3, rounded up to even
     assert short_tail(ptr([5, 40, 3, 1]), 16) == 2  # a short segment before a long one stays in the head
@@ -72,12 +74,11 @@ def test_walk_order_puts_long_rows_first_and_keeps_the_rest():
 
 
 def test_walk_heavy_sorts_16_bit_rows_by_length_unless_walked_as_given():
-    from kernels.formats.csr.launch import HEAVY, HEAVY_HALF
+    from kernels.formats.csr.launch import HEAVY, HEAVY_HALF, walk_order
 
     assert CsrConfig().walk_heavy(False) == HEAVY and CsrConfig().walk_heavy(True) == HEAVY_HALF
     assert CsrConfig(heavy=0.0).walk_heavy(True) == 0.0 and CsrConfig(heavy=0.0).walk_heavy(False) == 0.0
     assert CsrConfig(heavy_half=3.0).walk_heavy(True) == 3.0
     lengths = np.array([2, 40, 1, 0, 90, 3, 40, 2])
     indptr = np.concatenate([[0], np.cumsum(lengths)])
-    from kernels.formats.csr.launch import walk_order
     assert walk_order(indptr, HEAVY_HALF).tolist() == [4, 1, 6, 5, 0, 7, 2, 3]  # longest first, ties in A's order
