@@ -23,8 +23,9 @@ def csr_section(runs, v0, older, *, h) -> list[str]:
     rows = run.rows
     out = h.opening(
         title, run,
-        "`CsrRows.bind` per precision on the same B: `walk` = the default row walk (rows of >= 2x the mean "
-        "length launched first, longest first), `A order` = the rows as stored; cuSPARSE = its best CSR "
+        "`CsrRows.bind` per precision on the same B: `walk` = the default row walk (float32: rows of >= 2x the "
+        "mean length launched first, longest first; 16-bit B, in files from `csr_rows-*-s28.json` on: every "
+        "row by length, longest first), `A order` = the rows as stored; cuSPARSE = its best CSR "
         "algorithm in the same precision (half CSR computes on CUDA cores); device us per call by graph "
         "replay, `issued` = per call as issued through the bound calls; `x` = cuSPARSE / ours. Orders: the "
         "matrix as given (shuffled labels) and after `tasks.reorder.auto_reorder`. `gather TB/s`: the rows of "
