@@ -89,7 +89,10 @@ def l2_read_tbs(n_bytes: int = 16 << 20, reps: int = 16) -> float:
 
 def gather_tbs(row: dict, us: float) -> float:
     """TB/s of B rows gathered (one row of N values per nonzero) at ``us`` per call."""
-    return row["nnz"] * row["N"] * (4 if row["precision"] == "float32" else 2) / (us * 1e-6) / 1e12
+    from kernels.precision import precision
+
+    itemsize = np.dtype(precision(row["precision"]).storage_dtype).itemsize
+    return row["nnz"] * row["N"] * itemsize / (us * 1e-6) / 1e12
 
 
 def l2_bound_x(row: dict, l2_tbs: float) -> float:
@@ -158,7 +161,8 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
 
 def print_table(rows, l2_tbs: float | None = None) -> None:
     print(f"{'matrix':<14}{'order':<8}{'nnz':>10}{'N':>5} {'precision':<10}{'walk':>9}{'A order':>9}{'cuSPARSE':>10}"
-          f"{'x cus':>7}{'L2 x':>6}{'map':>5}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'TB/s':>6}{'cus':>6}{'err':>9} ok")
+          f"{'x cus':>7}{'L2 x':>6}{'map':>5}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'TB/s':>6}{'cus':>6}"
+          f"{'err':>9} ok")
     for r in rows:
         print(f"{r['matrix'][:13]:<14}{r['order'][:7]:<8}{r['nnz']:>10}{r['N']:>5} {r['precision']:<10}"
               f"{r['walk_graph_us']:>9.1f}{r['given_graph_us']:>9.1f}{r['cus_graph_us']:>10.1f}"
@@ -167,10 +171,11 @@ def print_table(rows, l2_tbs: float | None = None) -> None:
               f"{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
               f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{gather_tbs(r, r['walk_graph_us']):>6.2f}"
               f"{gather_tbs(r, r['cus_graph_us']):>6.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
-    print("us per call; walk = csr-rows with its default row walk (float32: long rows first; 16-bit: all by length), A order = heavy 0; graph "
-          "replay, and as issued (iss) through the bound call; x = cuSPARSE (same precision) / ours; L2 x = the x of "
-          "a kernel gathering every B row from L2 at the L2 read rate; map = the mapping `tune` kept; TB/s = B rows "
-          "gathered per second (one row of N values per nonzero; graph replay), ours (walk) and cuSPARSE's"
+    print("us per call; walk = csr-rows with its default row walk (float32: long rows first; 16-bit: all by "
+          "length), A order = heavy 0; graph replay, and as issued (iss) through the bound call; x = cuSPARSE (same "
+          "precision) / ours; L2 x = the x of a kernel gathering every B row from L2 at the L2 read rate; map = the "
+          "mapping `tune` kept; TB/s = B rows gathered per second (one row of N values per nonzero; graph replay), "
+          "ours (walk) and cuSPARSE's"
           + (f"; this GPU's L2 read rate: {l2_tbs:.2f} TB/s" if l2_tbs else ""))
 
 

@@ -174,8 +174,8 @@ class CsrRows:
             fix_row = np.concatenate([fix_row, copy_rows.astype(np.int32)])
             fix_ptr = np.concatenate([fix_ptr, fix_ptr[-1] + np.arange(1, self.n_copy + 1, dtype=np.int32)])
         self.n_segs, self.n_long, self.n_slots = int(seg_row.shape[0]), int(fix_row.shape[0]), int(fix_ptr[-1])
-        self.tail0 = short_tail(seg.seg_ptr, config.tail_short)
         p = self.precision
+        self.tail0 = short_tail(seg.seg_ptr, config.tail_short) if p.half else 0  # the pair mapping's (16-bit)
         values = A.data if A.data.dtype == p.storage_dtype else p.to_storage(np.asarray(A.data, dtype=np.float32))
         up = cupy.asarray
         self.indices = up(np.asarray(A.indices, dtype=np.int32)) if A.nnz else cupy.zeros(1, cupy.int32)
@@ -208,7 +208,7 @@ class CsrRows:
     @property
     def maps(self) -> dict[int, str]:
         """N -> the mapping `tune` kept: the faster of its timings (ties: "wide", the earlier in MAPS)."""
-        return {N: min(MAPS, key=ms.get) for N, ms in self.mapping_ms.items()}
+        return {N: self.mapping(N) for N in self.mapping_ms}
 
     def mapping(self, N: int) -> str:
         """The row kernel's mapping for N columns: "rows" (4 values per lane), or for 16-bit B with N % 8 == 0
