@@ -24,7 +24,7 @@ the time ("gather TB/s", ours and cuSPARSE's) are set against the GPU's L2 read 
 a kernel that fetches every gathered row from L2 cannot run faster than that rate allows; more needs rows reused
 from L1 or fewer bytes per row. "L2 x" is that bound as a speedup over cuSPARSE (`l2_bound_x`). 16-bit rows run the
 mapping ``CsrRows.tune`` keeps (timed on the default walk, as a plan does; both walks then on that one, so their C
-can be compared bit for bit); "mapping_ms" in the JSON holds both timings.
+can be compared bit for bit); "mapping_ms" in the JSON holds each timed mapping's time.
 """
 from __future__ import annotations
 
@@ -159,6 +159,9 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
     return rows
 
 
+MAP_LABEL = {"wide": "wide", "pair": "pair", "pair16": "p16", "pair16_deep": "p16d"}  # the map column's
+
+
 def print_table(rows, l2_tbs: float | None = None) -> None:
     print(f"{'matrix':<14}{'order':<8}{'nnz':>10}{'N':>5} {'precision':<10}{'walk':>9}{'A order':>9}{'cuSPARSE':>10}"
           f"{'x cus':>7}{'L2 x':>6}{'map':>5}{'walk iss':>9}{'cus iss':>9}{'x iss':>7}{'TB/s':>6}{'cus':>6}"
@@ -167,14 +170,14 @@ def print_table(rows, l2_tbs: float | None = None) -> None:
         print(f"{r['matrix'][:13]:<14}{r['order'][:7]:<8}{r['nnz']:>10}{r['N']:>5} {r['precision']:<10}"
               f"{r['walk_graph_us']:>9.1f}{r['given_graph_us']:>9.1f}{r['cus_graph_us']:>10.1f}"
               f"{r['cus_graph_us'] / r['walk_graph_us']:>7.2f}"
-              f"{l2_bound_x(r, l2_tbs) if l2_tbs else float('nan'):>6.2f}{r.get('mapping', '-')[:4]:>5}"
+              f"{l2_bound_x(r, l2_tbs) if l2_tbs else float('nan'):>6.2f}{MAP_LABEL.get(r.get('mapping'), '-'):>5}"
               f"{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
               f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{gather_tbs(r, r['walk_graph_us']):>6.2f}"
               f"{gather_tbs(r, r['cus_graph_us']):>6.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
     print("us per call; walk = csr-rows with its default row walk (float32: long rows first; 16-bit: all by "
           "length), A order = heavy 0; graph replay, and as issued (iss) through the bound call; x = cuSPARSE (same "
           "precision) / ours; L2 x = the x of a kernel gathering every B row from L2 at the L2 read rate; map = the "
-          "mapping `tune` kept; TB/s = B rows gathered per second (one row of N values per nonzero; graph replay), "
+          "mapping `tune` kept (p16 / p16d: pair16 / pair16_deep); TB/s = B rows gathered per second (one row of N values per nonzero; graph replay), "
           "ours (walk) and cuSPARSE's"
           + (f"; this GPU's L2 read rate: {l2_tbs:.2f} TB/s" if l2_tbs else ""))
 

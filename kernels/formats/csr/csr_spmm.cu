@@ -253,38 +253,46 @@ __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
   store8<KIND, VEC>(C, W, row, slot, N, n, acc, flags);
 }
 
-// Segment s of the pair mapping on the calling half-warp, lane q: columns n .. n + 7 (in: inside N); both halves
-// call it together (the shuffles need every lane).
-template <int KIND, bool VEC>
+// Segment s of the pair mappings on the calling half-warp, lane q: columns n .. n + 8 V - 1 (in: inside N; V 16-byte
+// loads per nonzero), U nonzeros' loads in flight; both halves call it together (the shuffles need every lane).
+template <int KIND, bool VEC, int V, int U>
 __device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 n, bool in) {
-  constexpr int U = CSR_UNROLL;
   const bool has = s < n_segs;  // the upper half of the last warp may have none
   const i64 lo = has ? seg_ptr[s] : 0, len = has ? seg_ptr[s + 1] - lo : 0;
   const int slot = has ? seg_slot[s] : -1, row = has ? seg_row[s] : 0;
   const i64 trips = max(len, (i64)__shfl_xor_sync(0xffffffffu, (long long)len, 16));  // warp-uniform
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float acc[V][8];
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[v][i] = 0.f;
   for (i64 off = 0; off < trips; off += 16) {
     const int cnt = (int)max((i64)0, min((i64)16, len - off));  // this half's
     const int my_col = q < cnt ? __ldg(indices + lo + off + q) : 0;
     const float my_val = q < cnt ? value_of<KIND>(data, lo + off + q) : 0.f;
     const int steps = (int)min((i64)16, trips - off);
     for (int j = 0; j < steps; j += U) {
-      uint4 b[U];
+      uint4 b[U][V];
       float a[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int k = j + u;
         const int c = __shfl_sync(0xffffffffu, my_col, k & 15, 16);
-        const float v = __shfl_sync(0xffffffffu, my_val, k & 15, 16);
+        const float x = __shfl_sync(0xffffffffu, my_val, k & 15, 16);
         const bool live = in && k < cnt;
-        a[u] = live ? v : 0.f;
-        b[u] = live ? load_b8<VEC>(B, c, N, n) : make_uint4(0u, 0u, 0u, 0u);
+        a[u] = live ? x : 0.f;
+#pragma unroll
+        for (int v = 0; v < V; ++v) b[u][v] = live ? load_b8<VEC>(B, c, N, n + 8 * v) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
-      for (int u = 0; u < U; ++u) fma8<KIND>(acc, a[u], b[u]);
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int v = 0; v < V; ++v) fma8<KIND>(acc[v], a[u], b[u][v]);
     }
   }
-  if (has && in) store8<KIND, VEC>(C, W, row, slot, N, n, acc, flags);
+  if (has && in)
+#pragma unroll
+    for (int v = 0; v < V; ++v) store8<KIND, VEC>(C, W, row, slot, N, n + 8 * v, acc[v], flags);
 }
 
 // csr_rows_pair (16-bit B, N % 8 == 0; kernels/formats/csr/launch.py times it against csr_rows_wide per N): a warp
@@ -300,13 +308,19 @@ __device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 
 // serial chains of dependent loads do not hold up the kernel's end: last, they cost an SBM with a few such rows up
 // to 1.25x): R-MAT 0.93-0.96x the pair kernel's time without it, SBM 1.00-1.01x, email-Enron 0.98-1.02x (one
 // process, interleaved; "Session 28").
-template <int KIND, bool VEC>
+// pair16 / pair16_deep (N % 16 == 0, N >= 256; the launcher times them against the others there): V = 2, lane q of
+// a half columns n0 + 16q .. + 15 (two 16-byte loads per nonzero), 256 columns a half-warp, the same walk, tail
+// grouping and sum order per column (C bitwise equal to pair's); U = CSR_UNROLL / 2 (the pair kernel's bytes in
+// flight) or CSR_UNROLL. Against the faster of pair and wide (H200, float16, graph replay, N = 256; docs/kernels-
+// notes.md "Session 29"): R-MAT 0.93 / 0.97x, SBM 0.92 / 0.95x, email-Enron 1.41 / 0.92x, a larger SBM 1.18 /
+// 1.13x (kept: pair): which wins depends on the matrix, so all are timed.
+template <int KIND, bool VEC, int V, int U>
 __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS, i64 tail0) {
   constexpr int G = CSR_TAIL_GROUP;
   const int lane = threadIdx.x & 31, h = lane >> 4, q = lane & 15;
   const i64 w = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
-  const i64 n = (i64)blockIdx.y * COLS + 8 * q;
-  const bool in = n < N;
+  const i64 n = (i64)blockIdx.y * (V * COLS) + 8 * V * q;
+  const bool in = n < N;  // N % (8 V) == 0: a lane's columns are all inside N or all outside
   // The walk's tail of short segments (from tail0, even: <= tail_short nonzeros, one pass each) goes to the first
   // warps, G consecutive segments a half-warp: fewer warps where a segment is little more than its row's store,
   // and their dependent load chains start first rather than hold up the kernel's end. The warps after them take
@@ -315,14 +329,15 @@ __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS, i64 tail0) {
   if (w >= tail_warps) {
     const i64 s0 = 2 * (w - tail_warps);  // the lower half's; tail0 even: both halves' are in the head or neither
     if (s0 >= tail0) return;  // warp-uniform
-    pair_segment<KIND, VEC>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, s0 + h, q, n, in);
+    pair_segment<KIND, VEC, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, s0 + h, q,
+                                  n, in);
     return;
   }
   const i64 first = tail0 + (2 * w + h) * G;
 #pragma unroll 1
   for (int i = 0; i < G; ++i)
-    pair_segment<KIND, VEC>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, first + i, q, n,
-                            in);
+    pair_segment<KIND, VEC, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, first + i,
+                                  q, n, in);
 }
 
 template <int KIND>
@@ -372,16 +387,25 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
 CSR_ENTRY(f32, F32)
 CSR_ENTRY(f16, F16)
 CSR_ENTRY(bf16, BF16)
-#define CSR_PAIR_ENTRY(SUFFIX, KIND)                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS, 32 / CSR_WARPS)                                     \
-      csr_rows_pair_##SUFFIX(CSR_ROWS_PARAMS, i64 tail0) {                                                       \
+// A pair mapping's entry: V 16-byte loads a nonzero, U nonzeros in flight; at least BLOCKS threads' worth of
+// registers (pair: 64 registers at 2 warps a block, no spills; pair16: 128).
+#define CSR_PAIR_ENTRY(SUFFIX, KIND, MAP, V, U, BLOCKS)                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS, (BLOCKS) / CSR_WARPS)                               \
+      csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS, i64 tail0) {                                                    \
     const u16* B16 = static_cast<const u16*>(B);                                                                 \
     if (flags & FLAG_VEC)                                                                                        \
-      csr_rows_pair<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags, tail0);  \
+      csr_rows_pair<KIND, true, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags,    \
+                                      tail0);                                                                    \
     else                                                                                                         \
-      csr_rows_pair<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags, tail0); \
+      csr_rows_pair<KIND, false, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags,   \
+                                       tail0);                                                                   \
   }
+#define CSR_HALF_UNROLL (CSR_UNROLL > 1 ? CSR_UNROLL / 2 : 1)
 CSR_WIDE_ENTRY(f16, F16, wide)
 CSR_WIDE_ENTRY(bf16, BF16, wide)
-CSR_PAIR_ENTRY(f16, F16)
-CSR_PAIR_ENTRY(bf16, BF16)
+CSR_PAIR_ENTRY(f16, F16, pair, 1, CSR_UNROLL, 32)
+CSR_PAIR_ENTRY(bf16, BF16, pair, 1, CSR_UNROLL, 32)
+CSR_PAIR_ENTRY(f16, F16, pair16, 2, CSR_HALF_UNROLL, 16)
+CSR_PAIR_ENTRY(bf16, BF16, pair16, 2, CSR_HALF_UNROLL, 16)
+CSR_PAIR_ENTRY(f16, F16, pair16_deep, 2, CSR_UNROLL, 16)
+CSR_PAIR_ENTRY(bf16, BF16, pair16_deep, 2, CSR_UNROLL, 16)

@@ -5,9 +5,10 @@ from call to call (so a deterministic plan never picks it). Works on the matrix 
 
 `segments` cuts each row into pieces of at most ``seg_len`` nonzeros (NumPy, once per plan): a short row is one
 segment written straight to C; the pieces of a long row write float32 partial rows to a workspace, added in piece
-order by a second kernel. 16-bit B with N % 8 == 0 takes one of two 8-values-per-lane mappings (16-byte loads):
-"wide" (a warp per segment, its halves on alternate nonzeros) or "pair" (a half-warp per segment), timed against
-each other once per N (`CsrRows.tune`; "wide" untimed).
+order by a second kernel. 16-bit B with N % 8 == 0 takes one of the 16-byte-load mappings: "wide" (a warp per
+segment, its halves on alternate nonzeros, 8 values a lane) or "pair" (a half-warp per segment, 8 values a lane),
+and where N % 16 == 0 and N >= 256 also "pair16" / "pair16_deep" (pair's walk, 16 values a lane, two or four
+nonzeros in flight), timed against each other once per N (`CsrRows.tune`; "wide" untimed).
 `CsrRows` uploads A and the segments once; ``bind(B, out)`` packs the one or two launches (kernels.launch.Bound:
 one cuLaunchKernel each per call), ``run`` launches unbound. CuPy is imported lazily.
 """
@@ -26,8 +27,23 @@ from kernels.operands import check_b_out
 
 SOURCE = Path(__file__).resolve().parent / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-MAPS = ("wide", "pair")  # the 16-bit row kernels' mappings (csr_spmm.cu), "wide" the untimed default
+MAPS = ("wide", "pair", "pair16", "pair16_deep")  # the 16-bit row kernels' mappings (csr_spmm.cu); "wide" the
+# untimed default, the tie-break order
 COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each half-warp)
+WIDE_COLS = {"pair16": 256, "pair16_deep": 256}  # a mapping's columns per (half-)warp where not COLS (16 a lane)
+PAIRED = ("pair", "pair16", "pair16_deep")  # the mappings of a half-warp per segment (tail0, grouped tail)
+# pair16's columns: N % 16 == 0, from N = 256 (at 128 half its lanes would idle). Against the faster of wide and
+# pair, N = 256 (H200, float16, graph replay; docs/kernels-notes.md "Session 29"): pair16 R-MAT 0.93-0.99x, SBM
+# 0.92x, email-Enron 1.41x; pair16_deep R-MAT 0.97-0.98x, SBM 0.95x, email-Enron 0.92x; a larger SBM 1.13-1.18x
+# (pair kept). Which one wins depends on the matrix: tune times each.
+WIDE_MIN_N = 256
+
+
+def maps_for(N: int) -> tuple[str, ...]:
+    """The 16-bit mappings that take N columns, in MAPS order (none where N % 8)."""
+    if N % 8:
+        return ()
+    return MAPS if N % 16 == 0 and N >= WIDE_MIN_N else MAPS[:2]
 
 
 # Rows are walked (launched) in A's order, except rows of at least HEAVY x the mean length, which go first, longest
@@ -185,7 +201,7 @@ class CsrRows:
         self.fix_ptr = up(fix_ptr)
         self._workspace: dict[int, object] = {}  # N -> float32 [n_slots, N]
         self._rows = launch.function(f"csr_rows_{SUFFIX[p.name]}", config, SOURCE)  # compiles now
-        # 16-bit B where N % 8 == 0: 8 values per lane, two mappings (csr_spmm.cu's header); N -> the one `tune` kept
+        # 16-bit B where N % 8 == 0: 8 or 16 values per lane (csr_spmm.cu's header); N -> the one `tune` kept
         self._maps = {m: launch.function(f"csr_rows_{m}_{SUFFIX[p.name]}", config, SOURCE) for m in MAPS} \
             if p.half else {}
         self.mapping_ms: dict[int, dict] = {}  # N -> `tune`'s timings of each mapping (the faster is kept: `maps`)
@@ -207,7 +223,7 @@ class CsrRows:
 
     @property
     def maps(self) -> dict[int, str]:
-        """N -> the mapping `tune` kept: the faster of its timings (ties: "wide", the earlier in MAPS)."""
+        """N -> the mapping `tune` kept: the fastest of its timings (ties: the earlier in MAPS)."""
         return {N: self.mapping(N) for N in self.mapping_ms}
 
     def mapping(self, N: int) -> str:
@@ -216,12 +232,13 @@ class CsrRows:
         if not self._maps or N % 8:
             return "rows"
         ms = self.mapping_ms.get(N)
-        return "wide" if ms is None else min(MAPS, key=ms.get)
+        return "wide" if ms is None else min(ms, key=lambda m: (ms[m], MAPS.index(m)))
 
     def tune(self, B) -> dict | None:
-        """Time the 8-values-per-lane mappings on B (GPU time, the autotune budget, into a scratch C) and keep the
-        faster for B's N; their milliseconds, or None when B's N has one mapping (float32, N % 8 != 0) or was
-        tuned already. Both give C within the same rounding of one sum order each, bitwise repeatable."""
+        """Time the 16-byte-load mappings that take B's N (`maps_for`) on B (GPU time, the autotune budget, into
+        a scratch C) and keep the fastest; their milliseconds, or None when B's N has one mapping (float32,
+        N % 8 != 0) or was tuned already. Each gives C within the same rounding of one sum order, bitwise
+        repeatable (the paired ones the same bits)."""
         if getattr(B, "ndim", 0) != 2:
             return None  # not a B at all: the launch's own checks say so
         N = int(B.shape[1])
@@ -230,7 +247,7 @@ class CsrRows:
         import cupy
 
         scratch = cupy.empty((self.shape[0], N), dtype=self.precision.storage_dtype)
-        ms = self.mapping_ms[N] = {m: launch.time_bound(self.bind(B, scratch, mapping=m)) for m in MAPS}
+        ms = self.mapping_ms[N] = {m: launch.time_bound(self.bind(B, scratch, mapping=m)) for m in maps_for(N)}
         return ms
 
     def _launches(self, B, out, accumulate: bool, mapping: str | None = None):
@@ -244,18 +261,19 @@ class CsrRows:
         rows = fix = None
         if self.n_segs:  # none: a hybrid whose rows are all on Tensor Cores copied here
             mapping = self.mapping(N) if mapping is None else mapping
-            if mapping not in ("rows", *self._maps) or (mapping != "rows" and N % 8):
+            if mapping != "rows" and mapping not in (maps_for(N) if self._maps else ()):
                 raise ValueError(f"mapping {mapping!r} is not one of {self.precision.name}'s for N = {N}: "
-                                 f"rows{''.join(', ' + m for m in self._maps) if N % 8 == 0 else ''}")
+                                 f"rows{''.join(', ' + m for m in (maps_for(N) if self._maps else ()))}")
             fn = self._rows if mapping == "rows" else self._maps[mapping]
             args = (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
                     np.int64(self.n_segs), np.int64(N), np.int32(flags))
             warps = self.n_segs
-            if mapping == "pair":  # tail_group segments a half-warp in the short tail, then 2 a warp
+            if mapping in PAIRED:  # tail_group segments a half-warp in the short tail, then 2 a warp
                 tail0, group = self.tail0, self.config.tail_group
                 warps = max(0, -(-(self.n_segs - tail0) // (2 * group))) + min(tail0, self.n_segs + 1) // 2
                 args += (np.int64(tail0),)
-            rows = (fn, (-(-warps // self.config.warps), chunks), block, args, 0, 5, 6, 10)
+            row_chunks = -(-N // WIDE_COLS.get(mapping, COLS))
+            rows = (fn, (-(-warps // self.config.warps), row_chunks), block, args, 0, 5, 6, 10)
         if self.n_long:
             fix = (self._fixup, (-(-self.n_long // self.config.warps), chunks), block,
                    (self.fix_row, self.fix_ptr, W, out, np.int64(self.n_long), np.int64(N), np.int32(flags)), 0,

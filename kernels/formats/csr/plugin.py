@@ -34,8 +34,8 @@ def convert(A, precision: Precision) -> CSR:
 class CsrDevice:
     """A as CSR on the current device at one precision, uploaded on first use (a plan that never times or runs it
     pays nothing): one kernel, "csr-rows"; cuSPARSE among the candidates when the plan need not be deterministic.
-    With 16-bit B and N % 8 == 0 its first launch or bind for an N times the kernel's two mappings and keeps the
-    faster (`CsrRows.tune`; autotune=False: "wide", untimed)."""
+    With 16-bit B and N % 8 == 0 its first launch or bind for an N times the kernel's mappings for that N and keeps
+    the fastest (`CsrRows.tune`: two, four where N % 16 == 0 from 256; autotune=False: "wide", untimed)."""
 
     format_name, kernels, out_dtype = "csr", ("csr-rows",), None  # the device-operator contract
     summary = "CUDA cores, deterministic"

@@ -82,3 +82,13 @@ def test_walk_heavy_sorts_16_bit_rows_by_length_unless_walked_as_given():
     lengths = np.array([2, 40, 1, 0, 90, 3, 40, 2])
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     assert walk_order(indptr, HEAVY_HALF).tolist() == [4, 1, 6, 5, 0, 7, 2, 3]  # longest first, ties in A's order
+
+
+def test_maps_for_offers_the_16_column_mappings_from_256_columns_of_16():
+    from kernels.formats.csr.launch import MAPS, maps_for
+
+    assert maps_for(132) == () and maps_for(12) == ()  # N % 8: the 4-values kernel only
+    assert maps_for(8) == maps_for(128) == maps_for(136) == maps_for(248) == ("wide", "pair")
+    assert maps_for(264) == ("wide", "pair")  # N % 16 != 0: a 16-column lane would straddle N
+    assert maps_for(256) == maps_for(272) == maps_for(4096) == MAPS
+    assert MAPS[0] == "wide"  # the untimed default and the first in a tie

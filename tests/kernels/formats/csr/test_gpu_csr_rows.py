@@ -17,7 +17,7 @@ cupy = pytest.importorskip("cupy")
 if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from kernels.formats.csr.launch import MAPS, CsrConfig, CsrRows  # noqa: E402
+from kernels.formats.csr.launch import MAPS, PAIRED, CsrConfig, CsrRows, maps_for  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from kernel_cases import BASE_CASES, random_csr  # noqa: E402
 
@@ -39,7 +39,7 @@ def poisoned(shape, dtype):
     return out
 
 
-@pytest.mark.parametrize("N", [1, 13, 24, 128, 200])
+@pytest.mark.parametrize("N", [1, 13, 24, 128, 200, 272])
 @pytest.mark.parametrize("p_name", PRECISIONS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_against_float64(name, p_name, N):
@@ -49,7 +49,7 @@ def test_against_float64(name, p_name, N):
     B = cupy.asarray(p.to_storage(Bh))
     ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
     op = CsrRows(A, p, CsrConfig(seg_len=64))  # small pieces: the hub and long rows go through the fixup
-    mappings = ("rows", *MAPS) if p.half and N % 8 == 0 else ("rows",)
+    mappings = ("rows", *maps_for(N)) if p.half else ("rows",)  # N = 272: the 16-column mappings too
     assert op.mapping(N) == ("wide" if len(mappings) > 1 else "rows")  # untuned
     for dtype, mapping in itertools.product({np.dtype(np.float32), p.storage_dtype}, mappings):
         out = poisoned((A.shape[0], N), dtype)
@@ -108,11 +108,14 @@ def test_plan_runs_csr_rows(p_name):
 
 @pytest.mark.parametrize("p_name", ["float16", "bfloat16"])
 @pytest.mark.parametrize("N, shift, mapping", [(136, 0, "wide"), (136, 1, "wide"), (136, 0, "pair"),
-                                               (136, 1, "pair"), (132, 0, None)])
+                                               (136, 1, "pair"), (132, 0, None), (272, 0, "pair16"),
+                                               (272, 1, "pair16"), (528, 0, "pair16_deep"),
+                                               (528, 1, "pair16_deep")])
 def test_16bit_mappings(p_name, N, shift, mapping):
     """16-bit B: N % 8 == 0 takes an 8-values-per-lane kernel ("wide": half-warps on alternate nonzeros; "pair": a
-    half-warp per segment) with 16-byte loads, or element loads when B and C are not 16-byte aligned (``shift``: 2
-    bytes off); N = 132 the 4-values kernel. Each matches float64 and is bitwise repeatable."""
+    half-warp per segment), N % 16 == 0 from 256 also a 16-values one ("pair16", "pair16_deep"), with 16-byte
+    loads, or element loads when B and C are not 16-byte aligned (``shift``: 2 bytes off); N = 132 the 4-values
+    kernel. Each matches float64 and is bitwise repeatable."""
     p = precision(p_name)
     A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
     K = A.shape[1]
@@ -143,19 +146,19 @@ def test_walk_order_changes_no_bit(p_name):
     p = precision(p_name)
     A = sp.csr_array(sp.vstack([BASE_CASES["hub_row"](), random_csr((300, BASE_CASES["hub_row"]().shape[1]), 2000,
                                                                     seed=3)]), dtype=np.float32)
-    B = cupy.asarray(p.to_storage(np.random.default_rng(4).standard_normal((A.shape[1], 136))))
+    B = cupy.asarray(p.to_storage(np.random.default_rng(4).standard_normal((A.shape[1], 272))))
     rows = np.random.default_rng(5).permutation(A.shape[0] + 7)[:A.shape[0]]
     walks = [CsrConfig(seg_len=64, heavy=0.0), CsrConfig(seg_len=64, heavy=4.0, heavy_half=4.0),
              CsrConfig(seg_len=64), CsrConfig(seg_len=64, heavy=1e-9, heavy_half=1e-9)]
     orders = []
     for mapped in (None, rows):
         n_rows = None if mapped is None else A.shape[0] + 7
-        for mapping in (MAPS if p.half else (None,)):
+        for mapping in (MAPS if p.half else (None,)):  # N = 272: every mapping takes it
             outs = []
             for config in walks:
                 op = CsrRows(A, p, config, rows=mapped, n_rows=n_rows)
                 orders.append(cupy.asnumpy(op.seg_row).tobytes())
-                out = cupy.zeros((op.shape[0], 136), dtype=cupy.float32)
+                out = cupy.zeros((op.shape[0], 272), dtype=cupy.float32)
                 outs.append(cupy.asnumpy(op.run(B, out, mapping=mapping)))
             assert all(np.array_equal(o.view(np.uint32), outs[0].view(np.uint32)) for o in outs[1:]), mapping
     assert len(set(orders[:len(walks)])) >= 3  # the walks differ: the test would see an order-dependent sum
@@ -163,8 +166,9 @@ def test_walk_order_changes_no_bit(p_name):
 
 @pytest.mark.parametrize("p_name", PRECISIONS)
 def test_tune_keeps_the_faster_mapping(p_name):
-    """`tune` times "wide" and "pair" once per N (16-bit, N % 8 == 0) and later calls run the one kept, bit for bit
-    what that mapping gives; nothing to tune for float32 or N % 8 != 0; a mapping the kernel lacks is refused."""
+    """`tune` times the mappings that take N once per N (16-bit: "wide" and "pair" where N % 8 == 0, also "pair16"
+    and "pair16_deep" where N % 16 == 0 from 256) and later calls run the one kept, bit for bit what that mapping
+    gives; nothing to tune for float32 or N % 8 != 0; a mapping the kernel lacks, or not for this N, is refused."""
     p = precision(p_name)
     A = sp.csr_array(sp.vstack([BASE_CASES["hub_row"](), random_csr((501, BASE_CASES["hub_row"]().shape[1]), 4000,
                                                                     seed=6)]), dtype=np.float32)  # odd segments
@@ -176,9 +180,17 @@ def test_tune_keeps_the_faster_mapping(p_name):
         with pytest.raises(ValueError, match="mapping 'pair'"):
             op.run(B, cupy.empty((A.shape[0], 136), cupy.float32), mapping="pair")
         return
-    assert set(ms) == set(MAPS) and all(v > 0 for v in ms.values())
+    assert set(ms) == {"wide", "pair"} and all(v > 0 for v in ms.values())
     kept = op.maps[136]
-    assert kept == min(MAPS, key=ms.get) and op.mapping_ms[136] == ms
+    assert kept == min(MAPS[:2], key=ms.get) and op.mapping_ms[136] == ms
+    with pytest.raises(ValueError, match="mapping 'pair16'"):  # 136 columns: no 16-column mapping
+        op.run(B, cupy.empty((A.shape[0], 136), p.storage_dtype), mapping="pair16")
+    B256 = cupy.asarray(p.to_storage(np.random.default_rng(8).standard_normal((A.shape[1], 256))))
+    ms256 = op.tune(B256)
+    assert set(ms256) == set(MAPS) and op.maps[256] == min(MAPS, key=ms256.get)
+    paired = [cupy.asnumpy(op.run(B256, cupy.empty((A.shape[0], 256), p.storage_dtype), mapping=m))
+              for m in ("pair", "pair16", "pair16_deep")]
+    assert all(np.array_equal(c.view(np.uint16), paired[0].view(np.uint16)) for c in paired[1:])
     assert op.tune(B) is None  # once per N
     assert op.tune(B[:, 0].copy()) is None  # not 2-D: nothing timed, the launch's checks refuse it
     with pytest.raises(TypeError, match="2-D"):
@@ -206,7 +218,8 @@ def test_plan_reports_the_csr_mapping(autotune):
     C = plan.run(B)
     assert plan.choices[128].kernel == "csr-rows"
     if autotune:
-        assert plan.choices[128]["csr_mapping"] in MAPS and set(plan.choices[128]["csr_mapping_ms"]) == set(MAPS)
+        assert plan.choices[128]["csr_mapping"] in MAPS and \
+            set(plan.choices[128]["csr_mapping_ms"]) == set(maps_for(128))
     else:
         assert "csr_mapping" not in plan.choices[128]
     got = p.to_float32(cupy.asnumpy(C)).astype(np.float64)
@@ -218,9 +231,10 @@ def test_plan_reports_the_csr_mapping(autotune):
 
 @pytest.mark.parametrize("p_name", ["float16", "bfloat16"])
 def test_pair_tail_groups_short_rows_without_changing_a_bit(p_name):
-    """The pair mapping's tail (segments of <= tail_short nonzeros, tail_group a half-warp, launched first): every
+    """The pair mappings' tail (segments of <= tail_short nonzeros, tail_group a half-warp, launched first): every
     row of C written (empty rows as zeros, C poisoned first), each row's sum bit for bit what one segment a
-    half-warp gives, for tails of odd and even starts and lengths, a tail of every segment and none."""
+    half-warp gives, for tails of odd and even starts and lengths, a tail of every segment and none, in each of
+    the 8- and 16-column mappings (N = 272: two chunks of 128 and a part, one of 256 and a part)."""
     p = precision(p_name)
     rng = np.random.default_rng(8)
     lengths = np.concatenate([rng.integers(17, 300, 9), rng.integers(3, 17, 40), rng.integers(0, 3, 203)])
@@ -229,15 +243,16 @@ def test_pair_tail_groups_short_rows_without_changing_a_bit(p_name):
                       np.concatenate(rows).astype(np.int32), np.concatenate([[0], np.cumsum(lengths)])),
                      shape=(len(lengths), 700))
     A.sort_indices()
-    Bh = rng.standard_normal((700, 136)).astype(np.float32)
+    Bh = rng.standard_normal((700, 272)).astype(np.float32)
     B = cupy.asarray(p.to_storage(Bh))
     ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
     outs, tails = [], set()
     for group, short in ((1, 16), (8, 2), (3, 2), (8, 16), (5, 0), (2, 1000)):
         op = CsrRows(A, p, CsrConfig(seg_len=64, tail_group=group, tail_short=short))
         tails.add(op.tail0)
-        C = p.to_float32(cupy.asnumpy(op.run(B, poisoned((A.shape[0], 136), p.storage_dtype), mapping="pair")))
-        outs.append(C)
+        for mapping in PAIRED:
+            out = poisoned((A.shape[0], 272), p.storage_dtype)
+            outs.append(p.to_float32(cupy.asnumpy(op.run(B, out, mapping=mapping))))
     assert len(tails) >= 4  # different tails were walked
     for C in outs[1:]:
         assert np.array_equal(C.view(np.uint32), outs[0].view(np.uint32))
