@@ -51,6 +51,16 @@ class _StreamScope:
         return False
 
 
+class _Pointer:
+    """A device address where a bound cuSPARSE call reads ``.data.ptr`` (``CusparseBound.set_io``): the tensor
+    itself lives on in the caller, which issues the call on its stream before the tensor can be freed."""
+
+    __slots__ = ("data", "ptr")
+
+    def __init__(self, ptr: int):
+        self.ptr, self.data = ptr, self
+
+
 class GpuEngine:
     def __init__(self, op, device: torch.device):
         self.op, self.device = op, device
@@ -59,9 +69,10 @@ class GpuEngine:
         self._tuned: set = set()  # (transpose, N) for which cuSPARSE's algorithm was tuned
         self._sddmm = None
         self._inverse = None  # inverse of op.perm on the device (out = C[inverse]), made with the first permuted plan
-        self._products: dict = {}  # (plan key, N) -> PlanProduct
+        self._products: dict = {}  # (plan key, N, transpose) -> PlanProduct
         self._streams: dict = {}  # torch stream pointer -> _StreamScope (CuPy's device and that stream)
         self._values: dict = {}  # transpose -> torch view of the cuSPARSE operator's values (copied into per call)
+        self._bound: dict = {}  # (transpose, N) -> [CusparseBound, (X, out) pointers it points at]
 
     def _on_torch_stream(self) -> _StreamScope:
         """A context setting CuPy's current device and stream to this engine's device and torch's current stream
@@ -123,7 +134,11 @@ class GpuEngine:
         Xc = X if X.dtype == plan.gnn_dtype else X.to(plan.gnn_dtype)
         if not Xc.is_contiguous():
             Xc = Xc.contiguous()
-        key = (id(plan), Xc.shape[1])
+        # forward and backward keep products of their own, also where they share A's plan (A symmetric): each
+        # then sees the same buffers epoch after epoch (torch's allocator hands a step's tensors the same blocks)
+        # and replays its graph without re-pointing; one product alternating between the two re-pointed its
+        # launch on every call
+        key = (id(plan), Xc.shape[1], transpose)
         product = self._products.get(key)
         if product is None:
             product = self._product(plan, Xc)
@@ -170,8 +185,9 @@ class GpuEngine:
         if X.dtype == torch.float64:
             return self._csr64(transpose, v.to(torch.float64)) @ X
         op = self._cusparse(transpose)
-        v32 = v.to(torch.float32).contiguous()
-        X32 = X.detach().to(torch.float32).contiguous()
+        # float32 and contiguous: taken as they are (the product reads their pointers only), no new tensor
+        v32 = v if v.dtype == torch.float32 and v.is_contiguous() else v.to(torch.float32).contiguous()
+        X32 = X if X.dtype == torch.float32 and X.is_contiguous() else X.detach().to(torch.float32).contiguous()
         N = int(X32.shape[1])
         if (transpose, N) not in self._tuned and N > 0 and op.nnz > 0:
             self._synchronize()  # tune times on private streams
@@ -183,9 +199,29 @@ class GpuEngine:
         # copy rather than a CuPy assignment); re-pointing the descriptor instead would skip it, but cuSPARSE
         # documents value changes, not pointer changes, after CSR_ALG3's preprocessing
         self._values_view(transpose, op).copy_(v32)
-        with self._on_torch_stream():
-            op.run(array_view(X32), array_view(out))
-        return out.to(X.dtype)
+        if op.nnz == 0 or N == 0:
+            with self._on_torch_stream():
+                op.run(array_view(X32), array_view(out))
+        else:
+            self._bound_values(transpose, op, X32, out)(_raw_stream(self.device.index))
+        return out if out.dtype == X.dtype else out.to(X.dtype)
+
+    def _bound_values(self, transpose: bool, op, X32: torch.Tensor, out: torch.Tensor):
+        """The cuSPARSE SpMM of the per-call-values operator bound once per (transpose, N) (kernels.cusparse
+        .CusparseBound: its dense descriptors re-pointed when torch's allocator moves X or the output, two
+        cusparseDnMatSetValues), called on torch's current stream: per call no checks, no array views, no stream
+        scope (the unbound ``run`` cost checks, a descriptor lookup and two CuPy views a call)."""
+        key = (transpose, int(X32.shape[1]))
+        entry = self._bound.get(key)
+        ptrs = (X32.data_ptr(), out.data_ptr())
+        if entry is None:
+            with self._on_torch_stream():
+                bound = op.bind(array_view(X32), array_view(out))
+            entry = self._bound[key] = [bound, ptrs]
+        elif entry[1] != ptrs:
+            entry[0].set_io(_Pointer(ptrs[0]), _Pointer(ptrs[1]))
+            entry[1] = ptrs
+        return entry[0]
 
     def _values_view(self, transpose: bool, op) -> torch.Tensor:
         view = self._values.get(transpose)
@@ -203,8 +239,8 @@ class GpuEngine:
             with self._on_torch_stream():
                 self._sddmm = CusparseSddmm(self.op.A.indptr, self.op.A.indices, self.op.shape)
             self.op.compute[(str(self.device), "sddmm")] = "cuSPARSE SDDMM"
-        U32 = U.detach().to(torch.float32).contiguous()
-        V32 = V.detach().to(torch.float32).contiguous()
+        U32 = U if U.dtype == torch.float32 and U.is_contiguous() else U.detach().to(torch.float32).contiguous()
+        V32 = V if V.dtype == torch.float32 and V.is_contiguous() else V.detach().to(torch.float32).contiguous()
         # zeros, as kernels.cusparse_sddmm allocates its own: cuSPARSE documents C = alpha (A B) o spy(C) + beta C,
         # not that beta = 0 leaves C unread (an uninitialised NaN would survive 0 * NaN); one fill launch
         out = torch.zeros(self.op.nnz, dtype=torch.float32, device=self.device)

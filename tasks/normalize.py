@@ -40,7 +40,9 @@ def gcn_norm(A, *, add_self_loops: bool = True, dtype=np.float32) -> sp.csr_arra
     with np.errstate(divide="ignore"):
         inv_sqrt = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
     rows = segment_ids(A.indptr)
-    data = A.data * inv_sqrt[rows] * inv_sqrt[A.indices]
+    # the two scales multiplied first: d_i d_j == d_j d_i exactly, so a symmetric A gives a symmetric result bit for
+    # bit (a_ij d_i d_j left to right rounds differently from a_ji d_j d_i: an A.T plan built for nothing)
+    data = A.data * (inv_sqrt[rows] * inv_sqrt[A.indices])
     out = sp.csr_array((data.astype(dtype), A.indices.copy(), A.indptr.copy()), shape=A.shape)
     out.has_sorted_indices = A.has_sorted_indices
     return out

@@ -266,6 +266,57 @@ def test_a_bound_product_repeats_bitwise_and_matches_the_plans_slow_path():
     assert torch.equal(slow[inverse], first)
 
 
+def test_forward_and_backward_keep_their_own_products_and_stop_re_pointing(adam_epochs):
+    """A GCN on a symmetric graph: forward (A @ X) and backward (A.T @ G = A @ G) share A's plan but not a bound
+    product, so that each sees its own step's buffers: at most one re-pointing per epoch each (none where torch's
+    allocator hands the step the same blocks: layer 1's here), where one product serving both was re-pointed on
+    every call."""
+    from gnn.models import GCN
+
+    A = graph(n=900, deg=8, seed=10, hub=False)
+    g = gnn.Graph("g", A + A.T, perm=np.random.default_rng(10).permutation(900))
+    torch.manual_seed(0)
+    model = GCN(64, 32, 5).to(CUDA)
+    x, y = torch.randn(900, 64, device=CUDA), torch.randint(0, 5, (900,), device=CUDA)
+    adam_epochs(model, x, y, g, 4)
+    torch.cuda.synchronize()
+    op = model.conv1.propagation(g)
+    engine = next(iter(op._gpu.values()))
+    assert op.symmetric and len({id(p) for p in engine._plans.values()}) == 1
+    # one product per (N, direction): layer 1 at N = 32, layer 2 at N = 5 (the classes), forward and backward
+    assert sorted((k[1], k[2]) for k in engine._products) == [(5, False), (5, True), (32, False), (32, True)]
+    before = {k: (p.rebinds, p.calls) for k, p in engine._products.items()}
+    adam_epochs(model, x, y, g, 3)
+    after = {k: (p.rebinds, p.calls) for k, p in engine._products.items()}
+    assert all(after[k][1] >= before[k][1] + 3 for k in before)  # each ran every epoch
+    assert all(after[k][0] - before[k][0] <= 3 for k in before), (before, after)  # <= once an epoch
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_per_call_values_product_is_bound_once_and_re_pointed(transpose):
+    """``matmul_values``: cuSPARSE bound once per (direction, N) and called on torch's stream; new values each
+    call, X and the output moved between calls (descriptors re-pointed): every result matches float64."""
+    A = graph(n=700, deg=9, seed=11)
+    op = gnn.SparseOp(A)
+    rng = np.random.default_rng(11)
+    shape = A.shape[::-1] if transpose else A.shape
+    engine = None
+    for i in range(4):
+        v = torch.from_numpy(rng.standard_normal(op.nnz).astype(np.float32)).to(CUDA)
+        X = torch.randn(shape[1] + i, 24, device=CUDA)[i:]  # another buffer each time (a view: offset pointer)
+        X = X.contiguous() if i % 2 else X
+        got = op.matmul_values(v, X, transpose=transpose)
+        M = sp.csr_array((v.cpu().double().numpy(), A.indices, A.indptr), shape=A.shape)
+        want = (M.T if transpose else M) @ X.cpu().double().numpy()
+        assert rel(got.cpu(), want) < 1e-5
+        # again on the same buffers (cuSPARSE's fastest algorithm, not necessarily a repeatable one)
+        assert rel(op.matmul_values(v, X, transpose=transpose).cpu(), want) < 1e-5
+        engine = engine or next(iter(op._gpu.values()))
+        bound, ptrs = engine._bound[(transpose, 24)]
+        assert ptrs[0] == X.data_ptr()
+    assert len(engine._bound) == 1
+
+
 def test_plan_bind_set_io_matches_fresh_runs_and_restores_its_graph():
     from kernels.spmm import SpmmPlan
 

@@ -47,6 +47,20 @@ def test_gcn_norm_without_loops_gives_isolated_nodes_a_zero_row():
     assert with_self_loops(A).nnz == A.nnz + 7 - stored_loops
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gcn_norm_of_a_symmetric_adjacency_is_symmetric_bit_for_bit(dtype):
+    """So that gnn.SparseOp finds A == A.T and its backward reuses the forward's plan (scaling an edge by its two
+    ends' factors in different orders rounded some of them apart: the A.T plan was built as well)."""
+    rng = np.random.default_rng(3)
+    A = sp.random_array((400, 400), density=0.03, rng=rng, format="csr") * 7.3
+    A = sp.csr_array(A + A.T)
+    N = gcn_norm(A, dtype=dtype)
+    assert N.dtype == dtype and (N != N.T).nnz == 0
+    D = N.toarray()
+    assert np.array_equal(D.view(np.uint64 if dtype == np.float64 else np.uint32),
+                          D.T.view(np.uint64 if dtype == np.float64 else np.uint32))
+
+
 def test_gcn_norm_refuses_a_rectangular_matrix():
     with pytest.raises(Exception, match="expected a square matrix"):
         gcn_norm(sp.csr_array(np.ones((2, 3))))
