@@ -2,9 +2,11 @@
 the op's own, ``SparseOp.index``).
 
 Per call nothing crosses through DLPack and nothing is checked twice: the fixed-value products are bound once per
-(A or A.T, dtype, N) and re-pointed when torch's allocator moves a buffer (gnn.products.PlanProduct); the cuSPARSE
-products and the SDDMM read and write torch tensors through non-owning CuPy views (gnn.products.array_view) and
-write into outputs torch allocates (no CuPy pool allocation; the SDDMM's is zero-filled, see `sddmm`). CuPy's
+(A or A.T, dtype, N, forward or backward) and re-pointed when torch's allocator moves a buffer
+(gnn.products.PlanProduct); the per-call-values cuSPARSE product is bound once per (A or A.T, N) and re-pointed the
+same way (`_bound_values`); the SDDMM reads and writes torch tensors through non-owning CuPy views
+(gnn.products.array_view); all write into outputs torch allocates (no CuPy pool allocation; the SDDMM's is
+zero-filled, see `sddmm`). CuPy's
 current stream is torch's current stream (one ``ExternalStream`` kept per torch stream), so CuPy and cuSPARSE work
 is ordered with the torch work around it. The only host synchronisations are on the first call per (product, N),
 before autotuning times candidates on private streams. The per-epoch budget this gives is written down in

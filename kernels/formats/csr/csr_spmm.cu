@@ -387,8 +387,8 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
 CSR_ENTRY(f32, F32)
 CSR_ENTRY(f16, F16)
 CSR_ENTRY(bf16, BF16)
-// A pair mapping's entry: V 16-byte loads a nonzero, U nonzeros in flight; at least BLOCKS threads' worth of
-// registers (pair: 64 registers at 2 warps a block, no spills; pair16: 128).
+// A pair mapping's entry: V 16-byte loads a nonzero, U nonzeros in flight; BLOCKS x 32 threads resident an SM at
+// least, which caps the registers (pair: 1024 threads, 64 registers, no spills; pair16: 512, up to 128).
 #define CSR_PAIR_ENTRY(SUFFIX, KIND, MAP, V, U, BLOCKS)                                                           \
   extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS, (BLOCKS) / CSR_WARPS)                               \
       csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS, i64 tail0) {                                                    \
