@@ -440,6 +440,34 @@ def test_summarize_renders_a_new_style_file(tmp_path):
     assert "How to reproduce: `PYTHONPATH=. python3 benchmarks/gnn.py --budget-s 270`" in body
 
 
+def test_summarize_shows_the_newest_runs_on_another_gpu_as_measured(tmp_path):
+    """The reference GPU's (H100) runs fill the tables; the two newest runs on another GPU (a lent H200) follow,
+    each with its own per-graph speedups and targets; an older one and a discarded (-v1) one are left out."""
+    results = tmp_path / "results"
+    results.mkdir()
+
+    def write(name, device, date, ours):
+        rows = [row("rmat-s13", 110555, "gcn", ours, {"edge_index": 2.0}),
+                row("rmat-s13", 110555, "gat", 2 * ours, {"edge_index": 5.0})]
+        doc = {"benchmark": "gnn", "suite": "graphs", "date": date, "device": device, "versions": {},
+               "command": f"benchmarks/gnn.py # {name}", "epochs": 30, "rows": rows, "skipped": [], "failures": []}
+        (results / f"{name}.json").write_text(json.dumps(doc))
+
+    write("gnn-nvidia-h100-2026-01-01-000000", "NVIDIA H100 80GB HBM3", "2026-01-01T00:00:00+00:00", 1.0)
+    write("gnn-nvidia-h200-2026-01-02-000000", "NVIDIA H200", "2026-01-02T00:00:00+00:00", 1.6)
+    write("gnn-nvidia-h200-2026-01-03-000000", "NVIDIA H200", "2026-01-03T00:00:00+00:00", 2.5)
+    write("gnn-nvidia-h200-2026-01-04-000000", "NVIDIA H200", "2026-01-04T00:00:00+00:00", 0.5)
+    write("gnn-nvidia-h200-2026-01-05-000000-v1", "NVIDIA H200", "2026-01-05T00:00:00+00:00", 0.1)
+    body = render(results, tmp_path)
+    main, other = body.split("### The newest runs on another GPU (NVIDIA H200)", 1)
+    assert "| `rmat-s13` | 0.11M | gcn | 128 | float32 | 1.00 | 2.00 | edge_index | 2.00x" in main
+    runs = [ln.split("`")[1] for ln in other.splitlines() if ln.startswith("`gnn-")]
+    assert runs == ["gnn-nvidia-h200-2026-01-04-000000.json", "gnn-nvidia-h200-2026-01-03-000000.json"]
+    speedups = [cells(ln)[-2:] for ln in other.splitlines() if ln.startswith("| `rmat-s13`")]
+    assert speedups == [["4.00x", "5.00x"], ["0.80x", "1.00x"]]  # PyG best / ours, per run as measured
+    assert other.count("| GCN vs PyG's best path, float32, graphs of 0.1-3M nnz: geomean") == 2
+
+
 def test_summarize_still_renders_the_older_files(tmp_path):
     """The committed files from before the per-path timing (one PyG path per model, ``pyg_ms``/``pyg_path``)."""
     old = sorted((REPO / "benchmarks" / "results").glob("gnn-nvidia-h200-2026-11-25-*.json"))
