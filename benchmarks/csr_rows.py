@@ -177,8 +177,8 @@ def print_table(rows, l2_tbs: float | None = None) -> None:
     print("us per call; walk = csr-rows with its default row walk (float32: long rows first; 16-bit: all by "
           "length), A order = heavy 0; graph replay, and as issued (iss) through the bound call; x = cuSPARSE (same "
           "precision) / ours; L2 x = the x of a kernel gathering every B row from L2 at the L2 read rate; map = the "
-          "mapping `tune` kept (p16 / p16d: pair16 / pair16_deep); TB/s = B rows gathered per second (one row of N values per nonzero; graph replay), "
-          "ours (walk) and cuSPARSE's"
+          "mapping `tune` kept (p16 / p16d: pair16 / pair16_deep); TB/s = B rows gathered per second (one row of N "
+          "values per nonzero; graph replay), ours (walk) and cuSPARSE's"
           + (f"; this GPU's L2 read rate: {l2_tbs:.2f} TB/s" if l2_tbs else ""))
 
 

@@ -27,23 +27,35 @@ from kernels.operands import check_b_out
 
 SOURCE = Path(__file__).resolve().parent / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-MAPS = ("wide", "pair", "pair16", "pair16_deep")  # the 16-bit row kernels' mappings (csr_spmm.cu); "wide" the
-# untimed default, the tie-break order
 COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each half-warp)
-WIDE_COLS = {"pair16": 256, "pair16_deep": 256}  # a mapping's columns per (half-)warp where not COLS (16 a lane)
-PAIRED = ("pair", "pair16", "pair16_deep")  # the mappings of a half-warp per segment (tail0, grouped tail)
-# pair16's columns: N % 16 == 0, from N = 256 (at 128 half its lanes would idle). Against the faster of wide and
-# pair, N = 256 (H200, float16, graph replay; docs/kernels-notes.md "Session 29"): pair16 R-MAT 0.93-0.99x, SBM
-# 0.92x, email-Enron 1.41x; pair16_deep R-MAT 0.97-0.98x, SBM 0.95x, email-Enron 0.92x; a larger SBM 1.13-1.18x
-# (pair kept). Which one wins depends on the matrix: tune times each.
-WIDE_MIN_N = 256
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A 16-bit row kernel's mapping (csr_spmm.cu): ``cols`` columns a launch chunk (blockIdx.y) covers, ``lane``
+    columns a lane (N % lane == 0: a lane's columns all inside N or all outside), from N = ``min_n``; ``paired``: a
+    half-warp per segment, the walk's short tail grouped (the kernel takes tail0)."""
+
+    cols: int
+    lane: int
+    paired: bool
+    min_n: int = 0
+
+
+# The mappings in tie-break order, "wide" the untimed default. pair16's 256 columns a half-warp start at N = 256 (at
+# 128 half its lanes would idle). Against the faster of wide and pair, N = 256 (H200, float16, graph replay;
+# docs/kernels-notes.md "Session 29"): pair16 R-MAT 0.93-0.99x, SBM 0.92x, email-Enron 1.41x; pair16_deep R-MAT
+# 0.97-0.98x, SBM 0.95x, email-Enron 0.92x; a larger SBM 1.13-1.18x (pair kept). Which one wins depends on the
+# matrix: tune times each.
+MAPPINGS = {"wide": Mapping(COLS, 8, False), "pair": Mapping(COLS, 8, True),
+            "pair16": Mapping(2 * COLS, 16, True, 256), "pair16_deep": Mapping(2 * COLS, 16, True, 256)}
+MAPS = tuple(MAPPINGS)
+PAIRED = tuple(name for name, m in MAPPINGS.items() if m.paired)
 
 
 def maps_for(N: int) -> tuple[str, ...]:
     """The 16-bit mappings that take N columns, in MAPS order (none where N % 8)."""
-    if N % 8:
-        return ()
-    return MAPS if N % 16 == 0 and N >= WIDE_MIN_N else MAPS[:2]
+    return tuple(name for name, m in MAPPINGS.items() if N % m.lane == 0 and N >= m.min_n)
 
 
 # Rows are walked (launched) in A's order, except rows of at least HEAVY x the mean length, which go first, longest
@@ -267,12 +279,12 @@ class CsrRows:
             fn = self._rows if mapping == "rows" else self._maps[mapping]
             args = (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
                     np.int64(self.n_segs), np.int64(N), np.int32(flags))
-            warps = self.n_segs
-            if mapping in PAIRED:  # tail_group segments a half-warp in the short tail, then 2 a warp
+            warps, m = self.n_segs, MAPPINGS.get(mapping)
+            if m is not None and m.paired:  # tail_group segments a half-warp in the short tail, then 2 a warp
                 tail0, group = self.tail0, self.config.tail_group
                 warps = max(0, -(-(self.n_segs - tail0) // (2 * group))) + min(tail0, self.n_segs + 1) // 2
                 args += (np.int64(tail0),)
-            row_chunks = -(-N // WIDE_COLS.get(mapping, COLS))
+            row_chunks = -(-N // (COLS if m is None else m.cols))
             rows = (fn, (-(-warps // self.config.warps), row_chunks), block, args, 0, 5, 6, 10)
         if self.n_long:
             fix = (self._fixup, (-(-self.n_long // self.config.warps), chunks), block,
