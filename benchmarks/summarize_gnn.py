@@ -334,35 +334,38 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
     summary = [e for e in per_graph(rows) if e["precision"] == "float32"]
     if summary:
         out += ["Per graph (issue #33's table, float32): ours / PyG's best ms (path) and the speedup per model.", ""]
-        out += h.table(("graph", "nnz", "hidden", *(f"{m.upper()} ours / PyG best ms (path)" for m in MODELS),
-                        *(f"{m.upper()} speedup" for m in MODELS)),
-                       [(f"`{e['graph']}`" + ("" if in_range(e) else " (†)"),
-                         h.mnnz(e["nnz"]), e["hidden"],
-                         *(f"{h.f(e[m]['ours_ms'], 2)} / {h.f(e[m]['pyg_ms'], 2)} ({e[m]['pyg_path'] or '–'})"
-                           if m in e else "–" for m in MODELS),
-                         *(h.f(e[m]["speedup"], 2, "x") if m in e and e[m]["speedup"] else "–" for m in MODELS))
-                        for e in summary])
+        out += per_graph_table(summary, h)
     out += ["Skipped: " + "; ".join(run.meta["skipped"]), ""] if run.meta.get("skipped") else []
     summarized = {name.removesuffix(".json") for name in run.meta.get("files") or [run.path.name]}
     images = sorted(p for p in run.path.parent.glob("gnn-*.png") if p.stem in summarized)  # this run's curves
     out += [f"![loss curves, ours vs PyG: {p.stem}](../benchmarks/results/{p.name})" for p in images] + [""]
     targets = [(n, thr, got, h.status(ok)) for n, thr, got, ok in target_rows(rows)]
     return out + h.targets(targets) + h.older_note(older) + [h.reproduce("gnn", run), ""] + \
-        other_gpu_lines(run, h) + fixed_cost_lines(runs, h)
+        other_gpu_lines(run, older, h) + fixed_cost_lines(runs, h)
 
 
-def other_gpu_lines(run, h, keep: int = 2) -> list[str]:
-    """The ``keep`` newest float32 suite runs (gnn-*.json, not -vN) on a GPU model other than the summarized run's
-    (a lent H200 beside the H100 reference): per graph ours / PyG's best and the speedup, and the targets, each run
-    as measured (no pooling across runs: the epochs of small graphs move by several percent between runs)."""
+def per_graph_table(entries: list[dict], h, *, hidden: bool = True) -> list[str]:
+    """``per_graph`` entries as a markdown table: graph, nnz (and hidden), per model ours / PyG's best ms (path),
+    then the speedups."""
+    return h.table(("graph", "nnz", *(("hidden",) if hidden else ()),
+                    *(f"{m.upper()} ours / PyG best ms (path)" for m in MODELS),
+                    *(f"{m.upper()} speedup" for m in MODELS)),
+                   [(f"`{e['graph']}`" + ("" if in_range(e) else " (†)"), h.mnnz(e["nnz"]),
+                     *((e["hidden"],) if hidden else ()),
+                     *(f"{h.f(e[m]['ours_ms'], 2)} / {h.f(e[m]['pyg_ms'], 2)} ({e[m]['pyg_path'] or '–'})"
+                       if m in e else "–" for m in MODELS),
+                     *(h.f(e[m]["speedup"], 2, "x") if m in e and e[m]["speedup"] else "–" for m in MODELS))
+                    for e in entries])
+
+
+def other_gpu_lines(run, older, h, keep: int = 2) -> list[str]:
+    """The ``keep`` newest float32 suite runs among the files not summarized (``older``: `pick`'s, -vN files left
+    out) on a GPU model other than the summarized run's (a lent H200 beside the H100 reference): per graph ours /
+    PyG's best and the speedup, and the targets, each run as measured (no pooling across runs: the epochs of small
+    graphs move by several percent between runs)."""
     model = h.gpu_model(run)
-    found = []
-    for path in run.path.parent.glob("gnn-*.json"):
-        if h.re.search(r"-v\d+\.json$", path.name):
-            continue
-        other = h.load(path)
-        if h.gpu_model(other) != model and any(r.get("precision") == "float32" for r in other.rows):
-            found.append(other)
+    found = [other for other in (h.load(run.path.parent / name) for name in older)
+             if h.gpu_model(other) != model and any(r.get("precision") == "float32" for r in other.rows)]
     found.sort(key=lambda r: (r.date, r.path.name), reverse=True)
     if not found:
         return []
@@ -371,12 +374,6 @@ def other_gpu_lines(run, h, keep: int = 2) -> list[str]:
     for other in found[:keep]:
         rows = [r for r in other.rows if r.get("precision") == "float32"]
         out += [f"`{other.path.name}` ({other.meta.get('date', '?')}, `{other.meta.get('command', '?')}`):", ""]
-        out += h.table(("graph", "nnz", *(f"{m.upper()} ours / PyG best ms (path)" for m in MODELS),
-                        *(f"{m.upper()} speedup" for m in MODELS)),
-                       [(f"`{e['graph']}`" + ("" if in_range(e) else " (†)"), h.mnnz(e["nnz"]),
-                         *(f"{h.f(e[m]['ours_ms'], 2)} / {h.f(e[m]['pyg_ms'], 2)} ({e[m]['pyg_path'] or '–'})"
-                           if m in e else "–" for m in MODELS),
-                         *(h.f(e[m]["speedup"], 2, "x") if m in e and e[m]["speedup"] else "–" for m in MODELS))
-                        for e in per_graph(rows)])
+        out += per_graph_table(per_graph(rows), h, hidden=False)
         out += h.targets([(n, thr, got, h.status(ok)) for n, thr, got, ok in target_rows(rows)])
     return out
