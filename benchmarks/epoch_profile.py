@@ -40,7 +40,7 @@ CATEGORIES = (  # first match wins; names are lower-cased
                        r"|sparse"),
     ("transpose / format", r"transpose|csr2csc|coo|convert_indices|sort|radix|histogram"),
     ("normalisation", r"gcn_norm|rsqrt|pow_|_pow|degree"),
-    ("gather-scatter", r"index|gather|scatter"),
+    ("gather-scatter", r"index|gather|scatter|attention_"),  # GAT's edge softmax: PyG's is scatter kernels
     ("cast-copy", r"copy|cast|convert|memcpy|memset|fill"),
 )
 

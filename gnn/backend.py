@@ -5,18 +5,20 @@ the user's node order; the row permutation of the Tensor Core path stays inside.
 - ``matmul(X)``, A @ X: CPU csr @ X; CUDA ``SpmmPlan(A[perm])``, rows scattered back by perm.
 - ``matmul(G, transpose=True)``, A.T @ G: CPU csr(A.T) @ G; CUDA ``SpmmPlan(A.T[perm])`` built once (A's own
   plan when A is symmetric).
-- ``matmul_values(v, X[, transpose])``, A's pattern with per-call values v: CPU csr @ X; CUDA kernels.cusparse
-  SpMM with the values written into its CSR in place.
-- ``sddmm(U, V)``, U[row_k] . V[col_k]: CPU gnn.reference.sddmm; CUDA kernels.cusparse_sddmm.
+- ``matmul_values(v, X[, transpose])``, A's pattern with per-call values v: CPU csr @ X; CUDA kernels.edge (a
+  lane per output column, the values read in place, through A.T's order for the transpose).
+- ``sddmm(U, V)``, U[row_k] . V[col_k]: CPU gnn.reference.sddmm; CUDA kernels.edge (float32, a lane per edge).
+- ``attention(d, s, slope)`` / ``attention_backward``: GAT's weights ``softmax_row(leaky_relu(d[row] + s[col]))``
+  and their gradients, CUDA only (kernels.edge; on the CPU gnn.functional.edge_attention composes torch ops).
 - ``index(name, device)``: the pattern's index tensors (rows, columns, row pointers, A.T's) for torch-side steps
   (the softmax, GAT's rank-one logits), made once per device.
 
-Per-call values (attention) go through cuSPARSE, not the ME-TCF plans: a plan bakes A's values in when it is
-built. Precision: CPU float64 stays float64 (gradcheck), everything else computes in float32 (TF32 on the Tensor
-Core kernels) and returns the input's dtype; half inputs use a half plan when ``SpmmPlan`` takes ``dtype=``
-float16/bfloat16, else a float32 plan (``op.compute`` records which ran). CUDA float64 runs torch's own sparse ops
-(for references, not speed). GPU work runs on torch's current stream; tensors cross to CuPy through DLPack,
-zero-copy.
+Per-call values (attention) go through kernels.edge's CUDA-core kernels, not the ME-TCF plans: a plan bakes A's
+values in when it is built. Precision: CPU float64 stays float64 (gradcheck), everything else computes in float32
+(TF32 on the Tensor Core kernels) and returns the input's dtype; half inputs use a half plan when ``SpmmPlan`` takes
+``dtype=`` float16/bfloat16, else a float32 plan (``op.compute`` records which ran). CUDA float64 runs torch's own
+sparse ops (for references, not speed). GPU work runs on torch's current stream, reading and writing torch's buffers
+by address (gnn.gpu).
 """
 from __future__ import annotations
 
@@ -83,14 +85,14 @@ class SparseOp:
 
     def index(self, name: str, device) -> torch.Tensor:
         """An int64 index tensor of A's pattern on ``device``, made once per device: "rows" / "cols" (each stored
-        nonzero's row / column), "indptr", and A.T's "indptr_t" and "order_t" (A.T's nonzeros as positions in A's
-        CSR order: ``data_t = data[order_t]``)."""
+        nonzero's row / column), "indptr", and A.T's "indptr_t", "indices_t" and "order_t" (A.T's nonzeros as
+        positions in A's CSR order: ``data_t = data[order_t]``)."""
         key = (name, device if isinstance(device, torch.device) else torch.device(device))  # no string per call
         found = self._index.get(key)
         if found is None:
             make = {"rows": lambda: ref.edge_rows(self.A.indptr), "cols": lambda: self.A.indices,
                     "indptr": lambda: self.A.indptr, "indptr_t": lambda: self.transpose_pattern[0],
-                    "order_t": lambda: self.transpose_pattern[2]}
+                    "indices_t": lambda: self.transpose_pattern[1], "order_t": lambda: self.transpose_pattern[2]}
             if name not in make:
                 raise ValueError(f"gnn.SparseOp.index: {name!r} is not one of {', '.join(make)}")
             found = self._index[key] = torch.from_numpy(np.asarray(make[name](), dtype=np.int64)).to(device)
@@ -133,6 +135,31 @@ class SparseOp:
             out = ref.sddmm(self.A.indptr, self.A.indices, U.detach().to(cd).numpy(), V.detach().to(cd).numpy())
             return torch.from_numpy(np.ascontiguousarray(out)).to(dtype)
         return self._engine(U.device).sddmm(U, V).to(dtype)
+
+    def attention(self, d: torch.Tensor, s: torch.Tensor, slope: float) -> torch.Tensor:
+        """GAT's attention weights on A's pattern, float32 [nnz] in A's CSR order: ``alpha_k = softmax over row i
+        of leaky_relu(d[i] + s[col_k], slope)``; d [n_rows], s [n_cols] on one CUDA device (float32, or cast)."""
+        d, s = self._edge_vectors(d, s)
+        return self._engine(d.device).attention(d, s, float(slope))
+
+    def attention_backward(self, d: torch.Tensor, s: torch.Tensor, slope: float, alpha: torch.Tensor,
+                           g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dL/dd, dL/ds), float32, of `attention` (``alpha`` its output) for ``g = dL/dalpha`` [nnz]."""
+        d, s = self._edge_vectors(d, s)
+        if alpha.shape != (self.nnz,) or g.shape != (self.nnz,):
+            raise ValueError(f"gnn.SparseOp: alpha {tuple(alpha.shape)} and g {tuple(g.shape)}, expected "
+                             f"({self.nnz},)")
+        return self._engine(d.device).attention_backward(d, s, float(slope), alpha.contiguous(), g)
+
+    def _edge_vectors(self, d: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if d.shape != (self.shape[0],) or s.shape != (self.shape[1],):
+            raise ValueError(f"gnn.SparseOp: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({self.shape[0]},) "
+                             f"and ({self.shape[1]},)")
+        if d.device.type != "cuda" or s.device != d.device:
+            raise ValueError(f"gnn.SparseOp.attention: runs on one CUDA device (d on {d.device}, s on {s.device}); "
+                             "on the CPU gnn.functional.edge_attention composes torch ops")
+        return tuple(x if x.dtype == torch.float32 and x.is_contiguous() else x.detach().float().contiguous()
+                     for x in (d, s))
 
     # ---- helpers ------------------------------------------------------------------------------------------------
     def _check(self, X: torch.Tensor, rows: int, what: str) -> None:

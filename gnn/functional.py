@@ -8,6 +8,10 @@
 - ``edge_sum(op, d, s)[k] = d[row_k] + s[col_k]`` (a rank-one SDDMM: GAT's attention logits); backward
   ``dd = row sums of g``, ``ds = column sums of g``, segment sums in a fixed order (deterministic).
 - ``edge_softmax(op, e)``: softmax over each destination's incoming edges, in torch ops (autograd derives it).
+- ``edge_attention(op, d, s, slope) = edge_softmax(op, leaky_relu(edge_sum(op, d, s), slope))`` (GAT's weights):
+  on CUDA one kernel forward and two backward (kernels.edge, fixed-order sums: the same bits each call), where
+  the composition issues 8 torch ops forward and about 15 backward (their host time was most of a small graph's
+  GAT epoch); on the CPU and in float64 the composition itself.
 
 Autocast: the functions are marked ``custom_fwd``/``custom_bwd`` for CUDA, so the backward runs under the forward's
 autocast state; they return their dense input's dtype (float16/bfloat16 under autocast) and compute as
@@ -18,6 +22,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from gnn.backend import SparseOp
 
@@ -86,6 +91,28 @@ _EdgeSum = _binary(
     lambda op, d, s, g: _segment_sum(g.index_select(0, op.index("order_t", g.device)), op.index("indptr_t", g.device)))
 
 
+class _EdgeAttention(torch.autograd.Function):
+    """``edge_attention`` on CUDA: forward ``op.attention``, backward ``op.attention_backward`` (the softmax's,
+    the leaky ReLU's and the logits' row and column sums in one pass each), gradients in d's and s's dtypes."""
+
+    @staticmethod
+    @_fwd
+    def forward(ctx, d, s, op: SparseOp, slope: float):
+        d32, s32 = (x.detach().float().contiguous() for x in (d, s))
+        alpha = op.attention(d32, s32, slope)
+        ctx.save_for_backward(d32, s32, alpha)
+        ctx.op, ctx.slope, ctx.dtypes = op, slope, (d.dtype, s.dtype)
+        return alpha
+
+    @staticmethod
+    @_bwd
+    def backward(ctx, g):
+        d32, s32, alpha = ctx.saved_tensors
+        dd, ds = ctx.op.attention_backward(d32, s32, ctx.slope, alpha, g)
+        need = ctx.needs_input_grad
+        return (dd.to(ctx.dtypes[0]) if need[0] else None, ds.to(ctx.dtypes[1]) if need[1] else None, None, None)
+
+
 def _segment_sum(g: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:
     """Sum of each segment ``g[indptr[i]:indptr[i + 1]]`` (0 for an empty one), in float32 (float64 stays) and
     returned in g's dtype: one segmented reduction, each segment summed in a fixed order (CUB's on CUDA)."""
@@ -134,3 +161,15 @@ def edge_softmax(op: SparseOp, e: torch.Tensor) -> torch.Tensor:
     ex = torch.exp(e - m.gather(0, idx))
     s = torch.zeros(shape, dtype=e.dtype, device=e.device).index_add(0, rows, ex)
     return ex / s.gather(0, idx)
+
+
+def edge_attention(op: SparseOp, d: torch.Tensor, s: torch.Tensor, negative_slope: float = 0.2) -> torch.Tensor:
+    """GAT's attention weights [nnz] (A's CSR order): ``edge_softmax(op, leaky_relu(edge_sum(op, d, s),
+    negative_slope))``, i.e. per destination row i the softmax over its edges of ``leaky_relu(d[i] + s[j])``.
+    float32 (float64 stays float64). CUDA: fused kernels (kernels.edge); the CPU and float64: that composition."""
+    if d.shape != (op.shape[0],) or s.shape != (op.shape[1],):
+        raise ValueError(f"gnn.edge_attention: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({op.shape[0]},) "
+                         f"and ({op.shape[1]},)")
+    if d.device.type != "cuda" or torch.promote_types(d.dtype, s.dtype) == torch.float64:
+        return edge_softmax(op, F.leaky_relu(edge_sum(op, d, s), negative_slope))
+    return _EdgeAttention.apply(d, s, op, float(negative_slope))

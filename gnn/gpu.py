@@ -1,16 +1,17 @@
-"""CUDA side of ``gnn.SparseOp``: the plans and cuSPARSE operators of one op on one device (its index tensors are
+"""CUDA side of ``gnn.SparseOp``: the plans and per-edge kernels of one op on one device (its index tensors are
 the op's own, ``SparseOp.index``).
 
-Per call nothing crosses through DLPack and nothing is checked twice: the fixed-value products are bound once per
-(A or A.T, dtype, N, forward or backward) and re-pointed when torch's allocator moves a buffer
-(gnn.products.PlanProduct); the per-call-values cuSPARSE product is bound once per (A or A.T, N) and re-pointed the
-same way (`_bound_values`); the SDDMM reads and writes torch tensors through non-owning CuPy views
-(gnn.products.array_view); all write into outputs torch allocates (no CuPy pool allocation; the SDDMM's is
-zero-filled, see `sddmm`). CuPy's
-current stream is torch's current stream (one ``ExternalStream`` kept per torch stream), so CuPy and cuSPARSE work
-is ordered with the torch work around it. The only host synchronisations are on the first call per (product, N),
-before autotuning times candidates on private streams. The per-epoch budget this gives is written down in
-docs/benchmarks.md ("GNN per-epoch fixed cost").
+Per call nothing crosses through DLPack and nothing is checked twice: the fixed-value products are bound once per (A
+or A.T, dtype, N, forward or backward) and re-pointed when torch's allocator moves a buffer
+(gnn.products.PlanProduct); the steps with per-call values (the SpMM with attention weights, forward and transposed,
+the SDDMM, GAT's attention softmax and its backward) are kernels.edge launches on the tensors' addresses (one warp
+per row, fixed-order sums: the same bits each call; before 2026-11-29 cuSPARSE SpMM and SDDMM, ~100 and ~120 us of
+host time a call inside an eager GAT epoch on the H200, six calls an epoch); all write into outputs torch allocates
+(no CuPy pool allocation). CuPy's current stream is torch's current stream (one ``ExternalStream`` kept per torch
+stream) for the plans; kernels.edge launches on torch's stream pointer itself. The only host synchronisations are on
+the first call per (product, N), before autotuning times candidates on private streams.
+
+The per-epoch budget this gives is written down in docs/benchmarks.md ("GNN per-epoch fixed cost").
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from configs.names import BASE_FORMAT
-from gnn.products import PlanProduct, array_view
+from gnn.products import PlanProduct
 
 HALF_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -53,28 +54,14 @@ class _StreamScope:
         return False
 
 
-class _Pointer:
-    """A device address where a bound cuSPARSE call reads ``.data.ptr`` (``CusparseBound.set_io``): the tensor
-    itself lives on in the caller, which issues the call on its stream before the tensor can be freed."""
-
-    __slots__ = ("data", "ptr")
-
-    def __init__(self, ptr: int):
-        self.ptr, self.data = ptr, self
-
-
 class GpuEngine:
     def __init__(self, op, device: torch.device):
         self.op, self.device = op, device
         self._plans: dict = {}  # (transpose, dtype name) -> SpmmPlan
-        self._cus: dict = {}  # transpose -> kernels.cusparse.CusparseSpmm (per-call values)
-        self._tuned: set = set()  # (transpose, N) for which cuSPARSE's algorithm was tuned
-        self._sddmm = None
         self._inverse = None  # inverse of op.perm on the device (out = C[inverse]), made with the first permuted plan
         self._products: dict = {}  # (plan key, N, transpose) -> PlanProduct
+        self._items: dict = {}  # transpose -> kernels.edge.row_items on the device (`_row_items`)
         self._streams: dict = {}  # torch stream pointer -> _StreamScope (CuPy's device and that stream)
-        self._values: dict = {}  # transpose -> torch view of the cuSPARSE operator's values (copied into per call)
-        self._bound: dict = {}  # (transpose, N) -> [CusparseBound, (X, out) pointers it points at]
 
     def _on_torch_stream(self) -> _StreamScope:
         """A context setting CuPy's current device and stream to this engine's device and torch's current stream
@@ -160,95 +147,101 @@ class GpuEngine:
         with self._on_torch_stream():
             return PlanProduct(plan, Xc, self._inverse if plan.gnn_permuted else None)
 
-    # ---- per-call values: cuSPARSE --------------------------------------------------------------------------------
-    def _cusparse(self, transpose: bool):
-        if transpose not in self._cus:
-            from kernels.cusparse import CusparseSpmm
+    # ---- per-edge kernels (kernels/edge.py): per-call values, the SDDMM and GAT's attention ----------------------
+    def _edge_call(self, fn, *args) -> None:
+        """``fn(stream, *args)`` on torch's current stream of this engine's device, which must be the current
+        device for the launch (torch makes a tensor's device current only inside its own ops)."""
+        if torch.cuda.current_device() != self.device.index:
+            with torch.cuda.device(self.device.index):
+                fn(_raw_stream(self.device.index), *args)
+        else:
+            fn(_raw_stream(self.device.index), *args)
 
-            A = self.op.A
-            if transpose:
-                indptr, indices, _ = self.op.transpose_pattern
-                M = sp.csr_array((np.ones(len(indices), np.float32), indices, indptr), shape=A.shape[::-1])
-            else:
-                M = sp.csr_array((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)
-            with self._on_torch_stream():
-                try:  # bitwise repeatability is not needed for training (PyG's scatter is not either): the
-                    # fastest algorithm, not the fastest deterministic one
-                    self._cus[transpose] = CusparseSpmm(M, deterministic=False)
-                except TypeError:  # a CusparseSpmm without the option
-                    self._cus[transpose] = CusparseSpmm(M)
-            self.op.compute[(str(self.device), "values", "A.T" if transpose else "A")] = "cuSPARSE SpMM"
-        return self._cus[transpose]
+    def _pattern(self, transpose: bool = False) -> tuple[int, int]:
+        """Addresses of A's int64 (indptr, indices) on this device, or A.T's (indptr_t, order_t)."""
+        names = ("indptr_t", "order_t") if transpose else ("indptr", "cols")
+        return tuple(self.op.index(name, self.device).data_ptr() for name in names)
 
     def matmul_values(self, values: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Tensor:
-        v = values.detach()
-        if transpose:
-            v = v.index_select(0, self.op.index("order_t", self.device))
         if X.dtype == torch.float64:
+            v = values.detach()
+            if transpose:
+                v = v.index_select(0, self.op.index("order_t", self.device))
             return self._csr64(transpose, v.to(torch.float64)) @ X
-        op = self._cusparse(transpose)
-        # float32 and contiguous: taken as they are (the product reads their pointers only), no new tensor
-        v32 = v if v.dtype == torch.float32 and v.is_contiguous() else v.to(torch.float32).contiguous()
-        X32 = X if X.dtype == torch.float32 and X.is_contiguous() else X.detach().to(torch.float32).contiguous()
+        from kernels import edge
+
+        v32, X32 = _float32(values), _float32(X)
+        n_rows = self.op.shape[1] if transpose else self.op.shape[0]
         N = int(X32.shape[1])
-        if (transpose, N) not in self._tuned and N > 0 and op.nnz > 0:
-            self._synchronize()  # tune times on private streams
-            with self._on_torch_stream():
-                op.tune(array_view(X32), repeats=5, warmup=1)
-            self._tuned.add((transpose, N))
-        out = torch.empty((op.shape[0], N), dtype=torch.float32, device=self.device)
-        # the descriptor points at op.data: the new values are copied there (one copy launch, through torch's
-        # copy rather than a CuPy assignment); re-pointing the descriptor instead would skip it, but cuSPARSE
-        # documents value changes, not pointer changes, after CSR_ALG3's preprocessing
-        self._values_view(transpose, op).copy_(v32)
-        if op.nnz == 0 or N == 0:
-            with self._on_torch_stream():
-                op.run(array_view(X32), array_view(out))
-        else:
-            self._bound_values(transpose, op, X32, out)(_raw_stream(self.device.index))
+        out = torch.empty((n_rows, N), dtype=torch.float32, device=self.device)  # every entry written
+        if n_rows and N:
+            self.op.compute.setdefault((str(self.device), "values"), "kernels.edge spmm_values")
+            if transpose:  # A.T's rows: its indices, and A's values read through order_t (no gather pass)
+                indptr_t, order_t = self._pattern(transpose=True)
+                pattern = (indptr_t, self.op.index("indices_t", self.device).data_ptr(), order_t)
+            else:
+                pattern = (*self._pattern(), 0)
+            items, n_items, n_split, n_slots = self._row_items(transpose)
+            partial = torch.empty((n_slots, N), dtype=torch.float32, device=self.device) if n_slots else None
+            self._edge_call(edge.spmm_values, *pattern, v32.data_ptr(), X32.data_ptr(), N, out.data_ptr(), items,
+                            n_items, n_split, partial.data_ptr() if n_slots else 0)
         return out if out.dtype == X.dtype else out.to(X.dtype)
 
-    def _bound_values(self, transpose: bool, op, X32: torch.Tensor, out: torch.Tensor):
-        """The cuSPARSE SpMM of the per-call-values operator bound once per (transpose, N) (kernels.cusparse
-        .CusparseBound: its dense descriptors re-pointed when torch's allocator moves X or the output, two
-        cusparseDnMatSetValues), called on torch's current stream: per call no checks, no array views, no stream
-        scope (the unbound ``run`` cost checks, a descriptor lookup and two CuPy views a call)."""
-        key = (transpose, int(X32.shape[1]))
-        entry = self._bound.get(key)
-        ptrs = (X32.data_ptr(), out.data_ptr())
-        if entry is None:
-            with self._on_torch_stream():
-                bound = op.bind(array_view(X32), array_view(out))
-            entry = self._bound[key] = [bound, ptrs]
-        elif entry[1] != ptrs:
-            entry[0].set_io(_Pointer(ptrs[0]), _Pointer(ptrs[1]))
-            entry[1] = ptrs
-        return entry[0]
+    def _row_items(self, transpose: bool) -> tuple:
+        """kernels.edge.row_items of A's (or A.T's) rows on this device, made once: (the five arrays' addresses,
+        items, split rows, partial slots)."""
+        found = self._items.get(transpose)
+        if found is None:
+            from kernels import edge
 
-    def _values_view(self, transpose: bool, op) -> torch.Tensor:
-        view = self._values.get(transpose)
-        if view is None:
-            view = self._values[transpose] = torch.from_dlpack(op.data)  # once: op.data lives as long as op
-        return view
+            indptr = self.op.transpose_pattern[0] if transpose else self.op.A.indptr
+            arrays = edge.row_items(indptr)
+            tensors = [torch.from_numpy(arrays[k]).to(self.device) for k in
+                       ("item_row", "item_begin", "item_slot", "split_row", "split_slot")]
+            found = self._items[transpose] = (tuple(x.data_ptr() for x in tensors), len(arrays["item_row"]),
+                                              len(arrays["split_row"]), int(arrays["split_slot"][-1]), tensors)
+        return found[:4]
 
     def sddmm(self, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
         if torch.promote_types(U.dtype, V.dtype) == torch.float64:
             rows, cols = self.op.index("rows", self.device), self.op.index("cols", self.device)
             return (U.detach()[rows].double() * V.detach()[cols].double()).sum(-1)
-        if self._sddmm is None:
-            from kernels.cusparse_sddmm import CusparseSddmm
+        from kernels import edge
 
-            with self._on_torch_stream():
-                self._sddmm = CusparseSddmm(self.op.A.indptr, self.op.A.indices, self.op.shape)
-            self.op.compute[(str(self.device), "sddmm")] = "cuSPARSE SDDMM"
-        U32 = U if U.dtype == torch.float32 and U.is_contiguous() else U.detach().to(torch.float32).contiguous()
-        V32 = V if V.dtype == torch.float32 and V.is_contiguous() else V.detach().to(torch.float32).contiguous()
-        # zeros, as kernels.cusparse_sddmm allocates its own: cuSPARSE documents C = alpha (A B) o spy(C) + beta C,
-        # not that beta = 0 leaves C unread (an uninitialised NaN would survive 0 * NaN); one fill launch
-        out = torch.zeros(self.op.nnz, dtype=torch.float32, device=self.device)
-        with self._on_torch_stream():
-            self._sddmm.run(array_view(U32), array_view(V32), array_view(out))
+        U32, V32 = _float32(U), _float32(V)
+        out = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)  # every entry written
+        if self.op.nnz:
+            self.op.compute.setdefault((str(self.device), "sddmm"), "kernels.edge sddmm_rows")
+            self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], U32.data_ptr(), V32.data_ptr(),
+                            int(U32.shape[1]), out.data_ptr())
         return out
+
+    def attention(self, d: torch.Tensor, s: torch.Tensor, slope: float) -> torch.Tensor:
+        """GAT's attention weights [nnz] (float32): ``softmax over row i of leaky_relu(d[i] + s[col_k])``; d, s
+        float32 contiguous."""
+        from kernels import edge
+
+        alpha = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)
+        if self.op.nnz:
+            self.op.compute.setdefault((str(self.device), "attention"), "kernels.edge attention_fwd")
+            self._edge_call(edge.attention, *self._pattern(), self.op.shape[0], d.data_ptr(), s.data_ptr(), slope,
+                            alpha.data_ptr())
+        return alpha
+
+    def attention_backward(self, d: torch.Tensor, s: torch.Tensor, slope: float, alpha: torch.Tensor,
+                           g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dd [n_rows], ds [n_cols]) float32 of `attention` for ``g = dL/dalpha``."""
+        from kernels import edge
+
+        g32 = _float32(g)
+        n_rows, n_cols = self.op.shape
+        dd = torch.empty(n_rows, dtype=torch.float32, device=self.device)  # every row and column written
+        ds = torch.empty(n_cols, dtype=torch.float32, device=self.device)
+        dlogit = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)
+        self._edge_call(edge.attention_backward, *self._pattern(), n_rows, *self._pattern(transpose=True), n_cols,
+                        d.data_ptr(), s.data_ptr(), slope, alpha.data_ptr(), g32.data_ptr(), dlogit.data_ptr(),
+                        dd.data_ptr(), ds.data_ptr())
+        return dd, ds
 
     # ---- float64 (references, not speed): torch's sparse CSR ------------------------------------------------------
     def _csr64(self, transpose: bool, values: torch.Tensor | None = None) -> torch.Tensor:
@@ -263,3 +256,8 @@ class GpuEngine:
         vals = values if values is not None else torch.from_numpy(np.asarray(data, np.float64)).to(self.device)
         shape = A.shape[::-1] if transpose else A.shape
         return torch.sparse_csr_tensor(crow, col, vals, size=shape, dtype=torch.float64)
+
+
+def _float32(X: torch.Tensor) -> torch.Tensor:
+    """X as a float32 contiguous tensor: X itself when it is one (a kernel reads its address only)."""
+    return X if X.dtype == torch.float32 and X.is_contiguous() else X.detach().to(torch.float32).contiguous()

@@ -1,6 +1,7 @@
-"""GPU path of the GNN layers: cuSPARSE SDDMM, SparseOp's products (SpmmPlan with the row permutation inside,
-cuSPARSE with per-call values), the layers' forward and backward against the CPU float64 path, half precision under
-autocast, and torch streams. TF32 tolerances: about 1e-3 relative to the norm per product (10-bit mantissa)."""
+"""GPU path of the GNN layers: cuSPARSE SDDMM, the per-edge kernels (per-call values, SDDMM, GAT's attention),
+SparseOp's products (SpmmPlan with the row permutation inside), the layers' forward and backward against
+the CPU float64 path, half precision under autocast, and torch streams. TF32 tolerances: about 1e-3 relative to the
+norm per product (10-bit mantissa)."""
 from __future__ import annotations
 
 import warnings
@@ -72,7 +73,7 @@ def test_sparse_op_products_match_float64_with_the_permutation_inside():
     assert rel(op.matmul(X, transpose=True).cpu(), A64.T @ Xn) < TF32
     v = torch.rand(op.nnz, device=CUDA)
     Av = sp.csr_array((v.cpu().double().numpy(), A.indices, A.indptr), shape=A.shape)
-    assert rel(op.matmul_values(v, X).cpu(), Av @ Xn) < 1e-5  # cuSPARSE: full float32
+    assert rel(op.matmul_values(v, X).cpu(), Av @ Xn) < 1e-5  # kernels.edge: full float32
     assert rel(op.matmul_values(v, X, transpose=True).cpu(), Av.T @ Xn) < 1e-5
     U, V = torch.randn(A.shape[0], 8, device=CUDA), torch.randn(A.shape[0], 8, device=CUDA)
     expect = ref.sddmm(A.indptr, A.indices, U.cpu().double().numpy(), V.cpu().double().numpy())
@@ -101,6 +102,83 @@ def test_edge_sum_and_its_row_and_column_sums_match_float64_and_repeat_bitwise(d
     tol = 1e-6 if dtype == torch.float32 else 2e-3  # summed in float32, rounded once to the inputs' dtype
     assert grads[0][0].dtype == dtype and rel(grads[0][0].cpu(), csr.sum(axis=1)) < tol
     assert grads[0][1].dtype == dtype and rel(grads[0][1].cpu(), csr.sum(axis=0)) < tol
+
+
+@pytest.mark.parametrize("K", [0, 5, 16, 32])
+def test_edge_sddmm_matches_float64_repeats_bitwise_and_its_float4_path_gives_the_same_bits(K):
+    """SparseOp.sddmm on CUDA (kernels/edge.py, a lane per edge): a rectangular pattern with empty rows and a hub
+    row of 300 edges; U at an address 4 bytes off 16 takes the scalar kernel, which must give the float4 one's bits."""
+    A = sp.csr_array(graph()[:, :700])
+    op = gnn.SparseOp(A)
+    U = torch.randn(A.shape[0], K, device=CUDA)
+    V = torch.randn(A.shape[1], K, device=CUDA)
+    got = op.sddmm(U, V)
+    assert got.dtype == torch.float32 and got.shape == (op.nnz,)
+    expect = ref.sddmm(A.indptr, A.indices, U.cpu().double().numpy(), V.cpu().double().numpy())
+    if K:
+        assert rel(got.cpu(), expect) < 1e-6
+    else:
+        assert not got.any()
+    assert torch.equal(op.sddmm(U, V), got)
+    if K:
+        off = torch.empty(U.numel() + 1, device=CUDA)[1:].view(U.shape)
+        off.copy_(U)
+        assert off.data_ptr() % 16 == 4 and torch.equal(op.sddmm(off, V), got)
+    assert op.compute[(str(U.device), "sddmm")] == "kernels.edge sddmm_rows"
+
+
+def composed_attention(op, d, s, slope):
+    return gnn.edge_softmax(op, torch.nn.functional.leaky_relu(gnn.edge_sum(op, d, s), slope))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_edge_attention_matches_the_float64_composition_both_ways_and_repeats_bitwise(dtype):
+    """gnn.edge_attention on CUDA (kernels/edge.py: one kernel forward, two backward) against edge_softmax of
+    leaky_relu of edge_sum in float64 (autograd's gradients): a rectangular pattern with empty rows (their
+    d-gradient 0) and a hub row of 300 edges (ten lane strides); every call the same bits."""
+    A = sp.csr_array(graph()[:, :700])
+    op = gnn.SparseOp(A)
+    d = (3 * torch.randn(A.shape[0], device=CUDA)).to(dtype).requires_grad_()
+    s = (3 * torch.randn(A.shape[1], device=CUDA)).to(dtype).requires_grad_()
+    g = torch.randn(op.nnz, device=CUDA)
+    alpha = gnn.edge_attention(op, d, s, 0.2)
+    assert alpha.dtype == torch.float32 and alpha.shape == (op.nnz,)
+    d64, s64 = (x.detach().double().requires_grad_() for x in (d, s))
+    alpha64 = composed_attention(op, d64, s64, 0.2)
+    assert rel(alpha.detach().cpu(), alpha64.detach().cpu()) < 1e-6
+    dd, ds = torch.autograd.grad(alpha, (d, s), g)
+    dd64, ds64 = torch.autograd.grad(alpha64, (d64, s64), g.double())
+    assert dd.dtype == ds.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # the bfloat16 gradients rounded once
+    assert rel(dd.float().cpu(), dd64.cpu()) < tol and rel(ds.float().cpu(), ds64.cpu()) < tol
+    assert not dd[5:10].any()  # empty rows
+    again = gnn.edge_attention(op, d, s, 0.2)
+    assert torch.equal(again, alpha)
+    assert all(torch.equal(a, b) for a, b in zip((dd, ds), torch.autograd.grad(again, (d, s), g)))
+    assert op.compute[(str(d.device), "attention")] == "kernels.edge attention_fwd"
+
+
+def test_gat_layer_on_cuda_follows_the_composed_attention_within_float32():
+    """GATConv's forward and gradients with the fused attention against the same layer with the torch-op
+    composition it replaced (both float32 on CUDA, the same weights)."""
+    import gnn.layers as layers
+
+    A = graph(hub=False)
+    g = gnn.Graph("gat", A)
+    torch.manual_seed(0)
+    conv = gnn.GATConv(24, 8, heads=3).to(CUDA)
+    x = torch.randn(A.shape[0], 24, device=CUDA)
+    out = conv(x, g)
+    grads = torch.autograd.grad(out.square().sum(), list(conv.parameters()))
+    fused = layers.edge_attention
+    try:
+        layers.edge_attention = composed_attention
+        out_ref = conv(x, g)
+        grads_ref = torch.autograd.grad(out_ref.square().sum(), list(conv.parameters()))
+    finally:
+        layers.edge_attention = fused
+    assert rel(out.detach().cpu(), out_ref.detach().cpu()) < 1e-5
+    assert all(rel(a.cpu(), b.cpu()) < 1e-4 for a, b in zip(grads, grads_ref))
 
 
 def test_symmetric_operator_reuses_one_plan_for_the_backward():
@@ -292,29 +370,26 @@ def test_forward_and_backward_keep_their_own_products_and_stop_re_pointing(adam_
     assert all(after[k][0] - before[k][0] <= 3 for k in before), (before, after)  # <= once an epoch
 
 
+@pytest.mark.parametrize("N", [24, 40])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_per_call_values_product_is_bound_once_and_re_pointed(transpose):
-    """``matmul_values``: cuSPARSE bound once per (direction, N) and called on torch's stream; new values each
-    call, X and the output moved between calls (descriptors re-pointed): every result matches float64."""
-    A = graph(n=700, deg=9, seed=11)
+def test_per_call_values_product_matches_float64_and_repeats_bitwise(transpose, N):
+    """``matmul_values`` (kernels/edge.py spmm_values: a lane per column, A.T's rows reading A's values through
+    order_t): new values each call, X at other buffers and offsets, N over one lane stride (40), a rectangular
+    pattern with empty rows and a hub row: every result within float32 of float64 and the same bits again."""
+    A = sp.csr_array(graph(n=700, deg=9, seed=11)[:, :600])
     op = gnn.SparseOp(A)
     rng = np.random.default_rng(11)
     shape = A.shape[::-1] if transpose else A.shape
-    engine = None
     for i in range(4):
         v = torch.from_numpy(rng.standard_normal(op.nnz).astype(np.float32)).to(CUDA)
-        X = torch.randn(shape[1] + i, 24, device=CUDA)[i:]  # another buffer each time (a view: offset pointer)
+        X = torch.randn(shape[1] + i, N, device=CUDA)[i:]  # another buffer each time (a view: offset pointer)
         X = X.contiguous() if i % 2 else X
         got = op.matmul_values(v, X, transpose=transpose)
         M = sp.csr_array((v.cpu().double().numpy(), A.indices, A.indptr), shape=A.shape)
         want = (M.T if transpose else M) @ X.cpu().double().numpy()
-        assert rel(got.cpu(), want) < 1e-5
-        # again on the same buffers (cuSPARSE's fastest algorithm, not necessarily a repeatable one)
-        assert rel(op.matmul_values(v, X, transpose=transpose).cpu(), want) < 1e-5
-        engine = engine or next(iter(op._gpu.values()))
-        bound, ptrs = engine._bound[(transpose, 24)]
-        assert ptrs[0] == X.data_ptr()
-    assert len(engine._bound) == 1
+        assert got.shape == (shape[0], N) and rel(got.cpu(), want) < 1e-6
+        assert torch.equal(op.matmul_values(v, X, transpose=transpose), got)
+    assert op.compute[(str(v.device), "values")] == "kernels.edge spmm_values"
 
 
 def test_plan_bind_set_io_matches_fresh_runs_and_restores_its_graph():
@@ -340,8 +415,8 @@ def test_plan_bind_set_io_matches_fresh_runs_and_restores_its_graph():
 def test_fit_replaying_a_captured_step_follows_the_eager_loss_curve(model_name):
     """gnn.models.fit on CUDA (its default, cuda_graph=None: capture): eager warm-up epochs, then one captured step
     replayed per epoch; without dropout the losses equal the eager run's (cuda_graph=False) to 1e-5 (the same
-    arithmetic on other addresses). GAT captures since cuSPARSE keeps A's descriptor per N (its N = 2 attention
-    gradients and N = head width aggregation had re-preprocessed A inside the capture)."""
+    arithmetic on other addresses). GAT's per-edge steps are kernels.edge launches on torch's stream (capturable;
+    with cuSPARSE they captured once it kept A's descriptor per N)."""
     from gnn.models import GAT, GCN, GRAPH_WARMUP_EPOCHS, fit, split_masks
 
     A = graph(n=900, deg=8, seed=8, hub=False)

@@ -189,10 +189,10 @@ def test_epochs_after_the_first_build_bind_convert_and_sync_nothing(counts, cpu_
     monkeypatch.setattr(PlanProduct, "__init__", product_init)
     train(op, engine, 1, adam_epochs)
     first = dict(counts, syncs=engine.syncs, products=len(products))
-    # epoch 1: one plan (A's) when symmetric, else A's and A.T's; one product per (plan, N): N = 8 and 3
-    assert first["plans"] == (1 if symmetric else 2) and first["bind"] == first["products"] == \
-        (2 if symmetric else 4)
-    assert first["syncs"] == first["products"]  # the first call of each product autotunes after a sync
+    # epoch 1: one plan (A's) when symmetric, else A's and A.T's; one product per (plan, N, direction): N = 8 and
+    # 3, forward and backward apart also where they share A's plan (each then keeps its own buffers)
+    assert first["plans"] == (1 if symmetric else 2) and first["bind"] == first["products"] == 4
+    assert first["syncs"] == first["products"]  # each product's first call syncs (a CPU plan records no choice)
     ptrs = [p.C.data_ptr() for p in products]
     train(op, engine, 3, adam_epochs)
     assert counts["plans"] == first["plans"] and counts["bind"] == first["bind"]  # nothing built or bound

@@ -1,0 +1,116 @@
+"""Per-edge GNN steps on one CSR pattern (kernels/cuda/edge.cu), launched from raw device addresses on a given
+stream: GAT's attention (``alpha = softmax over each row of leaky_relu(d[row] + s[col])``) and its backward, the
+float32 SDDMM ``out[k] = U[row_k] . V[col_k]`` and the SpMM with per-call values ``A_v @ X`` (or ``A_v.T @ X``).
+gnn.gpu passes torch tensors' addresses and torch's current stream, so a call makes no array object and allocates
+nothing: one ``cuLaunchKernel`` per kernel with its arguments packed on the spot (cuLaunchKernel copies them at the
+launch). Launches are capturable into a CUDA graph.
+
+Index arrays are int64 (``gnn.SparseOp.index``), values float32, row-major and contiguous; nothing is checked on
+the device (the caller's tensors come from the op's own pattern). One warp per row (per column for the backward's
+column sums), fixed-order sums, no atomics: the same bits on every call (edge.cu says how each is summed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import launch
+
+SOURCE = launch.CUDA_DIR / "edge.cu"
+THREADS = 256  # 8 warps a block, one row each
+_WARPS = THREADS // 32
+_SLOTS = np.arange(16, dtype=np.uint64) * np.uint64(8)  # byte offsets of the 64-bit argument slots
+
+
+class _Build:
+    """edge.cu takes no -D options."""
+
+    @staticmethod
+    def defines() -> tuple:
+        return ()
+
+
+BUILD = _Build()
+
+
+def _float_bits(x: float) -> int:
+    """A float kernel argument as cuLaunchKernel reads its slot: the float32 bits in the low 4 bytes."""
+    return int(np.float32(x).view(np.uint32))
+
+
+def _launch(name: str, stream: int, n_warps: int, *args: int) -> None:
+    """``name`` over ``n_warps`` warps (one row or column each) on ``stream``; ``args``: 64-bit slots (addresses,
+    int64 sizes, `_float_bits`)."""
+    if n_warps <= 0:
+        return
+    fn = launch.function(name, BUILD, SOURCE)
+    vals = np.array(args, dtype=np.uint64)
+    params = _SLOTS[:len(args)] + np.uint64(vals.ctypes.data)
+    blocks = -(-n_warps // _WARPS)
+    launch._launch_kernel(fn.kernel.ptr, blocks, 1, 1, THREADS, 1, 1, 0, stream, int(params.ctypes.data), 0)
+
+
+def attention(stream: int, indptr: int, indices: int, n_rows: int, d: int, s: int, slope: float,
+              alpha: int) -> None:
+    """``alpha[k] = exp(e_k - m_i) / sum_row exp(e - m_i)`` with ``e_k = leaky_relu(d[i] + s[col_k], slope)`` and
+    m_i the row's largest e: every stored nonzero k of row i (alpha: float32 [nnz])."""
+    _launch("attention_fwd", stream, n_rows, indptr, indices, d, s, _float_bits(slope), n_rows, alpha)
+
+
+def attention_backward(stream: int, indptr: int, indices: int, n_rows: int, indptr_t: int, order_t: int,
+                       n_cols: int, d: int, s: int, slope: float, alpha: int, g: int, dlogit: int, dd: int,
+                       ds: int) -> None:
+    """The gradients of `attention` for ``g = dL/dalpha``: the logits' ``dlogit`` [nnz] (scratch the caller
+    owns), ``dd`` [n_rows] its row sums and ``ds`` [n_cols] its column sums (walked in A.T's order: ``indptr_t``,
+    ``order_t`` as ``gnn.SparseOp.index`` gives them). Two launches, stream-ordered."""
+    _launch("attention_bwd_rows", stream, n_rows, indptr, indices, d, s, _float_bits(slope), n_rows, alpha, g,
+            dlogit, dd)
+    _launch("attention_bwd_cols", stream, n_cols, indptr_t, order_t, dlogit, n_cols, ds)
+
+
+def sddmm(stream: int, indptr: int, indices: int, n_rows: int, U: int, V: int, K: int, out: int) -> None:
+    """``out[k] = U[row_k] . V[col_k]`` in float32, U [n_rows, K] and V [n_cols, K] row-major; float4 loads when
+    K % 4 == 0 and both addresses are 16-byte aligned (the same bits either way: one fused multiply-add per
+    product, in column order)."""
+    if K % 4 == 0 and U % 16 == 0 and V % 16 == 0:
+        _launch("sddmm_rows_v4", stream, n_rows, indptr, indices, U, V, n_rows, K // 4, out)
+    else:
+        _launch("sddmm_rows", stream, n_rows, indptr, indices, U, V, n_rows, K, out)
+
+
+CHUNK = 128  # edges an item of spmm_values at most: a longer row is split (R-MAT scale 16 hubs: thousands of edges)
+
+
+def row_items(indptr, chunk: int = CHUNK) -> dict:
+    """spmm_values' work list for a CSR row pointer (NumPy, int64): every row cut into items of at most ``chunk``
+    edges (an empty row is one empty item: its output row is written as zeros). ``item_row``, ``item_begin`` (the
+    item's first edge) and ``item_slot`` (-1 where the item is its row's only one, else its partial row's slot);
+    ``split_row`` (the rows of more than one item) and ``split_slot`` (their slots, CSR-like: row r's are
+    ``split_slot[r] .. split_slot[r + 1]``, in edge order)."""
+    if chunk < 1:
+        raise ValueError(f"kernels.edge.row_items: chunk must be >= 1, got {chunk}")
+    indptr = np.asarray(indptr, dtype=np.int64)
+    counts = np.diff(indptr)
+    n_items = np.maximum(1, -(-counts // chunk))
+    first = np.concatenate(([0], np.cumsum(n_items)))
+    item_row = np.repeat(np.arange(len(counts), dtype=np.int64), n_items)
+    item_begin = indptr[:-1][item_row] + chunk * (np.arange(first[-1], dtype=np.int64) - first[:-1][item_row])
+    split = n_items > 1
+    item_slot = np.full(first[-1], -1, dtype=np.int64)
+    in_split = split[item_row]
+    item_slot[in_split] = np.arange(int(in_split.sum()), dtype=np.int64)
+    split_slot = np.concatenate(([0], np.cumsum(n_items[split]))).astype(np.int64)
+    return {"item_row": item_row, "item_begin": item_begin, "item_slot": item_slot,
+            "split_row": np.flatnonzero(split).astype(np.int64), "split_slot": split_slot}
+
+
+def spmm_values(stream: int, indptr: int, indices: int, order: int, values: int, X: int, N: int, out: int,
+                items: tuple[int, int, int, int, int], n_items: int, n_split: int, partial: int) -> None:
+    """``out = A_v @ X`` (out [n_rows, N], X [n_cols, N] float32 row-major), the value of stored nonzero k being
+    ``values[order[k]]``, or ``values[k]`` where ``order`` is 0 (a null address): with A.T's (indptr_t, indices_t,
+    order_t) this is ``A_v.T @ X`` on A's own values. ``items``: the addresses of `row_items`' item_row,
+    item_begin, item_slot, split_row and split_slot on the device; ``partial`` a float32 [split_slot[-1], N]
+    scratch (unused without split rows). Two launches where a row is split, else one."""
+    item_row, item_begin, item_slot, split_row, split_slot = items
+    _launch("spmm_values", stream, n_items, indptr, indices, order, values, X, item_row, item_begin, item_slot,
+            n_items, N, CHUNK, out, partial)
+    _launch("spmm_values_fixup", stream, n_split, split_row, split_slot, n_split, N, partial, out)
