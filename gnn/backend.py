@@ -109,57 +109,77 @@ class SparseOp:
         return self._engine(X.device).matmul(X, transpose)
 
     def matmul_values(self, values: torch.Tensor, X: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-        """A_v @ X where A_v has A's pattern and ``values`` [nnz] (in A's CSR order) as its data."""
-        if values.shape != (self.nnz,):
-            raise ValueError(f"gnn.SparseOp: values has shape {tuple(values.shape)}, expected ({self.nnz},)")
+        """A_v @ X where A_v has A's pattern and ``values`` (in A's CSR order) as its data: values [nnz], or
+        [nnz, H] for H heads, head h's values weighting X's columns ``h C .. (h + 1) C`` (X [., H C], torch's
+        [., H, C] flattened)."""
+        heads = self._heads(values, "values", X.shape[1] if X.ndim == 2 else None)
         self._check(X, self.shape[0] if transpose else self.shape[1], "X")
         if X.device.type == "cpu":
             cd = _cpu_dtype(X.dtype)
-            v = values.detach().to(cd).numpy()
-            if transpose:
-                indptr, indices, order = self.transpose_pattern
-                M = sp.csr_array((v[order], indices, indptr), shape=self.shape[::-1])
-            else:
-                M = sp.csr_array((v, self.A.indices, self.A.indptr), shape=self.shape)
-            out = M @ X.detach().to(cd).contiguous().numpy()
+            v = values.detach().to(cd).numpy().reshape(self.nnz, heads)
+            Xn = X.detach().to(cd).contiguous().numpy()
+            C = Xn.shape[1] // heads
+            indptr, indices, order = self.transpose_pattern if transpose else \
+                (self.A.indptr, self.A.indices, slice(None))
+            shape = self.shape[::-1] if transpose else self.shape
+            out = np.concatenate([sp.csr_array((v[order, h], indices, indptr), shape=shape) @ Xn[:, h * C:(h + 1) * C]
+                                  for h in range(heads)], axis=1)
             return torch.from_numpy(np.ascontiguousarray(out)).to(X.dtype)
         return self._engine(X.device).matmul_values(values, X, transpose)
 
-    def sddmm(self, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-        """``out[k] = U[row_k] . V[col_k]`` [nnz]: U [n_rows, K], V [n_cols, K]; dtype promoted from U and V."""
+    def sddmm(self, U: torch.Tensor, V: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """``out[k] = U[row_k] . V[col_k]`` [nnz]: U [n_rows, K], V [n_cols, K]; dtype promoted from U and V. With
+        ``heads`` H: per head over its columns ``h C .. (h + 1) C`` (C = K / H), [nnz, H]."""
         self._check(U, self.shape[0], "U")
         self._check(V, self.shape[1], "V")
+        if U.shape[1] != V.shape[1] or (heads is not None and (heads < 1 or U.shape[1] % heads)):
+            raise ValueError(f"gnn.SparseOp: U {tuple(U.shape)} and V {tuple(V.shape)} with heads={heads}: the "
+                             "widths must match and split into the heads")
         dtype = torch.promote_types(U.dtype, V.dtype)
         if U.device.type == "cpu":
             cd = _cpu_dtype(dtype)
-            out = ref.sddmm(self.A.indptr, self.A.indices, U.detach().to(cd).numpy(), V.detach().to(cd).numpy())
-            return torch.from_numpy(np.ascontiguousarray(out)).to(dtype)
-        return self._engine(U.device).sddmm(U, V).to(dtype)
+            Un, Vn = U.detach().to(cd).numpy(), V.detach().to(cd).numpy()
+            H = heads or 1
+            C = Un.shape[1] // H
+            out = np.stack([ref.sddmm(self.A.indptr, self.A.indices, Un[:, h * C:(h + 1) * C], Vn[:, h * C:(h + 1) * C])
+                            for h in range(H)], axis=1)
+            return torch.from_numpy(np.ascontiguousarray(out if heads else out[:, 0])).to(dtype)
+        return self._engine(U.device).sddmm(U, V, heads).to(dtype)
 
     def attention(self, d: torch.Tensor, s: torch.Tensor, slope: float) -> torch.Tensor:
-        """GAT's attention weights on A's pattern, float32 [nnz] in A's CSR order: ``alpha_k = softmax over row i
-        of leaky_relu(d[i] + s[col_k], slope)``; d [n_rows], s [n_cols] on one CUDA device (float32, or cast)."""
+        """GAT's attention weights on A's pattern, float32, in A's CSR order: ``alpha_k = softmax over row i of
+        leaky_relu(d[i] + s[col_k], slope)``; d [n_rows] and s [n_cols] -> [nnz], or per head d [n_rows, H] and s
+        [n_cols, H] -> [nnz, H]; on one CUDA device (float32, or cast)."""
         d, s = self._edge_vectors(d, s)
         return self._engine(d.device).attention(d, s, float(slope))
 
     def attention_backward(self, d: torch.Tensor, s: torch.Tensor, slope: float, alpha: torch.Tensor,
                            g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dL/dd, dL/ds), float32, of `attention` (``alpha`` its output) for ``g = dL/dalpha`` [nnz]."""
+        """(dL/dd, dL/ds), float32, of `attention` (``alpha`` its output) for ``g = dL/dalpha``."""
         d, s = self._edge_vectors(d, s)
-        if alpha.shape != (self.nnz,) or g.shape != (self.nnz,):
-            raise ValueError(f"gnn.SparseOp: alpha {tuple(alpha.shape)} and g {tuple(g.shape)}, expected "
-                             f"({self.nnz},)")
+        edges = (self.nnz, *d.shape[1:])
+        if alpha.shape != edges or g.shape != edges:
+            raise ValueError(f"gnn.SparseOp: alpha {tuple(alpha.shape)} and g {tuple(g.shape)}, expected {edges}")
         return self._engine(d.device).attention_backward(d, s, float(slope), alpha.contiguous(), g)
 
     def _edge_vectors(self, d: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if d.shape != (self.shape[0],) or s.shape != (self.shape[1],):
+        if d.ndim not in (1, 2) or d.shape[0] != self.shape[0] or s.shape != (self.shape[1], *d.shape[1:]):
             raise ValueError(f"gnn.SparseOp: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({self.shape[0]},) "
-                             f"and ({self.shape[1]},)")
+                             f"and ({self.shape[1]},), or ({self.shape[0]}, H) and ({self.shape[1]}, H)")
         if d.device.type != "cuda" or s.device != d.device:
             raise ValueError(f"gnn.SparseOp.attention: runs on one CUDA device (d on {d.device}, s on {s.device}); "
                              "on the CPU gnn.functional.edge_attention composes torch ops")
         return tuple(x if x.dtype == torch.float32 and x.is_contiguous() else x.detach().float().contiguous()
                      for x in (d, s))
+
+    def _heads(self, values: torch.Tensor, what: str, width) -> int:
+        """H of per-edge ``values`` [nnz] (1) or [nnz, H], which must split ``width`` columns into its heads."""
+        heads = 1 if values.ndim == 1 else int(values.shape[1]) if values.ndim == 2 else 0
+        if values.ndim not in (1, 2) or values.shape[0] != self.nnz or heads < 1 or \
+                (width is not None and width % heads):
+            raise ValueError(f"gnn.SparseOp: {what} has shape {tuple(values.shape)}, expected ({self.nnz},) or "
+                             f"({self.nnz}, H) with H dividing X's {width} columns")
+        return heads
 
     # ---- helpers ------------------------------------------------------------------------------------------------
     def _check(self, X: torch.Tensor, rows: int, what: str) -> None:

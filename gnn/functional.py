@@ -1,14 +1,16 @@
 """Autograd functions over a ``gnn.SparseOp``: the GNN layers' sparse steps with hand-written backward passes.
 
 - ``spmm(op, X) = A @ X``; backward ``dX = A.T @ G`` (the op's plan of A.T, built once per device).
-- ``edge_spmm(op, values, X) = A_v @ X`` (A's pattern, per-call ``values`` [nnz] in A's CSR order, e.g. attention);
-  backward ``dX = A_v.T @ G``, ``d values[k] = G[row_k] . X[col_k]`` (an SDDMM).
+- ``edge_spmm(op, values, X) = A_v @ X`` (A's pattern, per-call ``values`` [nnz] in A's CSR order, e.g. attention,
+  or [nnz, H] for H heads on X's H column blocks); backward ``dX = A_v.T @ G``, ``d values[k] = G[row_k] .
+  X[col_k]`` (an SDDMM, per head).
 - ``sddmm(op, U, V)[k] = U[row_k] . V[col_k]``; backward ``dU = S_g @ V``, ``dV = S_g.T @ U`` with S_g = A's pattern
   carrying the upstream gradient g.
 - ``edge_sum(op, d, s)[k] = d[row_k] + s[col_k]`` (a rank-one SDDMM: GAT's attention logits); backward
   ``dd = row sums of g``, ``ds = column sums of g``, segment sums in a fixed order (deterministic).
 - ``edge_softmax(op, e)``: softmax over each destination's incoming edges, in torch ops (autograd derives it).
-- ``edge_attention(op, d, s, slope) = edge_softmax(op, leaky_relu(edge_sum(op, d, s), slope))`` (GAT's weights):
+- ``edge_attention(op, d, s, slope) = edge_softmax(op, leaky_relu(edge_sum(op, d, s), slope))`` (GAT's weights,
+  d and s [n] or [n, H] for H heads at once):
   on CUDA one kernel forward and two backward (kernels.edge, fixed-order sums: the same bits each call), where
   the composition issues 8 torch ops forward and about 15 backward (their host time was most of a small graph's
   GAT epoch); on the CPU and in float64 the composition itself.
@@ -78,7 +80,8 @@ def _binary(name: str, product, grad_a, grad_b):
 
 
 # A_v @ X: d values[k] = G[row_k] . X[col_k] (an SDDMM), dX = A_v.T @ G
-_EdgeSpmm = _binary("_EdgeSpmm", lambda op, v, X: op.matmul_values(v, X), lambda op, v, X, G: op.sddmm(G, X),
+_EdgeSpmm = _binary("_EdgeSpmm", lambda op, v, X: op.matmul_values(v, X),
+                    lambda op, v, X, G: op.sddmm(G, X, heads=v.shape[1] if v.ndim == 2 else None),
                     lambda op, v, X, G: op.matmul_values(v, G, transpose=True))
 # U[row_k] . V[col_k]: dU = S_g @ V, dV = S_g.T @ U
 _Sddmm = _binary("_Sddmm", lambda op, U, V: op.sddmm(U, V), lambda op, U, V, g: op.matmul_values(g, V),
@@ -126,7 +129,8 @@ def spmm(op: SparseOp, X: torch.Tensor) -> torch.Tensor:
 
 
 def edge_spmm(op: SparseOp, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """A_v @ X, A's pattern with ``values`` [nnz] (A's CSR order) as its data."""
+    """A_v @ X, A's pattern with ``values`` [nnz] (A's CSR order) as its data; per head with values [nnz, H]:
+    head h's values weight X's columns ``h C .. (h + 1) C`` (X [n_cols, H C], torch's [n_cols, H, C] flattened)."""
     return _EdgeSpmm.apply(values, X, op)
 
 
@@ -164,12 +168,14 @@ def edge_softmax(op: SparseOp, e: torch.Tensor) -> torch.Tensor:
 
 
 def edge_attention(op: SparseOp, d: torch.Tensor, s: torch.Tensor, negative_slope: float = 0.2) -> torch.Tensor:
-    """GAT's attention weights [nnz] (A's CSR order): ``edge_softmax(op, leaky_relu(edge_sum(op, d, s),
-    negative_slope))``, i.e. per destination row i the softmax over its edges of ``leaky_relu(d[i] + s[j])``.
-    float32 (float64 stays float64). CUDA: fused kernels (kernels.edge); the CPU and float64: that composition."""
-    if d.shape != (op.shape[0],) or s.shape != (op.shape[1],):
+    """GAT's attention weights (A's CSR order): per destination row i the softmax over its edges of
+    ``leaky_relu(d[i] + s[j])``, i.e. ``edge_softmax(op, leaky_relu(edge_sum(op, d, s), negative_slope))``; d
+    [n_rows] and s [n_cols] -> [nnz], or for H heads at once d [n_rows, H] and s [n_cols, H] -> [nnz, H]. float32
+    (float64 stays float64). CUDA: fused kernels (kernels.edge); the CPU and float64: that composition."""
+    if d.ndim not in (1, 2) or d.shape[0] != op.shape[0] or s.shape != (op.shape[1], *d.shape[1:]):
         raise ValueError(f"gnn.edge_attention: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({op.shape[0]},) "
-                         f"and ({op.shape[1]},)")
+                         f"and ({op.shape[1]},), or ({op.shape[0]}, H) and ({op.shape[1]}, H)")
     if d.device.type != "cuda" or torch.promote_types(d.dtype, s.dtype) == torch.float64:
-        return edge_softmax(op, F.leaky_relu(edge_sum(op, d, s), negative_slope))
+        logits = d.index_select(0, op.index("rows", d.device)) + s.index_select(0, op.index("cols", s.device))
+        return edge_softmax(op, F.leaky_relu(logits, negative_slope))
     return _EdgeAttention.apply(d, s, op, float(negative_slope))

@@ -163,11 +163,15 @@ class GpuEngine:
         return tuple(self.op.index(name, self.device).data_ptr() for name in names)
 
     def matmul_values(self, values: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """A_v @ X (A_v.T @ X): values [nnz] or [nnz, H] (head h weighting X's columns h C .. (h + 1) C)."""
+        heads = 1 if values.ndim == 1 else int(values.shape[1])
         if X.dtype == torch.float64:
-            v = values.detach()
+            v = values.detach().reshape(self.op.nnz, heads)
             if transpose:
                 v = v.index_select(0, self.op.index("order_t", self.device))
-            return self._csr64(transpose, v.to(torch.float64)) @ X
+            parts = X.view(X.shape[0], heads, -1).unbind(1)
+            return torch.cat([self._csr64(transpose, v[:, h].to(torch.float64).contiguous()) @ part
+                              for h, part in enumerate(parts)], dim=1)
         from kernels import edge
 
         v32, X32 = _float32(values), _float32(X)
@@ -183,8 +187,8 @@ class GpuEngine:
                 pattern = (*self._pattern(), 0)
             items, n_items, n_split, n_slots = self._row_items(transpose)
             partial = torch.empty((n_slots, N), dtype=torch.float32, device=self.device) if n_slots else None
-            self._edge_call(edge.spmm_values, *pattern, v32.data_ptr(), X32.data_ptr(), N, out.data_ptr(), items,
-                            n_items, n_split, partial.data_ptr() if n_slots else 0)
+            self._edge_call(edge.spmm_values, *pattern, v32.data_ptr(), X32.data_ptr(), N, heads, out.data_ptr(),
+                            items, n_items, n_split, partial.data_ptr() if n_slots else 0)
         return out if out.dtype == X.dtype else out.to(X.dtype)
 
     def _row_items(self, transpose: bool) -> tuple:
@@ -202,44 +206,50 @@ class GpuEngine:
                                               len(arrays["split_row"]), int(arrays["split_slot"][-1]), tensors)
         return found[:4]
 
-    def sddmm(self, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    def sddmm(self, U: torch.Tensor, V: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """``out[k] = U[row_k] . V[col_k]`` [nnz]; with ``heads`` H, per head over its C = K / H columns, [nnz, H]."""
+        H = heads or 1
         if torch.promote_types(U.dtype, V.dtype) == torch.float64:
             rows, cols = self.op.index("rows", self.device), self.op.index("cols", self.device)
-            return (U.detach()[rows].double() * V.detach()[cols].double()).sum(-1)
+            out = (U.detach()[rows].double().view(self.op.nnz, H, -1)
+                   * V.detach()[cols].double().view(self.op.nnz, H, -1)).sum(-1)
+            return out if heads else out.view(self.op.nnz)
         from kernels import edge
 
         U32, V32 = _float32(U), _float32(V)
-        out = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)  # every entry written
-        if self.op.nnz:
+        out = torch.empty((self.op.nnz, H) if heads else self.op.nnz, dtype=torch.float32, device=self.device)
+        if self.op.nnz:  # every entry written
             self.op.compute.setdefault((str(self.device), "sddmm"), "kernels.edge sddmm_rows")
-            self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], U32.data_ptr(), V32.data_ptr(),
-                            int(U32.shape[1]), out.data_ptr())
+            self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], U32.data_ptr(), V32.data_ptr(), H,
+                            int(U32.shape[1]) // H, out.data_ptr())
         return out
 
     def attention(self, d: torch.Tensor, s: torch.Tensor, slope: float) -> torch.Tensor:
-        """GAT's attention weights [nnz] (float32): ``softmax over row i of leaky_relu(d[i] + s[col_k])``; d, s
-        float32 contiguous."""
+        """GAT's attention weights (float32), ``softmax over row i of leaky_relu(d[i] + s[col_k])`` per head: d
+        [n_rows] or [n_rows, H], s [n_cols] or [n_cols, H] float32 contiguous -> [nnz] or [nnz, H]."""
         from kernels import edge
 
-        alpha = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)
+        H = 1 if d.ndim == 1 else int(d.shape[1])
+        alpha = torch.empty((self.op.nnz, *d.shape[1:]), dtype=torch.float32, device=self.device)
         if self.op.nnz:
             self.op.compute.setdefault((str(self.device), "attention"), "kernels.edge attention_fwd")
-            self._edge_call(edge.attention, *self._pattern(), self.op.shape[0], d.data_ptr(), s.data_ptr(), slope,
-                            alpha.data_ptr())
+            self._edge_call(edge.attention, *self._pattern(), self.op.shape[0], H, d.data_ptr(), s.data_ptr(),
+                            slope, alpha.data_ptr())
         return alpha
 
     def attention_backward(self, d: torch.Tensor, s: torch.Tensor, slope: float, alpha: torch.Tensor,
                            g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dd [n_rows], ds [n_cols]) float32 of `attention` for ``g = dL/dalpha``."""
+        """(dd, ds) float32, shaped as d and s, of `attention` for ``g = dL/dalpha``."""
         from kernels import edge
 
+        H = 1 if d.ndim == 1 else int(d.shape[1])
         g32 = _float32(g)
         n_rows, n_cols = self.op.shape
-        dd = torch.empty(n_rows, dtype=torch.float32, device=self.device)  # every row and column written
-        ds = torch.empty(n_cols, dtype=torch.float32, device=self.device)
-        dlogit = torch.empty(self.op.nnz, dtype=torch.float32, device=self.device)
+        dd = torch.empty(d.shape, dtype=torch.float32, device=self.device)  # every row and column written
+        ds = torch.empty(s.shape, dtype=torch.float32, device=self.device)
+        dlogit = torch.empty(alpha.shape, dtype=torch.float32, device=self.device)
         self._edge_call(edge.attention_backward, *self._pattern(), n_rows, *self._pattern(transpose=True), n_cols,
-                        d.data_ptr(), s.data_ptr(), slope, alpha.data_ptr(), g32.data_ptr(), dlogit.data_ptr(),
+                        H, d.data_ptr(), s.data_ptr(), slope, alpha.data_ptr(), g32.data_ptr(), dlogit.data_ptr(),
                         dd.data_ptr(), ds.data_ptr())
         return dd, ds
 

@@ -114,12 +114,14 @@ class GATConv(_Cached):
     loops added, as PyG does), softmax over i's incoming edges, dropout on the coefficients, ``out_i = sum_j
     alpha_ij h_j`` per head; heads concatenated or averaged, plus bias.
 
-    All heads go through one pattern, the block diagonal ``kron(I_heads, A + I)`` (head k owns rows and columns
-    ``k N .. (k + 1) N``), so each step is one call whatever the head count: the weights one
-    ``gnn.functional.edge_attention`` (softmax over each row of ``leaky_relu(a_dst_i + a_src_j)``: on CUDA one
-    kernel, its backward two, where the composed edge_sum, leaky_relu and edge_softmax issued ~8 torch ops forward
-    and ~15 backward), the aggregation one SpMM with the coefficients as the pattern's values (its backward an
-    SDDMM and a transposed SpMM). Per-head calls measured 2.5x PyG's epoch on a 200k-nnz graph (H200)."""
+    All heads go through one pattern, A + I itself, each step one call whatever the head count: the weights one
+    ``gnn.functional.edge_attention`` on the [N, H] logit factors (softmax over each row of
+    ``leaky_relu(a_dst_i + a_src_j)`` per head: on CUDA one kernel, its backward two), the aggregation one SpMM of
+    the [nnz, H] weights with the node-major features [N, H C] (the Linear's output as it is; its backward an SDDMM
+    per head and a transposed SpMM). Until 2026-11-29 the heads were H copies of the graph on the diagonal of
+    ``kron(I_H, A + I)``, which took H times the pattern's memory and a transpose of the features to head-major
+    order and back (a copy each way, forward and backward); per-head calls before that measured 2.5x PyG's epoch
+    on a 200k-nnz graph (H200)."""
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, *, concat: bool = True,
                  negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, bias: bool = True):
@@ -142,26 +144,23 @@ class GATConv(_Cached):
     def pattern(self, graph) -> SparseOp:
         def build(A, perm, _normalized):
             A = with_self_loops(A) if self.add_self_loops else sp.csr_array(A, dtype=np.float32)
-            if self.heads > 1:
-                A = sp.csr_array(sp.kron(sp.eye_array(self.heads, dtype=A.dtype), A, format="csr"))
-                A.sort_indices()
             return SparseOp(A)  # per-call values run on kernels.edge in the stored order: no row permutation
 
-        return self._op(graph, build, ("gat", self.heads, self.add_self_loops))
+        return self._op(graph, build, ("gat", self.add_self_loops))  # one pattern for every head count
 
     def forward(self, x: torch.Tensor, graph, *, return_attention: bool = False):
         op = self.pattern(graph)
         H, C = self.heads, self.out_channels
-        n = op.shape[0] // H
-        h = self.lin(x).view(n, H, C).transpose(0, 1)  # [H, N, C]: head k's rows are rows k N.. of the pattern
-        a_src = (h * self.att_src.transpose(0, 1)).sum(-1).reshape(H * n)  # [H N]
-        a_dst = (h * self.att_dst.transpose(0, 1)).sum(-1).reshape(H * n)
-        # softmax over i's edges of leaky_relu(a_dst[i] + a_src[j]) on each edge j -> i: [H nnz]
+        n = op.shape[0]
+        h = self.lin(x)  # [N, H C]: node i's head k at columns k C .. (k + 1) C
+        hv = h.view(n, H, C)
+        a_src = (hv * self.att_src).sum(-1)  # [N, H]
+        a_dst = (hv * self.att_dst).sum(-1)
+        # softmax over i's edges of leaky_relu(a_dst[i] + a_src[j]) on each edge j -> i, per head: [nnz, H]
         alpha = edge_attention(op, a_dst, a_src, self.negative_slope)
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = edge_spmm(op, alpha, h.reshape(H * n, C)).view(H, n, C).transpose(0, 1)  # [N, H, C]
-        out = out.reshape(n, H * C) if self.concat else out.mean(dim=1)
-        alpha = alpha.view(H, -1).t()  # [nnz of A + I, H], A's CSR order
+        out = edge_spmm(op, alpha, h)  # [N, H C]
+        out = out if self.concat else out.view(n, H, C).mean(dim=1)
         if self.bias is not None:
             out = out + self.bias
         return (out, alpha) if return_attention else out

@@ -1,6 +1,8 @@
 """Per-edge GNN steps on one CSR pattern (kernels/cuda/edge.cu), launched from raw device addresses on a given
 stream: GAT's attention (``alpha = softmax over each row of leaky_relu(d[row] + s[col])``) and its backward, the
-float32 SDDMM ``out[k] = U[row_k] . V[col_k]`` and the SpMM with per-call values ``A_v @ X`` (or ``A_v.T @ X``).
+float32 SDDMM ``out[k] = U[row_k] . V[col_k]`` and the SpMM with per-call values ``A_v @ X`` (or ``A_v.T @ X``),
+each for H heads at once on the one pattern (edge quantities [nnz, H], node quantities [n, H], features
+[n, H * C] with head h's channels at ``h C .. (h + 1) C``).
 gnn.gpu passes torch tensors' addresses and torch's current stream, so a call makes no array object and allocates
 nothing: one ``cuLaunchKernel`` per kernel with its arguments packed on the spot (cuLaunchKernel copies them at the
 launch). Launches are capturable into a CUDA graph.
@@ -49,32 +51,35 @@ def _launch(name: str, stream: int, n_warps: int, *args: int) -> None:
     launch._launch_kernel(fn.kernel.ptr, blocks, 1, 1, THREADS, 1, 1, 0, stream, int(params.ctypes.data), 0)
 
 
-def attention(stream: int, indptr: int, indices: int, n_rows: int, d: int, s: int, slope: float,
+def attention(stream: int, indptr: int, indices: int, n_rows: int, heads: int, d: int, s: int, slope: float,
               alpha: int) -> None:
-    """``alpha[k] = exp(e_k - m_i) / sum_row exp(e - m_i)`` with ``e_k = leaky_relu(d[i] + s[col_k], slope)`` and
-    m_i the row's largest e: every stored nonzero k of row i (alpha: float32 [nnz])."""
-    _launch("attention_fwd", stream, n_rows, indptr, indices, d, s, _float_bits(slope), n_rows, alpha)
+    """``alpha[k, h] = exp(e - m) / sum_row exp(e - m)`` with ``e = leaky_relu(d[i, h] + s[col_k, h], slope)`` and
+    m the largest e of row i and head h: every stored nonzero k of row i (d [n_rows, H], s [n_cols, H], alpha
+    [nnz, H], float32; H = ``heads``)."""
+    _launch("attention_fwd", stream, n_rows * heads, indptr, indices, d, s, _float_bits(slope), n_rows, heads,
+            alpha)
 
 
 def attention_backward(stream: int, indptr: int, indices: int, n_rows: int, indptr_t: int, order_t: int,
-                       n_cols: int, d: int, s: int, slope: float, alpha: int, g: int, dlogit: int, dd: int,
-                       ds: int) -> None:
-    """The gradients of `attention` for ``g = dL/dalpha``: the logits' ``dlogit`` [nnz] (scratch the caller
-    owns), ``dd`` [n_rows] its row sums and ``ds`` [n_cols] its column sums (walked in A.T's order: ``indptr_t``,
-    ``order_t`` as ``gnn.SparseOp.index`` gives them). Two launches, stream-ordered."""
-    _launch("attention_bwd_rows", stream, n_rows, indptr, indices, d, s, _float_bits(slope), n_rows, alpha, g,
-            dlogit, dd)
-    _launch("attention_bwd_cols", stream, n_cols, indptr_t, order_t, dlogit, n_cols, ds)
+                       n_cols: int, heads: int, d: int, s: int, slope: float, alpha: int, g: int, dlogit: int,
+                       dd: int, ds: int) -> None:
+    """The gradients of `attention` for ``g = dL/dalpha`` [nnz, H]: the logits' ``dlogit`` [nnz, H] (scratch the
+    caller owns), ``dd`` [n_rows, H] its row sums and ``ds`` [n_cols, H] its column sums (walked in A.T's order:
+    ``indptr_t``, ``order_t`` as ``gnn.SparseOp.index`` gives them). Two launches, stream-ordered."""
+    _launch("attention_bwd_rows", stream, n_rows * heads, indptr, indices, d, s, _float_bits(slope), n_rows, heads,
+            alpha, g, dlogit, dd)
+    _launch("attention_bwd_cols", stream, n_cols * heads, indptr_t, order_t, dlogit, n_cols, heads, ds)
 
 
-def sddmm(stream: int, indptr: int, indices: int, n_rows: int, U: int, V: int, K: int, out: int) -> None:
-    """``out[k] = U[row_k] . V[col_k]`` in float32, U [n_rows, K] and V [n_cols, K] row-major; float4 loads when
-    K % 4 == 0 and both addresses are 16-byte aligned (the same bits either way: one fused multiply-add per
-    product, in column order)."""
-    if K % 4 == 0 and U % 16 == 0 and V % 16 == 0:
-        _launch("sddmm_rows_v4", stream, n_rows, indptr, indices, U, V, n_rows, K // 4, out)
+def sddmm(stream: int, indptr: int, indices: int, n_rows: int, U: int, V: int, heads: int, C: int,
+          out: int) -> None:
+    """``out[k, h] = U[row_k, h] . V[col_k, h]`` in float32: U [n_rows, H * C] and V [n_cols, H * C] row-major
+    (head h's channels at ``h C .. (h + 1) C``), out [nnz, H]; float4 loads when C % 4 == 0 and both addresses
+    are 16-byte aligned (the same bits either way: one fused multiply-add per product, in channel order)."""
+    if C % 4 == 0 and U % 16 == 0 and V % 16 == 0:
+        _launch("sddmm_rows_v4", stream, n_rows, indptr, indices, U, V, n_rows, heads, C // 4, out)
     else:
-        _launch("sddmm_rows", stream, n_rows, indptr, indices, U, V, n_rows, K, out)
+        _launch("sddmm_rows", stream, n_rows, indptr, indices, U, V, n_rows, heads, C, out)
 
 
 CHUNK = 128  # edges an item of spmm_values at most: a longer row is split (R-MAT scale 16 hubs: thousands of edges)
@@ -103,14 +108,15 @@ def row_items(indptr, chunk: int = CHUNK) -> dict:
             "split_row": np.flatnonzero(split).astype(np.int64), "split_slot": split_slot}
 
 
-def spmm_values(stream: int, indptr: int, indices: int, order: int, values: int, X: int, N: int, out: int,
-                items: tuple[int, int, int, int, int], n_items: int, n_split: int, partial: int) -> None:
-    """``out = A_v @ X`` (out [n_rows, N], X [n_cols, N] float32 row-major), the value of stored nonzero k being
-    ``values[order[k]]``, or ``values[k]`` where ``order`` is 0 (a null address): with A.T's (indptr_t, indices_t,
-    order_t) this is ``A_v.T @ X`` on A's own values. ``items``: the addresses of `row_items`' item_row,
-    item_begin, item_slot, split_row and split_slot on the device; ``partial`` a float32 [split_slot[-1], N]
-    scratch (unused without split rows). Two launches where a row is split, else one."""
+def spmm_values(stream: int, indptr: int, indices: int, order: int, values: int, X: int, N: int, heads: int,
+                out: int, items: tuple[int, int, int, int, int], n_items: int, n_split: int, partial: int) -> None:
+    """``out = A_v @ X`` per head (out [n_rows, N], X [n_cols, N] float32 row-major, N = H * C: head h's columns
+    ``h C .. (h + 1) C`` weighted by ``values[., h]``, values [nnz, H]), the values of stored nonzero k being
+    ``values[order[k]]``, or ``values[k]`` where ``order`` is 0 (a null address): with A.T's (indptr_t,
+    indices_t, order_t) this is ``A_v.T @ X`` on A's own values. ``items``: the addresses of `row_items`'
+    item_row, item_begin, item_slot, split_row and split_slot on the device; ``partial`` a float32
+    [split_slot[-1], N] scratch (unused without split rows). Two launches where a row is split, else one."""
     item_row, item_begin, item_slot, split_row, split_slot = items
     _launch("spmm_values", stream, n_items, indptr, indices, order, values, X, item_row, item_begin, item_slot,
-            n_items, N, CHUNK, out, partial)
+            n_items, N, heads, CHUNK, out, partial)
     _launch("spmm_values_fixup", stream, n_split, split_row, split_slot, n_split, N, partial, out)

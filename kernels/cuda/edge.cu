@@ -1,19 +1,24 @@
-// Per-edge steps of a GNN layer on one CSR pattern (indptr, indices: int64; values float32), one warp per row
-// (destination): GAT's attention, ``alpha = softmax over row i of leaky_relu(d[i] + s[col_k])``, its backward,
-// and the float32 SDDMM ``out[k] = U[row_k] . V[col_k]``. kernels/edge.py launches them on torch's stream for
-// gnn.gpu. Every sum is a lane's strided loop followed by a fixed xor-shuffle tree, each output written by one
-// thread: no atomics, the same bits on every call. Empty rows write nothing (their row outputs 0).
+// Per-edge steps of a GNN layer on one CSR pattern (indptr, indices: int64; values float32, row-major), with H
+// heads per edge (GAT's multi-head attention on the graph itself, not on H copies of it): an edge quantity is
+// [nnz, H] (edge k, head h at k * H + h), a node quantity [n, H], and a feature row [n, H * C] holds head h's C
+// channels at h * C .. (h + 1) * C (torch's [n, H, C], what a Linear of H * C outputs gives). H = 1 is the plain
+// single-head case. kernels/edge.py launches them on torch's stream for gnn.gpu. Every sum is a lane's strided
+// loop followed by a fixed xor-shuffle tree, or one lane's loop in edge order, each output written by one thread:
+// no atomics, the same bits on every call. Empty rows write zeros (or nothing where they have no output).
 //
-// attention_fwd: three passes over a row's edges (max, sum of exp, write), which is torch's
-//   exp(e - max) / sum(exp(e - max)) with the sum in a fixed order instead of index_add's atomics; expf, not the
-//   fast-math __expf, so the weights match torch's within the sum's rounding.
-// attention_bwd_rows: with g = dL/dalpha, de_k = alpha_k (g_k - sum_row alpha g), the logit's gradient
-//   dl_k = de_k where d[i] + s[col_k] > 0, else slope de_k (torch's leaky_relu backward), written per edge, and
-//   dd[i] = sum_row dl.
-// attention_bwd_cols: ds[j] = sum of dl over column j's edges, walked in A.T's CSR order (indptr_t and order_t:
-//   A.T's nonzeros as positions in A's order), so again one warp per output and a fixed order.
-// sddmm_rows(_v4): one lane per edge, K products summed in column order, one fmaf each (float4 loads where
-//   K % 4 == 0 and both operands are 16-byte aligned: the _v4 kernel, the same bits).
+// attention_fwd (a warp per (row, head)): alpha = softmax over row i's edges of e_k = leaky_relu(d[i] + s[col_k])
+//   in three passes (max, sum of exp, write): torch's exp(e - max) / sum(exp(e - max)) with the sum in a fixed
+//   order instead of index_add's atomics; expf, not the fast-math __expf, so the weights match torch's within the
+//   sum's rounding.
+// attention_bwd_rows (a warp per (row, head)): with g = dL/dalpha, de_k = alpha_k (g_k - sum_row alpha g), the
+//   logit's gradient dl_k = de_k where d[i] + s[col_k] > 0, else slope de_k (torch's leaky_relu backward), written
+//   per edge, and dd[i] = sum_row dl.
+// attention_bwd_cols (a warp per (column, head)): ds[j] = sum of dl over column j's edges, walked in A.T's CSR
+//   order (indptr_t and order_t: A.T's nonzeros as positions in A's order).
+// sddmm_rows(_v4) (a warp per row, a lane per edge): out[k, h] = U[row_k, head h] . V[col_k, head h], C products
+//   summed in channel order, one fmaf each (float4 loads where C % 4 == 0 and both operands are 16-byte aligned:
+//   the _v4 kernel, the same bits).
+// spmm_values (a warp per row item): out = A_v @ X, head h's columns weighted by values[., h].
 
 #define FULL_MASK 0xffffffffu
 
@@ -31,135 +36,149 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ float leaky(float x, float slope) { return x > 0.f ? x : x * slope; }
 
-// the warp's row (warp-uniform, so a warp past the end leaves as a whole) and the lane
-__device__ __forceinline__ long long warp_row() {
+// the warp's index (warp-uniform, so a warp past the end leaves as a whole)
+__device__ __forceinline__ long long warp_index() {
     return ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 }
 
 extern "C" __global__ void attention_fwd(const long long* __restrict__ indptr, const long long* __restrict__ indices,
                                          const float* __restrict__ d, const float* __restrict__ s, float slope,
-                                         long long n_rows, float* __restrict__ alpha) {
-    const long long row = warp_row();
-    if (row >= n_rows) return;
+                                         long long n_rows, long long H, float* __restrict__ alpha) {
+    const long long w = warp_index();
+    if (w >= n_rows * H) return;
+    const long long row = w / H, h = w - row * H;
     const int lane = threadIdx.x & 31;
     const long long begin = indptr[row], end = indptr[row + 1];
-    const float di = d[row];
+    const float di = d[w];
     float m = __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY macro)
-    for (long long k = begin + lane; k < end; k += 32) m = fmaxf(m, leaky(di + s[indices[k]], slope));
+    for (long long k = begin + lane; k < end; k += 32) m = fmaxf(m, leaky(di + s[indices[k] * H + h], slope));
     m = warp_max(m);
     float sum = 0.f;
-    for (long long k = begin + lane; k < end; k += 32) sum += expf(leaky(di + s[indices[k]], slope) - m);
+    for (long long k = begin + lane; k < end; k += 32) sum += expf(leaky(di + s[indices[k] * H + h], slope) - m);
     sum = warp_sum(sum);
-    for (long long k = begin + lane; k < end; k += 32) alpha[k] = expf(leaky(di + s[indices[k]], slope) - m) / sum;
+    for (long long k = begin + lane; k < end; k += 32)
+        alpha[k * H + h] = expf(leaky(di + s[indices[k] * H + h], slope) - m) / sum;
 }
 
 extern "C" __global__ void attention_bwd_rows(const long long* __restrict__ indptr,
                                               const long long* __restrict__ indices, const float* __restrict__ d,
                                               const float* __restrict__ s, float slope, long long n_rows,
-                                              const float* __restrict__ alpha, const float* __restrict__ g,
-                                              float* __restrict__ dlogit, float* __restrict__ dd) {
-    const long long row = warp_row();
-    if (row >= n_rows) return;
+                                              long long H, const float* __restrict__ alpha,
+                                              const float* __restrict__ g, float* __restrict__ dlogit,
+                                              float* __restrict__ dd) {
+    const long long w = warp_index();
+    if (w >= n_rows * H) return;
+    const long long row = w / H, h = w - row * H;
     const int lane = threadIdx.x & 31;
     const long long begin = indptr[row], end = indptr[row + 1];
     float dot = 0.f;
-    for (long long k = begin + lane; k < end; k += 32) dot += alpha[k] * g[k];
+    for (long long k = begin + lane; k < end; k += 32) dot += alpha[k * H + h] * g[k * H + h];
     dot = warp_sum(dot);
-    const float di = d[row];
+    const float di = d[w];
     float acc = 0.f;
     for (long long k = begin + lane; k < end; k += 32) {
-        const float de = alpha[k] * (g[k] - dot);
-        const float dl = di + s[indices[k]] > 0.f ? de : de * slope;
-        dlogit[k] = dl;
+        const float de = alpha[k * H + h] * (g[k * H + h] - dot);
+        const float dl = di + s[indices[k] * H + h] > 0.f ? de : de * slope;
+        dlogit[k * H + h] = dl;
         acc += dl;
     }
     acc = warp_sum(acc);
-    if (lane == 0) dd[row] = acc;
+    if (lane == 0) dd[w] = acc;
 }
 
 extern "C" __global__ void attention_bwd_cols(const long long* __restrict__ indptr_t,
                                               const long long* __restrict__ order_t,
-                                              const float* __restrict__ dlogit, long long n_cols,
+                                              const float* __restrict__ dlogit, long long n_cols, long long H,
                                               float* __restrict__ ds) {
-    const long long col = warp_row();
-    if (col >= n_cols) return;
+    const long long w = warp_index();
+    if (w >= n_cols * H) return;
+    const long long col = w / H, h = w - col * H;
     const int lane = threadIdx.x & 31;
     float acc = 0.f;
-    for (long long t = indptr_t[col] + lane; t < indptr_t[col + 1]; t += 32) acc += dlogit[order_t[t]];
+    for (long long t = indptr_t[col] + lane; t < indptr_t[col + 1]; t += 32) acc += dlogit[order_t[t] * H + h];
     acc = warp_sum(acc);
-    if (lane == 0) ds[col] = acc;
+    if (lane == 0) ds[w] = acc;
 }
 
+// U [n_rows, H * C], V [n_cols, H * C]; out [nnz, H]
 extern "C" __global__ void sddmm_rows(const long long* __restrict__ indptr, const long long* __restrict__ indices,
                                       const float* __restrict__ U, const float* __restrict__ V, long long n_rows,
-                                      long long K, float* __restrict__ out) {
-    const long long row = warp_row();
+                                      long long H, long long C, float* __restrict__ out) {
+    const long long row = warp_index();
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
-    const float* u = U + row * K;
+    const float* u = U + row * H * C;
     for (long long k = indptr[row] + lane; k < indptr[row + 1]; k += 32) {
-        const float* v = V + indices[k] * K;
-        float acc = 0.f;
-        for (long long c = 0; c < K; ++c) acc = fmaf(u[c], v[c], acc);
-        out[k] = acc;
+        const float* v = V + indices[k] * H * C;
+        for (long long h = 0; h < H; ++h) {
+            float acc = 0.f;
+            for (long long c = h * C; c < (h + 1) * C; ++c) acc = fmaf(u[c], v[c], acc);
+            out[k * H + h] = acc;
+        }
     }
 }
 
+// the same with C4 = C / 4 float4 loads a head
 extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, const long long* __restrict__ indices,
                                          const float4* __restrict__ U, const float4* __restrict__ V,
-                                         long long n_rows, long long K4, float* __restrict__ out) {
-    const long long row = warp_row();
+                                         long long n_rows, long long H, long long C4, float* __restrict__ out) {
+    const long long row = warp_index();
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
-    const float4* u = U + row * K4;
+    const float4* u = U + row * H * C4;
     for (long long k = indptr[row] + lane; k < indptr[row + 1]; k += 32) {
-        const float4* v = V + indices[k] * K4;
-        float acc = 0.f;
-        for (long long c = 0; c < K4; ++c) {
-            const float4 a = u[c], b = v[c];
-            acc = fmaf(a.x, b.x, acc);
-            acc = fmaf(a.y, b.y, acc);
-            acc = fmaf(a.z, b.z, acc);
-            acc = fmaf(a.w, b.w, acc);
+        const float4* v = V + indices[k] * H * C4;
+        for (long long h = 0; h < H; ++h) {
+            float acc = 0.f;
+            for (long long c = h * C4; c < (h + 1) * C4; ++c) {
+                const float4 a = u[c], b = v[c];
+                acc = fmaf(a.x, b.x, acc);
+                acc = fmaf(a.y, b.y, acc);
+                acc = fmaf(a.z, b.z, acc);
+                acc = fmaf(a.w, b.w, acc);
+            }
+            out[k * H + h] = acc;
         }
-        out[k] = acc;
     }
 }
 
-// spmm_values: out = A_v @ X with per-call values, out [n_rows, N] and X [n_cols, N] row-major float32; the value
-//   of stored nonzero k is values[order[k]] (order: A.T's order_t, so A.T_v @ X reads A's values in place) or
-//   values[k] (order null). One warp per item, a row's edges [item_begin, min(item_begin + chunk, row end)) (a row
-//   of more than `chunk` edges is several items, so a hub row does not hold one warp for the whole launch); a lane
-//   per output column (columns lane, lane + 32, ...), the item's edges walked in order four at a time (loads issued
-//   together, the fmaf chain in order). A whole row's item (item_slot < 0) writes out; a split row's items write
-//   their partial rows to partial[slot], and spmm_values_fixup sums them per row in slot order: the same bits on
-//   every call.
+// spmm_values: out = A_v @ X with per-call values, out [n_rows, N] and X [n_cols, N] row-major float32, N = H * C:
+//   column c belongs to head c / C and is weighted by that head's value of the nonzero, values[idx * H + c / C]
+//   with idx = order[k] (order: A.T's order_t, so A.T_v @ X reads A's values in place) or k (order null). One warp
+//   per item, a row's edges [item_begin, min(item_begin + chunk, row end)) (a row of more than `chunk` edges is
+//   several items, so a hub row does not hold one warp for the whole launch); a lane per output column (columns
+//   lane, lane + 32, ...), the item's edges walked in order four at a time (loads issued together, the fmaf chain in
+//   order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
+//   partial[slot], and spmm_values_fixup sums them per row in slot order: the same bits on every call.
 extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, const long long* __restrict__ indices,
                                        const long long* __restrict__ order, const float* __restrict__ values,
                                        const float* __restrict__ X, const long long* __restrict__ item_row,
                                        const long long* __restrict__ item_begin,
                                        const long long* __restrict__ item_slot, long long n_items, long long N,
-                                       long long chunk, float* __restrict__ out, float* __restrict__ partial) {
-    const long long item = warp_row();
+                                       long long H, long long chunk, float* __restrict__ out,
+                                       float* __restrict__ partial) {
+    const long long item = warp_index();
     if (item >= n_items) return;
     const int lane = threadIdx.x & 31;
     const long long row = item_row[item], begin = item_begin[item], slot = item_slot[item];
     const long long end = min(begin + chunk, indptr[row + 1]);
+    const long long C = N / H;
     float* dst = slot < 0 ? out + row * N : partial + slot * N;
     for (long long c = lane; c < N; c += 32) {
+        const long long h = c / C;
         float acc = 0.f;
         long long k = begin;
         for (; k + 4 <= end; k += 4) {
             float v[4], x[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                v[u] = values[order ? order[k + u] : k + u];
+                v[u] = values[(order ? order[k + u] : k + u) * H + h];
                 x[u] = X[indices[k + u] * N + c];
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u) acc = fmaf(v[u], x[u], acc);
         }
-        for (; k < end; ++k) acc = fmaf(values[order ? order[k] : k], X[indices[k] * N + c], acc);
+        for (; k < end; ++k) acc = fmaf(values[(order ? order[k] : k) * H + h], X[indices[k] * N + c], acc);
         dst[c] = acc;
     }
 }
@@ -169,7 +188,7 @@ extern "C" __global__ void spmm_values_fixup(const long long* __restrict__ split
                                              const long long* __restrict__ split_slot, long long n_split,
                                              long long N, const float* __restrict__ partial,
                                              float* __restrict__ out) {
-    const long long r = warp_row();
+    const long long r = warp_index();
     if (r >= n_split) return;
     const int lane = threadIdx.x & 31;
     const long long row = split_row[r], s0 = split_slot[r], s1 = split_slot[r + 1];

@@ -104,45 +104,52 @@ def test_edge_sum_and_its_row_and_column_sums_match_float64_and_repeat_bitwise(d
     assert grads[0][1].dtype == dtype and rel(grads[0][1].cpu(), csr.sum(axis=0)) < tol
 
 
-@pytest.mark.parametrize("K", [0, 5, 16, 32])
-def test_edge_sddmm_matches_float64_repeats_bitwise_and_its_float4_path_gives_the_same_bits(K):
-    """SparseOp.sddmm on CUDA (kernels/edge.py, a lane per edge): a rectangular pattern with empty rows and a hub
-    row of 300 edges; U at an address 4 bytes off 16 takes the scalar kernel, which must give the float4 one's bits."""
+@pytest.mark.parametrize("K, heads", [(0, None), (5, None), (16, None), (32, None), (32, 4), (10, 2)])
+def test_edge_sddmm_matches_float64_repeats_bitwise_and_its_float4_path_gives_the_same_bits(K, heads):
+    """SparseOp.sddmm on CUDA (kernels/edge.py, a lane per edge), one head or H heads over K / H columns each: a
+    rectangular pattern with empty rows and a hub row of 300 edges; U at an address 4 bytes off 16 takes the scalar
+    kernel, which must give the float4 one's bits."""
     A = sp.csr_array(graph()[:, :700])
     op = gnn.SparseOp(A)
     U = torch.randn(A.shape[0], K, device=CUDA)
     V = torch.randn(A.shape[1], K, device=CUDA)
-    got = op.sddmm(U, V)
-    assert got.dtype == torch.float32 and got.shape == (op.nnz,)
-    expect = ref.sddmm(A.indptr, A.indices, U.cpu().double().numpy(), V.cpu().double().numpy())
+    got = op.sddmm(U, V, heads=heads)
+    H = heads or 1
+    assert got.dtype == torch.float32 and got.shape == ((op.nnz, H) if heads else (op.nnz,))
+    Un, Vn, C = U.cpu().double().numpy(), V.cpu().double().numpy(), K // H
+    expect = np.stack([ref.sddmm(A.indptr, A.indices, Un[:, h * C:(h + 1) * C], Vn[:, h * C:(h + 1) * C])
+                       for h in range(H)], axis=1)
     if K:
-        assert rel(got.cpu(), expect) < 1e-6
+        assert rel(got.cpu().reshape(op.nnz, H), expect) < 1e-6
     else:
         assert not got.any()
-    assert torch.equal(op.sddmm(U, V), got)
+    assert torch.equal(op.sddmm(U, V, heads=heads), got)
     if K:
         off = torch.empty(U.numel() + 1, device=CUDA)[1:].view(U.shape)
         off.copy_(U)
-        assert off.data_ptr() % 16 == 4 and torch.equal(op.sddmm(off, V), got)
+        assert off.data_ptr() % 16 == 4 and torch.equal(op.sddmm(off, V, heads=heads), got)
     assert op.compute[(str(U.device), "sddmm")] == "kernels.edge sddmm_rows"
 
 
 def composed_attention(op, d, s, slope):
-    return gnn.edge_softmax(op, torch.nn.functional.leaky_relu(gnn.edge_sum(op, d, s), slope))
+    """What gnn.edge_attention computes, in torch ops (autograd's gradients): d [n] or [n, H]."""
+    logits = d.index_select(0, op.index("rows", d.device)) + s.index_select(0, op.index("cols", s.device))
+    return gnn.edge_softmax(op, torch.nn.functional.leaky_relu(logits, slope))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_edge_attention_matches_the_float64_composition_both_ways_and_repeats_bitwise(dtype):
-    """gnn.edge_attention on CUDA (kernels/edge.py: one kernel forward, two backward) against edge_softmax of
-    leaky_relu of edge_sum in float64 (autograd's gradients): a rectangular pattern with empty rows (their
-    d-gradient 0) and a hub row of 300 edges (ten lane strides); every call the same bits."""
+@pytest.mark.parametrize("dtype, heads", [(torch.float32, None), (torch.bfloat16, None), (torch.float32, 3)])
+def test_edge_attention_matches_the_float64_composition_both_ways_and_repeats_bitwise(dtype, heads):
+    """gnn.edge_attention on CUDA (kernels/edge.py: one kernel forward, two backward), one head or three, against
+    edge_softmax of leaky_relu of the gathered sums in float64 (autograd's gradients): a rectangular pattern with
+    empty rows (their d-gradient 0) and a hub row of 300 edges (ten lane strides); every call the same bits."""
     A = sp.csr_array(graph()[:, :700])
     op = gnn.SparseOp(A)
-    d = (3 * torch.randn(A.shape[0], device=CUDA)).to(dtype).requires_grad_()
-    s = (3 * torch.randn(A.shape[1], device=CUDA)).to(dtype).requires_grad_()
-    g = torch.randn(op.nnz, device=CUDA)
+    per_head = (heads,) if heads else ()
+    d = (3 * torch.randn(A.shape[0], *per_head, device=CUDA)).to(dtype).requires_grad_()
+    s = (3 * torch.randn(A.shape[1], *per_head, device=CUDA)).to(dtype).requires_grad_()
+    g = torch.randn(op.nnz, *per_head, device=CUDA)
     alpha = gnn.edge_attention(op, d, s, 0.2)
-    assert alpha.dtype == torch.float32 and alpha.shape == (op.nnz,)
+    assert alpha.dtype == torch.float32 and alpha.shape == (op.nnz, *per_head)
     d64, s64 = (x.detach().double().requires_grad_() for x in (d, s))
     alpha64 = composed_attention(op, d64, s64, 0.2)
     assert rel(alpha.detach().cpu(), alpha64.detach().cpu()) < 1e-6
@@ -370,24 +377,31 @@ def test_forward_and_backward_keep_their_own_products_and_stop_re_pointing(adam_
     assert all(after[k][0] - before[k][0] <= 3 for k in before), (before, after)  # <= once an epoch
 
 
-@pytest.mark.parametrize("N", [24, 40])
+@pytest.mark.parametrize("N, heads", [(24, None), (40, None), (40, 4), (96, 3)])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_per_call_values_product_matches_float64_and_repeats_bitwise(transpose, N):
+def test_per_call_values_product_matches_float64_and_repeats_bitwise(transpose, N, heads):
     """``matmul_values`` (kernels/edge.py spmm_values: a lane per column, A.T's rows reading A's values through
-    order_t): new values each call, X at other buffers and offsets, N over one lane stride (40), a rectangular
-    pattern with empty rows and a hub row: every result within float32 of float64 and the same bits again."""
+    order_t), one head or H heads (values [nnz, H], head h weighting X's columns h C .. (h + 1) C): new values each
+    call, X at other buffers and offsets, N over one lane stride, a rectangular pattern with empty rows and a hub
+    row (split into items): every result within float32 of float64, the CPU path's per head, and the same bits
+    again."""
     A = sp.csr_array(graph(n=700, deg=9, seed=11)[:, :600])
     op = gnn.SparseOp(A)
     rng = np.random.default_rng(11)
     shape = A.shape[::-1] if transpose else A.shape
+    H = heads or 1
+    C = N // H
     for i in range(4):
-        v = torch.from_numpy(rng.standard_normal(op.nnz).astype(np.float32)).to(CUDA)
+        v = torch.from_numpy(rng.standard_normal((op.nnz, H) if heads else op.nnz).astype(np.float32)).to(CUDA)
         X = torch.randn(shape[1] + i, N, device=CUDA)[i:]  # another buffer each time (a view: offset pointer)
         X = X.contiguous() if i % 2 else X
         got = op.matmul_values(v, X, transpose=transpose)
-        M = sp.csr_array((v.cpu().double().numpy(), A.indices, A.indptr), shape=A.shape)
-        want = (M.T if transpose else M) @ X.cpu().double().numpy()
+        vn, Xn = v.cpu().double().numpy().reshape(op.nnz, H), X.cpu().double().numpy()
+        want = np.concatenate([(sp.csr_array((vn[:, h], A.indices, A.indptr), shape=A.shape).T if transpose else
+                                sp.csr_array((vn[:, h], A.indices, A.indptr), shape=A.shape)) @ Xn[:, h * C:(h + 1) * C]
+                               for h in range(H)], axis=1)
         assert got.shape == (shape[0], N) and rel(got.cpu(), want) < 1e-6
+        assert rel(op.matmul_values(v.cpu(), X.cpu(), transpose=transpose), want) < 1e-6  # the CPU path
         assert torch.equal(op.matmul_values(v, X, transpose=transpose), got)
     assert op.compute[(str(v.device), "values")] == "kernels.edge spmm_values"
 

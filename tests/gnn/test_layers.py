@@ -51,6 +51,37 @@ def test_edge_spmm_gradcheck_in_values_and_features():
     assert torch.autograd.gradcheck(lambda v, X: gnn.edge_spmm(op, v, X), (t64(op.nnz, seed=2), t64(9, 3)))
 
 
+def test_edge_spmm_with_heads_is_one_product_per_column_block_and_passes_gradcheck():
+    """values [nnz, H]: head h's values weight X's columns h C .. (h + 1) C (C = 2 here); the values gradient is
+    the per-head SDDMM; rectangular (9 x 5)."""
+    A = sp.csr_array(graph(seed=3)[:, :5])
+    op = gnn.SparseOp(A)
+    v, X = t64(op.nnz, 3, seed=5), t64(5, 6, seed=6)
+    got = gnn.edge_spmm(op, v, X).detach().numpy()
+    for h in range(3):
+        Ah = sp.csr_array((v.detach().numpy()[:, h], A.indices, A.indptr), shape=A.shape)
+        np.testing.assert_allclose(got[:, 2 * h:2 * h + 2], Ah @ X.detach().numpy()[:, 2 * h:2 * h + 2], rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda v, X: gnn.edge_spmm(op, v, X), (v, X))
+    with pytest.raises(ValueError, match=r"with H dividing X's 5 columns"):
+        op.matmul_values(v.detach(), torch.zeros(5, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="split into the heads"):
+        op.sddmm(torch.zeros(9, 4), torch.zeros(5, 4), heads=3)
+
+
+def test_edge_attention_with_heads_is_each_heads_softmax_and_passes_gradcheck():
+    A = with_self_loops(graph(seed=4))
+    op = gnn.SparseOp(A)
+    d, s = t64(9, 2, seed=7), t64(9, 2, seed=8)
+    got = gnn.edge_attention(op, d, s, 0.2).detach().numpy()
+    rows = ref.edge_rows(A.indptr)
+    for h in range(2):
+        e = ref.leaky_relu(d.detach().numpy()[rows, h] + s.detach().numpy()[A.indices, h], 0.2)
+        np.testing.assert_allclose(got[:, h], ref.edge_softmax(A.indptr, e), rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda d, s: gnn.edge_attention(op, d, s, 0.2), (d, s))
+    with pytest.raises(ValueError, match="gnn.edge_attention: d"):
+        gnn.edge_attention(op, d, s[:, :1])
+
+
 def test_sddmm_gradcheck_and_value():
     op = gnn.SparseOp(graph(seed=2))
     U, V = t64(9, 4, seed=3), t64(9, 4, seed=4)

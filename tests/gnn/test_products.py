@@ -123,8 +123,9 @@ def test_two_layers_on_one_graph_share_one_operator_dropped_with_the_graph(monke
     assert len(built) == 1  # one SparseOp (so one set of plans) for both layers, over both calls
     assert model.conv1.propagation(g) is model.conv2.propagation(g)
     gat_a, gat_b = gnn.GATConv(6, 4, heads=2), gnn.GATConv(6, 4, heads=1)
-    assert gat_a.pattern(g) is not gat_b.pattern(g)  # a different operator of the same graph: its own
-    assert gnn.GATConv(6, 4, heads=2).pattern(g) is gat_a.pattern(g)
+    assert gat_a.pattern(g) is gat_b.pattern(g)  # A + I for every head count: one operator
+    assert gat_a.pattern(g) is not model.conv1.propagation(g)  # a different operator of the same graph: its own
+    assert gnn.GATConv(6, 4, heads=2, add_self_loops=False).pattern(g) is not gat_a.pattern(g)
     gid = id(g)
     del g
     gc.collect()
