@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from kernels.formats import REGISTRY
+from kernels.launch import cuda_source
 from kernels.formats.registry import DEFAULT_BUILDS
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
@@ -107,8 +108,6 @@ def nvrtc_check(archs=ARCHS, *, lib: Path | None = None) -> list[dict]:
     """Compile each build (`builds`) for each arch with NVRTC, on ``kernels.launch.cuda_source``'s text and the
     options the launchers pass (-std=c++17 and the build's -D options); one dict per (file, build, arch): ok and
     NVRTC's log. [] without a libnvrtc."""
-    from kernels.launch import cuda_source
-
     lib = lib or find_nvrtc()
     if lib is None:
         return []
