@@ -1,17 +1,15 @@
 """`make serve` stopped with SIGTERM stops everything it started: the Prefect server, the worker, and a flow run the
 worker launched (with its Dask processes), not only the shell script (issue 16: the worker was left running)."""
-import json
 import os
 import signal
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.flows.flow_cases import BIN, free_port, wait_until
+from tests.flows.flow_cases import BIN, api_call as _api, free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -52,13 +50,6 @@ def _alive(pid: int) -> bool:
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended, its parent not reaped it
     except OSError:
         return False
-
-
-def _api(api: str, path: str, body: dict | None = None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{api}{path}", data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.load(resp)
 
 
 def _wait(what, seconds, probe, log: Path):

@@ -1,12 +1,15 @@
 """Shared pieces of the flow tests: the spmm CLI run as a user runs it, a stored format's round trip to CSR, and the
-`prefect` command line of the real-server tests (a free port, a checked call)."""
+`prefect` command line and API of the real-server tests (a free port, a checked call, a retried request)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +39,24 @@ def wait_until(what: str, seconds: float, probe, logs, interval: float = 1.0):
         if time.monotonic() > deadline:
             pytest.fail(f"{what} within {seconds:.0f} s; {logs()}")
         time.sleep(interval)
+
+
+RETRY_CODES = (429, 502, 503)  # what Prefect's own client retries: a busy server (SQLite locked) answers 503
+
+
+def api_call(api: str, path: str, body: dict | None = None, tries: int = 6):
+    """JSON of GET ``api + path`` (POST ``body`` when given), retried with backoff on 429 / 502 / 503 as Prefect's
+    client does; other HTTP errors raise at once."""
+    data = None if body is None else json.dumps(body).encode()
+    for attempt in range(tries):
+        req = urllib.request.Request(f"{api}{path}", data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.load(resp)
+        except urllib.error.HTTPError as e:
+            if e.code not in RETRY_CODES or attempt == tries - 1:
+                raise
+        time.sleep(2 ** attempt)
 
 
 def prefect(args, env, timeout=300) -> str:

@@ -1,6 +1,5 @@
 """A real Prefect server on a free local port: deploy prefect.yaml, trigger the catalog deployment, let a process
 worker run it, and check the run completed and wrote its outputs."""
-import json
 import os
 import subprocess
 import time
@@ -11,7 +10,7 @@ import pytest
 
 from storage import BlockStore
 
-from flow_cases import BIN, free_port, prefect
+from flow_cases import BIN, api_call, free_port, prefect
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -49,8 +48,7 @@ def test_catalog_deployment_runs_on_a_real_server(tmp_path, mirror):
                                   cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
         while True:
-            with urllib.request.urlopen(f"{api}/flow_runs/{flow_run_id}", timeout=10) as resp:
-                state = json.load(resp)["state"]["type"]
+            state = api_call(api, f"/flow_runs/{flow_run_id}")["state"]["type"]
             if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
                 break
             assert time.monotonic() < deadline, f"flow run still {state} after 300 s"

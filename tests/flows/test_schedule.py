@@ -6,26 +6,17 @@ whose one deployment has a 20 s interval schedule (same entrypoint, work pool an
 a process worker. Asserts that the scheduler creates the nightly runs at 03:00 UTC and that one run the scheduler
 created (not a manual one) of the interval deployment runs to Completed.
 """
-import json
 import os
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flow_cases import BIN, free_port, prefect, wait_until
+from flow_cases import BIN, api_call as _api, free_port, prefect, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _api(api: str, path: str, body: dict | None = None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{api}{path}", data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.load(resp)
 
 
 def _runs(api: str, deployment_id: str) -> list[dict]:
