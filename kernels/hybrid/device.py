@@ -70,9 +70,7 @@ class HybridDevice:
         if B is not None and self.autotune is not False:
             if self.cuda is not None:  # 16-bit: the CUDA-core part's mapping, timed once per N
                 self.cuda.tune(B)
-                if N in self.cuda.mapping_ms:
-                    choice.update(cuda_part_mapping=self.cuda.mapping(N),
-                                  cuda_part_mapping_ms=self.cuda.mapping_ms[N])
+                choice.update(self.cuda.mapping_fields(N, "cuda_part_"))
             choice.update(measured_ms={"hybrid": time_fn("hybrid", choice=choice)})
         return choice
 

@@ -362,43 +362,41 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
   store_c<KIND>(C, fix_row[r], N, n, acc, vec, avail, flags);
 }
 
-// The row kernels' parameters (csr_rows, csr_rows_wide and csr_rows_pair take the same).
+// The row kernels' parameters (csr_rows, csr_rows_wide and csr_rows_pair take the same) and their arguments, B as
+// the kernel reads it.
 #define CSR_ROWS_PARAMS                                                                                           \
   const i64 *__restrict__ seg_ptr, const int *__restrict__ seg_row, const int *__restrict__ seg_slot,            \
       const int *__restrict__ indices, const void *__restrict__ data, const void *__restrict__ B,                \
       void *__restrict__ C, float *__restrict__ W, i64 n_segs, i64 N, int flags
+#define CSR_ROWS_ARGS(B_AS) seg_ptr, seg_row, seg_slot, indices, data, B_AS, C, W, n_segs, N, flags
 #define CSR_ENTRY(SUFFIX, KIND)                                                                                   \
   extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_##SUFFIX(CSR_ROWS_PARAMS) {              \
-    csr_rows<KIND>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags);                        \
+    csr_rows<KIND>(CSR_ROWS_ARGS(B));                                                                            \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
       csr_fixup_##SUFFIX(const int* __restrict__ fix_row, const int* __restrict__ fix_ptr,                        \
                          const float* __restrict__ W, void* __restrict__ C, i64 n_long, i64 N, int flags) {      \
     csr_fixup<KIND>(fix_row, fix_ptr, W, C, n_long, N, flags);                                                   \
   }
-#define CSR_WIDE_ENTRY(SUFFIX, KIND, MAP)                                                                         \
-  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS) {      \
-    const u16* B16 = static_cast<const u16*>(B);                                                                 \
-    if (flags & FLAG_VEC)                                                                                        \
-      csr_rows_##MAP<KIND, true>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);        \
-    else                                                                                                         \
-      csr_rows_##MAP<KIND, false>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags);       \
-  }
 CSR_ENTRY(f32, F32)
 CSR_ENTRY(f16, F16)
 CSR_ENTRY(bf16, BF16)
+
+// The 16-bit mappings: B read as 16-bit words, each kernel instantiated with 16-byte C stores and without
+// (FLAG_VEC, the launcher's choice).
+#define CSR_B16 static_cast<const u16*>(B)
+#define CSR_WIDE_ENTRY(SUFFIX, KIND, MAP)                                                                         \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS) {      \
+    if (flags & FLAG_VEC) csr_rows_##MAP<KIND, true>(CSR_ROWS_ARGS(CSR_B16));                                    \
+    else csr_rows_##MAP<KIND, false>(CSR_ROWS_ARGS(CSR_B16));                                                    \
+  }
 // A pair mapping's entry: V 16-byte loads a nonzero, U nonzeros in flight; BLOCKS x 32 threads resident an SM at
 // least, which caps the registers (pair: 1024 threads, 64 registers, no spills; pair16: 512, up to 128).
 #define CSR_PAIR_ENTRY(SUFFIX, KIND, MAP, V, U, BLOCKS)                                                           \
   extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS, (BLOCKS) / CSR_WARPS)                               \
       csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS, i64 tail0) {                                                    \
-    const u16* B16 = static_cast<const u16*>(B);                                                                 \
-    if (flags & FLAG_VEC)                                                                                        \
-      csr_rows_pair<KIND, true, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags,    \
-                                      tail0);                                                                    \
-    else                                                                                                         \
-      csr_rows_pair<KIND, false, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B16, C, W, n_segs, N, flags,   \
-                                       tail0);                                                                   \
+    if (flags & FLAG_VEC) csr_rows_pair<KIND, true, V, U>(CSR_ROWS_ARGS(CSR_B16), tail0);                        \
+    else csr_rows_pair<KIND, false, V, U>(CSR_ROWS_ARGS(CSR_B16), tail0);                                        \
   }
 #define CSR_HALF_UNROLL (CSR_UNROLL > 1 ? CSR_UNROLL / 2 : 1)
 CSR_WIDE_ENTRY(f16, F16, wide)

@@ -246,6 +246,13 @@ class CsrRows:
         ms = self.mapping_ms.get(N)
         return "wide" if ms is None else min(ms, key=lambda m: (ms[m], MAPS.index(m)))
 
+    def mapping_fields(self, N: int, prefix: str) -> dict:
+        """For a plan's Choice: ``{prefix}mapping`` (the one kept for N) and ``{prefix}mapping_ms`` (each timed
+        mapping's ms), or nothing when N was not timed."""
+        if N not in self.mapping_ms:
+            return {}
+        return {f"{prefix}mapping": self.mapping(N), f"{prefix}mapping_ms": self.mapping_ms[N]}
+
     def tune(self, B) -> dict | None:
         """Time the 16-byte-load mappings that take B's N (`maps_for`) on B (GPU time, the autotune budget, into
         a scratch C) and keep the fastest; their milliseconds, or None when B's N has one mapping (float32,

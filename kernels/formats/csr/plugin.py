@@ -61,8 +61,7 @@ class CsrDevice:
         if B is None or self.autotune is False:
             return choice
         self._tune(B)
-        if N in self._rows.mapping_ms:
-            choice.update(csr_mapping=self._rows.mapping(N), csr_mapping_ms=self._rows.mapping_ms[N])
+        choice.update(self._rows.mapping_fields(N, "csr_"))
         if not self.allow_cusparse:
             return choice
         measured = {k: time_fn(k) for k in ("csr-rows", "cusparse")}
