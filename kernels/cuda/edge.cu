@@ -15,9 +15,9 @@
 //   per edge, and dd[i] = sum_row dl.
 // attention_bwd_cols (a warp per (column, head)): ds[j] = sum of dl over column j's edges, walked in A.T's CSR
 //   order (indptr_t and order_t: A.T's nonzeros as positions in A's order).
-// sddmm_rows(_v4) (a warp per row, a lane per edge): out[k, h] = U[row_k, head h] . V[col_k, head h], C products
-//   summed in channel order, one fmaf each (float4 loads where C % 4 == 0 and both operands are 16-byte aligned:
-//   the _v4 kernel, the same bits).
+// sddmm_rows(_v4) (a warp per row, a lane per (edge, head)): out[k, h] = U[row_k, head h] . V[col_k, head h],
+//   C products summed in channel order, one fmaf each (float4 loads where C % 4 == 0 and both operands are 16-byte
+//   aligned: the _v4 kernel, the same bits).
 // spmm_values (a warp per row item): out = A_v @ X, head h's columns weighted by values[., h].
 
 #define FULL_MASK 0xffffffffu
@@ -100,21 +100,22 @@ extern "C" __global__ void attention_bwd_cols(const long long* __restrict__ indp
     if (lane == 0) ds[w] = acc;
 }
 
-// U [n_rows, H * C], V [n_cols, H * C]; out [nnz, H]
+// U [n_rows, H * C], V [n_cols, H * C]; out [nnz, H]: a lane per (edge, head) pair of the row (pair p is edge
+// begin + p / H, head p % H, written at out[begin * H + p]: consecutive lanes, consecutive outputs)
 extern "C" __global__ void sddmm_rows(const long long* __restrict__ indptr, const long long* __restrict__ indices,
                                       const float* __restrict__ U, const float* __restrict__ V, long long n_rows,
                                       long long H, long long C, float* __restrict__ out) {
     const long long row = warp_index();
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
-    const float* u = U + row * H * C;
-    for (long long k = indptr[row] + lane; k < indptr[row + 1]; k += 32) {
-        const float* v = V + indices[k] * H * C;
-        for (long long h = 0; h < H; ++h) {
-            float acc = 0.f;
-            for (long long c = h * C; c < (h + 1) * C; ++c) acc = fmaf(u[c], v[c], acc);
-            out[k * H + h] = acc;
-        }
+    const long long begin = indptr[row], pairs = (indptr[row + 1] - begin) * H;
+    for (long long p = lane; p < pairs; p += 32) {
+        const long long e = p / H, h = p - e * H;
+        const float* u = U + (row * H + h) * C;
+        const float* v = V + (indices[begin + e] * H + h) * C;
+        float acc = 0.f;
+        for (long long c = 0; c < C; ++c) acc = fmaf(u[c], v[c], acc);
+        out[begin * H + p] = acc;
     }
 }
 
@@ -125,20 +126,20 @@ extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, c
     const long long row = warp_index();
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
-    const float4* u = U + row * H * C4;
-    for (long long k = indptr[row] + lane; k < indptr[row + 1]; k += 32) {
-        const float4* v = V + indices[k] * H * C4;
-        for (long long h = 0; h < H; ++h) {
-            float acc = 0.f;
-            for (long long c = h * C4; c < (h + 1) * C4; ++c) {
-                const float4 a = u[c], b = v[c];
-                acc = fmaf(a.x, b.x, acc);
-                acc = fmaf(a.y, b.y, acc);
-                acc = fmaf(a.z, b.z, acc);
-                acc = fmaf(a.w, b.w, acc);
-            }
-            out[k * H + h] = acc;
+    const long long begin = indptr[row], pairs = (indptr[row + 1] - begin) * H;
+    for (long long p = lane; p < pairs; p += 32) {
+        const long long e = p / H, h = p - e * H;
+        const float4* u = U + (row * H + h) * C4;
+        const float4* v = V + (indices[begin + e] * H + h) * C4;
+        float acc = 0.f;
+        for (long long c = 0; c < C4; ++c) {
+            const float4 a = u[c], b = v[c];
+            acc = fmaf(a.x, b.x, acc);
+            acc = fmaf(a.y, b.y, acc);
+            acc = fmaf(a.z, b.z, acc);
+            acc = fmaf(a.w, b.w, acc);
         }
+        out[begin * H + p] = acc;
     }
 }
 
@@ -147,8 +148,8 @@ extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, c
 //   with idx = order[k] (order: A.T's order_t, so A.T_v @ X reads A's values in place) or k (order null). One warp
 //   per item, a row's edges [item_begin, min(item_begin + chunk, row end)) (a row of more than `chunk` edges is
 //   several items, so a hub row does not hold one warp for the whole launch); a lane per output column (columns
-//   lane, lane + 32, ...), the item's edges walked in order four at a time (loads issued together, the fmaf chain in
-//   order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
+//   lane, lane + 32, ..., four of them at once), the item's edges walked in order (each column's fmaf chain in
+//   edge order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
 //   partial[slot], and spmm_values_fixup sums them per row in slot order: the same bits on every call.
 extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, const long long* __restrict__ indices,
                                        const long long* __restrict__ order, const float* __restrict__ values,
@@ -164,22 +165,49 @@ extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, con
     const long long end = min(begin + chunk, indptr[row + 1]);
     const long long C = N / H;
     float* dst = slot < 0 ? out + row * N : partial + slot * N;
-    for (long long c = lane; c < N; c += 32) {
-        const long long h = c / C;
-        float acc = 0.f;
+    // four columns a lane at once (lane, lane + 32, lane + 64, lane + 96 of each 128): an edge's index loaded once
+    // for all four, four independent chains, four edges' loads in flight; each column's chain in edge order
+    for (long long c0 = lane; c0 < N; c0 += 128) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        long long head[4];
+        bool live[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            live[j] = c0 + 32 * j < N;
+            head[j] = live[j] ? (c0 + 32 * j) / C : 0;
+        }
         long long k = begin;
-        for (; k + 4 <= end; k += 4) {
-            float v[4], x[4];
+        for (; k + 4 <= end; k += 4) {  // four edges' loads in flight
+            long long idx[4];
+            const float* x[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                v[u] = values[(order ? order[k + u] : k + u) * H + h];
-                x[u] = X[indices[k + u] * N + c];
+                idx[u] = (order ? order[k + u] : k + u) * H;
+                x[u] = X + indices[k + u] * N + c0;
             }
 #pragma unroll
-            for (int u = 0; u < 4; ++u) acc = fmaf(v[u], x[u], acc);
+            for (int j = 0; j < 4; ++j) {
+                if (!live[j]) continue;
+                float v[4], xv[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    v[u] = values[idx[u] + head[j]];
+                    xv[u] = x[u][32 * j];
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) acc[j] = fmaf(v[u], xv[u], acc[j]);
+            }
         }
-        for (; k < end; ++k) acc = fmaf(values[(order ? order[k] : k) * H + h], X[indices[k] * N + c], acc);
-        dst[c] = acc;
+        for (; k < end; ++k) {
+            const long long idx = (order ? order[k] : k) * H;
+            const float* x = X + indices[k] * N + c0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (live[j]) acc[j] = fmaf(values[idx + head[j]], x[32 * j], acc[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (live[j]) dst[c0 + 32 * j] = acc[j];
     }
 }
 
