@@ -64,6 +64,7 @@ import copy
 import datetime as dt
 import functools
 import gc
+import hashlib
 import importlib.util
 import json
 import platform
@@ -512,12 +513,24 @@ def versions() -> dict:
         except ImportError:
             out[mod] = None
     try:
-        # the checkout's HEAD: uncommitted edits are not in it
+        # the checkout's HEAD: uncommitted edits are not in it (and a copied tree's .git may be older than its files)
         out["tcspmm_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                               text=True).stdout.strip() or None
     except OSError:
         out["tcspmm_commit"] = None
+    out["tcspmm_source_sha256"] = source_digest()
     return out
+
+
+def source_digest(root: Path = REPO) -> str:
+    """SHA-256 over the code that runs (gnn/ and kernels/: every .py, .cu and .cuh, by path and content), so a
+    result names the exact code measured whatever the checkout's git state (a clean checkout of the commit
+    that holds that code gives the same digest)."""
+    h = hashlib.sha256()
+    for path in sorted(p for d in ("gnn", "kernels") for p in (root / d).rglob("*")
+                       if p.suffix in (".py", ".cu", ".cuh") and "__pycache__" not in p.parts):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def table(rows) -> str:

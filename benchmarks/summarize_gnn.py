@@ -213,6 +213,9 @@ BUDGET = [
     "rows of over 128 edges split and summed in a second launch: the same bits each call |",
     "| GAT SDDMM (2 per epoch) | cuSPARSE: `cupy.zeros` output (a fill launch), 3 DLPack each; then a torch zeros "
     "output | 1 kernels.edge launch (a lane per edge), no fill |",
+    "| GAT heads | H copies of the graph on the diagonal of `kron(I_H, A + I)`, the features transposed to "
+    "head-major order and back (a copy each way, both passes) | A + I itself: [nnz, H] weights on the Linear's "
+    "node-major [N, H C] output (since 2026-11-29) |",
     "",
     "Left per product: 12.4 us of host time per `SparseOp.matmul` in a synchronised loop on the H200 (23.1 us "
     "before 2026-11-28's lean path: torch's raw stream pointer and a CuPy scope kept per stream instead of a "

@@ -169,8 +169,8 @@ class GpuEngine:
             v = values.detach().reshape(self.op.nnz, heads)
             if transpose:
                 v = v.index_select(0, self.op.index("order_t", self.device))
-            parts = X.view(X.shape[0], heads, -1).unbind(1)
-            return torch.cat([self._csr64(transpose, v[:, h].to(torch.float64).contiguous()) @ part
+            parts = X.reshape(X.shape[0], heads, -1).unbind(1)
+            return torch.cat([self._csr64(transpose, v[:, h].to(torch.float64).contiguous()) @ part.contiguous()
                               for h, part in enumerate(parts)], dim=1)
         from kernels import edge
 

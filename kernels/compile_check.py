@@ -6,10 +6,18 @@ resolve as kernels.launch.cuda_source resolves them: the file's folder, then ker
 
 ``python -m kernels.compile_check [--arch sm_80 --arch sm_90]``: exit 0 when all compile (or when nvcc is
 absent: it prints why it skipped), 1 when any fails or spills to local memory.
+
+Then, where a libnvrtc is found (`find_nvrtc`), the same builds once more through NVRTC (`nvrtc_check`), on the text
+`kernels.launch.cuda_source` gives (headers inlined): what CuPy hands NVRTC at run time. nvcc is not NVRTC: a .cu
+using a host header's macro (``INFINITY``) compiled with nvcc here and failed on the GPU under NVRTC (2026-11-29).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
+import functools
+import os
 import re
 import shutil
 import subprocess
@@ -18,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from kernels.formats import REGISTRY
+from kernels.launch import cuda_source
 from kernels.formats.registry import DEFAULT_BUILDS
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
@@ -68,6 +77,65 @@ def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list
     return results
 
 
+def find_nvrtc() -> Path | None:
+    """A libnvrtc for `nvrtc_check`: $TCSPMM_NVRTC, else the CUDA wheels' (nvidia/cu13/lib or
+    nvidia/cuda_nvrtc/lib under a sys.path folder, what CuPy's and torch's CUDA 13 wheels install), else the
+    system's; None where there is none."""
+    env = os.environ.get("TCSPMM_NVRTC")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    for base in sys.path:
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
+            found = sorted(Path(base, sub).glob("libnvrtc.so.*")) if Path(base, sub).is_dir() else []
+            if found:
+                return found[0]
+    name = ctypes.util.find_library("nvrtc")
+    return Path(name) if name else None
+
+
+@functools.cache
+def _load_nvrtc(lib: Path):
+    """ctypes handle of ``lib``, its builtins library loaded first from the same folder (NVRTC opens it by name,
+    which finds an already loaded one; without it on the loader's path, compiling fails with status 7)."""
+    for builtins in sorted(Path(lib).parent.glob("libnvrtc-builtins.so.*")):
+        if ".alt." not in builtins.name:
+            ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+            break
+    return ctypes.CDLL(str(lib))
+
+
+def nvrtc_check(archs=ARCHS, *, lib: Path | None = None) -> list[dict]:
+    """Compile each build (`builds`) for each arch with NVRTC, on ``kernels.launch.cuda_source``'s text and the
+    options the launchers pass (-std=c++17 and the build's -D options); one dict per (file, build, arch): ok and
+    NVRTC's log. [] without a libnvrtc."""
+    lib = lib or find_nvrtc()
+    if lib is None:
+        return []
+    results = []
+    for cu, cfg_name, defines in builds():
+        source = cuda_source(cu)
+        for arch in archs:
+            ok, log = nvrtc_compile(source, arch, defines, name=cu.name, lib=lib)
+            results.append({"file": cu.name, "arch": arch, "config": cfg_name, "ok": ok, "log": log})
+    return results
+
+
+def nvrtc_compile(source: str, arch: str, defines=(), *, name: str = "kernel.cu", lib: Path) -> tuple[bool, str]:
+    """(compiled, NVRTC's log) of one source text for ``arch`` (sm_XX) with -std=c++17 and ``defines``."""
+    nvrtc = _load_nvrtc(lib)
+    prog = ctypes.c_void_p()
+    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None):
+        raise RuntimeError(f"compile_check: nvrtcCreateProgram failed for {name}")
+    opts = [b"-std=c++17", f"--gpu-architecture={arch}".encode(), *(d.encode() for d in defines)]
+    status = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+    return status == 0, log.value.decode(errors="replace")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", action="append", help="sm_XX (repeatable); default sm_80 and sm_90")
@@ -82,7 +150,17 @@ def main(argv=None) -> int:
         return 1
     bad = [r for r in results if not r["ok"] or r["spill_bytes"]]
     print(f"compile_check: {len(results) - len(bad)}/{len(results)} compiled without spills with {nvcc}")
-    return 1 if bad else 0
+    lib = find_nvrtc()
+    if lib is None:
+        print("compile_check: NVRTC pass skipped, no libnvrtc found (TCSPMM_NVRTC, the nvidia CUDA wheels, the "
+              "system)")
+        return 1 if bad else 0
+    runtime = nvrtc_check(tuple(args.arch or ARCHS), lib=lib)
+    failed = [r for r in runtime if not r["ok"]]
+    for r in failed:
+        print(f"{r['file']} {r['arch']} {r['config']}: NVRTC FAILED\n{r['log']}")
+    print(f"compile_check: {len(runtime) - len(failed)}/{len(runtime)} compiled with NVRTC ({lib})")
+    return 1 if bad or failed else 0
 
 
 if __name__ == "__main__":

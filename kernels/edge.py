@@ -8,8 +8,9 @@ nothing: one ``cuLaunchKernel`` per kernel with its arguments packed on the spot
 launch). Launches are capturable into a CUDA graph.
 
 Index arrays are int64 (``gnn.SparseOp.index``), values float32, row-major and contiguous; nothing is checked on
-the device (the caller's tensors come from the op's own pattern). One warp per row (per column for the backward's
-column sums), fixed-order sums, no atomics: the same bits on every call (edge.cu says how each is summed).
+the device (the caller's tensors come from the op's own pattern). One warp per row and head (per column and head
+for the backward's column sums, per row for the SDDMM, per row item for the SpMM), fixed-order sums, no atomics:
+the same bits on every call (edge.cu says how each is summed).
 """
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ def test_table_and_versions(bench):
     lines = bench.table(rows).splitlines()
     assert "2.00x" in lines[2] and lines[3].split()[7] == "-"
     assert bench.versions()["torch"]
+    assert bench.versions()["tcspmm_source_sha256"] == bench.source_digest()
 
 
 def test_captured_step_columns(bench):
