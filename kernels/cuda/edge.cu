@@ -19,8 +19,22 @@
 //   C products summed in channel order, one fmaf each (float4 loads where C % 4 == 0 and both operands are 16-byte
 //   aligned: the _v4 kernel, the same bits).
 // spmm_values (a warp per row item): out = A_v @ X, head h's columns weighted by values[., h].
+// The SDDMM and the SpMM also read 16-bit U, V and X as they are (the _f16 / _bf16 entries: exact widening, float32
+// products and sums, float32 out).
+
+#include "tc_ops.cuh"  // u16, F16 / BF16 and their exact widening to float (to_f32)
 
 #define FULL_MASK 0xffffffffu
+
+// A 16-bit feature of precision KIND (float16 or bfloat16 bits), widened exactly to float where it is read: the
+// 16-bit kernels below read torch's half tensors as they are (under autocast) and compute in float32.
+template <int KIND>
+struct Half {
+    u16 bits;
+};
+__device__ __forceinline__ float widen(float x) { return x; }
+template <int KIND>
+__device__ __forceinline__ float widen(Half<KIND> x) { return to_f32<KIND>(x.bits); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -105,6 +119,10 @@ __device__ __forceinline__ float fma_word(float a, float b, float acc) { return 
 __device__ __forceinline__ float fma_word(float4 a, float4 b, float acc) {
     return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
+template <int KIND>
+__device__ __forceinline__ float fma_word(Half<KIND> a, Half<KIND> b, float acc) {
+    return fmaf(widen(a), widen(b), acc);
+}
 
 // U [n_rows, H * C], V [n_cols, H * C] as W words (float, or float4 where C % 4 == 0: CW words a head); out
 // [nnz, H]: a lane per (edge, head) pair of the row (pair p is edge begin + p / H, head p % H, written at
@@ -140,6 +158,17 @@ extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, c
     sddmm_row(indptr, indices, U, V, n_rows, H, C4, out);
 }
 
+#define SDDMM_HALF_ENTRY(SUFFIX, KIND)                                                                            \
+    extern "C" __global__ void sddmm_rows_##SUFFIX(const long long* __restrict__ indptr,                          \
+                                                   const long long* __restrict__ indices, const u16* __restrict__ U, \
+                                                   const u16* __restrict__ V, long long n_rows, long long H,     \
+                                                   long long C, float* __restrict__ out) {                        \
+        sddmm_row(indptr, indices, reinterpret_cast<const Half<KIND>*>(U),                                        \
+                  reinterpret_cast<const Half<KIND>*>(V), n_rows, H, C, out);                                      \
+    }
+SDDMM_HALF_ENTRY(f16, F16)
+SDDMM_HALF_ENTRY(bf16, BF16)
+
 // spmm_values: out = A_v @ X with per-call values, out [n_rows, N] and X [n_cols, N] row-major float32, N = H * C:
 //   column c belongs to head c / C and is weighted by that head's value of the nonzero, values[idx * H + c / C]
 //   with idx = order[k] (order: A.T's order_t, so A.T_v @ X reads A's values in place) or k (order null). One warp
@@ -148,13 +177,18 @@ extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, c
 //   lane, lane + 32, ..., four of them at once), the item's edges walked in order (each column's fmaf chain in
 //   edge order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
 //   partial[slot], and spmm_values_fixup sums them per row in slot order: the same bits on every call.
-extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, const long long* __restrict__ indices,
-                                       const long long* __restrict__ order, const float* __restrict__ values,
-                                       const float* __restrict__ X, const long long* __restrict__ item_row,
-                                       const long long* __restrict__ item_begin,
-                                       const long long* __restrict__ item_slot, long long n_items, long long N,
-                                       long long H, long long chunk, float* __restrict__ out,
-                                       float* __restrict__ partial) {
+#define SPMM_VALUES_PARAMS(W)                                                                                     \
+    const long long *__restrict__ indptr, const long long *__restrict__ indices,                                   \
+        const long long *__restrict__ order, const float *__restrict__ values, const W *__restrict__ X,           \
+        const long long *__restrict__ item_row, const long long *__restrict__ item_begin,                          \
+        const long long *__restrict__ item_slot, long long n_items, long long N, long long H, long long chunk,      \
+        float *__restrict__ out, float *__restrict__ partial
+#define SPMM_VALUES_ARGS \
+    indptr, indices, order, values, X, item_row, item_begin, item_slot, n_items, N, H, chunk, out, partial
+
+// X's words W: float, or Half<KIND> (a 16-bit X read as it is, widened exactly)
+template <typename W>
+__device__ __forceinline__ void spmm_values_items(SPMM_VALUES_PARAMS(W)) {
     const long long item = warp_index();
     if (item >= n_items) return;
     const int lane = threadIdx.x & 31;
@@ -176,7 +210,7 @@ extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, con
         long long k = begin;
         for (; k + 4 <= end; k += 4) {  // four edges' loads in flight
             long long idx[4];
-            const float* x[4];
+            const W* x[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
                 idx[u] = (order ? order[k + u] : k + u) * H;
@@ -189,7 +223,7 @@ extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, con
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     v[u] = values[idx[u] + head[j]];
-                    xv[u] = x[u][32 * j];
+                    xv[u] = widen(x[u][32 * j]);
                 }
 #pragma unroll
                 for (int u = 0; u < 4; ++u) acc[j] = fmaf(v[u], xv[u], acc[j]);
@@ -197,16 +231,20 @@ extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, con
         }
         for (; k < end; ++k) {
             const long long idx = (order ? order[k] : k) * H;
-            const float* x = X + indices[k] * N + c0;
+            const W* x = X + indices[k] * N + c0;
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-                if (live[j]) acc[j] = fmaf(values[idx + head[j]], x[32 * j], acc[j]);
+                if (live[j]) acc[j] = fmaf(values[idx + head[j]], widen(x[32 * j]), acc[j]);
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j)
             if (live[j]) dst[c0 + 32 * j] = acc[j];
     }
 }
+
+extern "C" __global__ void spmm_values(SPMM_VALUES_PARAMS(float)) { spmm_values_items(SPMM_VALUES_ARGS); }
+extern "C" __global__ void spmm_values_f16(SPMM_VALUES_PARAMS(Half<F16>)) { spmm_values_items(SPMM_VALUES_ARGS); }
+extern "C" __global__ void spmm_values_bf16(SPMM_VALUES_PARAMS(Half<BF16>)) { spmm_values_items(SPMM_VALUES_ARGS); }
 
 // out[split_row[r]] = sum of partial[split_slot[r] .. split_slot[r + 1]) in slot order, one warp per split row
 extern "C" __global__ void spmm_values_fixup(const long long* __restrict__ split_row,
