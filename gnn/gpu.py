@@ -20,6 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from configs.names import BASE_FORMAT
+from gnn.backend import as_float32
 from gnn.products import PlanProduct
 
 HALF_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -57,6 +58,7 @@ class _StreamScope:
 class GpuEngine:
     def __init__(self, op, device: torch.device):
         self.op, self.device = op, device
+        self._name = str(device)  # op.compute's key part, made once (str() of a device per call is host time)
         self._plans: dict = {}  # (transpose, dtype name) -> SpmmPlan
         self._inverse = None  # inverse of op.perm on the device (out = C[inverse]), made with the first permuted plan
         self._products: dict = {}  # (plan key, N, transpose) -> PlanProduct
@@ -111,7 +113,7 @@ class GpuEngine:
             plan.gnn_permuted = permuted
             plan.gnn_dtype = torch.float32 if how.startswith("SpmmPlan float32") else dtype
             self._plans[key] = plan
-            self.op.compute[(str(self.device), "A.T" if transpose else "A", name)] = how
+            self.op.compute[(self._name, "A.T" if transpose else "A", name)] = how
         return self._plans[key]
 
     def matmul(self, X: torch.Tensor, transpose: bool) -> torch.Tensor:
@@ -174,12 +176,12 @@ class GpuEngine:
                               for h, part in enumerate(parts)], dim=1)
         from kernels import edge
 
-        v32, (Xk, kind) = _float32(values), _kernel_input(X)
+        v32, (Xk, kind) = as_float32(values), _kernel_input(X)
         n_rows = self.op.shape[1] if transpose else self.op.shape[0]
         N = int(Xk.shape[1])
         out = torch.empty((n_rows, N), dtype=torch.float32, device=self.device)  # every entry written
         if n_rows and N:
-            self.op.compute.setdefault((str(self.device), "values"), "kernels.edge spmm_values")
+            self.op.compute.setdefault((self._name, "values"), "kernels.edge spmm_values")
             if transpose:  # A.T's rows: its indices, and A's values read through order_t (no gather pass)
                 indptr_t, order_t = self._pattern(transpose=True)
                 pattern = (indptr_t, self.op.index("indices_t", self.device).data_ptr(), order_t)
@@ -219,10 +221,10 @@ class GpuEngine:
 
         (Uk, kind), (Vk, kind_v) = _kernel_input(U), _kernel_input(V)
         if kind != kind_v:  # one precision for both operands: float32
-            (Uk, kind), (Vk, kind_v) = (_float32(U), "float32"), (_float32(V), "float32")
+            (Uk, kind), (Vk, kind_v) = (as_float32(U), "float32"), (as_float32(V), "float32")
         out = torch.empty((self.op.nnz, H) if heads else self.op.nnz, dtype=torch.float32, device=self.device)
         if self.op.nnz:  # every entry written
-            self.op.compute.setdefault((str(self.device), "sddmm"), "kernels.edge sddmm_rows")
+            self.op.compute.setdefault((self._name, "sddmm"), "kernels.edge sddmm_rows")
             self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], Uk.data_ptr(), Vk.data_ptr(), H,
                             int(Uk.shape[1]) // H, out.data_ptr(), kind)
         return out
@@ -235,7 +237,7 @@ class GpuEngine:
         H = 1 if d.ndim == 1 else int(d.shape[1])
         alpha = torch.empty((self.op.nnz, *d.shape[1:]), dtype=torch.float32, device=self.device)
         if self.op.nnz:
-            self.op.compute.setdefault((str(self.device), "attention"), "kernels.edge attention_fwd")
+            self.op.compute.setdefault((self._name, "attention"), "kernels.edge attention_fwd")
             self._edge_call(edge.attention, *self._pattern(), self.op.shape[0], H, d.data_ptr(), s.data_ptr(),
                             slope, alpha.data_ptr())
         return alpha
@@ -246,7 +248,7 @@ class GpuEngine:
         from kernels import edge
 
         H = 1 if d.ndim == 1 else int(d.shape[1])
-        g32 = _float32(g)
+        g32 = as_float32(g)
         n_rows, n_cols = self.op.shape
         dd = torch.empty(d.shape, dtype=torch.float32, device=self.device)  # every row and column written
         ds = torch.empty(s.shape, dtype=torch.float32, device=self.device)
@@ -271,14 +273,9 @@ class GpuEngine:
         return torch.sparse_csr_tensor(crow, col, vals, size=shape, dtype=torch.float64)
 
 
-def _float32(X: torch.Tensor) -> torch.Tensor:
-    """X as a float32 contiguous tensor: X itself when it is one (a kernel reads its address only)."""
-    return X if X.dtype == torch.float32 and X.is_contiguous() else X.detach().to(torch.float32).contiguous()
-
-
 def _kernel_input(X: torch.Tensor) -> tuple[torch.Tensor, str]:
     """(X as a kernels.edge input, its precision name): a contiguous float16 / bfloat16 tensor as it is (the kernels
-    widen it exactly, so under autocast no cast pass runs), anything else `_float32`."""
+    widen it exactly, so under autocast no cast pass runs), anything else `as_float32`."""
     if X.dtype in HALF_NAMES and X.is_contiguous():
         return X, HALF_NAMES[X.dtype]
-    return _float32(X), "float32"
+    return as_float32(X), "float32"
