@@ -176,9 +176,9 @@ class GpuEngine:
                               for h, part in enumerate(parts)], dim=1)
         from kernels import edge
 
-        v32, X32 = as_float32(values), as_float32(X)
+        v32, (Xk, kind) = as_float32(values), _kernel_input(X)
         n_rows = self.op.shape[1] if transpose else self.op.shape[0]
-        N = int(X32.shape[1])
+        N = int(Xk.shape[1])
         out = torch.empty((n_rows, N), dtype=torch.float32, device=self.device)  # every entry written
         if n_rows and N:
             self.op.compute.setdefault((self._name, "values"), "kernels.edge spmm_values")
@@ -189,8 +189,8 @@ class GpuEngine:
                 pattern = (*self._pattern(), 0)
             items, n_items, n_split, n_slots = self._row_items(transpose)
             partial = torch.empty((n_slots, N), dtype=torch.float32, device=self.device) if n_slots else None
-            self._edge_call(edge.spmm_values, *pattern, v32.data_ptr(), X32.data_ptr(), N, heads, out.data_ptr(),
-                            items, n_items, n_split, partial.data_ptr() if n_slots else 0)
+            self._edge_call(edge.spmm_values, *pattern, v32.data_ptr(), Xk.data_ptr(), N, heads, out.data_ptr(),
+                            items, n_items, n_split, partial.data_ptr() if n_slots else 0, kind)
         return out if out.dtype == X.dtype else out.to(X.dtype)
 
     def _row_items(self, transpose: bool) -> tuple:
@@ -219,12 +219,14 @@ class GpuEngine:
             return out if heads else out.view(self.op.nnz)
         from kernels import edge
 
-        U32, V32 = as_float32(U), as_float32(V)
+        (Uk, kind), (Vk, kind_v) = _kernel_input(U), _kernel_input(V)
+        if kind != kind_v:  # one precision for both operands: float32
+            (Uk, kind), (Vk, kind_v) = (as_float32(U), "float32"), (as_float32(V), "float32")
         out = torch.empty((self.op.nnz, H) if heads else self.op.nnz, dtype=torch.float32, device=self.device)
         if self.op.nnz:  # every entry written
             self.op.compute.setdefault((self._name, "sddmm"), "kernels.edge sddmm_rows")
-            self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], U32.data_ptr(), V32.data_ptr(), H,
-                            int(U32.shape[1]) // H, out.data_ptr())
+            self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], Uk.data_ptr(), Vk.data_ptr(), H,
+                            int(Uk.shape[1]) // H, out.data_ptr(), kind)
         return out
 
     def attention(self, d: torch.Tensor, s: torch.Tensor, slope: float) -> torch.Tensor:
@@ -269,3 +271,11 @@ class GpuEngine:
         vals = values if values is not None else torch.from_numpy(np.asarray(data, np.float64)).to(self.device)
         shape = A.shape[::-1] if transpose else A.shape
         return torch.sparse_csr_tensor(crow, col, vals, size=shape, dtype=torch.float64)
+
+
+def _kernel_input(X: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """(X as a kernels.edge input, its precision name): a contiguous float16 / bfloat16 tensor as it is (the kernels
+    widen it exactly, so under autocast no cast pass runs), anything else `as_float32`."""
+    if X.dtype in HALF_NAMES and X.is_contiguous():
+        return X, HALF_NAMES[X.dtype]
+    return as_float32(X), "float32"

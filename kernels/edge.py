@@ -63,12 +63,18 @@ def attention_backward(stream: int, indptr: int, indices: int, n_rows: int, indp
     _launch("attention_bwd_cols", stream, n_cols * heads, indptr_t, order_t, dlogit, n_cols, heads, ds)
 
 
-def sddmm(stream: int, indptr: int, indices: int, n_rows: int, U: int, V: int, heads: int, C: int,
-          out: int) -> None:
+SUFFIX = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}  # the kernels' input precisions
+
+
+def sddmm(stream: int, indptr: int, indices: int, n_rows: int, U: int, V: int, heads: int, C: int, out: int,
+          dtype: str = "float32") -> None:
     """``out[k, h] = U[row_k, h] . V[col_k, h]`` in float32: U [n_rows, H * C] and V [n_cols, H * C] row-major
-    (head h's channels at ``h C .. (h + 1) C``), out [nnz, H]; float4 loads when C % 4 == 0 and both addresses
-    are 16-byte aligned (the same bits either way: one fused multiply-add per product, in channel order)."""
-    if C % 4 == 0 and U % 16 == 0 and V % 16 == 0:
+    (head h's channels at ``h C .. (h + 1) C``) of ``dtype`` (float32, float16 or bfloat16: 16-bit values widened
+    exactly), out [nnz, H] float32; float32 takes float4 loads when C % 4 == 0 and both addresses are 16-byte
+    aligned (the same bits either way: one fused multiply-add per product, in channel order)."""
+    if dtype != "float32":
+        _launch("sddmm_rows" + SUFFIX[dtype], stream, n_rows, indptr, indices, U, V, n_rows, heads, C, out)
+    elif C % 4 == 0 and U % 16 == 0 and V % 16 == 0:
         _launch("sddmm_rows_v4", stream, n_rows, indptr, indices, U, V, n_rows, heads, C // 4, out)
     else:
         _launch("sddmm_rows", stream, n_rows, indptr, indices, U, V, n_rows, heads, C, out)
@@ -101,14 +107,16 @@ def row_items(indptr, chunk: int = CHUNK) -> dict:
 
 
 def spmm_values(stream: int, indptr: int, indices: int, order: int, values: int, X: int, N: int, heads: int,
-                out: int, items: tuple[int, int, int, int, int], n_items: int, n_split: int, partial: int) -> None:
+                out: int, items: tuple[int, int, int, int, int], n_items: int, n_split: int, partial: int,
+                dtype: str = "float32") -> None:
     """``out = A_v @ X`` per head (out [n_rows, N], X [n_cols, N] float32 row-major, N = H * C: head h's columns
     ``h C .. (h + 1) C`` weighted by ``values[., h]``, values [nnz, H]), the values of stored nonzero k being
     ``values[order[k]]``, or ``values[k]`` where ``order`` is 0 (a null address): with A.T's (indptr_t,
     indices_t, order_t) this is ``A_v.T @ X`` on A's own values. ``items``: the addresses of `row_items`'
     item_row, item_begin, item_slot, split_row and split_slot on the device; ``partial`` a float32
-    [split_slot[-1], N] scratch (unused without split rows). Two launches where a row is split, else one."""
+    [split_slot[-1], N] scratch (unused without split rows). X of ``dtype`` (float32, float16 or bfloat16:
+    widened exactly); values, out and partial float32. Two launches where a row is split, else one."""
     item_row, item_begin, item_slot, split_row, split_slot = items
-    _launch("spmm_values", stream, n_items, indptr, indices, order, values, X, item_row, item_begin, item_slot,
-            n_items, N, heads, CHUNK, out, partial)
+    _launch("spmm_values" + SUFFIX[dtype], stream, n_items, indptr, indices, order, values, X, item_row,
+            item_begin, item_slot, n_items, N, heads, CHUNK, out, partial)
     _launch("spmm_values_fixup", stream, n_split, split_row, split_slot, n_split, N, partial, out)

@@ -15,12 +15,26 @@
 //   per edge, and dd[i] = sum_row dl.
 // attention_bwd_cols (a warp per (column, head)): ds[j] = sum of dl over column j's edges, walked in A.T's CSR
 //   order (indptr_t and order_t: A.T's nonzeros as positions in A's order).
-// sddmm_rows(_v4) (a warp per row, a lane per edge): out[k, h] = U[row_k, head h] . V[col_k, head h], C products
-//   summed in channel order, one fmaf each (float4 loads where C % 4 == 0 and both operands are 16-byte aligned:
-//   the _v4 kernel, the same bits).
+// sddmm_rows(_v4) (a warp per row, a lane per (edge, head)): out[k, h] = U[row_k, head h] . V[col_k, head h],
+//   C products summed in channel order, one fmaf each (float4 loads where C % 4 == 0 and both operands are 16-byte
+//   aligned: the _v4 kernel, the same bits).
 // spmm_values (a warp per row item): out = A_v @ X, head h's columns weighted by values[., h].
+// The SDDMM and the SpMM also read 16-bit U, V and X as they are (the _f16 / _bf16 entries: exact widening, float32
+// products and sums, float32 out).
+
+#include "tc_ops.cuh"  // u16, F16 / BF16 and their exact widening to float (to_f32)
 
 #define FULL_MASK 0xffffffffu
+
+// A 16-bit feature of precision KIND (float16 or bfloat16 bits), widened exactly to float where it is read: the
+// 16-bit kernels below read torch's half tensors as they are (under autocast) and compute in float32.
+template <int KIND>
+struct Half {
+    u16 bits;
+};
+__device__ __forceinline__ float widen(float x) { return x; }
+template <int KIND>
+__device__ __forceinline__ float widen(Half<KIND> x) { return to_f32<KIND>(x.bits); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -105,9 +119,14 @@ __device__ __forceinline__ float fma_word(float a, float b, float acc) { return 
 __device__ __forceinline__ float fma_word(float4 a, float4 b, float acc) {
     return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
+template <int KIND>
+__device__ __forceinline__ float fma_word(Half<KIND> a, Half<KIND> b, float acc) {
+    return fmaf(widen(a), widen(b), acc);
+}
 
 // U [n_rows, H * C], V [n_cols, H * C] as W words (float, or float4 where C % 4 == 0: CW words a head); out
-// [nnz, H]
+// [nnz, H]: a lane per (edge, head) pair of the row (pair p is edge begin + p / H, head p % H, written at
+// out[begin * H + p]: consecutive lanes, consecutive outputs)
 template <typename W>
 __device__ __forceinline__ void sddmm_row(const long long* __restrict__ indptr,
                                           const long long* __restrict__ indices, const W* __restrict__ U,
@@ -116,14 +135,14 @@ __device__ __forceinline__ void sddmm_row(const long long* __restrict__ indptr,
     const long long row = warp_index();
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
-    const W* u = U + row * H * CW;
-    for (long long k = indptr[row] + lane; k < indptr[row + 1]; k += 32) {
-        const W* v = V + indices[k] * H * CW;
-        for (long long h = 0; h < H; ++h) {
-            float acc = 0.f;
-            for (long long c = h * CW; c < (h + 1) * CW; ++c) acc = fma_word(u[c], v[c], acc);
-            out[k * H + h] = acc;
-        }
+    const long long begin = indptr[row], pairs = (indptr[row + 1] - begin) * H;
+    for (long long p = lane; p < pairs; p += 32) {
+        const long long e = p / H, h = p - e * H;
+        const W* u = U + (row * H + h) * CW;
+        const W* v = V + (indices[begin + e] * H + h) * CW;
+        float acc = 0.f;
+        for (long long c = 0; c < CW; ++c) acc = fma_word(u[c], v[c], acc);
+        out[begin * H + p] = acc;
     }
 }
 
@@ -139,21 +158,37 @@ extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, c
     sddmm_row(indptr, indices, U, V, n_rows, H, C4, out);
 }
 
+#define SDDMM_HALF_ENTRY(SUFFIX, KIND)                                                                            \
+    extern "C" __global__ void sddmm_rows_##SUFFIX(const long long* __restrict__ indptr,                          \
+                                                   const long long* __restrict__ indices, const u16* __restrict__ U, \
+                                                   const u16* __restrict__ V, long long n_rows, long long H,     \
+                                                   long long C, float* __restrict__ out) {                        \
+        sddmm_row(indptr, indices, reinterpret_cast<const Half<KIND>*>(U),                                        \
+                  reinterpret_cast<const Half<KIND>*>(V), n_rows, H, C, out);                                      \
+    }
+SDDMM_HALF_ENTRY(f16, F16)
+SDDMM_HALF_ENTRY(bf16, BF16)
+
 // spmm_values: out = A_v @ X with per-call values, out [n_rows, N] and X [n_cols, N] row-major float32, N = H * C:
 //   column c belongs to head c / C and is weighted by that head's value of the nonzero, values[idx * H + c / C]
 //   with idx = order[k] (order: A.T's order_t, so A.T_v @ X reads A's values in place) or k (order null). One warp
 //   per item, a row's edges [item_begin, min(item_begin + chunk, row end)) (a row of more than `chunk` edges is
 //   several items, so a hub row does not hold one warp for the whole launch); a lane per output column (columns
-//   lane, lane + 32, ...), the item's edges walked in order four at a time (loads issued together, the fmaf chain in
-//   order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
+//   lane, lane + 32, ..., four of them at once), the item's edges walked in order (each column's fmaf chain in
+//   edge order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
 //   partial[slot], and spmm_values_fixup sums them per row in slot order: the same bits on every call.
-extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, const long long* __restrict__ indices,
-                                       const long long* __restrict__ order, const float* __restrict__ values,
-                                       const float* __restrict__ X, const long long* __restrict__ item_row,
-                                       const long long* __restrict__ item_begin,
-                                       const long long* __restrict__ item_slot, long long n_items, long long N,
-                                       long long H, long long chunk, float* __restrict__ out,
-                                       float* __restrict__ partial) {
+#define SPMM_VALUES_PARAMS(W)                                                                                     \
+    const long long *__restrict__ indptr, const long long *__restrict__ indices,                                   \
+        const long long *__restrict__ order, const float *__restrict__ values, const W *__restrict__ X,           \
+        const long long *__restrict__ item_row, const long long *__restrict__ item_begin,                          \
+        const long long *__restrict__ item_slot, long long n_items, long long N, long long H, long long chunk,      \
+        float *__restrict__ out, float *__restrict__ partial
+#define SPMM_VALUES_ARGS \
+    indptr, indices, order, values, X, item_row, item_begin, item_slot, n_items, N, H, chunk, out, partial
+
+// X's words W: float, or Half<KIND> (a 16-bit X read as it is, widened exactly)
+template <typename W>
+__device__ __forceinline__ void spmm_values_items(SPMM_VALUES_PARAMS(W)) {
     const long long item = warp_index();
     if (item >= n_items) return;
     const int lane = threadIdx.x & 31;
@@ -161,24 +196,55 @@ extern "C" __global__ void spmm_values(const long long* __restrict__ indptr, con
     const long long end = min(begin + chunk, indptr[row + 1]);
     const long long C = N / H;
     float* dst = slot < 0 ? out + row * N : partial + slot * N;
-    for (long long c = lane; c < N; c += 32) {
-        const long long h = c / C;
-        float acc = 0.f;
+    // four columns a lane at once (lane, lane + 32, lane + 64, lane + 96 of each 128): an edge's index loaded once
+    // for all four, four independent chains, four edges' loads in flight; each column's chain in edge order
+    for (long long c0 = lane; c0 < N; c0 += 128) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        long long head[4];
+        bool live[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            live[j] = c0 + 32 * j < N;
+            head[j] = live[j] ? (c0 + 32 * j) / C : 0;
+        }
         long long k = begin;
-        for (; k + 4 <= end; k += 4) {
-            float v[4], x[4];
+        for (; k + 4 <= end; k += 4) {  // four edges' loads in flight
+            long long idx[4];
+            const W* x[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                v[u] = values[(order ? order[k + u] : k + u) * H + h];
-                x[u] = X[indices[k + u] * N + c];
+                idx[u] = (order ? order[k + u] : k + u) * H;
+                x[u] = X + indices[k + u] * N + c0;
             }
 #pragma unroll
-            for (int u = 0; u < 4; ++u) acc = fmaf(v[u], x[u], acc);
+            for (int j = 0; j < 4; ++j) {
+                if (!live[j]) continue;
+                float v[4], xv[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    v[u] = values[idx[u] + head[j]];
+                    xv[u] = widen(x[u][32 * j]);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) acc[j] = fmaf(v[u], xv[u], acc[j]);
+            }
         }
-        for (; k < end; ++k) acc = fmaf(values[(order ? order[k] : k) * H + h], X[indices[k] * N + c], acc);
-        dst[c] = acc;
+        for (; k < end; ++k) {
+            const long long idx = (order ? order[k] : k) * H;
+            const W* x = X + indices[k] * N + c0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (live[j]) acc[j] = fmaf(values[idx + head[j]], widen(x[32 * j]), acc[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (live[j]) dst[c0 + 32 * j] = acc[j];
     }
 }
+
+extern "C" __global__ void spmm_values(SPMM_VALUES_PARAMS(float)) { spmm_values_items(SPMM_VALUES_ARGS); }
+extern "C" __global__ void spmm_values_f16(SPMM_VALUES_PARAMS(Half<F16>)) { spmm_values_items(SPMM_VALUES_ARGS); }
+extern "C" __global__ void spmm_values_bf16(SPMM_VALUES_PARAMS(Half<BF16>)) { spmm_values_items(SPMM_VALUES_ARGS); }
 
 // out[split_row[r]] = sum of partial[split_slot[r] .. split_slot[r + 1]) in slot order, one warp per split row
 extern "C" __global__ void spmm_values_fixup(const long long* __restrict__ split_row,

@@ -495,3 +495,26 @@ def test_backward_runs_under_the_forwards_autocast_state(dtype):
         y.sum().backward()
         assert seen == [(True, dtype)]
     assert torch.equal(x.grad, torch.full_like(x, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_edge_kernels_read_16_bit_inputs_as_the_float32_path_reads_them_widened(dtype):
+    """kernels.edge's _f16 / _bf16 entries (what GAT runs under autocast): the per-call-values SpMM (both
+    directions, one and four heads) and the SDDMM on 16-bit X, U, V give bitwise what the float32 kernels give on
+    the same values widened to float32 (exact widening, the same sums in the same order), then one rounding to the
+    input's dtype for the SpMM; mixed U, V dtypes take the float32 path."""
+    A = sp.csr_array(graph()[:, :700])
+    op = gnn.SparseOp(A)
+    for heads, N in ((None, 40), (4, 64)):
+        H = heads or 1
+        v = torch.randn((op.nnz, H) if heads else op.nnz, device=CUDA)
+        for transpose in (False, True):
+            X = torch.randn(A.shape[0] if transpose else A.shape[1], N, device=CUDA).to(dtype)
+            got = op.matmul_values(v, X, transpose=transpose)
+            assert got.dtype == dtype
+            assert torch.equal(got, op.matmul_values(v, X.float(), transpose=transpose).to(dtype))
+        U = torch.randn(A.shape[0], N, device=CUDA).to(dtype)
+        V = torch.randn(A.shape[1], N, device=CUDA).to(dtype)
+        got = op.sddmm(U, V, heads=heads)
+        assert got.dtype == dtype and torch.equal(got, op.sddmm(U.float(), V.float(), heads=heads).to(dtype))
+        assert torch.equal(op.sddmm(U, V.float(), heads=heads), op.sddmm(U.float(), V.float(), heads=heads))
