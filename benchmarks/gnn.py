@@ -56,6 +56,10 @@ category; and the same model with each layer's sparse step dropped ("dense": its
 activations, loss and Adam only), whose epoch is the floor of any library's eager epoch: PyG's epoch over it bounds
 the speedup an eager epoch of ours could reach there. Printed as a table before the main one, and written under
 "fixed_cost" in the JSON.
+
+Floor per graph (every row): the same model with its sparse steps dropped, trained eagerly from the same seed as
+ours (``floor_ms``, median epoch), and ``ceiling`` = PyG's best ms / floor_ms, the most any library's eager epoch of
+that model could beat PyG's best by on that graph: where it is below a target, no sparse kernel can meet it eagerly.
 """
 from __future__ import annotations
 
@@ -86,7 +90,8 @@ if HERE not in sys.path:  # benchmarks/ after the repository: this file's name w
 import graph_suite  # noqa: E402  (benchmarks/graph_suite.py: the graphs of 0.1-3M nnz, shared with sddmm.py)
 from graph_suite import Skipped, log, one_line, run_cases  # noqa: E402  (the case loop sddmm.py runs too)
 from machine import slug  # noqa: E402  (benchmarks/machine.py: the results files' device slug)
-from summarize_gnn import PYG_PATHS, best_path, summary_table, target_lines, target_rows  # noqa: E402
+from summarize_gnn import (PYG_PATHS, best_path, ceiling_lines, summary_table, target_lines,  # noqa: E402
+                           target_rows)
 
 
 # (label, source): a graph_suite source; ("gen", kind, params without seed/shuffle, shuffle); seed 1 throughout
@@ -357,6 +362,18 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
     row.update(got or {"ours_error": err})
     free_memory()
 
+    def floor_run():  # the same model with its sparse steps dropped: no library's eager epoch goes below it
+        import epoch_profile as ep
+
+        torch.manual_seed(0)
+        model = build(ep.dense_conv()).to(x.device)
+        res = fit(model, x, y, None, masks, epochs=epochs, autocast_dtype=autocast_dtype, cuda_graph=False)
+        return {"floor_ms": float(np.median(res["epoch_ms"][1:]))}
+
+    got, err = attempt(floor_run)
+    row.update(got or {"floor_error": err})
+    free_memory()
+
     def measure(path):
         conv, arg = pyg.conv(name, path), pyg.arg(path)
         torch.manual_seed(0)
@@ -396,6 +413,8 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
         if row.get("ours_ms"):
             row["speedup"] = best_ms / row["ours_ms"]
             row["loss_max_rel_gap"] = row["pyg_loss_max_rel_gap"][best]
+        if row.get("floor_ms"):  # the most any library's eager epoch of this model could beat PyG's best by here
+            row["ceiling"] = best_ms / row["floor_ms"]
     results.clear()
     if cuda_graph and "ours_error" not in row:  # the same training with one captured step replayed per epoch
         got = bench_graphed(lambda: build(ours_conv).to(x.device), state["init"], x, y, g, masks, epochs,
@@ -536,6 +555,7 @@ def source_digest(root: Path = REPO) -> str:
 def table(rows) -> str:
     graphs = any("ours_graph_ms" in r or "ours_graph_error" in r for r in rows)
     head = (f"{'graph':10} {'nnz':>10} {'model':5} {'hid':>4} {'prec':8} {'ours ms':>8} {'pyg ms':>8} {'speedup':>7} "
+            f"{'floor ms':>8} {'ceiling':>7} "
             f"{'fwd err':>8} {'loss gap':>8} {'acc ours':>8} {'acc pyg':>8} {'pyg path':12} {'pyg ms per path'}")
     if graphs:
         head += f" {'ours gr':>8} {'pyg gr':>8} {'x graph':>7}"
@@ -545,8 +565,10 @@ def table(rows) -> str:
         speedup = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
         per_path = ",".join([f"{k}={v:.2f}" for k, v in (r.get("pyg_ms_by_path") or {}).items()]
                             + [f"{k}=raised" for k in r.get("pyg_errors") or {}]) or "-"
+        ceiling = f"{r['ceiling']:.2f}x" if r.get("ceiling") else "-"
         line = (f"{r['graph']:10} {r['nnz']:>10} {r['model']:5} {r['hidden']:>4} {r['precision']:8} "
                 f"{f('ours_ms', '8.2f'):>8} {f('pyg_ms', '8.2f'):>8} {speedup:>7} "
+                f"{f('floor_ms', '8.2f'):>8} {ceiling:>7} "
                 f"{f('forward_rel_err', '8.1e'):>8} {f('loss_max_rel_gap', '8.1e'):>8} "
                 f"{f('ours_test_acc', '8.3f'):>8} {f('pyg_test_acc', '8.3f'):>8} {r.get('pyg_path') or '-':12} "
                 f"{per_path}")
@@ -731,6 +753,7 @@ def main(argv=None) -> int:
     print()
     print("\n".join(summary_table(rows)))
     print()
+    print("\n".join(ceiling_lines(rows)))  # where the floor was timed: what no sparse step could make up eagerly
     print("\n".join(target_lines(rows)))  # the targets last
     return 1 if bad or failures else 0
 

@@ -137,8 +137,29 @@ def per_graph(rows: list) -> list[dict]:
         key = (r["graph"], r["hidden"], r.get("precision", "float32"))
         e = out.setdefault(key, {"graph": r["graph"], "nnz": r["nnz"], "hidden": r["hidden"], "precision": key[2]})
         path, best = pyg_best(r)
-        e[r["model"]] = {"ours_ms": r.get("ours_ms"), "pyg_ms": best, "pyg_path": path, "speedup": r.get("speedup")}
+        e[r["model"]] = {"ours_ms": r.get("ours_ms"), "pyg_ms": best, "pyg_path": path, "speedup": r.get("speedup"),
+                         "floor_ms": r.get("floor_ms"), "ceiling": r.get("ceiling")}
     return list(out.values())
+
+
+def ceiling_lines(rows: list) -> list[str]:
+    """Per model, where the run timed the dense floor (``floor_ms``: the model with its sparse steps dropped), the
+    ceiling of an eager speedup per graph (PyG's best / the floor), the graphs whose ceiling is below the geomean
+    target and the ceilings' geomean: how much of a missed target no sparse kernel could make up eagerly."""
+    out = []
+    for m in MODELS:
+        have = [r for r in rows if r["model"] == m and r.get("precision", "float32") == "float32" and in_range(r)
+                and r.get("ceiling")]
+        if not have:
+            continue
+        low = [r for r in have if r["ceiling"] < SPEEDUP_GEOMEAN]
+        out.append(f"- {m.upper()} eager ceiling (PyG's best / the same model without its sparse steps, per graph): "
+                   f"geomean {geo([r['ceiling'] for r in have]):.2f}x over {len(have)} graphs; below "
+                   f"{SPEEDUP_GEOMEAN}x on {len(low)}"
+                   + (": " + ", ".join(f"{r['graph']} {r['ceiling']:.2f}x (ours {r['speedup']:.2f}x)"
+                                       if r.get("speedup") else f"{r['graph']} {r['ceiling']:.2f}x" for r in low)
+                      if low else ""))
+    return out + [""] if out else []
 
 
 def summary_table(rows: list) -> list[str]:
@@ -351,21 +372,25 @@ def gnn_section(runs, v0, older, *, h) -> list[str]:
     images = sorted(p for p in run.path.parent.glob("gnn-*.png") if p.stem in summarized)  # this run's curves
     out += [f"![loss curves, ours vs PyG: {p.stem}](../benchmarks/results/{p.name})" for p in images] + [""]
     targets = [(n, thr, got, h.status(ok)) for n, thr, got, ok in target_rows(rows)]
-    return out + h.targets(targets) + h.older_note(older) + [h.reproduce("gnn", run), ""] + \
+    return out + h.targets(targets) + ceiling_lines(rows) + h.older_note(older) + [h.reproduce("gnn", run), ""] + \
         other_gpu_lines(run, older, h) + fixed_cost_lines(runs, h)
 
 
 def per_graph_table(entries: list[dict], h, *, hidden: bool = True) -> list[str]:
     """``per_graph`` entries as a markdown table: graph, nnz (and hidden), per model ours / PyG's best ms (path),
-    then the speedups."""
+    then the speedups, and where the run timed the dense floor, each model's floor ms and ceiling."""
+    floors = any(e[m].get("floor_ms") for e in entries for m in MODELS if m in e)
     return h.table(("graph", "nnz", *(("hidden",) if hidden else ()),
                     *(f"{m.upper()} ours / PyG best ms (path)" for m in MODELS),
-                    *(f"{m.upper()} speedup" for m in MODELS)),
+                    *(f"{m.upper()} speedup" for m in MODELS),
+                    *((f"{m.upper()} floor ms (ceiling)" for m in MODELS) if floors else ())),
                    [(f"`{e['graph']}`" + ("" if in_range(e) else " (†)"), h.mnnz(e["nnz"]),
                      *((e["hidden"],) if hidden else ()),
                      *(f"{h.f(e[m]['ours_ms'], 2)} / {h.f(e[m]['pyg_ms'], 2)} ({e[m]['pyg_path'] or '–'})"
                        if m in e else "–" for m in MODELS),
-                     *(h.f(e[m]["speedup"], 2, "x") if m in e and e[m]["speedup"] else "–" for m in MODELS))
+                     *(h.f(e[m]["speedup"], 2, "x") if m in e and e[m]["speedup"] else "–" for m in MODELS),
+                     *((f"{h.f(e[m]['floor_ms'], 2)} ({h.f(e[m]['ceiling'], 2, 'x')})"
+                        if m in e and e[m].get("floor_ms") else "–" for m in MODELS) if floors else ()))
                     for e in entries])
 
 
@@ -387,4 +412,5 @@ def other_gpu_lines(run, older, h, keep: int = 2) -> list[str]:
         out += [f"`{other.path.name}` ({other.meta.get('date', '?')}, `{other.meta.get('command', '?')}`):", ""]
         out += per_graph_table(per_graph(rows), h, hidden=False)
         out += h.targets([(n, thr, got, h.status(ok)) for n, thr, got, ok in target_rows(rows)])
+        out += ceiling_lines(rows)
     return out

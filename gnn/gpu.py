@@ -185,7 +185,7 @@ class GpuEngine:
             v = values.detach().reshape(self.op.nnz, heads)
             if transpose:
                 v = v.index_select(0, self.op.index("order_t", self.device))
-            parts = X.reshape(X.shape[0], heads, -1).unbind(1)
+            parts = X.reshape(X.shape[0], heads, X.shape[1] // heads).unbind(1)
             return torch.cat([self._csr64(transpose, v[:, h].to(torch.float64).contiguous()) @ part.contiguous()
                               for h, part in enumerate(parts)], dim=1)
         from kernels import edge
@@ -227,8 +227,9 @@ class GpuEngine:
         H = heads or 1
         if torch.promote_types(U.dtype, V.dtype) == torch.float64:
             rows, cols = self.op.index("rows", self.device), self.op.index("cols", self.device)
-            out = (U.detach()[rows].double().view(self.op.nnz, H, -1)
-                   * V.detach()[cols].double().view(self.op.nnz, H, -1)).sum(-1)
+            C = U.shape[1] // H
+            out = (U.detach()[rows].double().view(self.op.nnz, H, C)
+                   * V.detach()[cols].double().view(self.op.nnz, H, C)).sum(-1)
             return out if heads else out.view(self.op.nnz)
         from kernels import edge
 

@@ -512,3 +512,18 @@ def test_a_dry_run_on_the_cpu_writes_the_file_and_prints_the_targets_last(gs, tm
     out = proc.stdout.rstrip().splitlines()
     assert "skipped: igb-small: no IGB small edge list (looked in TCSPMM_IGB_SMALL (unset)" in proc.stdout
     assert out[-8] == "targets (issue #33)" and out[-1].startswith("same loss curve as PyG's best path")
+
+
+def test_ceiling_lines_name_the_graphs_no_eager_epoch_could_lift_to_the_target(bench):
+    from summarize_gnn import ceiling_lines, per_graph
+
+    rows = [row("rmat-s13", 110_555, "gcn", 1.0, {"edge_index": 1.2}), row("sbm-100k", 1_783_971, "gcn", 1.0,
+                                                                           {"adj_t": 2.0}),
+            row("igb-tiny", 88_648, "gcn", 1.0, {"edge_index": 0.5})]  # outside 0.1-3M nnz: not counted
+    for r, floor in zip(rows, (1.0, 0.8, 0.4)):
+        r.update(floor_ms=floor, ceiling=r["pyg_ms"] / floor)
+    assert ceiling_lines(rows) == [
+        "- GCN eager ceiling (PyG's best / the same model without its sparse steps, per graph): geomean 1.73x over 2 "
+        "graphs; below 1.5x on 1: rmat-s13 1.20x (ours 1.20x)", ""]
+    assert per_graph(rows)[1]["gcn"]["floor_ms"] == 0.8 and per_graph(rows)[1]["gcn"]["ceiling"] == 2.5
+    assert ceiling_lines(ROWS) == []  # runs before the floor was timed

@@ -26,12 +26,13 @@ def test_cases_are_seeded_and_carry_community_labels(bench):
 
 def test_table_and_versions(bench):
     rows = [{"graph": "g", "nnz": 10, "model": "gcn", "hidden": 8, "precision": "float32", "ours_ms": 1.0,
-             "pyg_ms": 2.0, "speedup": 2.0, "forward_rel_err": 1e-3, "loss_max_rel_gap": 1e-4,
-             "ours_test_acc": 0.5, "pyg_test_acc": 0.5},
+             "pyg_ms": 2.0, "speedup": 2.0, "floor_ms": 0.8, "ceiling": 2.5, "forward_rel_err": 1e-3,
+             "loss_max_rel_gap": 1e-4, "ours_test_acc": 0.5, "pyg_test_acc": 0.5},
             {"graph": "g", "nnz": 10, "model": "gat", "hidden": 8, "precision": "float16", "ours_ms": 1.0,
              "ours_test_acc": 0.5, "pyg_error": "RuntimeError: no half SpMM"}]
     lines = bench.table(rows).splitlines()
     assert "2.00x" in lines[2] and lines[3].split()[7] == "-"
+    assert lines[2].split()[8:10] == ["0.80", "2.50x"] and lines[3].split()[8:10] == ["-", "-"]
     assert bench.versions()["torch"]
     assert bench.versions()["tcspmm_source_sha256"] == bench.source_digest()
 
@@ -49,3 +50,16 @@ def test_captured_step_columns(bench):
     # the replayed epochs only: the capture's epoch (1-based graph_from_epoch) and the eager ones left out
     assert bench.graphed_ms({"epoch_ms": [5.0, 4.0, 4.0, 9.0, 1.0, 3.0], "graph_from_epoch": 4}) == 2.0
     assert bench.graphed_ms({"epoch_ms": [5.0, 4.0], "graph_error": "x"}) is None
+
+
+def test_every_row_times_the_dense_floor(bench):
+    """bench_model on the CPU (no PyG): ours and the same model with its sparse steps dropped, both timed; the
+    ceiling (PyG's best over the floor) needs PyG's time."""
+    import torch
+
+    from gnn.models import split_masks
+
+    A, perm, feats, labels, _ = bench.make_case("sbm", "n=300&blocks=3&deg_in=6&deg_out=1&seed=2", 8, "none")
+    row = bench.bench_model("gcn", 8, A, perm, torch.from_numpy(feats), torch.from_numpy(labels),
+                            split_masks(300, 0), 3, None, None)
+    assert row["ours_ms"] > 0 and row["floor_ms"] > 0 and "ceiling" not in row and "floor_error" not in row
