@@ -169,12 +169,11 @@ class SparseOp:
         if d.device.type != "cuda" or s.device != d.device:
             raise ValueError(f"gnn.SparseOp.attention: runs on one CUDA device (d on {d.device}, s on {s.device}); "
                              "on the CPU gnn.functional.edge_attention composes torch ops")
-        return tuple(x if x.dtype == torch.float32 and x.is_contiguous() else x.detach().float().contiguous()
-                     for x in (d, s))
+        return as_float32(d), as_float32(s)
 
     def _heads(self, values: torch.Tensor, what: str, width) -> int:
         """H of per-edge ``values`` [nnz] (1) or [nnz, H], which must split ``width`` columns into its heads."""
-        heads = 1 if values.ndim == 1 else int(values.shape[1]) if values.ndim == 2 else 0
+        heads = int(values.shape[1]) if values.ndim == 2 else 1
         if values.ndim not in (1, 2) or values.shape[0] != self.nnz or heads < 1 or \
                 (width is not None and width % heads):
             raise ValueError(f"gnn.SparseOp: {what} has shape {tuple(values.shape)}, expected ({self.nnz},) or "
@@ -207,6 +206,12 @@ class SparseOp:
 
                 engine = self._gpu[dev] = GpuEngine(self, dev)
         return engine
+
+
+def as_float32(X: torch.Tensor) -> torch.Tensor:
+    """X as a float32 contiguous tensor: X itself when it is one (the kernels read its address only), else a
+    detached copy."""
+    return X if X.dtype == torch.float32 and X.is_contiguous() else X.detach().to(torch.float32).contiguous()
 
 
 def _cpu_dtype(dtype: torch.dtype) -> torch.dtype:

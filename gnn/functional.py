@@ -26,7 +26,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from gnn.backend import SparseOp
+from gnn.backend import SparseOp, as_float32
 
 _fwd = torch.amp.custom_fwd(device_type="cuda")
 
@@ -101,7 +101,7 @@ class _EdgeAttention(torch.autograd.Function):
     @staticmethod
     @_fwd
     def forward(ctx, d, s, op: SparseOp, slope: float):
-        d32, s32 = (x.detach().float().contiguous() for x in (d, s))
+        d32, s32 = as_float32(d), as_float32(s)
         alpha = op.attention(d32, s32, slope)
         ctx.save_for_backward(d32, s32, alpha)
         ctx.op, ctx.slope, ctx.dtypes = op, slope, (d.dtype, s.dtype)
@@ -176,6 +176,12 @@ def edge_attention(op: SparseOp, d: torch.Tensor, s: torch.Tensor, negative_slop
         raise ValueError(f"gnn.edge_attention: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({op.shape[0]},) "
                          f"and ({op.shape[1]},), or ({op.shape[0]}, H) and ({op.shape[1]}, H)")
     if d.device.type != "cuda" or torch.promote_types(d.dtype, s.dtype) == torch.float64:
-        logits = d.index_select(0, op.index("rows", d.device)) + s.index_select(0, op.index("cols", s.device))
-        return edge_softmax(op, F.leaky_relu(logits, negative_slope))
+        return composed_attention(op, d, s, negative_slope)
     return _EdgeAttention.apply(d, s, op, float(negative_slope))
+
+
+def composed_attention(op: SparseOp, d: torch.Tensor, s: torch.Tensor, negative_slope: float = 0.2) -> torch.Tensor:
+    """`edge_attention` in torch ops on any device (autograd derives its backward): the gathered sums, leaky ReLU,
+    `edge_softmax`. What the CPU and float64 run, and the reference of the CUDA kernels' tests."""
+    logits = d.index_select(0, op.index("rows", d.device)) + s.index_select(0, op.index("cols", s.device))
+    return edge_softmax(op, F.leaky_relu(logits, negative_slope))

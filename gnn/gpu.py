@@ -22,6 +22,7 @@ import scipy.sparse as sp
 import torch
 
 from configs.names import BASE_FORMAT
+from gnn.backend import as_float32
 from gnn.products import PlanProduct
 
 HALF_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -60,6 +61,7 @@ class _StreamScope:
 class GpuEngine:
     def __init__(self, op, device: torch.device):
         self.op, self.device = op, device
+        self._name = str(device)  # op.compute's key part, made once (str() of a device per call is host time)
         self._plans: dict = {}  # (transpose, dtype name) -> SpmmPlan
         self._inverse = None  # inverse of op.perm on the device (out = C[inverse]), made with the first permuted plan
         self._products: dict = {}  # (plan key, N, transpose) -> PlanProduct
@@ -124,7 +126,7 @@ class GpuEngine:
             plan.gnn_permuted = permuted
             plan.gnn_dtype = torch.float32 if how.startswith("SpmmPlan float32") else dtype
             self._plans[key] = plan
-            self.op.compute[(str(self.device), "A.T" if transpose else "A", name)] = how
+            self.op.compute[(self._name, "A.T" if transpose else "A", name)] = how
         return self._plans[key]
 
     def matmul(self, X: torch.Tensor, transpose: bool) -> torch.Tensor:
@@ -190,12 +192,12 @@ class GpuEngine:
                               for h, part in enumerate(parts)], dim=1)
         from kernels import edge
 
-        v32, X32 = _float32(values), _float32(X)
+        v32, X32 = as_float32(values), as_float32(X)
         n_rows = self.op.shape[1] if transpose else self.op.shape[0]
         N = int(X32.shape[1])
         out = torch.empty((n_rows, N), dtype=torch.float32, device=self.device)  # every entry written
         if n_rows and N:
-            self.op.compute.setdefault((str(self.device), "values"), "kernels.edge spmm_values")
+            self.op.compute.setdefault((self._name, "values"), "kernels.edge spmm_values")
             if transpose:  # A.T's rows: its indices, and A's values read through order_t (no gather pass)
                 indptr_t, order_t = self._pattern(transpose=True)
                 pattern = (indptr_t, self.op.index("indices_t", self.device).data_ptr(), order_t)
@@ -233,10 +235,10 @@ class GpuEngine:
             return out if heads else out.view(self.op.nnz)
         from kernels import edge
 
-        U32, V32 = _float32(U), _float32(V)
+        U32, V32 = as_float32(U), as_float32(V)
         out = torch.empty((self.op.nnz, H) if heads else self.op.nnz, dtype=torch.float32, device=self.device)
         if self.op.nnz:  # every entry written
-            self.op.compute.setdefault((str(self.device), "sddmm"), "kernels.edge sddmm_rows")
+            self.op.compute.setdefault((self._name, "sddmm"), "kernels.edge sddmm_rows")
             self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], U32.data_ptr(), V32.data_ptr(), H,
                             int(U32.shape[1]) // H, out.data_ptr())
         return out
@@ -249,7 +251,7 @@ class GpuEngine:
         H = 1 if d.ndim == 1 else int(d.shape[1])
         alpha = torch.empty((self.op.nnz, *d.shape[1:]), dtype=torch.float32, device=self.device)
         if self.op.nnz:
-            self.op.compute.setdefault((str(self.device), "attention"), "kernels.edge attention_fwd")
+            self.op.compute.setdefault((self._name, "attention"), "kernels.edge attention_fwd")
             self._edge_call(edge.attention, *self._pattern(), self.op.shape[0], H, d.data_ptr(), s.data_ptr(),
                             slope, alpha.data_ptr())
         return alpha
@@ -260,7 +262,7 @@ class GpuEngine:
         from kernels import edge
 
         H = 1 if d.ndim == 1 else int(d.shape[1])
-        g32 = _float32(g)
+        g32 = as_float32(g)
         n_rows, n_cols = self.op.shape
         dd = torch.empty(d.shape, dtype=torch.float32, device=self.device)  # every row and column written
         ds = torch.empty(s.shape, dtype=torch.float32, device=self.device)
@@ -283,8 +285,3 @@ class GpuEngine:
         vals = values if values is not None else torch.from_numpy(np.asarray(data, np.float64)).to(self.device)
         shape = A.shape[::-1] if transpose else A.shape
         return torch.sparse_csr_tensor(crow, col, vals, size=shape, dtype=torch.float64)
-
-
-def _float32(X: torch.Tensor) -> torch.Tensor:
-    """X as a float32 contiguous tensor: X itself when it is one (a kernel reads its address only)."""
-    return X if X.dtype == torch.float32 and X.is_contiguous() else X.detach().to(torch.float32).contiguous()

@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 
 from kernels.formats import REGISTRY
-from kernels.launch import cuda_source
 from kernels.formats.registry import DEFAULT_BUILDS
+from kernels.launch import OPTIONS, cuda_source
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 FORMATS_DIR = Path(__file__).resolve().parent / "formats"
@@ -57,7 +57,7 @@ def check(archs=ARCHS, *, nvcc: str | None = None, verbose: bool = True) -> list
     with tempfile.TemporaryDirectory() as tmp:
         for cu, cfg_name, defines in builds():
             for arch in archs:
-                cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
+                cmd = [nvcc, f"-arch={arch}", *OPTIONS, "-Xptxas", "-v", "-c", f"-I{CUDA_DIR}",
                        *defines, str(cu), "-o", str(Path(tmp) / f"{cu.stem}-{arch}-{cfg_name}.o")]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 report = proc.stdout + proc.stderr
@@ -106,7 +106,7 @@ def _load_nvrtc(lib: Path):
 
 def nvrtc_check(archs=ARCHS, *, lib: Path | None = None) -> list[dict]:
     """Compile each build (`builds`) for each arch with NVRTC, on ``kernels.launch.cuda_source``'s text and the
-    options the launchers pass (-std=c++17 and the build's -D options); one dict per (file, build, arch): ok and
+    options the launchers pass (`launch.OPTIONS` and the build's -D options); one dict per (file, build, arch): ok and
     NVRTC's log. [] without a libnvrtc."""
     lib = lib or find_nvrtc()
     if lib is None:
@@ -121,12 +121,13 @@ def nvrtc_check(archs=ARCHS, *, lib: Path | None = None) -> list[dict]:
 
 
 def nvrtc_compile(source: str, arch: str, defines=(), *, name: str = "kernel.cu", lib: Path) -> tuple[bool, str]:
-    """(compiled, NVRTC's log) of one source text for ``arch`` (sm_XX) with -std=c++17 and ``defines``."""
+    """(compiled, NVRTC's log) of one source text for ``arch`` (sm_XX) with the launchers' `OPTIONS` and
+    ``defines``."""
     nvrtc = _load_nvrtc(lib)
     prog = ctypes.c_void_p()
     if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None):
         raise RuntimeError(f"compile_check: nvrtcCreateProgram failed for {name}")
-    opts = [b"-std=c++17", f"--gpu-architecture={arch}".encode(), *(d.encode() for d in defines)]
+    opts = [*(o.encode() for o in OPTIONS), f"--gpu-architecture={arch}".encode(), *(d.encode() for d in defines)]
     status = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))

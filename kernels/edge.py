@@ -21,7 +21,6 @@ from kernels import launch
 SOURCE = launch.CUDA_DIR / "edge.cu"
 THREADS = 256  # 8 warps a block, one row each
 _WARPS = THREADS // 32
-_SLOTS = np.arange(16, dtype=np.uint64) * np.uint64(8)  # byte offsets of the 64-bit argument slots
 
 
 class _Build:
@@ -35,21 +34,13 @@ class _Build:
 BUILD = _Build()
 
 
-def _float_bits(x: float) -> int:
-    """A float kernel argument as cuLaunchKernel reads its slot: the float32 bits in the low 4 bytes."""
-    return int(np.float32(x).view(np.uint32))
-
-
 def _launch(name: str, stream: int, n_warps: int, *args: int) -> None:
     """``name`` over ``n_warps`` warps (one row or column each) on ``stream``; ``args``: 64-bit slots (addresses,
-    int64 sizes, `_float_bits`)."""
+    int64 sizes, `launch.float_bits`), packed as they are (no per-argument conversion on this per-call path)."""
     if n_warps <= 0:
         return
-    fn = launch.function(name, BUILD, SOURCE)
-    vals = np.array(args, dtype=np.uint64)
-    params = _SLOTS[:len(args)] + np.uint64(vals.ctypes.data)
-    blocks = -(-n_warps // _WARPS)
-    launch._launch_kernel(fn.kernel.ptr, blocks, 1, 1, THREADS, 1, 1, 0, stream, int(params.ctypes.data), 0)
+    launch.launch_slots(launch.function(name, BUILD, SOURCE), (-(-n_warps // _WARPS), 1, 1), (THREADS, 1, 1), stream,
+                        np.array(args, dtype=np.uint64))
 
 
 def attention(stream: int, indptr: int, indices: int, n_rows: int, heads: int, d: int, s: int, slope: float,
@@ -57,7 +48,7 @@ def attention(stream: int, indptr: int, indices: int, n_rows: int, heads: int, d
     """``alpha[k, h] = exp(e - m) / sum_row exp(e - m)`` with ``e = leaky_relu(d[i, h] + s[col_k, h], slope)`` and
     m the largest e of row i and head h: every stored nonzero k of row i (d [n_rows, H], s [n_cols, H], alpha
     [nnz, H], float32; H = ``heads``)."""
-    _launch("attention_fwd", stream, n_rows * heads, indptr, indices, d, s, _float_bits(slope), n_rows, heads,
+    _launch("attention_fwd", stream, n_rows * heads, indptr, indices, d, s, launch.float_bits(slope), n_rows, heads,
             alpha)
 
 
@@ -67,8 +58,8 @@ def attention_backward(stream: int, indptr: int, indices: int, n_rows: int, indp
     """The gradients of `attention` for ``g = dL/dalpha`` [nnz, H]: the logits' ``dlogit`` [nnz, H] (scratch the
     caller owns), ``dd`` [n_rows, H] its row sums and ``ds`` [n_cols, H] its column sums (walked in A.T's order:
     ``indptr_t``, ``order_t`` as ``gnn.SparseOp.index`` gives them). Two launches, stream-ordered."""
-    _launch("attention_bwd_rows", stream, n_rows * heads, indptr, indices, d, s, _float_bits(slope), n_rows, heads,
-            alpha, g, dlogit, dd)
+    _launch("attention_bwd_rows", stream, n_rows * heads, indptr, indices, d, s, launch.float_bits(slope), n_rows,
+            heads, alpha, g, dlogit, dd)
     _launch("attention_bwd_cols", stream, n_cols * heads, indptr_t, order_t, dlogit, n_cols, heads, ds)
 
 

@@ -20,6 +20,8 @@ from kernels.operands import FLAG_VEC
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 MAX_GRID_Y = 65535
+OPTIONS = ("-std=c++17",)  # every .cu's compile options before its config's -D ones (kernels.compile_check too)
+_SLOT_OFFSETS = np.arange(32, dtype=np.uint64) * np.uint64(8)  # byte offsets of 64-bit argument slots
 
 
 def cuda_source(path: Path, _seen: set | None = None) -> str:
@@ -65,7 +67,7 @@ def module(config, source: Path):
     arch = str(dev.compute_capability)
     if int(arch) < 80:
         raise RuntimeError(f"the TF32 mma.m16n8k8 kernels need sm_80 or newer, found sm_{arch}")
-    return _compiled(int(dev.id), arch, ("-std=c++17", *config.defines()), source)
+    return _compiled(int(dev.id), arch, (*OPTIONS, *config.defines()), source)
 
 
 _FUNCTIONS: dict = {}
@@ -103,7 +105,7 @@ class Bound:
     def add(self, fn, grid, block, args, shared_mem: int = 0, *, b_at=None, out_at=None, flags_at=None):
         """Pack one launch of RawKernel ``fn``; ``*_at``: the indices of B, out and flags in ``args``."""
         vals = np.array([_arg_bits(a) for a in args], dtype=np.uint64)
-        params = np.array([vals.ctypes.data + 8 * i for i in range(len(args))], dtype=np.uint64)
+        params = slot_addresses(vals)
         grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
         self._launches.append((fn.kernel.ptr, *grid, *block, int(shared_mem), int(params.ctypes.data)))
         self._io.append((vals, b_at, out_at, flags_at))
@@ -125,6 +127,26 @@ class Bound:
         for f, gx, gy, gz, bx, by, bz, smem, params in self._launches:
             _launch_kernel(f, gx, gy, gz, bx, by, bz, smem, stream_ptr, params, 0)
         return self.out
+
+
+def slot_addresses(vals: np.ndarray) -> np.ndarray:
+    """The parameter array cuLaunchKernel reads: the address of each 64-bit slot of ``vals`` (uint64, kept alive by
+    the caller until the launch returns; the driver copies the arguments at the launch)."""
+    n = len(vals)
+    offsets = _SLOT_OFFSETS[:n] if n <= len(_SLOT_OFFSETS) else np.arange(n, dtype=np.uint64) * np.uint64(8)
+    return offsets + np.uint64(vals.ctypes.data)
+
+
+def launch_slots(fn, grid: tuple, block: tuple, stream_ptr: int, vals: np.ndarray, shared_mem: int = 0) -> None:
+    """One launch of RawKernel ``fn`` on ``stream_ptr`` with its arguments already as 64-bit slots (`_arg_bits`,
+    `float_bits`): what a caller issuing a kernel per call on raw addresses uses (kernels.edge)."""
+    params = slot_addresses(vals)  # held until the launch returns
+    _launch_kernel(fn.kernel.ptr, *grid, *block, int(shared_mem), stream_ptr, int(params.ctypes.data), 0)
+
+
+def float_bits(x: float) -> int:
+    """A float kernel argument as cuLaunchKernel reads its slot: the float32 bits in the low 4 bytes."""
+    return int(np.float32(x).view(np.uint32))
 
 
 def _launch_kernel(*args):

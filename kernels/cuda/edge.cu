@@ -100,46 +100,43 @@ extern "C" __global__ void attention_bwd_cols(const long long* __restrict__ indp
     if (lane == 0) ds[w] = acc;
 }
 
-// U [n_rows, H * C], V [n_cols, H * C]; out [nnz, H]
-extern "C" __global__ void sddmm_rows(const long long* __restrict__ indptr, const long long* __restrict__ indices,
-                                      const float* __restrict__ U, const float* __restrict__ V, long long n_rows,
-                                      long long H, long long C, float* __restrict__ out) {
+// one product of a channel word into the dot product, in channel order: a float, or a float4's four
+__device__ __forceinline__ float fma_word(float a, float b, float acc) { return fmaf(a, b, acc); }
+__device__ __forceinline__ float fma_word(float4 a, float4 b, float acc) {
+    return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+
+// U [n_rows, H * C], V [n_cols, H * C] as W words (float, or float4 where C % 4 == 0: CW words a head); out
+// [nnz, H]
+template <typename W>
+__device__ __forceinline__ void sddmm_row(const long long* __restrict__ indptr,
+                                          const long long* __restrict__ indices, const W* __restrict__ U,
+                                          const W* __restrict__ V, long long n_rows, long long H, long long CW,
+                                          float* __restrict__ out) {
     const long long row = warp_index();
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
-    const float* u = U + row * H * C;
+    const W* u = U + row * H * CW;
     for (long long k = indptr[row] + lane; k < indptr[row + 1]; k += 32) {
-        const float* v = V + indices[k] * H * C;
+        const W* v = V + indices[k] * H * CW;
         for (long long h = 0; h < H; ++h) {
             float acc = 0.f;
-            for (long long c = h * C; c < (h + 1) * C; ++c) acc = fmaf(u[c], v[c], acc);
+            for (long long c = h * CW; c < (h + 1) * CW; ++c) acc = fma_word(u[c], v[c], acc);
             out[k * H + h] = acc;
         }
     }
 }
 
-// the same with C4 = C / 4 float4 loads a head
+extern "C" __global__ void sddmm_rows(const long long* __restrict__ indptr, const long long* __restrict__ indices,
+                                      const float* __restrict__ U, const float* __restrict__ V, long long n_rows,
+                                      long long H, long long C, float* __restrict__ out) {
+    sddmm_row(indptr, indices, U, V, n_rows, H, C, out);
+}
+
 extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, const long long* __restrict__ indices,
                                          const float4* __restrict__ U, const float4* __restrict__ V,
                                          long long n_rows, long long H, long long C4, float* __restrict__ out) {
-    const long long row = warp_index();
-    if (row >= n_rows) return;
-    const int lane = threadIdx.x & 31;
-    const float4* u = U + row * H * C4;
-    for (long long k = indptr[row] + lane; k < indptr[row + 1]; k += 32) {
-        const float4* v = V + indices[k] * H * C4;
-        for (long long h = 0; h < H; ++h) {
-            float acc = 0.f;
-            for (long long c = h * C4; c < (h + 1) * C4; ++c) {
-                const float4 a = u[c], b = v[c];
-                acc = fmaf(a.x, b.x, acc);
-                acc = fmaf(a.y, b.y, acc);
-                acc = fmaf(a.z, b.z, acc);
-                acc = fmaf(a.w, b.w, acc);
-            }
-            out[k * H + h] = acc;
-        }
-    }
+    sddmm_row(indptr, indices, U, V, n_rows, H, C4, out);
 }
 
 // spmm_values: out = A_v @ X with per-call values, out [n_rows, N] and X [n_cols, N] row-major float32, N = H * C:

@@ -18,6 +18,7 @@ if not torch.cuda.is_available():
 
 import gnn  # noqa: E402
 from gnn import reference as ref  # noqa: E402
+from gnn.functional import composed_attention  # noqa: E402
 from kernels.cusparse_sddmm import CusparseSddmm  # noqa: E402
 
 CUDA = torch.device("cuda")
@@ -129,12 +130,6 @@ def test_edge_sddmm_matches_float64_repeats_bitwise_and_its_float4_path_gives_th
         off.copy_(U)
         assert off.data_ptr() % 16 == 4 and torch.equal(op.sddmm(off, V, heads=heads), got)
     assert op.compute[(str(U.device), "sddmm")] == "kernels.edge sddmm_rows"
-
-
-def composed_attention(op, d, s, slope):
-    """What gnn.edge_attention computes, in torch ops (autograd's gradients): d [n] or [n, H]."""
-    logits = d.index_select(0, op.index("rows", d.device)) + s.index_select(0, op.index("cols", s.device))
-    return gnn.edge_softmax(op, torch.nn.functional.leaky_relu(logits, slope))
 
 
 @pytest.mark.parametrize("dtype, heads", [(torch.float32, None), (torch.bfloat16, None), (torch.float32, 3)])

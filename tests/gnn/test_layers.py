@@ -80,6 +80,8 @@ def test_edge_attention_with_heads_is_each_heads_softmax_and_passes_gradcheck():
     assert torch.autograd.gradcheck(lambda d, s: gnn.edge_attention(op, d, s, 0.2), (d, s))
     with pytest.raises(ValueError, match="gnn.edge_attention: d"):
         gnn.edge_attention(op, d, s[:, :1])
+    with pytest.raises(ValueError, match="runs on one CUDA device"):  # the fused kernels' entry: CUDA only
+        op.attention(d.detach(), s.detach(), 0.2)
 
 
 def test_sddmm_gradcheck_and_value():

@@ -72,3 +72,14 @@ def test_row_items_of_no_rows_and_a_bad_chunk():
     assert list(it["split_slot"]) == [0]
     with pytest.raises(ValueError, match="chunk must be >= 1"):
         edge.row_items(np.array([0, 3]), chunk=0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 32, 40])
+def test_the_launch_slots_are_addressed_one_after_another(n):
+    """kernels.launch.slot_addresses (what Bound.add and kernels.edge's per-call launches hand cuLaunchKernel): slot
+    i of the packed arguments at its 8 * i bytes, also past the precomputed offsets; a float as its float32 bits."""
+    from kernels import launch
+
+    vals = np.arange(n, dtype=np.uint64)
+    assert launch.slot_addresses(vals).tolist() == [vals.ctypes.data + 8 * i for i in range(n)]
+    assert launch.float_bits(0.2) == int(np.float32(0.2).view(np.uint32)) and launch.float_bits(-1.0) == 0xBF800000
