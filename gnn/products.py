@@ -88,14 +88,15 @@ class PlanProduct:
     def _empty(self) -> torch.Tensor:
         return torch.empty(self.shape, dtype=self.out_dtype, device=self.device)
 
-    def __call__(self, X: torch.Tensor) -> torch.Tensor:
+    def __call__(self, X: torch.Tensor, stream=None) -> torch.Tensor:
+        """``A @ X`` on ``stream`` (a CuPy stream object; None: CuPy's current one)."""
         out = self.C if self.C is not None and not self.fused else self._empty()
         ptrs = (X.data_ptr(), out.data_ptr())
         if ptrs != self._ptrs:  # torch's allocator moved a buffer: re-point the bound launch (no rebuild)
             self.call.set_io(self._view(X), self._view(out))
             self._ptrs = ptrs
             self.rebinds += 1
-        self.call()
+        self.call(stream)
         self.calls += 1
         if self.inverse is None or self.fused:
             return out

@@ -70,8 +70,11 @@ class Call:
         self.ptrs, self.ret, self.rebinds = ptrs, out, self.rebinds + 1
         self.graph, self.calls = self.kept.pop(ptrs, (None, 0))
 
-    def __call__(self):
-        stream = _current_stream()
+    def __call__(self, stream=None):
+        """Launch (or replay) on ``stream`` (a CuPy stream object; None: CuPy's current stream, whose device must be
+        the current one either way)."""
+        if stream is None:
+            stream = _current_stream()
         if RETIRED and not stream.is_capturing():
             RETIRED.clear()
         if self.graph is not None:

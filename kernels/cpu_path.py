@@ -89,7 +89,7 @@ class CpuCall:
         if B is not self.B or out is not self.out:
             self.B, self.out, self.ret, self.rebinds = B, out, out, self.rebinds + 1
 
-    def __call__(self):
+    def __call__(self, stream=None):  # stream: the GPU call's argument, nothing on the CPU
         return self.path.run(self.B, self.out, self.accumulate)
 
 
