@@ -124,9 +124,18 @@ __device__ __forceinline__ float fma_word(Half<KIND> a, Half<KIND> b, float acc)
     return fmaf(widen(a), widen(b), acc);
 }
 
+// The C-channel dot product of head word rows u and v, one fmaf per channel in channel order.
+template <typename W>
+__device__ __forceinline__ float dot_words(const W* __restrict__ u, const W* __restrict__ v, long long CW) {
+    float acc = 0.f;
+    for (long long c = 0; c < CW; ++c) acc = fma_word(u[c], v[c], acc);
+    return acc;
+}
+
 // U [n_rows, H * C], V [n_cols, H * C] as W words (float, or float4 where C % 4 == 0: CW words a head); out
 // [nnz, H]: a lane per (edge, head) pair of the row (pair p is edge begin + p / H, head p % H, written at
-// out[begin * H + p]: consecutive lanes, consecutive outputs)
+// out[begin * H + p]: consecutive lanes, consecutive outputs). Where H divides 32 a lane keeps one head for the
+// whole row (head lane % H, edges lane / H + k 32 / H): the same pairs, no 64-bit division per pair.
 template <typename W>
 __device__ __forceinline__ void sddmm_row(const long long* __restrict__ indptr,
                                           const long long* __restrict__ indices, const W* __restrict__ U,
@@ -135,14 +144,17 @@ __device__ __forceinline__ void sddmm_row(const long long* __restrict__ indptr,
     const long long row = warp_index();
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
-    const long long begin = indptr[row], pairs = (indptr[row + 1] - begin) * H;
-    for (long long p = lane; p < pairs; p += 32) {
-        const long long e = p / H, h = p - e * H;
+    const long long begin = indptr[row], end = indptr[row + 1];
+    if (H <= 32 && 32 % H == 0) {
+        const int heads = (int)H, h = lane % heads, per = 32 / heads;
         const W* u = U + (row * H + h) * CW;
-        const W* v = V + (indices[begin + e] * H + h) * CW;
-        float acc = 0.f;
-        for (long long c = 0; c < CW; ++c) acc = fma_word(u[c], v[c], acc);
-        out[begin * H + p] = acc;
+        for (long long k = begin + lane / heads; k < end; k += per)
+            out[k * H + h] = dot_words(u, V + (indices[k] * H + h) * CW, CW);
+        return;
+    }
+    for (long long p = lane; p < (end - begin) * H; p += 32) {
+        const long long e = p / H, h = p - e * H;
+        out[begin * H + p] = dot_words(U + (row * H + h) * CW, V + (indices[begin + e] * H + h) * CW, CW);
     }
 }
 
