@@ -15,9 +15,14 @@ from tasks import progress
 from tasks.reorder import community, greedy, simple, smat, tca
 
 METHODS = ("tca", "rowshuffle", "jaccard", "smat", "rcm", "degree", "community", "none")
-# auto_reorder's default candidates: the methods that aim at TC-block density. community aims at row-partition
-# halos (multi-GPU), rarely has the fewest blocks, and costs the most per nonzero; ask for it by name.
-AUTO_METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree")
+# auto_reorder's default candidates: the methods whose order had the fewest TC blocks somewhere. tca had them on
+# every recorded generated matrix but banded ones (rcm there) and on all fixtures but two, where the identity
+# stayed; rowshuffle (Tiled-CSR's objective, not TC blocks) never, jaccard (greedy clustering) once, by 2 blocks of
+# 65k (DNN-style 2048 x 8192, 70 %, width 16), in 25 recorded (matrix, size) cases of benchmarks/results/reorder-*
+# and 20 generated (matrix, width) cases on 2026-11-29 (docs/kernels-notes.md, session 31), while each cost about as
+# much as tca (1.8 s at 10M nonzeros on 2 cores): ask for them, or for community (row-partition halos,
+# multi-GPU: the most per nonzero), by name. degree (0.02 s) and rcm (0.5 s) stay: cheap, and rcm wins on bands.
+AUTO_METHODS = ("tca", "rcm", "degree")
 
 # Rough single-core cost per nonzero (ns), rounded up from benchmarks/reorder.py at 10M nnz on a loaded 2-core VM
 # (rowshuffle 0.8 us, jaccard 0.8-1.0 us, rcm 0.6 us, tca 0.7-1.0 us with 1-2 threads, degree 35 ns; community
