@@ -1,6 +1,6 @@
 """Reordering benchmark: time, peak memory and TC-block quality of every method on generated and fixture matrices.
 
-    python benchmarks/reorder.py --sizes 1M,10M [--methods tca,rowshuffle,...] [--workers N] [--tag NAME]
+    python benchmarks/reorder.py --sizes 1M,10M [--methods tca,rowshuffle,...,auto] [--workers N] [--tag NAME]
 
 Matrices (all from `tasks.fetch.generators`, seeded, shuffled ids; the natural order is the same seed with
 shuffle=0): ``sbm`` (communities of 256 rows, 14 neighbours inside + 2 outside: short rows), ``rmat`` (R-MAT,
@@ -11,6 +11,9 @@ matrix from a temporary .npz, so ``peak_rss_mb`` is that process's VmHWM (the ma
 ``--workers`` the Dask worker processes are not counted). ``--workers N`` runs TCA's block functions on a
 ``distributed.LocalCluster(N workers, 1 thread each)``; otherwise they run on threads in the process. A method is
 skipped (with the reason in the table) when nnz * api.COST_NS_PER_NNZ (/ cores for tca) exceeds ``--max-seconds``.
+Method ``auto`` is ``tasks.reorder.auto_reorder`` as the CLI's ``--reorder auto`` calls it (every default candidate
+run and scored, the fewest TC blocks kept): its row gives the whole call's seconds, the method it chose ("note"),
+and each candidate's seconds (``auto_methods``); the chosen order's blocks are checked against its report.
 For square matrices each row also has the halo a resident multi-GPU iteration would move after the reordering:
 rows of B received by the P row-window shards, % of the rows, for P = 2 and 4 (``halo_pct_p2``/``_p4``, with the
 input's and the natural order's beside them). The table prints last; JSON goes to
@@ -42,7 +45,7 @@ from configs import fixture_roots  # noqa: E402
 from kernels.formats.metrics import tc_stats  # noqa: E402
 from machine import cpu_model  # noqa: E402  (benchmarks/ is the script folder)
 from tasks.reorder import METHODS  # noqa: E402
-from tasks.reorder.api import COST_NS_PER_NNZ  # noqa: E402
+from tasks.reorder.api import AUTO_METHODS, COST_NS_PER_NNZ  # noqa: E402
 
 
 def _size(text: str) -> int:
@@ -117,7 +120,7 @@ def halo_pct(A, perm, P: int) -> float | None:
 
 def child(path: str, method: str, seed: int, workers: int) -> None:
     """One measurement in this (fresh) process; prints a JSON line."""
-    from tasks.reorder import reorder
+    from tasks.reorder import auto_reorder, reorder
     z = np.load(path, mmap_mode="r")
     A = sp.csr_matrix((np.ones(z["indices"].shape[0], np.float32), z["indices"], z["indptr"]),
                       shape=tuple(z["shape"]))
@@ -129,7 +132,10 @@ def child(path: str, method: str, seed: int, workers: int) -> None:
     rss0 = _vm_kb("VmRSS") / 1024
     t0 = time.perf_counter()
     extra = {"stats": {}} if method == "tca" else {}  # TCA's counts and per-phase seconds
-    perm = reorder(A, method, seed=seed, client=client, **extra)
+    if method == "auto":
+        chosen, perm, report = auto_reorder(A, seed=seed, client=client)
+    else:
+        perm = reorder(A, method, seed=seed, client=client, **extra)
     seconds = time.perf_counter() - t0
     peak = _vm_kb("VmHWM") / 1024
     if client is not None:
@@ -137,9 +143,14 @@ def child(path: str, method: str, seed: int, workers: int) -> None:
         cluster.close()
     assert np.array_equal(np.sort(perm), np.arange(A.shape[0]))
     s = tc_stats(A[perm])
+    auto = {}
+    if method == "auto":
+        assert s["n_tc_blocks"] == report["methods"][chosen]["n_tc_blocks"], (chosen, s, report)
+        auto = {"note": f"chose {chosen}", "auto_methods": {m: r.get("seconds", r.get("skipped"))
+                                                            for m, r in report["methods"].items()}}
     halo = {f"halo_pct_p{P}": halo_pct(A, perm, P) for P in HALO_PARTS}
     print(json.dumps({"seconds": seconds, "peak_rss_mb": peak, "rss_before_mb": rss0, "stats": s,
-                      "tca": extra.get("stats"), **halo}))
+                      "tca": extra.get("stats"), **auto, **halo}))
 
 
 def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> None:
@@ -159,7 +170,8 @@ def run_case(name: str, A, natural: dict | None, methods, args, rows: list) -> N
                    "natural_mean_nnz_tc": natural["mean_nnz_tc"] if natural else None, **base_halo,
                    **{f"natural_halo_pct_p{P}": natural.get(f"halo_pct_p{P}") if natural else None
                       for P in HALO_PARTS}}
-            est = A.nnz * COST_NS_PER_NNZ[m] * 1e-9 / (cores if m == "tca" else 1)
+            est = sum(A.nnz * COST_NS_PER_NNZ[k] * 1e-9 / (cores if k == "tca" else 1)
+                      for k in (AUTO_METHODS if m == "auto" else (m,)))
             if est > args.max_seconds:
                 row["skipped"] = f"estimated {est:.0f} s > --max-seconds {args.max_seconds:.0f}"
             else:
@@ -194,7 +206,7 @@ def table(rows: list) -> str:
         halo = "".join(f"{r[k]:>8.1f}" if r.get(k) is not None else f"{'-':>8}" for k in ("halo_pct_p2", "halo_pct_p4"))
         out.append(f"{r['matrix']:<28}{r['method']:<11}{r['nnz']:>11}{r['seconds']:>8.2f}{r['peak_rss_mb']:>8.0f}"
                    f"{r['blocks']:>11}{r['mean_nnz_tc']:>10.2f}{r['gain_vs_none']:>7.2f}{nat:>8}{r['bpw_cv']:>6.2f}"
-                   f"{halo}")
+                   f"{halo}  {r.get('note', '')}")
     return "\n".join(out)
 
 

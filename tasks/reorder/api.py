@@ -10,14 +10,19 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.metrics import tc_stats
+from kernels.formats.metrics import markers_fit, tc_stats, window_counts
 from tasks import progress
 from tasks.reorder import community, greedy, simple, smat, tca
 
 METHODS = ("tca", "rowshuffle", "jaccard", "smat", "rcm", "degree", "community", "none")
-# auto_reorder's default candidates: the methods that aim at TC-block density. community aims at row-partition
-# halos (multi-GPU), rarely has the fewest blocks, and costs the most per nonzero; ask for it by name.
-AUTO_METHODS = ("tca", "rowshuffle", "jaccard", "rcm", "degree")
+# auto_reorder's default candidates: the methods whose order had the fewest TC blocks somewhere. tca had them on
+# every recorded generated matrix but banded ones (rcm there) and on all fixtures but two, where the identity
+# stayed; rowshuffle (Tiled-CSR's objective, not TC blocks) never, jaccard (greedy clustering) once, by 2 blocks of
+# 65k (DNN-style 2048 x 8192, 70 %, width 16), in 25 recorded (matrix, size) cases of benchmarks/results/reorder-*
+# and 20 generated (matrix, width) cases on 2026-11-29 (docs/kernels-notes.md, session 31), while each cost about as
+# much as tca (1.8 s at 10M nonzeros on 2 cores): ask for them, or for community (row-partition halos,
+# multi-GPU: the most per nonzero), by name. degree (0.02 s) and rcm (0.5 s) stay: cheap, and rcm wins on bands.
+AUTO_METHODS = ("tca", "rcm", "degree")
 
 # Rough single-core cost per nonzero (ns), rounded up from benchmarks/reorder.py at 10M nnz on a loaded 2-core VM
 # (rowshuffle 0.8 us, jaccard 0.8-1.0 us, rcm 0.6 us, tca 0.7-1.0 us with 1-2 threads, degree 35 ns; community
@@ -108,9 +113,8 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
     A = canonical_csr(A)
     candidates = list(candidates) if candidates is not None else list(AUTO_METHODS)
     params = params or {}
-    base = tc_stats(A, width=width)
-    methods = {"none": {"n_tc_blocks": base["n_tc_blocks"], "mean_nnz_tc": base["mean_nnz_tc"], "seconds": 0.0,
-                        **_both_widths(A, width, base), **smat.bcsr_score(A, width)}}
+    base = _score(A, width)
+    methods = {"none": {**base, "seconds": 0.0}}
     best, best_perm, best_blocks = "none", simple.none_order(A), base["n_tc_blocks"]
     for m in progress.track(candidates, f"reorder auto: {A.nnz:,} nnz", unit="methods"):
         if m == "none":
@@ -124,9 +128,7 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
         t0 = time.perf_counter()
         perm = reorder(A, m, seed=seed, client=client, **params.get(m, {}))
         seconds = time.perf_counter() - t0
-        s = tc_stats(A[perm], width=width)
-        methods[m] = {"n_tc_blocks": s["n_tc_blocks"], "mean_nnz_tc": s["mean_nnz_tc"], "seconds": seconds,
-                      **_both_widths(A[perm], width, s), **smat.bcsr_score(A[perm], width)}
+        s = methods[m] = {**_score(A[perm], width), "seconds": seconds}
         if s["n_tc_blocks"] < best_blocks:
             best, best_perm, best_blocks = m, perm, s["n_tc_blocks"]
     if best == "none":
@@ -136,8 +138,22 @@ def auto_reorder(A, *, candidates=None, seed: int = 0, client=None, max_cost: fl
     return best, best_perm, {"chosen": best, "reason": reason, "methods": methods}
 
 
-def _both_widths(A, width: int, stats: dict) -> dict:
-    """MeanNnzTC at both TC block widths (8: TF32 m16n8k8, 16: FP16/BF16 m16n8k16), one of them already counted."""
+def _score(A, width: int) -> dict:
+    """What auto_reorder records of A in its row order: TC blocks of 16 x ``width`` (its objective) and MeanNnzTC,
+    MeanNnzTC at both widths (8: TF32 m16n8k8, 16: FP16/BF16 m16n8k16: ``mean_nnz_tc_8`` / ``mean_nnz_tc_16``) and
+    SMaT's BCSR blocks at ``width`` (`smat.bcsr_score`'s fields). One marker pass counts all of it
+    (kernels.formats.metrics.window_counts: 16-row windows are SMaT's block rows too); where the markers do not
+    fit, tc_stats at each width and bcsr_score. 9.9M nonzeros (SBM, 2-core host): 0.1 s a candidate, where the
+    three separate counts took ~1.5 s (2026-11-29)."""
     other = 16 if width == 8 else 8
-    return {f"mean_nnz_tc_{width}": stats["mean_nnz_tc"],
-            f"mean_nnz_tc_{other}": tc_stats(A, width=other)["mean_nnz_tc"]}
+    nnz = int(A.nnz)
+    if smat.BLOCK_ROWS == 16 and markers_fit(A.shape, nnz):
+        distinct, blocks, _ = window_counts(A, window=16, widths=(width, other))
+        n_tc = {w: int((-(-distinct // w)).sum()) for w in (width, other)}
+        bcsr = smat.bcsr_summary(blocks[width], width)
+    else:
+        n_tc = {w: tc_stats(A, width=w)["n_tc_blocks"] for w in (width, other)}
+        bcsr = smat.bcsr_score(A, width)
+    mean = {w: nnz / n_tc[w] if n_tc[w] else 0.0 for w in (width, other)}
+    return {"n_tc_blocks": n_tc[width], "mean_nnz_tc": mean[width], f"mean_nnz_tc_{width}": mean[width],
+            f"mean_nnz_tc_{other}": mean[other], **bcsr}

@@ -30,6 +30,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from kernels.formats.metrics import markers_fit, window_counts
 from storage.indexing import segment_ids
 
 BLOCK_ROWS = 16
@@ -124,18 +125,25 @@ def sylos_labini_order(A, *, tau: float = 0.7, width: int = 16) -> np.ndarray:
 
 
 def bcsr_score(A, width: int = 16) -> dict:
-    """BCSR blocks (16 x width, fixed grid) and blocks per block row of A in its current row order."""
+    """BCSR blocks (16 x width, fixed grid) and blocks per block row of A in its current row order: one marker pass
+    (kernels.formats.metrics.window_counts) where it fits, else a sort of the rows' block keys."""
     A = sp.csr_array(A)
+    if markers_fit(A.shape, A.nnz):
+        return bcsr_summary(window_counts(A, window=BLOCK_ROWS, widths=(width,))[1][width], width)
     n = int(A.shape[0])
     pptr, pidx = block_patterns(A, width)
     rows = segment_ids(pptr)
     key = np.sort((rows // BLOCK_ROWS) * max(-(-int(A.shape[1]) // width), 1) + pidx)
     first = np.ones(key.size, dtype=bool)
     first[1:] = key[1:] != key[:-1]
-    n_brows = -(-n // BLOCK_ROWS)
-    per = np.bincount(key[first] // max(-(-int(A.shape[1]) // width), 1), minlength=n_brows)
+    per = np.bincount(key[first] // max(-(-int(A.shape[1]) // width), 1), minlength=-(-n // BLOCK_ROWS))
+    return bcsr_summary(per, width)
+
+
+def bcsr_summary(per, width: int) -> dict:
+    """`bcsr_score`'s fields from the BCSR blocks of each block row (``per``, int array)."""
     mean = float(per.mean()) if per.size else 0.0
-    return {"bcsr_blocks": int(first.sum()), "bcsr_width": width,
+    return {"bcsr_blocks": int(per.sum()), "bcsr_width": width,
             "bcsr_blocks_per_row_min": int(per.min()) if per.size else 0, "bcsr_blocks_per_row_mean": mean,
             "bcsr_blocks_per_row_max": int(per.max()) if per.size else 0,
             "bcsr_blocks_per_row_cv": float(per.std() / mean) if mean > 0 else 0.0}

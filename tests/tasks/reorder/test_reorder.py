@@ -93,8 +93,10 @@ def test_auto_reorder_keeps_none_on_ideal_order():
     A = sp.identity(256, format="csr")
     method, perm, report = auto_reorder(A)
     assert method == "none" and np.array_equal(perm, np.arange(256)) and "no candidate" in report["reason"]
-    # the default candidates are the density methods; community (halos) runs only when named
-    assert set(report["methods"]) == {"none", "tca", "rowshuffle", "jaccard", "rcm", "degree"}
+    # the default candidates are the density methods that won somewhere (api.AUTO_METHODS); the others when named
+    assert set(report["methods"]) == {"none", "tca", "rcm", "degree"}
+    _, _, named = auto_reorder(A, candidates=["rowshuffle", "jaccard"])
+    assert set(named["methods"]) == {"none", "rowshuffle", "jaccard"}
 
 
 def test_unknown_method_is_rejected():
