@@ -87,6 +87,14 @@ def _marker_counts(indptr, indices, shape, window: int, widths, group_windows: i
     if not markers_fit(shape, int(indptr[-1])):
         raise ValueError(f"window_counts: {n_cols} columns for {int(indptr[-1])} nonzeros is past the markers' "
                          "limit (markers_fit); tc_stats counts such a matrix by sorting")
+    nnz = int(indptr[-1])
+    # the kernel indexes its markers by column unchecked: a malformed CSR (SciPy's constructors check this only on
+    # request) gets a ValueError here, not a write past an array
+    cols_ok = not nnz or (int(indices[:nnz].min()) >= 0 and int(indices[:nnz].max()) < n_cols)
+    if len(indptr) != n_rows + 1 or nnz > len(indices) or not cols_ok:
+        raise ValueError(f"window_counts: not a valid CSR of shape {shape}: {len(indptr)} row pointers (expected "
+                         f"{n_rows + 1}), {nnz} nonzeros of {len(indices)} indices, column ids must lie in [0, "
+                         f"{n_cols})")
     mark = np.int32 if -(-n_rows // window) < np.iinfo(np.int32).max else np.int64  # holds a window index
     widths_a = np.asarray(widths, dtype=np.int64)
     n_cols_k = max(n_cols, 1)

@@ -87,6 +87,13 @@ def test_window_counts_every_width_in_one_pass_duplicates_once():
         assert tc_stats(A, width=w)["n_tc_blocks"] == int((-(-distinct // w)).sum())
 
 
+def test_window_counts_refuses_a_malformed_csr():
+    A = sp.csr_matrix((np.ones(2), np.array([0, 3]), np.array([0, 1, 2])), shape=(2, 4))
+    A.indices[1] = 7  # past the 4 columns: the marker kernel would write out of its arrays
+    with pytest.raises(ValueError, match=r"column ids must lie in \[0, 4\)"):
+        window_counts(A)
+
+
 def test_empty_and_edge_cases(count_path):
     # nnz = 0: no blocks, mean 0
     s = tc_stats(sp.csr_matrix((40, 9)))
