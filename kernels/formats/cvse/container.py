@@ -159,8 +159,8 @@ def csr_to_cvse(A, *, vector: int = 8, to_storage=None) -> CVSE:
     """Canonical CSR -> CVSE with V = ``vector``. ``to_storage`` maps float32 values to the stored dtype
     (``Precision.to_storage``); default: kept as float32. Forward map of the class docstring: each vector row's V
     sorted rows merged by column in a numba kernel, twice (count, then fill; values cast to float32 as NumPy casts
-    them). 9.9M nonzeros (SBM after TCA, 2-core host): 0.40 s at V = 8, 0.78 s at V = 16, where one sort of the
-    (vector row, column) keys and the scatters of the vectors' values took 1.90 / 2.43 s (2026-11-29); the same
+    them). 9.9M nonzeros (SBM after TCA, 2-core host): 0.37 s at V = 8, 0.72 s at V = 16, where one sort of the
+    (vector row, column) keys and the scatters of the vectors' values took 1.57 / 2.32 s (2026-11-29); the same
     arrays (compared on 640 random matrices of every shape class, dtype and V)."""
     V = check_vector(vector)
     A = canonical_csr(A, "csr_to_cvse")
