@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from tasks.reorder import auto_reorder, reorder
+from tasks.reorder import auto_reorder, reorder, smat
 from tasks.reorder.smat import bcsr_score, block_patterns, smat_order, sylos_labini_order
 
 
@@ -82,13 +82,24 @@ def test_blocks_never_grow_on_random_inputs():
         assert bcsr_score(A[perm], 8)["bcsr_blocks"] <= bcsr_score(A, 8)["bcsr_blocks"]
 
 
-def test_bcsr_score_counts_blocks_and_spread():
+@pytest.mark.parametrize("count", ["markers", "sorted"])
+def test_bcsr_score_counts_blocks_and_spread(count, monkeypatch):
+    if count == "sorted":  # what a hypersparse wide matrix takes (kernels.formats.metrics.markers_fit)
+        monkeypatch.setattr(smat, "markers_fit", lambda shape, nnz: False)
     # block row 0: column blocks {0, 2}; block row 1: {1}; block row 2 (rows 32-36): none
     A = sp.csr_array((np.ones(4), ([0, 5, 17, 20], [3, 40, 20, 31])), shape=(37, 50))
     s = bcsr_score(A, 16)
     assert (s["bcsr_blocks"], s["bcsr_blocks_per_row_min"], s["bcsr_blocks_per_row_max"]) == (3, 0, 2)
     assert s["bcsr_blocks_per_row_mean"] == pytest.approx(1.0)
     assert s["bcsr_blocks_per_row_cv"] == pytest.approx(np.std([2, 1, 0]) / 1.0)
+
+
+def test_bcsr_score_matches_brute_force():
+    A = sp.random(333, 700, density=0.03, format="csr", random_state=7)  # 21 block rows, the last of 13 rows
+    brute = smat.bcsr_summary(np.array([len({c // 8 for r in range(w * 16, min(333, w * 16 + 16))
+                                                for c in A.indices[A.indptr[r]:A.indptr[r + 1]]})
+                                           for w in range(-(-333 // 16))]), 8)
+    assert bcsr_score(A, 8) == brute
 
 
 def test_api_method_and_scores():

@@ -66,6 +66,30 @@ def test_forward_map_elementwise(V):
     assert X.n_vectors == len({(r // V, c) for r, c in zip(coo.row, coo.col)})
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.int8, np.int32])
+@pytest.mark.parametrize("V", VECTORS)
+def test_conversion_against_brute_force_per_value_dtype(V, dtype):
+    # 23 x 30 with explicit zeros (they make vectors) and unsorted rows; values cast to float32 as NumPy casts them
+    rng = np.random.default_rng(V)
+    D = np.where(rng.random((23, 30)) < 0.15, rng.normal(size=(23, 30)) * 1e3, 0).astype(dtype)
+    mask = D != 0
+    mask[3, 7] = mask[20, 0] = True  # stored zeros
+    A = sp.csr_matrix((D[mask], np.nonzero(mask)[1], np.r_[0, np.cumsum(mask.sum(1))]), shape=D.shape)
+    lo, hi = A.indptr[0], A.indptr[1]
+    assert hi - lo >= 2
+    A.indices[lo:hi], A.data[lo:hi] = A.indices[lo:hi][::-1].copy(), A.data[lo:hi][::-1].copy()  # row 0 unsorted
+    X = csr_to_cvse(A, vector=V)
+    ptr, cols, vals = [0], [], []
+    for i in range(-(-23 // V)):
+        rows = range(i * V, min(23, i * V + V))
+        for c in sorted({int(c) for r in rows for c in np.nonzero(mask[r])[0]}):
+            cols.append(c)
+            vals.append([np.float32(D[r, c]) if r < 23 else 0 for r in range(i * V, i * V + V)])
+        ptr.append(len(cols))
+    assert X.vec_ptr.tolist() == ptr and X.indices.tolist() == cols
+    np.testing.assert_array_equal(X.data, np.array(vals, dtype=np.float32).reshape(-1, V))
+
+
 @pytest.mark.parametrize("V", VECTORS)
 def test_empty_vector_rows_and_padding(V):
     A = as_float32(BASE_CASES["empty_windows"]())  # rows 16..47 empty: whole vector rows without vectors
