@@ -9,7 +9,7 @@ Method (`window_counts`): one pass over the nonzeros in window order with a mark
 window that touched it (a nonzero is a new column of its window when its column's marker is older; only then are
 the aligned block's and the window group's markers checked), in a numba kernel: O(nnz + n_cols), the counts of
 every block width at once. 9.9M nonzeros (SBM, 500k columns): 0.08 s on one core, where the sort-based count below
-took 0.56-0.66 s with two threads (2-core CI host, 2026-11-29); `tasks.reorder.auto_reorder` scores each candidate
+took 0.63 / 0.66 s on one / two threads (2-core CI host, 2026-11-29); `tasks.reorder.auto_reorder` scores each candidate
 this way (both block widths and BCSR in one pass). The markers cost 4 bytes a column per marker array, so a matrix
 with far more columns than nonzeros (hypersparse, wide) is counted the older way instead: in chunks of whole window
 groups the keys ``window * n_cols + col`` are sorted (rows are already in window order, so a chunk-local sort is a

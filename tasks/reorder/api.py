@@ -143,8 +143,8 @@ def _score(A, width: int) -> dict:
     MeanNnzTC at both widths (8: TF32 m16n8k8, 16: FP16/BF16 m16n8k16: ``mean_nnz_tc_8`` / ``mean_nnz_tc_16``) and
     SMaT's BCSR blocks at ``width`` (`smat.bcsr_score`'s fields). One marker pass counts all of it
     (kernels.formats.metrics.window_counts: 16-row windows are SMaT's block rows too); where the markers do not
-    fit, tc_stats at each width and bcsr_score. 9.9M nonzeros (SBM, 2-core host): 0.1 s a candidate, where the
-    three separate counts took ~1.5 s (2026-11-29)."""
+    fit, tc_stats at each width and bcsr_score. 9.9M nonzeros (SBM, 2-core host): 0.12 s a candidate, where the
+    three separate counts and their three copies of A[perm] took ~1.4 s (2026-11-29)."""
     other = 16 if width == 8 else 8
     nnz = int(A.nnz)
     if smat.BLOCK_ROWS == 16 and markers_fit(A.shape, nnz):
