@@ -162,10 +162,15 @@ class SparseOp:
             raise ValueError(f"gnn.SparseOp: alpha {tuple(alpha.shape)} and g {tuple(g.shape)}, expected {edges}")
         return self._engine(d.device).attention_backward(d, s, float(slope), alpha.contiguous(), g)
 
-    def _edge_vectors(self, d: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def check_edge_vectors(self, d: torch.Tensor, s: torch.Tensor, who: str = "gnn.SparseOp") -> None:
+        """GAT's logit factors on this pattern: d [n_rows] and s [n_cols], or d [n_rows, H] and s [n_cols, H];
+        a ValueError naming ``who`` otherwise."""
         if d.ndim not in (1, 2) or d.shape[0] != self.shape[0] or s.shape != (self.shape[1], *d.shape[1:]):
-            raise ValueError(f"gnn.SparseOp: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({self.shape[0]},) "
-                             f"and ({self.shape[1]},), or ({self.shape[0]}, H) and ({self.shape[1]}, H)")
+            raise ValueError(f"{who}: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({self.shape[0]},) and "
+                             f"({self.shape[1]},), or ({self.shape[0]}, H) and ({self.shape[1]}, H)")
+
+    def _edge_vectors(self, d: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.check_edge_vectors(d, s)
         if d.device.type != "cuda" or s.device != d.device:
             raise ValueError(f"gnn.SparseOp.attention: runs on one CUDA device (d on {d.device}, s on {s.device}); "
                              "on the CPU gnn.functional.edge_attention composes torch ops")

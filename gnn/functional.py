@@ -172,9 +172,7 @@ def edge_attention(op: SparseOp, d: torch.Tensor, s: torch.Tensor, negative_slop
     ``leaky_relu(d[i] + s[j])``, i.e. ``edge_softmax(op, leaky_relu(edge_sum(op, d, s), negative_slope))``; d
     [n_rows] and s [n_cols] -> [nnz], or for H heads at once d [n_rows, H] and s [n_cols, H] -> [nnz, H]. float32
     (float64 stays float64). CUDA: fused kernels (kernels.edge); the CPU and float64: that composition."""
-    if d.ndim not in (1, 2) or d.shape[0] != op.shape[0] or s.shape != (op.shape[1], *d.shape[1:]):
-        raise ValueError(f"gnn.edge_attention: d {tuple(d.shape)} and s {tuple(s.shape)}, expected ({op.shape[0]},) "
-                         f"and ({op.shape[1]},), or ({op.shape[0]}, H) and ({op.shape[1]}, H)")
+    op.check_edge_vectors(d, s, "gnn.edge_attention")
     if d.device.type != "cuda" or torch.promote_types(d.dtype, s.dtype) == torch.float64:
         return composed_attention(op, d, s, negative_slope)
     return _EdgeAttention.apply(d, s, op, float(negative_slope))
