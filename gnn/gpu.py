@@ -240,8 +240,9 @@ class GpuEngine:
             (Uk, kind), (Vk, kind_v) = (as_float32(U), "float32"), (as_float32(V), "float32")
         out = torch.empty((self.op.nnz, H) if heads else self.op.nnz, dtype=torch.float32, device=self.device)
         if self.op.nnz:  # every entry written
-            self.op.compute.setdefault((self._name, "sddmm"), "kernels.edge sddmm_rows")
-            self._edge_call(edge.sddmm, *self._pattern(), self.op.shape[0], Uk.data_ptr(), Vk.data_ptr(), H,
+            self.op.compute.setdefault((self._name, "sddmm"), "kernels.edge sddmm_edges")
+            rows, cols = (self.op.index(name, self.device).data_ptr() for name in ("rows", "cols"))
+            self._edge_call(edge.sddmm, rows, cols, self.op.nnz, Uk.data_ptr(), Vk.data_ptr(), H,
                             int(Uk.shape[1]) // H, out.data_ptr(), kind)
         return out
 

@@ -66,18 +66,18 @@ def attention_backward(stream: int, indptr: int, indices: int, n_rows: int, indp
 SUFFIX = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}  # the kernels' input precisions
 
 
-def sddmm(stream: int, indptr: int, indices: int, n_rows: int, U: int, V: int, heads: int, C: int, out: int,
+def sddmm(stream: int, rows: int, indices: int, nnz: int, U: int, V: int, heads: int, C: int, out: int,
           dtype: str = "float32") -> None:
-    """``out[k, h] = U[row_k, h] . V[col_k, h]`` in float32: U [n_rows, H * C] and V [n_cols, H * C] row-major
-    (head h's channels at ``h C .. (h + 1) C``) of ``dtype`` (float32, float16 or bfloat16: 16-bit values widened
-    exactly), out [nnz, H] float32; float32 takes float4 loads when C % 4 == 0 and both addresses are 16-byte
-    aligned (the same bits either way: one fused multiply-add per product, in channel order)."""
-    if dtype != "float32":
-        _launch("sddmm_rows" + SUFFIX[dtype], stream, n_rows, indptr, indices, U, V, n_rows, heads, C, out)
-    elif C % 4 == 0 and U % 16 == 0 and V % 16 == 0:
-        _launch("sddmm_rows_v4", stream, n_rows, indptr, indices, U, V, n_rows, heads, C // 4, out)
+    """``out[k, h] = U[rows[k], h] . V[indices[k], h]`` in float32, a thread per edge (rows, indices: each stored
+    nonzero's row and column): U [n_rows, H * C] and V [n_cols, H * C] row-major (head h's channels at
+    ``h C .. (h + 1) C``) of ``dtype`` (float32, float16 or bfloat16: 16-bit values widened exactly), out [nnz, H]
+    float32; float32 takes float4 loads when C % 4 == 0 and both addresses are 16-byte aligned (the same bits every
+    way: one fused multiply-add per product, in channel order)."""
+    if dtype == "float32" and C % 4 == 0 and U % 16 == 0 and V % 16 == 0:
+        name, words = "sddmm_edges_v4", C // 4
     else:
-        _launch("sddmm_rows", stream, n_rows, indptr, indices, U, V, n_rows, heads, C, out)
+        name, words = "sddmm_edges" + SUFFIX[dtype], C
+    _launch(name, stream, -(-nnz // 32), rows, indices, U, V, nnz, heads, words, out)
 
 
 CHUNK = 128  # edges an item of spmm_values at most: a longer row is split (R-MAT scale 16 hubs: thousands of edges)

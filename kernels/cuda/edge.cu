@@ -3,7 +3,7 @@
 // [nnz, H] (edge k, head h at k * H + h), a node quantity [n, H], and a feature row [n, H * C] holds head h's C
 // channels at h * C .. (h + 1) * C (torch's [n, H, C], what a Linear of H * C outputs gives). H = 1 is the plain
 // single-head case. kernels/edge.py launches them on torch's stream for gnn.gpu. Every sum is a lane's strided
-// loop followed by a fixed xor-shuffle tree, or one lane's loop in edge order, each output written by one thread:
+// loop followed by a fixed xor-shuffle tree, or one thread's loop in edge (channel) order, each output written by one thread:
 // no atomics, the same bits on every call. Empty rows write zeros (or nothing where they have no output).
 //
 // attention_fwd (a warp per (row, head)): alpha = softmax over row i's edges of e_k = leaky_relu(d[i] + s[col_k])
@@ -15,9 +15,10 @@
 //   per edge, and dd[i] = sum_row dl.
 // attention_bwd_cols (a warp per (column, head)): ds[j] = sum of dl over column j's edges, walked in A.T's CSR
 //   order (indptr_t and order_t: A.T's nonzeros as positions in A's order).
-// sddmm_rows(_v4) (a warp per row, a lane per (edge, head)): out[k, h] = U[row_k, head h] . V[col_k, head h],
+// sddmm_edges(_v4) (a thread per edge, its heads in order): out[k, h] = U[row_k, head h] . V[col_k, head h],
 //   C products summed in channel order, one fmaf each (float4 loads where C % 4 == 0 and both operands are 16-byte
-//   aligned: the _v4 kernel, the same bits).
+//   aligned: the _v4 kernel, the same bits; 16-bit U and V widened exactly, the same bits as float32 on their
+//   values).
 // spmm_values (a warp per row item): out = A_v @ X, head h's columns weighted by values[., h].
 // The SDDMM and the SpMM also read 16-bit U, V and X as they are (the _f16 / _bf16 entries: exact widening, float32
 // products and sums, float32 out).
@@ -133,53 +134,30 @@ __device__ __forceinline__ float dot_words(const W* __restrict__ u, const W* __r
 }
 
 // U [n_rows, H * C], V [n_cols, H * C] as W words (float, or float4 where C % 4 == 0: CW words a head); out
-// [nnz, H]: a lane per (edge, head) pair of the row (pair p is edge begin + p / H, head p % H, written at
-// out[begin * H + p]: consecutive lanes, consecutive outputs). Where H divides 32 a lane keeps one head for the
-// whole row (head lane % H, edges lane / H + k 32 / H): the same pairs, no 64-bit division per pair.
+// [nnz, H]. A thread per edge k (rows[k], indices[k]: its row and column), its H dot products in head order, each
+// in channel order: every warp has 32 edges whatever the rows' lengths (a hub row spreads over many warps).
 template <typename W>
-__device__ __forceinline__ void sddmm_row(const long long* __restrict__ indptr,
-                                          const long long* __restrict__ indices, const W* __restrict__ U,
-                                          const W* __restrict__ V, long long n_rows, long long H, long long CW,
-                                          float* __restrict__ out) {
-    const long long row = warp_index();
-    if (row >= n_rows) return;
-    const int lane = threadIdx.x & 31;
-    const long long begin = indptr[row], end = indptr[row + 1];
-    if (H <= 32 && 32 % H == 0) {
-        const int heads = (int)H, h = lane % heads, per = 32 / heads;
-        const W* u = U + (row * H + h) * CW;
-        for (long long k = begin + lane / heads; k < end; k += per)
-            out[k * H + h] = dot_words(u, V + (indices[k] * H + h) * CW, CW);
-        return;
-    }
-    for (long long p = lane; p < (end - begin) * H; p += 32) {
-        const long long e = p / H, h = p - e * H;
-        out[begin * H + p] = dot_words(U + (row * H + h) * CW, V + (indices[begin + e] * H + h) * CW, CW);
-    }
+__device__ __forceinline__ void sddmm_edge(const long long* __restrict__ rows, const long long* __restrict__ indices,
+                                           const W* __restrict__ U, const W* __restrict__ V, long long nnz,
+                                           long long H, long long CW, float* __restrict__ out) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= nnz) return;
+    const W* u = U + rows[k] * H * CW;
+    const W* v = V + indices[k] * H * CW;
+    for (long long h = 0; h < H; ++h) out[k * H + h] = dot_words(u + h * CW, v + h * CW, CW);
 }
 
-extern "C" __global__ void sddmm_rows(const long long* __restrict__ indptr, const long long* __restrict__ indices,
-                                      const float* __restrict__ U, const float* __restrict__ V, long long n_rows,
-                                      long long H, long long C, float* __restrict__ out) {
-    sddmm_row(indptr, indices, U, V, n_rows, H, C, out);
+#define SDDMM_PARAMS(W)                                                                                           \
+    const long long *__restrict__ rows, const long long *__restrict__ indices, const W *__restrict__ U,             \
+        const W *__restrict__ V, long long nnz, long long H, long long CW, float *__restrict__ out
+extern "C" __global__ void sddmm_edges(SDDMM_PARAMS(float)) { sddmm_edge(rows, indices, U, V, nnz, H, CW, out); }
+extern "C" __global__ void sddmm_edges_v4(SDDMM_PARAMS(float4)) { sddmm_edge(rows, indices, U, V, nnz, H, CW, out); }
+extern "C" __global__ void sddmm_edges_f16(SDDMM_PARAMS(Half<F16>)) {
+    sddmm_edge(rows, indices, U, V, nnz, H, CW, out);
 }
-
-extern "C" __global__ void sddmm_rows_v4(const long long* __restrict__ indptr, const long long* __restrict__ indices,
-                                         const float4* __restrict__ U, const float4* __restrict__ V,
-                                         long long n_rows, long long H, long long C4, float* __restrict__ out) {
-    sddmm_row(indptr, indices, U, V, n_rows, H, C4, out);
+extern "C" __global__ void sddmm_edges_bf16(SDDMM_PARAMS(Half<BF16>)) {
+    sddmm_edge(rows, indices, U, V, nnz, H, CW, out);
 }
-
-#define SDDMM_HALF_ENTRY(SUFFIX, KIND)                                                                            \
-    extern "C" __global__ void sddmm_rows_##SUFFIX(const long long* __restrict__ indptr,                          \
-                                                   const long long* __restrict__ indices, const u16* __restrict__ U, \
-                                                   const u16* __restrict__ V, long long n_rows, long long H,     \
-                                                   long long C, float* __restrict__ out) {                        \
-        sddmm_row(indptr, indices, reinterpret_cast<const Half<KIND>*>(U),                                        \
-                  reinterpret_cast<const Half<KIND>*>(V), n_rows, H, C, out);                                      \
-    }
-SDDMM_HALF_ENTRY(f16, F16)
-SDDMM_HALF_ENTRY(bf16, BF16)
 
 // spmm_values: out = A_v @ X with per-call values, out [n_rows, N] and X [n_cols, N] row-major float32, N = H * C:
 //   column c belongs to head c / C and is weighted by that head's value of the nonzero, values[idx * H + c / C]
@@ -208,49 +186,22 @@ __device__ __forceinline__ void spmm_values_items(SPMM_VALUES_PARAMS(W)) {
     const long long end = min(begin + chunk, indptr[row + 1]);
     const long long C = N / H;
     float* dst = slot < 0 ? out + row * N : partial + slot * N;
-    // four columns a lane at once (lane, lane + 32, lane + 64, lane + 96 of each 128): an edge's index loaded once
-    // for all four, four independent chains, four edges' loads in flight; each column's chain in edge order
-    for (long long c0 = lane; c0 < N; c0 += 128) {
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        long long head[4];
-        bool live[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            live[j] = c0 + 32 * j < N;
-            head[j] = live[j] ? (c0 + 32 * j) / C : 0;
-        }
+    for (long long c = lane; c < N; c += 32) {
+        const long long h = c / C;
+        float acc = 0.f;
         long long k = begin;
-        for (; k + 4 <= end; k += 4) {  // four edges' loads in flight
-            long long idx[4];
-            const W* x[4];
+        for (; k + 4 <= end; k += 4) {
+            float v[4], x[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                idx[u] = (order ? order[k + u] : k + u) * H;
-                x[u] = X + indices[k + u] * N + c0;
+                v[u] = values[(order ? order[k + u] : k + u) * H + h];
+                x[u] = widen(X[indices[k + u] * N + c]);
             }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (!live[j]) continue;
-                float v[4], xv[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    v[u] = values[idx[u] + head[j]];
-                    xv[u] = widen(x[u][32 * j]);
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u) acc[j] = fmaf(v[u], xv[u], acc[j]);
-            }
+            for (int u = 0; u < 4; ++u) acc = fmaf(v[u], x[u], acc);
         }
-        for (; k < end; ++k) {
-            const long long idx = (order ? order[k] : k) * H;
-            const W* x = X + indices[k] * N + c0;
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                if (live[j]) acc[j] = fmaf(values[idx + head[j]], widen(x[32 * j]), acc[j]);
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            if (live[j]) dst[c0 + 32 * j] = acc[j];
+        for (; k < end; ++k) acc = fmaf(values[(order ? order[k] : k) * H + h], widen(X[indices[k] * N + c]), acc);
+        dst[c] = acc;
     }
 }
 

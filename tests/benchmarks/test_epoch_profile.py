@@ -29,7 +29,7 @@ ep = load("epoch_profile")
     ("csr_fixup_f32", "sparse product"),
     ("gather_rows_w16", "gather-scatter"),
     ("attention_bwd_rows", "gather-scatter"),
-    ("sddmm_rows_v4", "sparse product"),
+    ("sddmm_edges_v4", "sparse product"),
     ("void cusparse::csrmm_alg2_kernel<float>", "sparse product"),
     ("void spmm_kernel<float, (ReductionType)0, true>", "sparse product"),
     ("void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<...>", "transpose / format"),

@@ -105,11 +105,12 @@ def test_edge_sum_and_its_row_and_column_sums_match_float64_and_repeat_bitwise(d
     assert grads[0][1].dtype == dtype and rel(grads[0][1].cpu(), csr.sum(axis=0)) < tol
 
 
-@pytest.mark.parametrize("K, heads", [(0, None), (5, None), (16, None), (32, None), (32, 4), (10, 2)])
+@pytest.mark.parametrize("K, heads", [(0, None), (5, None), (16, None), (32, None), (256, None), (32, 4), (128, 4),
+                                     (10, 2), (96, 3)])
 def test_edge_sddmm_matches_float64_repeats_bitwise_and_its_float4_path_gives_the_same_bits(K, heads):
-    """SparseOp.sddmm on CUDA (kernels/edge.py, a lane per edge), one head or H heads over K / H columns each: a
-    rectangular pattern with empty rows and a hub row of 300 edges; U at an address 4 bytes off 16 takes the scalar
-    kernel, which must give the float4 one's bits."""
+    """SparseOp.sddmm on CUDA (kernels/edge.py, a thread per edge), one head or H heads over K / H columns each: a
+    rectangular pattern with empty rows and a hub row of 300 edges (ten warps of one row); U at an address 4 bytes
+    off 16 takes the scalar kernel, which must give the float4 one's bits."""
     A = sp.csr_array(graph()[:, :700])
     op = gnn.SparseOp(A)
     U = torch.randn(A.shape[0], K, device=CUDA)
@@ -129,7 +130,7 @@ def test_edge_sddmm_matches_float64_repeats_bitwise_and_its_float4_path_gives_th
         off = torch.empty(U.numel() + 1, device=CUDA)[1:].view(U.shape)
         off.copy_(U)
         assert off.data_ptr() % 16 == 4 and torch.equal(op.sddmm(off, V, heads=heads), got)
-    assert op.compute[(str(U.device), "sddmm")] == "kernels.edge sddmm_rows"
+    assert op.compute[(str(U.device), "sddmm")] == "kernels.edge sddmm_edges"
 
 
 @pytest.mark.parametrize("dtype, heads", [(torch.float32, None), (torch.bfloat16, None), (torch.float32, 3)])
