@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.cvse.container import VECTORS, CVSE, check_vector, csr_to_cvse
+from kernels.formats.metrics import markers_fit, window_counts
 from storage.indexing import segment_ids
 
 PAPER_CANDIDATES = (8, 16)  # the V the paper's kernels and Fig. 12-14 use
@@ -44,17 +45,32 @@ WORK_SLACK = 1.49  # a larger V is taken while its mma work <= 1.49 x the least:
 
 
 def vector_counts(A, vectors=VECTORS) -> dict[int, int]:
-    """{V: vectors CVSE with that V keeps} from the pattern alone (no values are copied)."""
+    """{V: vectors CVSE with that V keeps} from the pattern alone (no values are copied): the distinct columns of
+    each group of V rows, summed. Counted by `kernels.formats.metrics.window_counts`' column markers where they fit
+    (one pass for a V and a multiple of it: V = 8 and 16 together at 9.9M nonzeros 0.05 s against 0.18 s sorting,
+    2-core CPU; the sort was 0.38 s of an `auto` plan's 0.60 s build on the H200's host), else by sorting the
+    (group, column) keys."""
     A = sp.csr_array(A)
-    n_cols = int(A.shape[1])
-    rows = segment_ids(A.indptr)
-    cols = A.indices.astype(np.int64)
-    out = {}
-    for V in vectors:
-        keys = (rows // check_vector(V)) * n_cols + cols
-        keys.sort()
-        out[int(V)] = int(np.count_nonzero(np.diff(keys)) + 1) if keys.size else 0
-    return out
+    order = list(dict.fromkeys(check_vector(V) for V in vectors))
+    if not markers_fit(A.shape, int(A.nnz)):
+        return {V: _sorted_vector_count(A, V) for V in order}
+    out, todo = {}, sorted(order)
+    while todo:
+        V = todo.pop(0)
+        multiple = next((W for W in todo if W % V == 0), None)  # counted in the same pass, as groups of V windows
+        distinct, _, groups = window_counts(A, window=V, widths=(V,), group_windows=multiple // V if multiple else 1)
+        out[V] = int(distinct.sum())
+        if multiple:
+            out[multiple] = int(groups.sum())
+            todo.remove(multiple)
+    return {V: out[V] for V in order}
+
+
+def _sorted_vector_count(A, V: int) -> int:
+    """Distinct (row group of V rows, column) keys of CSR ``A``, by sorting them."""
+    keys = (segment_ids(A.indptr) // V) * int(A.shape[1]) + A.indices.astype(np.int64)
+    keys.sort()
+    return int(np.count_nonzero(np.diff(keys)) + 1) if keys.size else 0
 
 
 def mma_work(counts: dict[int, int]) -> dict[int, int]:

@@ -11,6 +11,7 @@ from kernel_cases import BASE_CASES, as_float32, check_cpu_plan, int64_columns, 
 from kernels.formats import get
 from kernels.formats.cvse.container import (CVSE, VECTORS, csr_to_cvse, cvse_concat, cvse_from_arrays, cvse_sddmm, cvse_spmm,
                                   cvse_stats, cvse_to_csr)
+from kernels.formats.cvse import svc
 from kernels.formats.cvse.svc import WORK_SLACK, choose, compress, vector_counts
 from storage.indexing import index_dtype
 from kernels.precision import precision
@@ -250,6 +251,29 @@ def test_svc_counts_and_padding():
         assert c["padding"] == V * counts[V] - A.nnz
         assert 0 <= c["new_sparsity"] < 1 - 1 / V
     assert rep["padding"] == cvse_stats(X)["padding"]
+
+
+@pytest.mark.parametrize("vectors", [VECTORS, (16, 8), (4,), (2, 16), (8, 8, 16)])
+def test_vector_counts_by_markers_match_sorting_and_the_conversion(vectors, monkeypatch):
+    """vector_counts' marker pass (a V and a multiple of it in one pass) against the sorted count and against the
+    CVSE the conversion builds: a rectangular matrix with empty rows, unsorted column indices and duplicates
+    (counted once), rows not a multiple of V; the sorted path where the markers do not fit."""
+    keep = np.ones(203, dtype=np.float32)
+    keep[40:56] = 0  # empty rows
+    A = sp.csr_array(sp.diags_array(keep) @ as_float32(random_csr((203, 300), 3000, seed=5)))
+    A.eliminate_zeros()
+    A.indices[A.indptr[7]:A.indptr[8]] = A.indices[A.indptr[7]:A.indptr[8]][::-1].copy()  # an unsorted row
+    A.has_sorted_indices = False
+    assert A.indptr[56] == A.indptr[40] and A.indptr[8] - A.indptr[7] > 1
+    dup = sp.csr_array((np.r_[A.data, 1.0], np.r_[A.indices, A.indices[0]],
+                        np.r_[A.indptr[:1], A.indptr[1:] + 1]), shape=A.shape)  # row 0 holds a column twice
+    for M in (A, dup):
+        got = svc.vector_counts(M, vectors)
+        assert list(got) == list(dict.fromkeys(vectors))
+        assert got == {V: svc._sorted_vector_count(M, V) for V in vectors}
+        assert got == {V: csr_to_cvse(sp.csr_array(M.copy(), copy=True), vector=V).n_vectors for V in vectors}
+    monkeypatch.setattr(svc, "markers_fit", lambda shape, nnz: False)
+    assert svc.vector_counts(A, vectors) == {V: svc._sorted_vector_count(A, V) for V in vectors}
 
 
 def test_svc_rule_least_work_with_slack():
