@@ -7,7 +7,8 @@ Two lines::
 
 Without torch: ``load``/``Graph`` (NumPy/SciPy), ``gcn_norm``/``with_self_loops`` (gnn.norm) and the NumPy twins of
 the sparse pieces (gnn.reference). With torch (the ``gnn`` extra): ``SparseOp``, the autograd functions
-``spmm``/``edge_spmm``/``sddmm``/``edge_sum``/``edge_softmax``/``edge_attention`` (gnn.functional),
+``spmm``/``linear_spmm``/``edge_spmm``/``sddmm``/``edge_sum``/``edge_softmax``/``edge_attention``
+(gnn.functional),
 ``GCNConv``/``GATConv`` (gnn.layers), ``to_pyg``/``to_torch_csr``/``to_dgl`` (gnn.adapters), imported on first use.
 """
 from __future__ import annotations
@@ -18,8 +19,9 @@ from gnn.graph import Graph, load
 from gnn.norm import gcn_norm, with_self_loops
 
 _LAZY = {"SparseOp": "gnn.backend", "spmm": "gnn.functional", "edge_spmm": "gnn.functional",
-         "sddmm": "gnn.functional", "edge_sum": "gnn.functional", "edge_softmax": "gnn.functional",
-         "edge_attention": "gnn.functional", "GCNConv": "gnn.layers", "GATConv": "gnn.layers",
+         "linear_spmm": "gnn.functional", "sddmm": "gnn.functional", "edge_sum": "gnn.functional",
+         "edge_softmax": "gnn.functional", "edge_attention": "gnn.functional", "GCNConv": "gnn.layers",
+         "GATConv": "gnn.layers",
          "to_pyg": "gnn.adapters", "to_torch_csr": "gnn.adapters", "to_dgl": "gnn.adapters"}
 
 __all__ = ["Graph", "load", "gcn_norm", "with_self_loops", *_LAZY]

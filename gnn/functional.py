@@ -1,6 +1,8 @@
 """Autograd functions over a ``gnn.SparseOp``: the GNN layers' sparse steps with hand-written backward passes.
 
 - ``spmm(op, X) = A @ X``; backward ``dX = A.T @ G`` (the op's plan of A.T, built once per device).
+- ``linear_spmm(op, X, W, b) = A @ (X @ W.T) + b`` (GCN's layer) as one autograd node: the Linear's, the product's
+  and the bias's backward in one call, where the composition makes four (transpose, mm, product, add).
 - ``edge_spmm(op, values, X) = A_v @ X`` (A's pattern, per-call ``values`` [nnz] in A's CSR order, e.g. attention,
   or [nnz, H] for H heads on X's H column blocks); backward ``dX = A_v.T @ G``, ``d values[k] = G[row_k] .
   X[col_k]`` (an SDDMM, per head).
@@ -57,6 +59,48 @@ class _Spmm(torch.autograd.Function):
     @_bwd
     def backward(ctx, G):
         return ctx.op.matmul(G.contiguous(), transpose=True), None
+
+
+def _autocast_operands(*tensors):
+    """What autocast does to an mm's operands where it is on for their device: each floating tensor but a float64
+    one cast to autocast's dtype; done here so that the casts can be saved for the backward, as torch's mm node
+    saves them."""
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dt = torch.get_autocast_dtype(device)
+    return tuple(t if t.dtype == torch.float64 else t.to(dt) for t in tensors)
+
+
+class _LinearSpmm(torch.autograd.Function):
+    """``A @ (X @ W.T) + b``: the mm and its gradients as torch's linear and mm backward compute them (the same
+    calls, so the same bits as the composition ``spmm(op, F.linear(X, W)) + b``), the product and its transpose as
+    `_Spmm`'s, the bias's gradient the column sums of g; one node of host work instead of four."""
+
+    @staticmethod
+    @_fwd
+    def forward(ctx, X, weight, bias, op: SparseOp):
+        ctx.op, ctx.dtypes = op, (X.dtype, weight.dtype, None if bias is None else bias.dtype)
+        Xc, Wc = _autocast_operands(X, weight)
+        H = Xc.mm(Wc.t())
+        ctx.save_for_backward(Xc, Wc)
+        ctx.h_dtype = H.dtype
+        out = op.matmul(H)  # a new tensor of H's dtype
+        if bias is None:
+            return out
+        return out.add_(bias) if torch.promote_types(out.dtype, bias.dtype) == out.dtype else out + bias
+
+    @staticmethod
+    @_bwd
+    def backward(ctx, g):
+        Xc, Wc = ctx.saved_tensors
+        need, (x_dtype, w_dtype, b_dtype) = ctx.needs_input_grad, ctx.dtypes
+        dH = ctx.op.matmul(g.to(ctx.h_dtype).contiguous(), transpose=True)
+        # torch's mm backward for X @ W.t() (X row-major, W.t() column-major): dX = dH W, dW = dH.t() X
+        dX = dH.mm(Wc).to(x_dtype) if need[0] else None
+        dW = dH.t().mm(Xc).to(w_dtype) if need[1] else None
+        db = g.sum(0).to(b_dtype) if need[2] else None
+        return dX, dW, db, None
 
 
 def _binary(name: str, product, grad_a, grad_b):
@@ -126,6 +170,16 @@ def _segment_sum(g: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:
 def spmm(op: SparseOp, X: torch.Tensor) -> torch.Tensor:
     """A @ X with A's fixed values (X: [n_cols, F] -> [n_rows, F])."""
     return _Spmm.apply(X, op)
+
+
+def linear_spmm(op: SparseOp, X: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``A @ (X @ weight.T) + bias`` (X [n_cols, F_in], weight [F_out, F_in] like ``torch.nn.Linear.weight``, bias
+    [F_out] or None -> [n_rows, F_out]): GCN's layer in one autograd node, the same values as
+    ``spmm(op, F.linear(X, weight)) + bias``."""
+    if X.ndim != 2 or weight.ndim != 2 or X.shape[1] != weight.shape[1]:
+        raise ValueError(f"gnn.linear_spmm: X {tuple(X.shape)} and weight {tuple(weight.shape)} do not chain "
+                         "(X [n, F_in], weight [F_out, F_in])")
+    return _LinearSpmm.apply(X, weight, bias, op)
 
 
 def edge_spmm(op: SparseOp, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:

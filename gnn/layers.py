@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from gnn.backend import SparseOp
-from gnn.functional import edge_attention, edge_spmm, spmm
+from gnn.functional import edge_attention, edge_spmm, linear_spmm
 from gnn.norm import with_self_loops
 
 
@@ -105,8 +105,9 @@ class GCNConv(_Cached):
         return self._op(graph, build, ("gcn", self.normalize, self.add_self_loops))
 
     def forward(self, x: torch.Tensor, graph) -> torch.Tensor:
-        out = spmm(self.propagation(graph), self.lin(x))
-        return out if self.bias is None else out + self.bias
+        # one autograd node for the linear map, the product and the bias (gnn.functional.linear_spmm: the same
+        # values as spmm(op, self.lin(x)) + self.bias, one node where that composition makes four)
+        return linear_spmm(self.propagation(graph), x, self.lin.weight, self.bias)
 
 
 class GATConv(_Cached):

@@ -216,6 +216,26 @@ def test_layers_forward_and_backward_match_the_cpu_float64_path(layer):
         assert rel(p.grad.cpu(), q.grad) < 2 * TF32, name
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_linear_spmm_on_cuda_is_the_composition_bitwise(dtype):
+    """gnn.linear_spmm (GCNConv's one node) on CUDA against spmm(op, F.linear(X, W)) + b: the same bits forward and
+    in every gradient, in float32 and under autocast (the mm in 16 bits, its casts saved; the output float32
+    through the float32 bias), with a row permutation and a rectangular A."""
+    A = sp.csr_array(graph(n=800, deg=8, seed=9)[:, :600])
+    op = gnn.SparseOp(A, np.random.default_rng(9).permutation(800))
+    torch.manual_seed(2)
+    X = torch.randn(600, 64, device=CUDA, requires_grad=True)
+    W = torch.randn(32, 64, device=CUDA, requires_grad=True)
+    b = torch.randn(32, device=CUDA, requires_grad=True)
+    up = torch.randn(800, 32, device=CUDA)
+    with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+        fused = gnn.linear_spmm(op, X, W, b)
+        composed = gnn.spmm(op, torch.nn.functional.linear(X, W)) + b
+    assert fused.dtype == composed.dtype == torch.float32 and torch.equal(fused, composed)
+    for a, e in zip(torch.autograd.grad(fused, (X, W, b), up), torch.autograd.grad(composed, (X, W, b), up)):
+        assert a.dtype == torch.float32 and torch.equal(a, e)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_under_autocast(dtype):
     A = graph(n=800, deg=8, seed=4)

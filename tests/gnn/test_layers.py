@@ -158,6 +158,54 @@ def test_gatconv_matches_the_reference_and_passes_gradcheck_in_its_parameters(co
     assert torch.autograd.gradcheck(f, (X, *[p.detach().clone().requires_grad_() for p in conv.parameters()]))
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_spmm_is_the_composition_bitwise_and_passes_gradcheck(bias):
+    """gnn.linear_spmm (GCN's layer as one autograd node) against spmm(op, F.linear(X, W)) + b: the same float32
+    bits forward and in every gradient (the same mm calls as torch's linear backward), with a row permutation and
+    a rectangular A (9 x 5), first without an input gradient (a first layer) then with; gradcheck in float64;
+    operands that do not chain raise."""
+    A = sp.csr_array(graph(seed=7)[:, :5])
+    op = gnn.SparseOp(A, np.random.default_rng(2).permutation(9))
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(5, 4, generator=g)
+    W = torch.randn(6, 4, generator=g).requires_grad_()
+    b = torch.randn(6, generator=g).requires_grad_() if bias else None
+    up = torch.randn(9, 6, generator=g)
+    for x_grad in (False, True):
+        X.requires_grad_(x_grad)
+        fused = gnn.linear_spmm(op, X, W, b)
+        composed = gnn.spmm(op, torch.nn.functional.linear(X, W))
+        composed = composed + b if bias else composed
+        assert fused.dtype == torch.float32 and torch.equal(fused, composed)
+        inputs = [t for t in (X, W, b) if t is not None and t.requires_grad]
+        for a, e in zip(torch.autograd.grad(fused, inputs, up), torch.autograd.grad(composed, inputs, up)):
+            assert torch.equal(a, e)
+    X64, W64 = t64(5, 4, seed=8), t64(6, 4, seed=9)
+    args = (X64, W64, t64(6, seed=10)) if bias else (X64, W64)
+    assert torch.autograd.gradcheck(lambda *a: gnn.linear_spmm(op, *a), args)
+    with pytest.raises(ValueError, match="do not chain"):
+        gnn.linear_spmm(op, X, W.t())
+
+
+def test_linear_spmm_under_cpu_autocast_saves_its_casts():
+    """Under autocast the mm runs in autocast's dtype, as torch's linear would (the composition's bits), and the
+    backward, which no CPU autocast context re-enters, multiplies the saved casts: gradients in each input's own
+    dtype."""
+    A = graph(seed=8)
+    op = gnn.SparseOp(A)
+    X = torch.randn(9, 4).requires_grad_()
+    W = torch.randn(3, 4).requires_grad_()
+    b = torch.randn(3).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = gnn.linear_spmm(op, X, W, b)
+        composed = gnn.spmm(op, torch.nn.functional.linear(X, W)) + b
+    assert fused.dtype == composed.dtype == torch.float32 and torch.equal(fused, composed)
+    grads = torch.autograd.grad(fused.sum(), (X, W, b))
+    assert [t.dtype for t in grads] == [torch.float32] * 3
+    for a, e in zip(grads, torch.autograd.grad(composed.sum(), (X, W, b))):
+        assert torch.equal(a, e)
+
+
 def test_layers_take_a_graph_cache_its_operator_and_keep_half_dtypes():
     A = graph(seed=6)
     g = gnn.Graph("g", A, perm=np.random.default_rng(0).permutation(9))
