@@ -223,6 +223,8 @@ BUDGET = [
     "| SpmmPlan constructions | 0 (first epoch: 1 per layer, each layer its own `SparseOp`: 2 for A symmetric, 4 "
     "otherwise) | 0 (first epoch: 1 for the graph, 2 with A.T, the layers share one `SparseOp`) |",
     "| normalisation, A.T | 0 (built once per layer) | 0 (built once per graph) |",
+    "| GCN layer's autograd nodes | 4 (the Linear's transpose and mm, the product, the bias add) | 1 "
+    "(`gnn.linear_spmm`, the same bits; since 2026-11-29; in-process A/B 0.95-1.10x: no gain measured) |",
     "| loss row selection (`gnn.models.fit`, both libraries) | `out[train]`, `y[train]` by boolean mask: 2 "
     "`nonzero` = 2 host syncs | `out[train_idx]` by an index made once: 0 syncs, the same rows and loss bitwise |",
     "| GAT logits and softmax (2 layers) | `ones_like` + 2 `cat`, then edge_sum, leaky_relu and a torch-op softmax: "
@@ -233,7 +235,7 @@ BUDGET = [
     "and a bound call | 1 kernels.edge launch, the values read in place (through A.T's order for the transpose), "
     "rows of over 128 edges split and summed in a second launch: the same bits each call |",
     "| GAT SDDMM (2 per epoch) | cuSPARSE: `cupy.zeros` output (a fill launch), 3 DLPack each; then a torch zeros "
-    "output | 1 kernels.edge launch (a lane per edge), no fill |",
+    "output | 1 kernels.edge launch (a thread per edge, since 2026-11-29 no warp per row), no fill |",
     "| GAT heads | H copies of the graph on the diagonal of `kron(I_H, A + I)`, the features transposed to "
     "head-major order and back (a copy each way, both passes) | A + I itself: [nnz, H] weights on the Linear's "
     "node-major [N, H C] output (since 2026-11-29) |",

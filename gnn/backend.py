@@ -7,7 +7,7 @@ the user's node order; the row permutation of the Tensor Core path stays inside.
   plan when A is symmetric).
 - ``matmul_values(v, X[, transpose])``, A's pattern with per-call values v: CPU csr @ X; CUDA kernels.edge (a
   lane per output column, the values read in place, through A.T's order for the transpose).
-- ``sddmm(U, V)``, U[row_k] . V[col_k]: CPU gnn.reference.sddmm; CUDA kernels.edge (float32, a lane per edge).
+- ``sddmm(U, V)``, U[row_k] . V[col_k]: CPU gnn.reference.sddmm; CUDA kernels.edge (float32, a thread per edge).
 - ``attention(d, s, slope)`` / ``attention_backward``: GAT's weights ``softmax_row(leaky_relu(d[row] + s[col]))``
   and their gradients, CUDA only (kernels.edge; on the CPU gnn.functional.edge_attention composes torch ops).
 - ``index(name, device)``: the pattern's index tensors (rows, columns, row pointers, A.T's) for torch-side steps
