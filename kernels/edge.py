@@ -9,8 +9,8 @@ launch). Launches are capturable into a CUDA graph.
 
 Index arrays are int64 (``gnn.SparseOp.index``), values float32, row-major and contiguous; nothing is checked on
 the device (the caller's tensors come from the op's own pattern). One warp per row and head (per column and head
-for the backward's column sums, per row for the SDDMM, per row item for the SpMM), fixed-order sums, no atomics:
-the same bits on every call (edge.cu says how each is summed).
+for the backward's column sums, per row item for the SpMM; a thread per edge for the SDDMM), fixed-order sums, no
+atomics: the same bits on every call (edge.cu says how each is summed).
 """
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ BUILD = _Build()
 
 
 def _launch(name: str, stream: int, n_warps: int, *args: int) -> None:
-    """``name`` over ``n_warps`` warps (one row or column each) on ``stream``; ``args``: 64-bit slots (addresses,
-    int64 sizes, `launch.float_bits`), packed as they are (no per-argument conversion on this per-call path)."""
+    """``name`` over ``n_warps`` warps (a row, column or item each, or 32 edges) on ``stream``; ``args``: 64-bit
+    slots (addresses, int64 sizes, `launch.float_bits`), packed as they are (no per-argument conversion on this
+    per-call path)."""
     if n_warps <= 0:
         return
     launch.launch_slots(launch.function(name, BUILD, SOURCE), (-(-n_warps // _WARPS), 1, 1), (THREADS, 1, 1), stream,

@@ -3,8 +3,9 @@
 // [nnz, H] (edge k, head h at k * H + h), a node quantity [n, H], and a feature row [n, H * C] holds head h's C
 // channels at h * C .. (h + 1) * C (torch's [n, H, C], what a Linear of H * C outputs gives). H = 1 is the plain
 // single-head case. kernels/edge.py launches them on torch's stream for gnn.gpu. Every sum is a lane's strided
-// loop followed by a fixed xor-shuffle tree, or one thread's loop in edge (channel) order, each output written by one thread:
-// no atomics, the same bits on every call. Empty rows write zeros (or nothing where they have no output).
+// loop followed by a fixed xor-shuffle tree, or one thread's loop in edge (or channel) order, each output written
+// by one thread: no atomics, the same bits on every call. Empty rows write zeros (or nothing where they have no
+// output).
 //
 // attention_fwd (a warp per (row, head)): alpha = softmax over row i's edges of e_k = leaky_relu(d[i] + s[col_k])
 //   in three passes (max, sum of exp, write): torch's exp(e - max) / sum(exp(e - max)) with the sum in a fixed
@@ -164,8 +165,8 @@ extern "C" __global__ void sddmm_edges_bf16(SDDMM_PARAMS(Half<BF16>)) {
 //   with idx = order[k] (order: A.T's order_t, so A.T_v @ X reads A's values in place) or k (order null). One warp
 //   per item, a row's edges [item_begin, min(item_begin + chunk, row end)) (a row of more than `chunk` edges is
 //   several items, so a hub row does not hold one warp for the whole launch); a lane per output column (columns
-//   lane, lane + 32, ..., four of them at once), the item's edges walked in order (each column's fmaf chain in
-//   edge order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
+//   lane, lane + 32, ...), the item's edges walked in order four at a time (loads issued together, the fmaf chain in
+//   order). A whole row's item (item_slot < 0) writes out; a split row's items write their partial rows to
 //   partial[slot], and spmm_values_fixup sums them per row in slot order: the same bits on every call.
 #define SPMM_VALUES_PARAMS(W)                                                                                     \
     const long long *__restrict__ indptr, const long long *__restrict__ indices,                                   \
