@@ -96,12 +96,10 @@ def test_gnn_benchmark_takes_the_fixed_cost_options_and_needs_cuda(capsys):
 
 def test_the_doc_section_carries_the_budget_and_a_measured_breakdown(tmp_path):
     import json
-    from types import SimpleNamespace
-
     summarize = load("summarize")
     import summarize_gnn  # beside summarize.py, which put its folder on the path
 
-    h = SimpleNamespace(**vars(summarize))
+    h = summarize.common  # what summarize.py hands every section
     row = {"graph": "sbm-20k", "model": "gcn", "library": "pyg", "epoch_ms": 2.4, "host_total_ms": 1.9,
            "host_ms": {"forward": 0.5, "loss": 0.1, "backward": 0.9, "optimizer": 0.4},
            "gpu_ms": {"forward": 0.3, "loss": 0.1, "backward": 0.4, "optimizer": 0.2}, "launches": 60, "syncs": 2,
@@ -112,13 +110,13 @@ def test_the_doc_section_carries_the_budget_and_a_measured_breakdown(tmp_path):
     # the newest file with a breakdown in the run's folder, whichever GPU: here another file without one beside it
     (tmp_path / "gnn-x-2026-01-02-000000.json").write_text(json.dumps(
         {"benchmark": "gnn", "date": "2026-01-02T00:00:00+00:00", "rows": []}))
-    lines = summarize_gnn.fixed_cost_lines([summarize.load(tmp_path / "gnn-x-2026-01-02-000000.json")], h)
+    lines = summarize_gnn.fixed_cost_lines([h.load(tmp_path / "gnn-x-2026-01-02-000000.json")], h)
     assert lines[0].startswith("### GNN per-epoch fixed cost")
     assert any("(`gnn-x-2026-01-01-000000.json`, GPU Y)" in ln for ln in lines)
     assert any("| `sbm-20k` | gcn | pyg | 2.400 | 1.900 | 0.50 / 0.30 | 0.90 / 0.40 | 0.40 / 0.20 | 60 | 2 | 40 | "
                "cast-copy 3, sparse product 4 |" == ln for ln in lines), lines[-4:]
     path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": []}))
-    assert "not run yet" in summarize_gnn.fixed_cost_lines([summarize.load(path)], h)[-2]
+    assert "not run yet" in summarize_gnn.fixed_cost_lines([h.load(path)], h)[-2]
 
 
 def test_dense_conv_builds_both_models_without_their_sparse_steps():
@@ -140,12 +138,10 @@ def test_dense_conv_builds_both_models_without_their_sparse_steps():
 
 def test_the_eager_bound_from_the_dense_floor(tmp_path):
     """With a "dense" row the section says how far any eager epoch could beat PyG: PyG's epoch / the floor's."""
-    from types import SimpleNamespace
-
     summarize = load("summarize")
     import summarize_gnn
 
-    h = SimpleNamespace(**vars(summarize))
+    h = summarize.common  # what summarize.py hands every section
     rows = [{"graph": "rmat-s13", "model": "gcn", "library": lib, "epoch_ms": ms}
             for lib, ms in (("pyg", 1.9), ("tcspmm", 2.1), ("dense", 1.75))]
     lines = summarize_gnn.eager_bound_lines(rows + [{"graph": "rmat-s13", "model": "gat", "library": "pyg",
@@ -158,24 +154,22 @@ def test_the_eager_bound_from_the_dense_floor(tmp_path):
 
 def test_the_doc_table_shows_captured_steps_when_the_run_has_them(tmp_path):
     import json
-    from types import SimpleNamespace
-
     summarize = load("summarize")
     import summarize_gnn
 
-    h = SimpleNamespace(**vars(summarize))
+    h = summarize.common  # what summarize.py hands every section
     base = {"graph": "sbm-20k", "nnz": 200_000, "hidden": 128, "precision": "float32", "ours_ms": 2.0, "pyg_ms": 2.4,
             "speedup": 1.2, "loss_max_rel_gap": 1e-6, "ours_test_acc": 0.9, "pyg_test_acc": 0.9}
     rows = [{**base, "model": "gcn", "ours_graph_ms": 0.5, "pyg_graph_ms": 0.9, "speedup_graph": 1.8},
             {**base, "model": "gat", "ours_graph_error": "RuntimeError: not capturable", "pyg_graph_ms": 1.1}]
     path = tmp_path / "gnn-x-2026-01-01-000000.json"
     path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": rows}))
-    text = "\n".join(summarize_gnn.gnn_section([summarize.load(path)], [], [], h=h))
+    text = "\n".join(summarize_gnn.gnn_section([h.load(path)], [], [], h=h))
     assert "| ours ms, captured step | PyG ms, captured step | speedup, both captured |" in text
     assert "| 0.50 | 0.90 | 1.80x |" in text and "| not capturable | 1.10 | – |" in text
     path.write_text(json.dumps({"benchmark": "gnn", "date": "2026-01-01T00:00:00+00:00", "rows": [base | {"model":
                                                                                                      "gcn"}]}))
-    assert "captured step" not in "\n".join(summarize_gnn.gnn_section([summarize.load(path)], [], [], h=h))
+    assert "captured step" not in "\n".join(summarize_gnn.gnn_section([h.load(path)], [], [], h=h))
 
 
 def test_trace_events_take_every_threads_calls_and_the_phase_annotations():

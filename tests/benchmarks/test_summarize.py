@@ -80,9 +80,9 @@ def target(md: str, section: str, prefix: str) -> list[str]:
 
 
 def test_geomean(summarize):
-    assert summarize.geo([1.0, 4.0]) == pytest.approx(2.0)
-    assert summarize.geo([2.0, 8.0, 4.0]) == pytest.approx(4.0)
-    assert summarize.geo([]) is None and summarize.geo([0.0, None]) is None
+    assert summarize.common.geo([1.0, 4.0]) == pytest.approx(2.0)
+    assert summarize.common.geo([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    assert summarize.common.geo([]) is None and summarize.common.geo([0.0, None]) is None
 
 
 def test_targets_from_rows(summarize, results, tmp_path):
@@ -434,7 +434,9 @@ def test_multi_gpu_loop_efficiency_and_oneshot_ratio_targets(summarize, results,
         "sbm none 100.00M: 0.30 (B read once, halo exchanged)", "**met**"]  # 300 / min(1000, 3000)
 
 
-def test_oneshot_ratio_takes_both_times_from_one_run(summarize):
+def test_oneshot_ratio_takes_both_times_from_one_run(summarize):  # summarize put benchmarks/ on the path
+    import summarize_mgpu
+
     """Pooled rows mix runs of different code (a newer run of 1 and 2 GPUs, an older one of 1, 2 and 4): each
     ratio divides times of one run, the newest that has both, never a 4-GPU time of old code by a new 1-GPU one."""
     case = {"kind": "rmat", "order": "none", "nnz": 21}
@@ -444,9 +446,9 @@ def test_oneshot_ratio_takes_both_times_from_one_run(summarize):
            "_origin": {"exchanged_e2e_ms": "old"}}
     four = {**case, "P": 4, "stored_e2e_ms": 2737.0, "exchanged_e2e_ms": 4694.0, "_file": "old", "_origin": {}}
     rows = [one, two, four]
-    ratio, which = summarize.oneshot_ratio(two, rows)
+    ratio, which = summarize_mgpu.oneshot_ratio(two, rows)
     assert which == "stored" and ratio == pytest.approx(2540 / 4000)
-    ratio, which = summarize.oneshot_ratio(four, rows)
+    ratio, which = summarize_mgpu.oneshot_ratio(four, rows)
     assert which == "stored" and ratio == pytest.approx(2737 / 6650)  # the old run's own 1-GPU time
 
 
@@ -570,7 +572,7 @@ def test_newest_row_per_key_takes_the_fields_it_lacks_from_older_runs(summarize)
     old = run("old.json", 1, [{"kind": "k", "P": 2, "a": 1.0, "b": 2.0, "error": "old failure"},
                               {"kind": "k", "P": 4, "a": 5.0}])
     new = run("new.json", 2, [{"kind": "k", "P": 2, "a": 3.0, "b": None}])
-    got = summarize.newest_per_key([new, old], ("kind", "P"))
+    got = summarize.common.newest_per_key([new, old], ("kind", "P"))
     two = next(r for r in got.rows if r["P"] == 2)
     assert (two["a"], two["b"], two["_file"]) == (3.0, 2.0, "new.json + old.json") and "error" not in two
     four = next(r for r in got.rows if r["P"] == 4)
