@@ -187,3 +187,55 @@ class CopyEngineHalo:
             except Exception:  # a peer's memory already gone: nothing to unmap
                 pass
         self._opened, self.targets, self.done_slots = {}, {}, {}
+
+
+class CopyEngineShard:
+    """The shard actor's side of the copy-engine exchange (`tasks.distribute.shard_actor.ShardActor` mixes it in):
+    export its halo buffers and flags, connect the peers', tell a stale exchange, drop it. Reads the actor's
+    ``k``, ``on_gpu``, ``B_ext``, ``sends``, ``recv``, ``overlap``, ``alt_B()`` and ``_device_loop``; keeps
+    ``ce`` (the connected `CopyEngineHalo`, or None) and ``_ce_mode`` (the overlap it was exported for)."""
+
+    def ce_export(self, n_ranks: int) -> dict:
+        """Start the copy-engine halo exchange (`tasks.distribute.ce_exchange`): zero this shard's flag words and
+        export the extended Bs the halo lands in (the "rows" overlap's two; the "columns" overlap's one, twice:
+        it never swaps) and the flags (IPC handles); every shard's export then goes to `ce_connect`. Needs B
+        (`set_B`), an overlap mode and the NCCL path's GPU actor; call between batches, on every shard."""
+        import cupy
+
+        if not self.on_gpu or self.B_ext is None:
+            raise RuntimeError(f"shard {self.k}: the copy-engine exchange needs a GPU shard with B loaded (set_B)")
+        self.ce_drop()
+        ce = CopyEngineHalo(self.k, n_ranks, {q: int(i.shape[0]) for q, i in self.sends.items()}, self.recv)
+        flags = flags_for(n_ranks, cupy)
+        row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]
+        out = ce.export(self._ce_pair(), flags, row_bytes)
+        cupy.cuda.Device().synchronize()  # the zeroed flags are in place before any peer can write them
+        self.ce, self._ce_mode = ce, self.overlap
+        return out
+
+    def ce_connect(self, exports: list) -> None:
+        """Map the peers' buffers and flags (`CopyEngineHalo.connect`); from here the overlap moves its
+        halo with peer copies instead of NCCL."""
+        self.ce.connect(exports)
+
+    def ce_stale(self) -> bool:
+        """Whether the exchange must be (re)made: none yet, or an extended B was reallocated since the export (a
+        new N), which would leave the peers writing into memory this shard no longer reads."""
+        if self.ce is None or self.B_ext is None or self._ce_mode != self.overlap:
+            return True
+        # the exported pair, swapped ``parity`` times since (the columns overlap never swaps)
+        return self._ce_pair() != (self.ce.buffers if not self.ce.parity else self.ce.buffers[::-1])
+
+    def _ce_pair(self) -> tuple[int, int]:
+        """Where the halo lands: the rows overlap's two extended Bs (current first; the second allocated on first
+        use), the columns overlap's one, twice."""
+        second = self.alt_B() if self.overlap == "rows" else self.B_ext
+        return self.B_ext.data.ptr, second.data.ptr
+
+    def ce_drop(self) -> None:
+        """Back to NCCL for every exchange (after the streams finished)."""
+        if self.ce is not None:
+            if self._device_loop is not None:
+                self._device_loop.synchronize()
+            self.ce.release()
+            self.ce = None

@@ -21,6 +21,27 @@ from __future__ import annotations
 
 import numpy as np
 
+# What ``overlap=True`` means. The row split: every row of C is computed once (boundary rows first, their exchange
+# beside the interior rows' kernel), so it adds no work to the plain loop but a second launch and a second B
+# buffer. The column split computes each row in two kernels and adds the second into C: on 4 H100s (SBM, 25M nnz
+# per GPU, N = 256) it was slower than the plain loop (5.4 / 6.1 ms against 4.5 / 5.2 ms at 2 / 4 GPUs,
+# docs/scale-out.md), so it stays available by name only.
+OVERLAP_DEFAULT = "rows"
+OVERLAP_MODES = ("rows", "columns")
+
+
+def overlap_mode(on) -> str | bool:
+    """An overlap setting: "rows", "columns", True (= OVERLAP_DEFAULT) or False/None (off)."""
+    if on is True or (isinstance(on, np.bool_) and bool(on)):
+        return OVERLAP_DEFAULT
+    if on is None or on is False or (isinstance(on, np.bool_) and not on):
+        return False
+    if isinstance(on, str) and on in OVERLAP_MODES:
+        return on
+    raise ValueError(f"overlap is {on!r}, expected 'rows', 'columns', True (= {OVERLAP_DEFAULT!r}), False or "
+                     f"(DistributedSpmm) 'auto'")
+
+
 AUTO_BOUNDARY_MAX = 0.6  # row overlap while every shard's boundary rows are at most this share of its own rows
 AUTO_HALO_MAX = 1.5  # column overlap while every shard receives at most this many halo rows per own row
 

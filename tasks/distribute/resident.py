@@ -39,8 +39,8 @@ from tasks.distribute.oneshot import ShardRef
 from tasks.distribute.plan import PartitionPlan, exchange_lists, shard_of
 from tasks.distribute.host_batches import BATCH_ABORT_TIMEOUT_S, check_n_iters
 from tasks.distribute.overlap_choice import auto_overlap
-from tasks.distribute.shard_actor import (OVERLAP_DEFAULT, OVERLAP_MODES, ShardActor,  # noqa: F401 (re-exported)
-                                          overlap_mode)
+from tasks.distribute.overlap_choice import OVERLAP_DEFAULT, OVERLAP_MODES, overlap_mode  # noqa: F401 (re-exported)
+from tasks.distribute.shard_actor import ShardActor
 
 NCCL_INIT_TIMEOUT_S = 120
 HALO_COPIES = ("ce", "nccl")  # how the overlaps move halo rows on NCCL: the copy engines (default), or NCCL

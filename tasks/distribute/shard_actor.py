@@ -13,35 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tasks.distribute import device as dev
+from tasks.distribute.ce_exchange import CopyEngineShard
 from tasks.distribute.direct import read_rows, write_block
 from tasks.distribute.formats import shard_ops
 from tasks.distribute.host_batches import HostBatches, check_n_iters
 from tasks.distribute.oneshot import load_shard
+from tasks.distribute.overlap_choice import OVERLAP_MODES, overlap_mode
 
 
-# What ``overlap=True`` means. The row split: every row of C is computed once (boundary rows first, their exchange
-# beside the interior rows' kernel), so it adds no work to the plain loop but a second launch and a second B
-# buffer. The column split computes each row in two kernels and adds the second into C: on 4 H100s (SBM, 25M nnz
-# per GPU, N = 256) it was slower than the plain loop (5.4 / 6.1 ms against 4.5 / 5.2 ms at 2 / 4 GPUs,
-# docs/scale-out.md), so it stays available by name only.
-OVERLAP_DEFAULT = "rows"
-OVERLAP_MODES = ("rows", "columns")
-
-
-def overlap_mode(on) -> str | bool:
-    """An overlap setting: "rows", "columns", True (= OVERLAP_DEFAULT) or False/None (off)."""
-    if on is True or (isinstance(on, np.bool_) and bool(on)):
-        return OVERLAP_DEFAULT
-    if on is None or on is False or (isinstance(on, np.bool_) and not on):
-        return False
-    if isinstance(on, str) and on in OVERLAP_MODES:
-        return on
-    raise ValueError(f"overlap is {on!r}, expected 'rows', 'columns', True (= {OVERLAP_DEFAULT!r}), False or "
-                     f"(DistributedSpmm) 'auto'")
-
-
-
-class ShardActor(HostBatches):
+class ShardActor(HostBatches, CopyEngineShard):
     """Shard k on one worker: A_k renamed into its extended-B rows, the extended B buffer, C_k.
 
     The extended B holds the precision's storage dtype (float32, float16, bfloat16 bits), so the halo exchange
@@ -130,52 +110,6 @@ class ShardActor(HostBatches):
         from tasks.distribute.cluster import SAFE_GPU_ENV
         os.environ.update(SAFE_GPU_ENV)  # NCCL reads NCCL_NVLS_ENABLE=0 at communicator creation: no multicast
         self.comm = nccl.NcclCommunicator(int(n_ranks), uid, self.k)
-
-    def ce_export(self, n_ranks: int) -> dict:
-        """Start the copy-engine halo exchange (`tasks.distribute.ce_exchange`): zero this shard's flag words and
-        export the extended Bs the halo lands in (the "rows" overlap's two; the "columns" overlap's one, twice:
-        it never swaps) and the flags (IPC handles); every shard's export then goes to `ce_connect`. Needs B
-        (`set_B`), an overlap mode and the NCCL path's GPU actor; call between batches, on every shard."""
-        import cupy
-
-        from tasks.distribute.ce_exchange import CopyEngineHalo, flags_for
-        if not self.on_gpu or self.B_ext is None:
-            raise RuntimeError(f"shard {self.k}: the copy-engine exchange needs a GPU shard with B loaded (set_B)")
-        self.ce_drop()
-        ce = CopyEngineHalo(self.k, n_ranks, {q: int(i.shape[0]) for q, i in self.sends.items()}, self.recv)
-        flags = flags_for(n_ranks, cupy)
-        row_bytes = self.B_ext.dtype.itemsize * self.B_ext.shape[1]
-        out = ce.export(self._ce_pair(), flags, row_bytes)
-        cupy.cuda.Device().synchronize()  # the zeroed flags are in place before any peer can write them
-        self.ce, self._ce_mode = ce, self.overlap
-        return out
-
-    def ce_connect(self, exports: list) -> None:
-        """Map the peers' buffers and flags (`CopyEngineHalo.connect`); from here the overlap moves its
-        halo with peer copies instead of NCCL."""
-        self.ce.connect(exports)
-
-    def ce_stale(self) -> bool:
-        """Whether the exchange must be (re)made: none yet, or an extended B was reallocated since the export (a
-        new N), which would leave the peers writing into memory this shard no longer reads."""
-        if self.ce is None or self.B_ext is None or self._ce_mode != self.overlap:
-            return True
-        # the exported pair, swapped ``parity`` times since (the columns overlap never swaps)
-        return self._ce_pair() != (self.ce.buffers if not self.ce.parity else self.ce.buffers[::-1])
-
-    def _ce_pair(self) -> tuple[int, int]:
-        """Where the halo lands: the rows overlap's two extended Bs (current first; the second allocated on first
-        use), the columns overlap's one, twice."""
-        second = self.alt_B() if self.overlap == "rows" else self.B_ext
-        return self.B_ext.data.ptr, second.data.ptr
-
-    def ce_drop(self) -> None:
-        """Back to NCCL for every exchange (after the streams finished)."""
-        if self.ce is not None:
-            if self._device_loop is not None:
-                self._device_loop.synchronize()
-            self.ce.release()
-            self.ce = None
 
     def set_B(self, B_k) -> None:
         """Own rows of B [n_own, N] (host or device array, float values; rounded to the precision here);
