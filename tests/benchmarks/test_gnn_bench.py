@@ -31,6 +31,13 @@ def gs(bench):
     return bench.graph_suite  # benchmarks/graph_suite.py as gnn.py imported it
 
 
+@pytest.fixture(scope="module")
+def ep(bench):
+    import gnn_epochs  # benchmarks/gnn_epochs.py, beside gnn.py (which put benchmarks/ on the path)
+
+    return gnn_epochs
+
+
 def oom_class():
     """torch.OutOfMemoryError (a RuntimeError subclass in torch 2.x), or a stand-in of that name without torch."""
     try:
@@ -190,23 +197,23 @@ def test_igb_small_is_looked_for_and_skipped_with_where(bench, gs, tmp_path, mon
 
 # ------------------------------------------------------------------------------------------------ best path, isolation
 
-def test_best_path_choice(bench):
+def test_best_path_choice(ep):
     from summarize_gnn import pyg_times
 
-    assert bench.best_path({"edge_index": 5.0, "adj_t": 4.0, "EdgeIndex": 4.5}) == ("adj_t", 4.0)
-    assert bench.best_path({"edge_index": 5.0, "EdgeIndex": float("nan"), "adj_t": None}) == ("edge_index", 5.0)
-    assert bench.best_path({"b": 2.0, "a": 2.0}) == ("a", 2.0)  # a tie: the first name, so runs agree
-    assert bench.best_path({}) == (None, None) and bench.best_path({"x": 0.0}) == (None, None)
-    assert bench.paths_for("gat") == ["edge_index", "EdgeIndex"]
-    assert bench.paths_for("gcn", ["EdgeIndex", "adj_t"]) == ["adj_t", "EdgeIndex"]
-    assert set(bench.paths_for("gcn")) >= {"edge_index", "adj_t", "EdgeIndex"}
+    assert ep.best_path({"edge_index": 5.0, "adj_t": 4.0, "EdgeIndex": 4.5}) == ("adj_t", 4.0)
+    assert ep.best_path({"edge_index": 5.0, "EdgeIndex": float("nan"), "adj_t": None}) == ("edge_index", 5.0)
+    assert ep.best_path({"b": 2.0, "a": 2.0}) == ("a", 2.0)  # a tie: the first name, so runs agree
+    assert ep.best_path({}) == (None, None) and ep.best_path({"x": 0.0}) == (None, None)
+    assert ep.paths_for("gat") == ["edge_index", "EdgeIndex"]
+    assert ep.paths_for("gcn", ["EdgeIndex", "adj_t"]) == ["adj_t", "EdgeIndex"]
+    assert set(ep.paths_for("gcn")) >= {"edge_index", "adj_t", "EdgeIndex"}
     # an older file's row: its one path under its description
     assert pyg_times({"pyg_ms": 3.0, "pyg_path": "torch.sparse CSR adj_t"}) == {"torch.sparse CSR adj_t": 3.0}
     assert pyg_times({"pyg_ms_by_path": {"edge_index": 2.0}, "pyg_ms": 2.0, "pyg_path": "edge_index"}) == \
         {"edge_index": 2.0}
 
 
-def test_a_path_raising_out_of_memory_is_recorded_and_the_rest_run(bench):
+def test_a_path_raising_out_of_memory_is_recorded_and_the_rest_run(ep):
     OOM = oom_class()
     freed, ran = [], []
 
@@ -218,15 +225,15 @@ def test_a_path_raising_out_of_memory_is_recorded_and_the_rest_run(bench):
             raise ValueError("")
         return {"ms": {"edge_index": 5.0, "SparseTensor": 4.0}[path]}
 
-    results, errors = bench.run_paths(["edge_index", "adj_t", "SparseTensor", "EdgeIndex"], measure,
+    results, errors = ep.run_paths(["edge_index", "adj_t", "SparseTensor", "EdgeIndex"], measure,
                                       free=lambda: freed.append(1))
     assert ran == ["edge_index", "adj_t", "SparseTensor", "EdgeIndex"] and len(freed) == 4  # freed after each
     assert results == {"edge_index": {"ms": 5.0}, "SparseTensor": {"ms": 4.0}}
     assert errors == {"adj_t": "OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total "
                                 "capacity of 79.19 GiB", "EdgeIndex": "ValueError"}
-    assert bench.best_path({p: r["ms"] for p, r in results.items()}) == ("SparseTensor", 4.0)
+    assert ep.best_path({p: r["ms"] for p, r in results.items()}) == ("SparseTensor", 4.0)
     with pytest.raises(KeyboardInterrupt):  # only exceptions are isolated, never an interrupt
-        bench.attempt(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+        ep.attempt(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
 
 
 def test_run_cases_isolates_graphs_keeps_the_budget_and_writes_after_each(bench):
@@ -270,13 +277,13 @@ def test_results_files_take_the_benchmarks_device_slug(bench):
         assert bench.slug(name) == want == re.sub("[^a-z0-9]+", "-", name.lower())
 
 
-def test_one_line(bench):
-    assert bench.one_line(oom_class()(OOM_TEXT)).startswith("OutOfMemoryError: CUDA out of memory. Tried")
-    assert bench.one_line(RuntimeError("x" * 300 + "\nmore")) == "RuntimeError: " + "x" * 200
-    assert bench.one_line(KeyError()) == "KeyError"
+def test_one_line(ep):
+    assert ep.one_line(oom_class()(OOM_TEXT)).startswith("OutOfMemoryError: CUDA out of memory. Tried")
+    assert ep.one_line(RuntimeError("x" * 300 + "\nmore")) == "RuntimeError: " + "x" * 200
+    assert ep.one_line(KeyError()) == "KeyError"
 
 
-def test_bench_model_on_every_pyg_path_with_one_failing(bench):
+def test_bench_model_on_every_pyg_path_with_one_failing(bench, ep):
     """CPU torch and PyG: our row of a small graph with the real PyG paths, one of them made to run out of memory
     (recorded, the others timed, the best chosen); every path computes our forward on the same weights."""
     torch = pytest.importorskip("torch", reason="needs torch (CPU is enough): pip install -e '.[gnn]'")
@@ -286,7 +293,7 @@ def test_bench_model_on_every_pyg_path_with_one_failing(bench):
     A, perm, feats, labels, _ = bench.make_case("sbm", "n=300&blocks=3&deg_in=6&deg_out=1&seed=2", 8, "none")
     OOM = oom_class()
 
-    class Inputs(bench.PygInputs):
+    class Inputs(ep.PygInputs):
         def arg(self, path):
             if path == "adj_t":
                 raise OOM(OOM_TEXT)
@@ -296,19 +303,19 @@ def test_bench_model_on_every_pyg_path_with_one_failing(bench):
     masks = split_masks(A.shape[0], 0)
     pyg = Inputs(A, torch.device("cpu"))
     for model in ("gcn", "gat"):
-        row = bench.bench_model(model, 8, A, perm, x, y, masks, 3, pyg, None)
-        paths = bench.paths_for(model)
+        row = ep.bench_model(model, 8, A, perm, x, y, masks, 3, pyg, None)
+        paths = ep.paths_for(model)
         assert row["pyg_paths"] == paths and "ours_error" not in row and row["ours_ms"] > 0
         timed = [p for p in paths if p != "adj_t"]
         assert sorted(row["pyg_ms_by_path"]) == sorted(timed)
         assert row["pyg_errors"] == ({"adj_t": "OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB. "
                                                 "GPU 0 has a total capacity of 79.19 GiB"} if model == "gcn" else {})
-        assert (row["pyg_path"], row["pyg_ms"]) == bench.best_path(row["pyg_ms_by_path"])
+        assert (row["pyg_path"], row["pyg_ms"]) == ep.best_path(row["pyg_ms_by_path"])
         assert row["speedup"] == pytest.approx(row["pyg_ms"] / row["ours_ms"])
         assert row["forward_ok"] and max(row["pyg_forward_rel_err"].values()) < 1e-5  # the same operator
         assert max(row["pyg_loss_max_rel_gap"].values()) < 1e-4 and len(row["pyg_losses"]) == 3
     pyg.clear()
-    row = bench.bench_model("gcn", 8, A, perm, x, y, masks, 3, None, None)  # --no-pyg: ours alone
+    row = ep.bench_model("gcn", 8, A, perm, x, y, masks, 3, None, None)  # --no-pyg: ours alone
     assert row["ours_ms"] > 0 and "pyg_ms" not in row and "speedup" not in row
 
 
