@@ -20,6 +20,7 @@
 // Input contract: see metcf_tile.cuh; item_window and part_ptr as built by kernels/launch.py (int64).
 // All offsets and C/B indexing are int64 (rows x N beyond 2^31 is safe).
 #include "metcf_tile.cuh"
+#include "metcf_regs.cuh"  // the register pipeline (CFG_A_REGS)
 
 #if !CFG_A_REGS  // v0 only
 // The A-tile pipeline shared by both SpMM kernels: for each TC block b in [b_begin, b_end) (uniform across the
@@ -236,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(CFG_COMBINE_THREADS)
   }
 }
 
-// The per-block occupancy bitmaps of the register pipeline (see metcf_tile.cuh): one thread per block ORs the
+// The per-block occupancy bitmaps of the register pipeline (see metcf_regs.cuh): one thread per block ORs the
 // bits of its nonzeros' local ids. Sets *bad = 1 when a block's local ids are not strictly increasing (not
 // canonical ME-TCF: the popcount addressing would read the wrong values), so the launcher can refuse the input.
 extern "C" __global__ void metcf_bitmap(const i64* __restrict__ tc_offset,
