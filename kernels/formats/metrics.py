@@ -75,8 +75,9 @@ def markers_fit(shape, nnz: int) -> bool:
 def window_counts(A, *, window: int = 16, widths=(8,), group_windows: int = 8):
     """(distinct columns per window, {width: aligned ``window x width`` blocks per window}, distinct columns per
     group of ``group_windows`` windows), int64 arrays, for CSR ``A`` in its current row order (any index order,
-    duplicates counted once). ME-TCF's TC blocks of a window are ceil(distinct / width). Needs `markers_fit`."""
-    if window < 1 or group_windows < 1 or not len(widths) or min(widths) < 1:
+    duplicates counted once). ME-TCF's TC blocks of a window are ceil(distinct / width); ``widths`` may be empty (no
+    block counts: {}). Needs `markers_fit`."""
+    if window < 1 or group_windows < 1 or (len(widths) and min(widths) < 1):
         raise ValueError(f"window, widths, group_windows must be >= 1, got {window}, {widths}, {group_windows}")
     indptr, indices, shape = _csr_arrays(A)
     return _marker_counts(indptr, indices, shape, window, widths, group_windows)
@@ -100,7 +101,8 @@ def _marker_counts(indptr, indices, shape, window: int, widths, group_windows: i
     n_cols_k = max(n_cols, 1)
     distinct, blocks, group_cols = _scan(
         indptr, indices, n_rows, window, widths_a, group_windows, np.full(n_cols_k, -1, mark),
-        np.full((widths_a.size, -(-n_cols_k // int(widths_a.min()))), -1, mark), np.full(n_cols_k, -1, mark))
+        np.full((widths_a.size, -(-n_cols_k // int(widths_a.min())) if widths_a.size else 1), -1, mark),
+        np.full(n_cols_k, -1, mark))
     return distinct, {int(w): blocks[k] for k, w in enumerate(widths_a)}, group_cols
 
 

@@ -33,6 +33,7 @@ class DaskBackend:
         self.client = client
         self.n = int(indptr.size - 1)
         self.block_rows, self.pair_shard = int(block_rows), int(pair_shard)
+        self._n_cols = mh.column_bound(np.asarray(indices))  # jaccard_block's markers, once for every shard
         self._indptr = client.scatter(np.asarray(indptr), broadcast=True, hash=False)
         self._indices = client.scatter(np.asarray(indices), broadcast=True, hash=False)
         self._held = [self._indptr, self._indices]
@@ -56,7 +57,7 @@ class DaskBackend:
 
     def jaccard(self, pairs: np.ndarray) -> np.ndarray:
         futs = [self.client.submit(mh.jaccard_block, self._indptr, self._indices, pairs[s:s + self.pair_shard],
-                                   pure=False)
+                                   self._n_cols, pure=False)
                 for s in range(0, pairs.shape[0], self.pair_shard)]
         parts = self.client.gather(futs)
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.float32)

@@ -68,7 +68,8 @@ class LocalBackend:
 
     def jaccard(self, pairs: np.ndarray) -> np.ndarray:
         shards = [pairs[s:s + self.pair_shard] for s in range(0, pairs.shape[0], self.pair_shard)]
-        parts = self._map(lambda p: mh.jaccard_block(self.indptr, self.indices, p), shards)
+        n_cols = mh.column_bound(self.indices)  # once, not per shard
+        parts = self._map(lambda p: mh.jaccard_block(self.indptr, self.indices, p, n_cols), shards)
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.float32)
 
 

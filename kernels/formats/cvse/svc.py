@@ -58,7 +58,7 @@ def vector_counts(A, vectors=VECTORS) -> dict[int, int]:
     while todo:
         V = todo.pop(0)
         multiple = next((W for W in todo if W % V == 0), None)  # counted in the same pass, as groups of V windows
-        distinct, _, groups = window_counts(A, window=V, widths=(V,), group_windows=multiple // V if multiple else 1)
+        distinct, _, groups = window_counts(A, window=V, widths=(), group_windows=multiple // V if multiple else 1)
         out[V] = int(distinct.sum())
         if multiple:
             out[multiple] = int(groups.sum())
