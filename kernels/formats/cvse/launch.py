@@ -117,7 +117,8 @@ def check_columns(n_cols: int) -> None:
 
 
 def upload(X, precision: str) -> CvseArrays:
-    """A host CVSE (kernels.formats.cvse.container) in ``precision``'s storage dtype -> CvseArrays on the current device."""
+    """A CVSE (kernels.formats.cvse.container; host arrays, or device ones as kernels.formats.cvse.gpu builds
+    them, taken as they are) in ``precision``'s storage dtype -> CvseArrays on the current device."""
     import cupy
 
     p = as_precision(precision)
@@ -129,7 +130,7 @@ def upload(X, precision: str) -> CvseArrays:
     if -(-n_rows // X.vector) > MAX_GRID_X:
         raise ValueError(f"A has {-(-n_rows // X.vector)} vector rows; the per-vector kernel takes at most "
                          f"{MAX_GRID_X}")
-    vec_ptr_host = np.asarray(X.vec_ptr, dtype=np.int64)
+    vec_ptr_host = cupy.asnumpy(X.vec_ptr).astype(np.int64, copy=False)  # synchronize! (a device CVSE's)
     data = cupy.asarray(X.data) if X.n_vectors else cupy.zeros((1, X.vector), dtype=X.data.dtype)
     if p.name == "float32":
         data = tf32_round(data)

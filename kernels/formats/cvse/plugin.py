@@ -61,14 +61,15 @@ def reference_spmm(X: CVSE, B, precision: Precision | None = None):
 
 
 def _convert_on_device(A, *, vector: int, to_storage) -> CVSE:
-    """`compress`'s converter on the GPU: CSR uploaded, CVSE built there (bitwise the host's), back as host arrays
-    for the upload, whose checks and the tiled layout read them on the host."""
+    """`compress`'s converter on the GPU: CSR uploaded, CVSE built there (bitwise the host's) and kept there: the
+    upload takes its arrays as they are (only vec_ptr comes to the host; the 16-bit tiled layout, where it is
+    built, reads a host copy)."""
     import cupy
 
     A = canonical_csr(A, "CvseDevice")
     X = csr_to_cvse_gpu(cupy.asarray(A.indptr), cupy.asarray(A.indices), cupy.asarray(A.data), A.shape,
                         vector=vector, to_storage=to_storage)
-    return cvse_to_host(X)  # synchronize!
+    return X
 
 
 class CvseDevice:
@@ -97,7 +98,7 @@ class CvseDevice:
         self._dm = lc.upload(X, precision.name)
         # the tiled kernel's layout (16-bit, and only where segments of a K chunk hold >= 4 vectors on average)
         self.autotune = autotune
-        self._tiles = (lc.upload_tiles(X, precision.name)
+        self._tiles = (lc.upload_tiles(cvse_to_host(X), precision.name)
                        if precision.name in lc.TILED_PRECISIONS and lc.tiles_worthwhile(X) else None)
         self._smem_max, _, self.sm_count = lc.device_limits()
         lc.module(lc.SPMM_SOURCE)  # compile now, not in the first run

@@ -58,3 +58,29 @@ def test_device_operator_converts_on_the_gpu(p_name):
     assert given.timings["conversion"].startswith("host CVSE upload")
     B = np.random.default_rng(3).standard_normal((A.shape[1], 64)).astype(np.float32)
     assert np.array_equal(plan.run(B, kernel="cvse-vector"), given.run(B, kernel="cvse-vector"))
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_upload_takes_a_device_cvse_as_it_is(p_name):
+    """kernels.formats.cvse.launch.upload of the GPU converter's CVSE (its arrays on the device, as the device
+    operator now passes them) gives the arrays an upload of the host CVSE gives; a 16-bit matrix dense enough for
+    the tiled layout runs the tiled kernel from it with the host-converted plan's bits."""
+    from kernels.formats.cvse import launch as lc
+    from kernels.spmm import SpmmPlan
+
+    p = precision(p_name)
+    A = sp.csr_array(sp.random_array((512, 384), density=0.3, random_state=5, format="csr", dtype=np.float32))
+    G = cvse_gpu.csr_to_cvse_gpu_from_scipy(A, p, vector=8)
+    X = csr_to_cvse(A, vector=8, to_storage=p.to_storage)
+    dg, dh = lc.upload(G, p_name), lc.upload(X, p_name)
+    for name in ("vec_ptr", "indices", "data"):
+        assert cupy.array_equal(getattr(dg, name), getattr(dh, name)), name
+    assert np.array_equal(dg.vec_ptr_host, dh.vec_ptr_host) and isinstance(dg.vec_ptr_host, np.ndarray)
+    plan = SpmmPlan(A, dtype=p_name, format="cvse", out_dtype=np.float32)
+    V = int(plan.timings["conversion"].split("V = ")[1].split(":")[0])
+    given = SpmmPlan(csr_to_cvse(A, vector=V, to_storage=p.to_storage), dtype=p_name, format="cvse",
+                     out_dtype=np.float32)
+    B = np.random.default_rng(4).standard_normal((A.shape[1], 128)).astype(np.float32)
+    kernels = ("cvse-vector", "cvse-tiled") if p.half else ("cvse-vector",)
+    for kernel in kernels:
+        assert np.array_equal(plan.run(B, kernel=kernel), given.run(B, kernel=kernel)), kernel
