@@ -199,8 +199,12 @@ def _bind(B, out, *launches, vec_n: int = 4) -> Bound:
 # a 1M-nonzero `auto` plan's 0.15-0.19 s; at 5 x 0.2 ms they take half of that, and 18 plans (R-MAT, SBM, mesh;
 # float32, float16; three plans each) picked the kernel the full budget picks, within 1 % of its time (H200,
 # docs/kernels-notes.md "Session 26").
+# A call of at least TUNE_TARGET_MS is its own estimate after one warm-up call (its event-timed time is steady to
+# ~1 %, and 3 warm-up + 3 estimate calls of a 1 ms kernel were 6 ms of a 10M-nonzero plan's ~25 ms per candidate),
+# and a candidate whose estimate passes GIVE_UP x the best timed so far is not timed further (`time_bound`).
 TARGET_MS = 0.5
 TUNE_REPEATS, TUNE_WARMUP, TUNE_TARGET_MS = 5, 3, 0.2
+GIVE_UP = 1.5
 
 
 def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
@@ -221,19 +225,44 @@ def median_ms(fn, *, repeats: int = 20, warmup: int = 5) -> float:
     return float(np.median(times))
 
 
-def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5,
-              target_ms: float = TARGET_MS) -> float:
+def single_ms(fn, *, warmup: int = 3, long_ms: float = float("inf")) -> float:
+    """One call's milliseconds, to size a timing batch: the median of 3 event-timed calls after ``warmup`` calls; a
+    call of at least ``long_ms`` after the first is taken alone (the first call was its warm-up)."""
+    import cupy
+
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for i in range(warmup + 3):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()  # synchronize!
+        ms = cupy.cuda.get_elapsed_time(start, stop)
+        if i >= 1 and ms >= long_ms:
+            return ms
+        if i >= warmup:
+            times.append(ms)
+    return float(np.median(times))
+
+
+def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5, target_ms: float = TARGET_MS,
+              long_ms: float = float("inf"), give_up_ms: float | None = None) -> float:
     """Milliseconds per call as a caller issues them: CUDA events around a Python loop of ``calls`` back-to-back
     fn() on the current stream, divided by ``calls``; the median of ``repeats`` loops. Where the host issues
     faster than the GPU runs, this is the GPU's time per call; where slower, the host's cost per call. What
     ``SpmmPlan`` autotunes with and what the benchmark reports as "as issued" (graph_ms is the GPU's alone).
-    ``calls`` default: enough for ~target_ms per loop (3 to 200), from a single-call estimate."""
+    ``calls`` default: enough for ~target_ms per loop (3 to 200), from a single-call estimate (`single_ms` with
+    ``long_ms``; ``give_up_ms`` as in `graph_ms`)."""
     import cupy
 
-    for _ in range(warmup):
-        fn()
     if calls is None:
-        calls = int(min(200, max(3, round(target_ms / max(median_ms(fn, repeats=3, warmup=0), 1e-3)))))
+        one = single_ms(fn, warmup=warmup, long_ms=long_ms)
+        if give_up_ms is not None and one > give_up_ms:
+            return one
+        calls = int(min(200, max(3, round(target_ms / max(one, 1e-3)))))
+    else:
+        for _ in range(warmup):
+            fn()
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     times = []
     for _ in range(repeats):
@@ -246,12 +275,14 @@ def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5
     return float(np.median(times))
 
 
-def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGET_MS, max_calls: int = 200) -> float:
+def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGET_MS, max_calls: int = 200,
+             long_ms: float = float("inf"), give_up_ms: float | None = None) -> float:
     """Median milliseconds of one fn() as the GPU runs it, without host launch overhead: fn is captured `calls`
     times back to back into a CUDA graph on a private stream (calls = enough for ~target_ms per replay, from a
-    single-call estimate), and each of `repeats` replays is bracketed by its own pair of events; returns the
-    median of replay ms / calls. fn must launch only on the current stream and must not allocate (pass its
-    outputs in); cuSPARSE through kernels.cusparse follows the current stream.
+    single-call estimate, `single_ms` with ``long_ms``), and each of `repeats` replays is bracketed by its own pair
+    of events; returns the median of replay ms / calls. With ``give_up_ms``, an estimate above it is returned as it
+    is (a candidate that cannot win an autotune). fn must launch only on the current stream and must not allocate
+    (pass its outputs in); cuSPARSE through kernels.cusparse follows the current stream.
 
     The private stream is ordered after the caller's current stream's earlier work, and the caller's stream after
     the timing: a non-blocking stream does not wait for the legacy default stream (nor any other) by itself, so
@@ -265,7 +296,10 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGE
     stream = cupy.cuda.Stream(non_blocking=True)
     stream.wait_event(caller.record())
     with stream:
-        one = median_ms(fn, repeats=3, warmup=warmup)
+        one = single_ms(fn, warmup=warmup, long_ms=long_ms)
+        if give_up_ms is not None and one > give_up_ms:
+            caller.wait_event(stream.record())
+            return one
         calls = int(min(max_calls, max(1, round(target_ms / max(one, 1e-3)))))
         stream.begin_capture()
         try:
@@ -287,8 +321,10 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGE
 
 
 def time_bound(bound, how: str = "graph", repeats: int = TUNE_REPEATS, warmup: int = TUNE_WARMUP,
-               target_ms: float = TUNE_TARGET_MS) -> float:
-    """Milliseconds per call of ``bound(stream_ptr)``, an autotune timing unless given another budget. "issued": a
+               target_ms: float = TUNE_TARGET_MS, best_ms: float | None = None) -> float:
+    """Milliseconds per call of ``bound(stream_ptr)``, an autotune timing unless given another budget (a call of
+    ``target_ms`` or more is estimated from one call after one warm-up; ``best_ms``, the best candidate timed so far:
+    one whose estimate of at least ``target_ms`` passes GIVE_UP x it returns that estimate). "issued": a
     candidate is charged its host cost where that exceeds its GPU time (`issued_ms`); "graph": the GPU's time alone
     (`graph_ms`, a captured graph of back-to-back calls). SpmmPlan's autotune times candidates the way ``run``
     issues them from the third call on: with ``graphs`` (default) a replayed graph, whose host cost is one graph
@@ -299,9 +335,16 @@ def time_bound(bound, how: str = "graph", repeats: int = TUNE_REPEATS, warmup: i
 
     if how == "graph":  # graph_ms / issued_ms looked up per call: tests/kernels/test_gpu_host_path.py counts them
         return graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup,
-                        target_ms=target_ms)
+                        target_ms=target_ms, long_ms=target_ms, give_up_ms=_give_up(best_ms, target_ms))
     stream_ptr = cupy.cuda.get_current_stream().ptr
-    return issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup, target_ms=target_ms)
+    return issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup, target_ms=target_ms,
+                     long_ms=target_ms, give_up_ms=_give_up(best_ms, target_ms))
+
+
+def _give_up(best_ms: float | None, target_ms: float) -> float | None:
+    """The estimate above which a candidate is not timed further: GIVE_UP x the best so far, and never below
+    ``target_ms`` (a short call's one-call estimate carries its launch's host cost)."""
+    return None if best_ms is None else max(GIVE_UP * best_ms, target_ms)
 
 
 def copy_bandwidth_gbs(n_bytes: int = 1 << 30, repeats: int = 10) -> float:

@@ -126,20 +126,43 @@ def check_range(values, prec: Precision, source: str, *, allow_overflow: bool = 
     report = {"overflow": 0, "underflow": 0, "max_abs": 0.0}
     if prec.name != "float16" or v.size == 0:
         return report
-    a = np.abs(v[np.isfinite(v)]).astype(np.float64)
-    if a.size == 0:
+    counts = _range_counts(v)
+    if counts is None:
         return report
-    nonzero = a[a > 0]
-    report.update(overflow=int((a > FP16_MAX).sum()), underflow=int((nonzero < FP16_TINY).sum()),
-                  max_abs=float(a.max()))
+    a, overflow, underflow, max_abs, n_nonzero = counts
+    report.update(overflow=overflow, underflow=underflow, max_abs=max_abs)
     if allow_overflow:
         return report
     if report["overflow"]:
         raise InputError(f"{source}: {report['overflow']} values exceed the float16 range (largest |x| = "
                          f"{report['max_abs']:.6g} > {FP16_MAX:g}); use {fix[0]} (or float32), or pass "
                          f"{fix[1]} to run float16 anyway")
-    if nonzero.size and report["underflow"] > UNDERFLOW_FRACTION * nonzero.size:
-        raise InputError(f"{source}: {report['underflow']} of {nonzero.size} nonzero values are below float16's "
+    if n_nonzero and report["underflow"] > UNDERFLOW_FRACTION * n_nonzero:
+        raise InputError(f"{source}: {report['underflow']} of {n_nonzero} nonzero values are below float16's "
                          f"smallest subnormal {FP16_TINY:.3g} and would round to zero (smallest |x| = "
-                         f"{float(nonzero.min()):.3g}); use {fix[0]} (or float32), or pass {fix[1]}")
+                         f"{float(a[a > 0].min()):.3g}); use {fix[0]} (or float32), or pass {fix[1]}")
     return report
+
+
+def _range_counts(v: np.ndarray):
+    """(|x| of v's finite values, overflow count, underflow count, max |x|, nonzero count) as `check_range` reports
+    them, None when no value is finite.
+
+    Where every value is finite (the usual case) the counts come from |v| in its own float dtype with no filtering
+    copy: 10M float32 values 6.5 ms, where the float64 copy of the finite values took 46 ms (float64 values: 12 vs
+    54 ms; 2-core host). The same numbers: |x| is exact in any float dtype, and 65504 and 2^-24 are exact in
+    float16, so every comparison agrees with the float64 one. A NaN or an infinity makes |v|'s max non-finite;
+    those arrays, and integer or other dtypes, take the filtering path."""
+    if v.dtype in (np.float16, np.float32, np.float64):
+        a = np.abs(v)
+        top = a.max()
+        if np.isfinite(top):
+            below = int(np.count_nonzero(a < FP16_TINY))
+            zeros = int(np.count_nonzero(a == 0)) if below else 0  # zeros are below FP16_TINY too
+            overflow = int(np.count_nonzero(a > FP16_MAX)) if top > FP16_MAX else 0
+            return a, overflow, below - zeros, float(top), a.size - zeros
+    a = np.abs(v[np.isfinite(v)]).astype(np.float64)
+    if a.size == 0:
+        return None
+    nonzero = a[a > 0]
+    return a, int((a > FP16_MAX).sum()), int((nonzero < FP16_TINY).sum()), float(a.max()), nonzero.size

@@ -186,12 +186,13 @@ class SpmmPlan:
 
     def _time(self, kernel: str, B, *, repeats: int = launch.TUNE_REPEATS, warmup: int = launch.TUNE_WARMUP,
               target_ms: float = launch.TUNE_TARGET_MS, ksplit: int | None = None, choice=None,
-              how: str | None = None) -> float:
+              how: str | None = None, best_ms: float | None = None) -> float:
         """Milliseconds per call of one candidate through its bound launch (the path ``run`` takes;
-        `kernels.launch.time_bound`), on the autotune budget unless given another."""
+        `kernels.launch.time_bound`), on the autotune budget unless given another; ``best_ms``: the best candidate
+        timed so far (a far slower one is not timed further)."""
         bound = self._bind(kernel, B, self._out(int(B.shape[1]), kernel), False, ksplit=ksplit, choice=choice)
         return launch.time_bound(bound, how or ("graph" if self._graphs else "issued"), repeats, warmup,
-                                 target_ms)
+                                 target_ms, best_ms)
 
     def _device_b(self, B):
         """B on the device in the precision's storage dtype, C-contiguous (converted when it is not already)."""

@@ -24,7 +24,7 @@ WINDOW = 16  # rows per row window (the m16 of mma.m16n8k8 and m16n8k16)
 def canonical_csr(A, who: str) -> sp.csr_array:
     if not sp.issparse(A):
         raise TypeError(f"{who} needs a scipy.sparse matrix, got {type(A).__name__}")
-    A = sp.csr_array(A)  # no copy for a CSR input
+    A = A if isinstance(A, sp.csr_array) else sp.csr_array(A)  # the same object: its canonical flag is cached
     if not A.has_canonical_format:
         A = A.copy()
         A.sum_duplicates()  # sorts indices; keeps explicit zeros

@@ -50,3 +50,37 @@ def test_graph_ms_orders_the_callers_later_work_after_it():
     launch.graph_ms(lambda: cupy.copyto(y, x), repeats=1, warmup=1)
     z = y * 2  # on the caller's (legacy default) stream
     assert bool((z == 6.0).all())
+
+
+def _spin(ms: float):
+    """A call of ``ms`` on the GPU (one spinning block), counted: the timers' call budget is what is tested."""
+    x = cupy.zeros(32, dtype=cupy.float32)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        SPIN_WRITE((1,), (32,), (x, np.uint64(int(ms * 1e6)), np.float32(1.0)))
+
+    return fn, calls
+
+
+def test_a_long_call_is_its_own_estimate_after_one_warm_up():
+    fn, calls = _spin(2.0)
+    fn()  # the module's first load
+    calls.clear()
+    assert launch.single_ms(fn, warmup=3, long_ms=0.2) >= 1.9
+    assert len(calls) == 2
+    calls.clear()
+    launch.single_ms(fn, warmup=3)  # without long_ms: 3 warm-up and 3 estimate calls
+    assert len(calls) == 6
+
+
+def test_a_candidate_far_slower_than_the_best_is_not_timed_further():
+    fn, calls = _spin(2.0)
+    fn()
+    calls.clear()
+    ms = launch.graph_ms(fn, repeats=5, warmup=3, target_ms=0.2, long_ms=0.2, give_up_ms=1.0)
+    assert ms >= 1.9 and len(calls) == 2  # the estimate returned: no capture, no replays
+    calls.clear()
+    ms = launch.graph_ms(fn, repeats=5, warmup=3, target_ms=0.2, long_ms=0.2, give_up_ms=4.0)
+    assert 1.9 <= ms < 4.0 and len(calls) == 3  # estimated, then one call captured and replayed

@@ -77,10 +77,26 @@ def test_autotune_timings_spend_the_tune_budget(monkeypatch):
     for how in ("graph", "issued"):
         assert time_bound(calls.append, how, launch.TUNE_REPEATS, launch.TUNE_WARMUP, launch.TUNE_TARGET_MS) == 1.0
     assert calls == [0, 0]  # the bound launch called with the current stream's pointer
-    assert seen == [("graph", {"repeats": launch.TUNE_REPEATS, "warmup": launch.TUNE_WARMUP,
-                               "target_ms": launch.TUNE_TARGET_MS}),
-                    ("issued", {"repeats": max(3, launch.TUNE_REPEATS // 2), "warmup": launch.TUNE_WARMUP,
-                                "target_ms": launch.TUNE_TARGET_MS})]
+    tune = {"target_ms": launch.TUNE_TARGET_MS, "long_ms": launch.TUNE_TARGET_MS, "give_up_ms": None}
+    assert seen == [("graph", {"repeats": launch.TUNE_REPEATS, "warmup": launch.TUNE_WARMUP, **tune}),
+                    ("issued", {"repeats": max(3, launch.TUNE_REPEATS // 2), "warmup": launch.TUNE_WARMUP, **tune})]
+    seen.clear()  # with the best so far: give up past GIVE_UP x it, never below the target
+    time_bound(calls.append, "graph", best_ms=2.0)
+    time_bound(calls.append, "graph", best_ms=0.01)
+    assert [kw["give_up_ms"] for _, kw in seen] == [launch.GIVE_UP * 2.0, launch.TUNE_TARGET_MS]
     defaults = {k: p.default for k, p in inspect.signature(SpmmPlan._time).parameters.items()}
     assert (defaults["repeats"], defaults["warmup"], defaults["target_ms"]) == \
         (launch.TUNE_REPEATS, launch.TUNE_WARMUP, launch.TUNE_TARGET_MS)
+
+
+def test_a_decision_times_each_candidate_against_the_best_so_far():
+    # choice.decide hands every timing of one decision the best time before it (kernels.choice._timer)
+    from kernels.choice import _timer
+
+    seen = []
+    plan = SimpleNamespace(_time=lambda kernel, B, best_ms=None, **kw: seen.append((kernel, best_ms)) or
+                           {"a": 3.0, "b": 1.0, "c": 2.0}[kernel])
+    time_fn = _timer(plan, None)
+    assert [time_fn(k) for k in "abc"] == [3.0, 1.0, 2.0]
+    assert seen == [("a", None), ("b", 3.0), ("c", 1.0)]
+    assert _timer(plan, None)("c") == 2.0 and seen[-1] == ("c", None)  # a new decision starts afresh

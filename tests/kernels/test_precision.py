@@ -7,8 +7,8 @@ import scipy.sparse as sp
 
 from configs.errors import InputError
 from kernels.formats import REGISTRY, candidates, get
-from kernels.formats.metcf.container import csr_to_metcf
-from kernels.precision import FP16_MAX, bf16_bits, check_range, precision
+from kernels.precision import (API_FIX, CLI_FIX, FP16_MAX, FP16_TINY, UNDERFLOW_FRACTION, bf16_bits, check_range,
+                               precision)
 
 
 def test_bf16_bits_round_to_nearest_even_and_keep_nan():
@@ -67,6 +67,80 @@ def test_float16_refuses_mass_underflow_but_not_a_few_tiny_values():
         check_range(tiny, precision("float16"), "m")
     few = np.concatenate([np.ones(1000), tiny[:5]])
     assert check_range(few, precision("float16"), "m")["underflow"] == 5
+
+
+def check_range_reference(values, prec, source, *, allow_overflow=False, fix=CLI_FIX) -> dict:
+    """check_range as it was before its fast path (a float64 copy of the finite values): the oracle."""
+    v = np.asarray(values)
+    report = {"overflow": 0, "underflow": 0, "max_abs": 0.0}
+    if prec.name != "float16" or v.size == 0:
+        return report
+    a = np.abs(v[np.isfinite(v)]).astype(np.float64)
+    if a.size == 0:
+        return report
+    nonzero = a[a > 0]
+    report.update(overflow=int((a > FP16_MAX).sum()), underflow=int((nonzero < FP16_TINY).sum()),
+                  max_abs=float(a.max()))
+    if allow_overflow:
+        return report
+    if report["overflow"]:
+        raise InputError(f"{source}: {report['overflow']} values exceed the float16 range (largest |x| = "
+                         f"{report['max_abs']:.6g} > {FP16_MAX:g}); use {fix[0]} (or float32), or pass "
+                         f"{fix[1]} to run float16 anyway")
+    if nonzero.size and report["underflow"] > UNDERFLOW_FRACTION * nonzero.size:
+        raise InputError(f"{source}: {report['underflow']} of {nonzero.size} nonzero values are below float16's "
+                         f"smallest subnormal {FP16_TINY:.3g} and would round to zero (smallest |x| = "
+                         f"{float(nonzero.min()):.3g}); use {fix[0]} (or float32), or pass {fix[1]}")
+    return report
+
+
+def range_outcome(fn, values, **kw):
+    """The report with its value types, or the error message."""
+    try:
+        report = fn(values, precision("float16"), "A", **kw)
+    except InputError as e:
+        return ("error", str(e))
+    return ("report", report, [type(x) for x in report.values()])
+
+
+RANGE_CASES = {
+    "empty": [], "zero": [0.0], "all zero": [0.0, -0.0, 0.0], "one": [-3.5],
+    "nan": [np.nan], "inf": [np.inf], "-inf": [-np.inf], "nan and values": [np.nan, 1.0, -7.0e4, 0.0],
+    "inf and tiny": [np.inf] + [1e-9] * 3 + [1.0], "-inf and overflow": [-np.inf, 1e5, 2.0],
+    "at the limits": [FP16_MAX, -FP16_MAX, FP16_TINY, -FP16_TINY, 0.0],
+    "just past the limits": [np.nextafter(FP16_MAX, np.inf), np.nextafter(FP16_TINY, 0.0), 1.0],
+    "1% tiny": [1e-9] + [1.0] * 99, "just over 1% tiny": [1e-9, -1e-9] + [1.0] * 98,
+    "tiny and zeros": [1e-9] * 3 + [0.0] * 500, "negative overflow": [-1e6, -65505.0, 3.0],
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64, np.int8])
+@pytest.mark.parametrize("case", list(RANGE_CASES))
+def test_range_check_equals_the_float64_reference(case, dtype):
+    with np.errstate(over="ignore", invalid="ignore"):  # float16 / int casts of out-of-range values
+        values = np.array(RANGE_CASES[case]).astype(dtype)
+    for kw in ({}, {"allow_overflow": True}, {"fix": API_FIX}):
+        assert range_outcome(check_range, values, **kw) == range_outcome(check_range_reference, values, **kw)
+
+
+def test_range_check_equals_the_reference_on_random_arrays():
+    rng = np.random.default_rng(11)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, FP16_MAX, FP16_TINY, 1e-30, 1e30])
+    for trial in range(300):
+        n = int(rng.integers(1, 400))
+        v = rng.standard_normal(n) * 10.0 ** rng.integers(-12, 8)
+        if trial % 3:
+            v[rng.integers(0, n, int(rng.integers(1, 4)))] = rng.choice(specials, 1)
+        dtype = (np.float16, np.float32, np.float64)[trial % 3]
+        with np.errstate(over="ignore"):
+            v = v.astype(dtype)
+        shaped = v if trial % 5 else v.reshape(1, -1)[:, ::-1]  # 2-D, non-contiguous
+        for kw in ({}, {"allow_overflow": True}):
+            assert range_outcome(check_range, shaped, **kw) == range_outcome(check_range_reference, shaped, **kw)
+    assert range_outcome(check_range, np.float32(7e4)) == range_outcome(check_range_reference, np.float32(7e4))
+    assert check_range([1.0, -2.0, 1e-9, 0.0], precision("float16"), "A", allow_overflow=True) == {
+        "overflow": 0, "underflow": 1, "max_abs": 2.0}
+    assert check_range([np.nan], precision("float32"), "A") == {"overflow": 0, "underflow": 0, "max_abs": 0.0}
 
 
 def test_registry_lists_metcf_for_every_precision_and_refuses_unknown_formats():

@@ -163,7 +163,7 @@ def csr_to_metcf_gpu_from_scipy(A, width: int = WIDTH) -> DeviceMETCF:
     """Convenience: upload a SciPy sparse matrix (made canonical first, as the CPU converter does) and convert."""
     import scipy.sparse as sp
 
-    A = sp.csr_array(A)
+    A = A if isinstance(A, sp.csr_array) else sp.csr_array(A)  # the same object: its canonical flag is cached
     if not A.has_canonical_format:
         A = A.copy()
         A.sum_duplicates()

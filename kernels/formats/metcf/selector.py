@@ -22,11 +22,11 @@ the documented defaults below are used when no file exists):
 """
 from __future__ import annotations
 
-import heapq
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from kernels.formats.metcf.config import CONFIG, KernelConfig
@@ -108,11 +108,43 @@ def list_schedule_makespan(costs, slots: int, *, exact: bool | None = None) -> f
     if not exact:
         g = -(-costs.size // EXACT_SCHEDULE_MAX_JOBS)
         costs = np.add.reduceat(costs, np.arange(0, costs.size, g))
-    free = [0.0] * min(slots, costs.size)
-    heapq.heapify(free)
-    for c in costs.tolist():
-        heapq.heapreplace(free, free[0] + c)
-    return max(free)
+    return _heap_makespan(np.ascontiguousarray(costs), min(slots, costs.size))
+
+
+@numba.njit(cache=True, nogil=True)
+def _heap_makespan(costs, n_slots):
+    """The exact list schedule: a min-heap of slot free times, each job starts on the earliest free slot.
+
+    Compiled because the Python heap (heapq.heapreplace per job) cost 3.2 ms per 20k-job call on a 2-core host,
+    0.085 s per plan (8 calls) on an H200 host; compiled 0.65 ms. It is CPython's heapreplace step for step (sift
+    the new root down to a leaf along the smaller children, right child on ties, then back up; the same ``<``
+    comparisons) and builtins.max's ``>`` scan, so the result, NaN costs included, is bit for bit the heapq one's."""
+    free = np.zeros(n_slots, np.float64)  # all equal: already a heap
+    for c in costs:
+        item = free[0] + c
+        pos = 0
+        child = 1
+        while child + 1 < n_slots:  # heapq._siftup: the smaller child moves up until a leaf is free
+            child += not free[child] < free[child + 1]  # no branch: 0.65 ms instead of 0.9 ms on 20k jobs
+            free[pos] = free[child]
+            pos = child
+            child = 2 * pos + 1
+        if child < n_slots:  # a left child without a sibling
+            free[pos] = free[child]
+            pos = child
+        while pos > 0:  # heapq._siftdown: the new item back up to its place
+            parent = (pos - 1) >> 1
+            if item < free[parent]:
+                free[pos] = free[parent]
+                pos = parent
+            else:
+                break
+        free[pos] = item
+    makespan = free[0]
+    for x in free[1:]:
+        if x > makespan:
+            makespan = x
+    return makespan
 
 
 def predict(row_window_offset, nnz: int, shape, N: int, device: DeviceModel, cal: Calibration,

@@ -92,3 +92,35 @@ def test_maps_for_offers_the_16_column_mappings_from_256_columns_of_16():
     assert maps_for(264) == ("wide", "pair")  # N % 16 != 0: a 16-column lane would straddle N
     assert maps_for(256) == maps_for(272) == maps_for(4096) == MAPS
     assert MAPS[0] == "wide"  # the untimed default and the first in a tie
+
+
+def test_walk_order_sorts_hub_rows_longest_first_stably():
+    # 16-bit keys take NumPy's radix sort; longer rows keep the general sort: both the same stable order
+    from kernels.formats.csr.launch import walk_order
+
+    for hub in (40, 40_000):
+        lengths = np.array([1, hub, 3, hub, 1, 50, 2, 50, 1] * 3)
+        order = walk_order(np.concatenate([[0], np.cumsum(lengths)]), heavy=2.0)
+        big = np.flatnonzero(lengths >= 2.0 * lengths.mean())
+        big = big[sorted(range(big.size), key=lambda i: -lengths[big[i]])]  # Python's sort is stable
+        rest = np.setdiff1d(np.arange(lengths.size), big)
+        assert np.array_equal(order, np.concatenate([big, rest]))
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 24])
+def test_row_gather_index_arithmetic(monkeypatch, chunk):
+    # the device gather's arithmetic with NumPy standing in for CuPy (their calls are the same): rows in a given
+    # order, empty ones included, in chunks that cut rows
+    import sys
+
+    from kernels.formats.csr import upload
+
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    monkeypatch.setattr(upload, "CHUNK", chunk)
+    A = sp.random(28, 17, density=0.2, format="csr", random_state=3, dtype=np.float32)
+    A = sp.csr_array(sp.vstack([A[:10], sp.csr_array((2, 17), dtype=np.float32), A[10:]], format="csr"))
+    assert A.shape == (30, 17) and (np.diff(A.indptr) == 0).sum() >= 2
+    order = np.random.default_rng(4).permutation(30)
+    idx, val = upload._gather_rows(np.asarray(A.indptr, dtype=np.int64), order, A.indices.copy(), A.data.copy())
+    want = A[order]
+    assert np.array_equal(idx, want.indices) and np.array_equal(val, want.data)

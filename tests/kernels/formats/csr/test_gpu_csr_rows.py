@@ -259,3 +259,30 @@ def test_pair_tail_groups_short_rows_without_changing_a_bit(p_name):
     tol = RTOL[p_name]
     assert np.allclose(outs[0], ref, rtol=tol, atol=tol * max(np.abs(ref).max(), 1.0))
     assert not outs[0][lengths == 0].any()  # empty rows: zeros
+
+
+@pytest.mark.parametrize("p_name", PRECISIONS)
+def test_upload_rows_is_the_host_gather_and_rounding_bitwise(monkeypatch, p_name):
+    """The device gather and rounding (kernels.formats.csr.upload) give the bits the host path gave: A[order]'s
+    column ids and to_storage of its values, with values at float16's and bfloat16's edges (subnormal, past the
+    largest, infinities, -0), empty rows, and chunks that cut rows."""
+    from kernels.formats.csr import upload
+
+    monkeypatch.setattr(upload, "CHUNK", 7)
+    p = precision(p_name)
+    A = random_csr((300, 90), 2500, seed=5)
+    A = sp.csr_array(sp.vstack([A[:100], sp.csr_array((3, 90)), A[100:]], format="csr"), dtype=np.float32)
+    edge = np.array([6e-8, 3e-5, -2e-7, 65504.0, 65520.0, 7e4, 3.4e38, np.inf, -np.inf, -0.0, 1 / 3],
+                    dtype=np.float32)
+    A.data[:edge.size] = edge
+    for order in (None, np.random.default_rng(6).permutation(A.shape[0])):
+        idx, val = upload.upload_rows(A, order, p)
+        want = A if order is None else A[order]
+        assert np.array_equal(cupy.asnumpy(idx), want.indices)
+        host = p.to_storage(want.data)
+        assert cupy.asnumpy(val).dtype == host.dtype
+        assert np.array_equal(cupy.asnumpy(val).view(np.uint16 if p.half else np.uint32),
+                              host.view(np.uint16 if p.half else np.uint32))
+    stored16 = sp.csr_array((p.to_storage(A.data), A.indices, A.indptr), shape=A.shape)  # stored bits moved
+    idx, val = upload.upload_rows(stored16, None, p)
+    assert np.array_equal(cupy.asnumpy(val).view(np.uint8), stored16.data.view(np.uint8))

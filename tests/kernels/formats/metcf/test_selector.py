@@ -1,10 +1,14 @@
 """Selector on the CPU: list-scheduling makespan, balance on skewed windows only, cuSPARSE on tiny TC blocks."""
 from __future__ import annotations
 
+import heapq
+import struct
+
 import numpy as np
 import pytest
 
-from kernels.formats.metcf.selector import Calibration, DeviceModel, choose, list_schedule_makespan, predict
+from kernels.formats.metcf.selector import (EXACT_SCHEDULE_MAX_JOBS, Calibration, DeviceModel, choose,
+                                            list_schedule_makespan, predict)
 
 H100_LIKE = DeviceModel(name="test-gpu", sm_count=132, blocks_per_sm_plain=9, blocks_per_sm_balanced=7,
                         copy_gbs=2900.0)
@@ -27,6 +31,68 @@ def test_merged_schedule_close_to_exact():
     exact = list_schedule_makespan(costs, 1188, exact=True)
     merged = list_schedule_makespan(costs, 1188, exact=False)
     assert abs(merged - exact) / exact < 0.01
+
+
+def makespan_reference(costs, slots, exact=None) -> float:
+    """The heapq schedule list_schedule_makespan ran before it was compiled: the oracle, bit for bit."""
+    costs = np.asarray(costs, dtype=np.float64)
+    slots = max(int(slots), 1)
+    if costs.size == 0:
+        return 0.0
+    if exact is None:
+        exact = costs.size <= EXACT_SCHEDULE_MAX_JOBS
+    if not exact:
+        g = -(-costs.size // EXACT_SCHEDULE_MAX_JOBS)
+        costs = np.add.reduceat(costs, np.arange(0, costs.size, g))
+    free = [0.0] * min(slots, costs.size)
+    heapq.heapify(free)
+    for c in costs.tolist():
+        heapq.heapreplace(free, free[0] + c)
+    return max(free)
+
+
+def same_bits(a: float, b: float) -> bool:
+    return type(a) is type(b) is float and struct.pack("<d", a) == struct.pack("<d", b)
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3, 7, 64, 1188, 5000, np.int64(2) ** 40, 0, -3])
+@pytest.mark.parametrize("exact", [None, True, False])
+def test_compiled_schedule_is_the_heapq_schedule_bit_for_bit(slots, exact):
+    rng = np.random.default_rng(int(slots) % 1000)
+    cases = [
+        rng.random(2000) * 7,  # distinct costs
+        1.0 + 2.0 * rng.poisson(3, 3000),  # integer-valued costs: many equal free times
+        rng.pareto(1.5, 1000) + 1,  # a few hub jobs
+        np.full(777, 0.1),  # every slot ties every time; sums that round
+        rng.integers(0, 50, 500, dtype=np.int64),  # int64 costs
+        [2.5], [0, 0, 0], [3, 3, 2, 2, 2],  # one job, zero costs, the small case
+        rng.standard_normal(300),  # negative costs too
+        np.arange(4000, dtype=np.float64)[::3],  # a strided view
+    ]
+    for costs in cases:
+        assert same_bits(list_schedule_makespan(costs, slots, exact=exact), makespan_reference(costs, slots, exact))
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf, -np.inf])
+def test_compiled_schedule_keeps_heapq_comparisons_on_nan_and_inf(special):
+    """NaN compares false both ways, so the result depends on the order of comparisons, which the kernel keeps."""
+    rng = np.random.default_rng(7)
+    for slots in (1, 2, 5, 33):
+        for where in ([0], [5], [99], [3, 40], [98, 99]):
+            costs = rng.random(100)
+            costs[where] = special
+            assert same_bits(list_schedule_makespan(costs, slots), makespan_reference(costs, slots))
+            if special == np.inf:  # inf - inf = NaN on the way
+                costs[where[0]] = -np.inf
+                assert same_bits(list_schedule_makespan(costs, slots), makespan_reference(costs, slots))
+
+
+def test_compiled_schedule_merges_runs_past_the_exact_limit_as_before():
+    costs = np.random.default_rng(3).pareto(1.5, EXACT_SCHEDULE_MAX_JOBS * 2 + 17) + 1  # g = 3, a short last run
+    for slots in (1188, 3):
+        assert same_bits(list_schedule_makespan(costs, slots), makespan_reference(costs, slots))
+    assert same_bits(list_schedule_makespan(costs, 1188, exact=True), makespan_reference(costs, 1188, True))
+    assert same_bits(list_schedule_makespan([], 5, exact=False), 0.0)
 
 
 def test_balance_chosen_on_skewed_not_on_uniform():
