@@ -13,24 +13,20 @@
 - from the row pointers alone (always exact): rows holding entries, the longest row and the rows' length spread
   (coefficient of variation: power-law hubs, the CUDA-core CSR kernel's concern).
 
-Method: one sort per chunk of windows of the keys ``((window << bits | col) << 4) | row % 16`` (2^bits >= the
-columns, a multiple of 16). The sorted keys shifted right by s are sorted too, so each statistic is a count of run
-boundaries: shift 1..4 gives (row // V, col) for V = 2..16, shift 4 + log2 w the aligned blocks. Each is taken from
-the previous one's distinct keys (a shorter array every step). No loop over rows or windows.
+Method (kernels.formats.structure_counts): a pass over the nonzeros with a marker per column (numba), or where the
+columns far outnumber the nonzeros one sort per chunk of windows; the same counts either way. No loop over rows or
+windows in Python.
 
 Sampling: above ``sample_nnz`` nonzeros (default `SAMPLE_NNZ`) the statistics come from whole windows: the
 heaviest windows (up to `HEAVY_SHARE` of the budget, at most `HEAVY_MAX`: they hold the hubs, so the maxima are
 those of the whole matrix unless a lighter window has more distinct columns) plus one window drawn from each of k
 equal strata of the others in row order (``np.random.default_rng(seed)``: deterministic), k chosen so that the
 sample holds about ``sample_nnz`` nonzeros. Counts of the drawn windows are scaled by the others' nnz over the
-drawn windows' nnz (a ratio estimator: block and vector counts grow with nnz). Cost on one core (NumPy 2.4,
-AVX-512 sort; issue 32): 0.04 s at 1M nnz, 0.04-0.05 s at 10M nnz sampled (0.4-0.5 s counting every window); on
-generated graphs and DNN weights at 10M nnz a 256K-nonzero sample was within 1 % of the exact counts. From
-`PARALLEL_NNZ` nonzeros counted, chunks of windows go to a thread pool (NumPy's sorts and element-wise loops
-release the GIL; each chunk fills its own windows' counts, so the result does not depend on the thread count): on
-this 2-core CI host every window of R-MAT at 1M / 4M nonzeros 0.029 -> 0.017 s / 0.138 -> 0.064 s. One thread per
-`PARALLEL_NNZ` nonzeros at most: on a 16-core H200 host R-MAT at 1M took 0.052 / 0.032 / 0.025 / 0.028 / 0.040 s
-on 1 / 2 / 4 / 8 / 16 threads (more threads than that share the GIL-held steps between the sorts).
+drawn windows' nnz (a ratio estimator: block and vector counts grow with nnz). Cost on one core by sorting
+(NumPy 2.4, AVX-512 sort; issue 32): 0.04 s at 1M nnz, 0.04-0.05 s at 10M nnz sampled (0.4-0.5 s counting every
+window); on generated graphs and DNN weights at 10M nnz a 256K-nonzero sample was within 1 % of the exact counts.
+Chunks of windows are counted on threads, each filling its own windows' counts: the result does not depend on the
+thread count.
 
 Per window: `window_stats(A)` -> `Windows`, the same counts kept per window (every window by default, or the
 sample `structure` sums, with its weights: ``Structure.windows``). ``Windows.per_window()`` is a `Structure` whose
@@ -47,20 +43,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from configs.threads import pool, usable_cpus
-from kernels.formats.blocks import WINDOW, window_chunks  # WINDOW: the mma's m16, every format's row group
-from kernels.precision import PRECISIONS
+from kernels.formats.blocks import WINDOW  # the mma's m16, every format's row group
+from kernels.formats.structure_counts import BLOCK_WIDTHS, VECTOR_ROWS, _window_rows
+from kernels.formats.structure_counts import counts as count_windows
 
-VECTOR_ROWS = (1, 2, 4, 8, 16)  # row groups dividing a window (CVSE's V)
-BLOCK_WIDTHS = tuple(sorted({p.block_width for p in PRECISIONS.values()}))  # the mma's k: 8 (TF32), 16 (half)
-if any(WINDOW % w or w & (w - 1) for w in BLOCK_WIDTHS):  # the key shifts of _chunk count on it
-    raise RuntimeError(f"block widths {BLOCK_WIDTHS} must be powers of two dividing the {WINDOW}-row window")
 SAMPLE_NNZ = 1 << 20  # above this many nonzeros, a sample of whole windows holding about this many
 HEAVY_SHARE = 0.25  # the heaviest windows fill up to this share of the sample
 HEAVY_MAX = 256
-CHUNK_NNZ = 1 << 22  # keys sorted per chunk of windows (32 MB of int64 keys), at most
-PARALLEL_NNZ = 1 << 18  # nonzeros counted per thread (below this many: one thread, no pool)
-CHUNKS_PER_THREAD = 4  # chunks per thread (a hub window's chunk does not leave the others idle)
 
 
 @dataclass(frozen=True)
@@ -220,7 +209,7 @@ def _window_stats(A, sample_nnz, seed) -> tuple[Windows, np.ndarray]:
     exact = picked.size == n_windows
     if exact and (win := _Last.get(key)) is not None:
         return win, row_nnz
-    counts = _counts(indptr, indices, n_rows, n_cols, picked)
+    counts = count_windows(indptr, indices, n_rows, n_cols, picked)
     rows, local, first_row = _window_rows(picked, n_rows)
     lengths = row_nnz[rows]
     per = lambda x: np.bincount(local, weights=x, minlength=picked.size)  # noqa: E731
@@ -260,86 +249,3 @@ def _sample(window_nnz: np.ndarray, budget: int | None, seed: int) -> tuple[np.n
     weights = np.concatenate([np.ones(heavy.size), np.full(k, scale)])
     order = np.argsort(windows, kind="stable")
     return windows[order], weights[order]
-
-
-def _window_rows(windows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows of ``windows`` in order, each row's position in ``windows``, [n + 1] offsets of each window's rows)."""
-    rows = (windows[:, None] * WINDOW + np.arange(WINDOW, dtype=np.int64)).ravel()
-    rows = rows[rows < n_rows]
-    local = np.searchsorted(windows, rows // WINDOW)  # the window's position in `windows` (non-decreasing)
-    return rows, local, np.searchsorted(local, np.arange(windows.size + 1))
-
-
-def _counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> dict:
-    """Per window of ``windows``: {(kind, size): count array}."""
-    bits = max(n_cols - 1, WINDOW - 1).bit_length()  # the column field: 2^bits >= n_cols, a multiple of 16
-    if bits > 58:
-        raise ValueError(f"A has {n_cols} columns; the structure keys hold at most 2^58")
-    rows, local, first_row = _window_rows(windows, n_rows)  # their nonzeros: one gathered range per row
-    lengths = indptr[rows + 1] - indptr[rows]
-    ptr = np.concatenate([[0], np.cumsum(lengths)])[first_row]  # nonzeros before each picked window
-    counts = {key: np.zeros(windows.size, dtype=np.int64) for key in _KEYS}
-    total = int(ptr[-1])
-    threads = min(usable_cpus(), -(-total // PARALLEL_NNZ)) if total >= PARALLEL_NNZ else 1
-    chunk_nnz = min(CHUNK_NNZ, max(PARALLEL_NNZ // 4, -(-total // (CHUNKS_PER_THREAD * threads))))
-    cuts = window_chunks(ptr, chunk_nnz, max_windows=1 << (58 - bits))
-    every = windows.size == -(-n_rows // WINDOW)  # all windows: a chunk's nonzeros are one run of A's
-
-    def one(w0: int, w1: int) -> None:  # the windows w0 .. w1 - 1: their own slices of the counts
-        sel = slice(first_row[w0], first_row[w1])
-        r, n = rows[sel], lengths[sel]
-        if not n.sum():
-            return
-        if every:
-            cols = np.asarray(indices[indptr[r[0]]:indptr[r[-1] + 1]], dtype=np.int64)
-        else:
-            pos = np.repeat(indptr[r] - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
-            cols = np.asarray(indices[pos], dtype=np.int64)
-        keys = np.repeat(((local[sel] - w0) << (bits + 4)) | (r % WINDOW), n)  # window and row, then the column
-        keys |= cols << 4
-        keys.sort()
-        _chunk(keys, int(w1 - w0), bits, {k: c[w0:w1] for k, c in counts.items()})
-
-    spans = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
-    if threads > 1 and len(spans) > 1:  # NumPy's sorts and element-wise loops release the GIL
-        list(pool("structure", threads).map(one, *zip(*spans)))
-    else:
-        for w0, w1 in spans:
-            one(w0, w1)
-    return counts
-
-
-_KEYS = ([(kind, V) for kind in ("v", "vmax") for V in VECTOR_ROWS[1:]]
-         + [(kind, w) for kind in ("tc", "bcsr") for w in BLOCK_WIDTHS])
-
-
-def _distinct(sorted_keys: np.ndarray) -> np.ndarray:
-    keep = np.empty(sorted_keys.size, dtype=bool)
-    keep[:1] = True
-    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=keep[1:])
-    return sorted_keys[keep]
-
-
-def _chunk(keys: np.ndarray, n_win: int, bits: int, counts: dict) -> None:
-    """Fill the chunk's per-window counts (views into the whole arrays) from its sorted keys
-    ``((window << bits | col) << 4) | row % 16`` (shifted in place: the caller's keys are used up)."""
-    u = keys
-    for V in VECTOR_ROWS[1:]:  # distinct (row // V, col): the previous distinct keys shifted once more
-        u >>= 1  # in place: (window << bits | col) << s | vector row in the window, s = log2(16 / V)
-        u = _distinct(u)
-        s = 4 - (V.bit_length() - 1)
-        if s:
-            slot = u >> (bits + s)  # (window, vector row) as window << s | vector row
-            slot <<= s
-            slot |= u & ((1 << s) - 1)
-            per_vec_row = np.bincount(slot, minlength=n_win << s).reshape(n_win, 1 << s)
-            counts[("v", V)][:] = per_vec_row.sum(axis=1)
-            counts[("vmax", V)][:] = per_vec_row.max(axis=1)
-        else:  # V = 16: one vector row per window
-            counts[("v", V)][:] = counts[("vmax", V)][:] = np.bincount(u >> bits, minlength=n_win)
-    distinct_cols = counts[("v", WINDOW)]  # u now holds window << bits | col
-    for w in BLOCK_WIDTHS:
-        tc = -(-distinct_cols // w)
-        counts[("tc", w)][:] = tc
-        blocks = np.bincount(_distinct(u >> (w.bit_length() - 1)) >> (bits - w.bit_length() + 1), minlength=n_win)
-        counts[("bcsr", w)][:] = blocks

@@ -1,5 +1,5 @@
-"""kernels.formats.structure: the statistics the format ranking reads, exact against a brute-force count (Python
-sets per window) on small matrices that hit the remainders, against kernels.formats.metrics.tc_stats (an
+"""kernels.formats.structure: the statistics the format ranking reads, by column markers and by sorting, exact
+against a brute-force count (Python sets per window) on small matrices that hit the remainders, against kernels.formats.metrics.tc_stats (an
 independent counter) on a larger one, and sampled within a stated tolerance, deterministically."""
 from __future__ import annotations
 
@@ -12,7 +12,18 @@ import scipy.sparse as sp
 
 from kernels.formats.metrics import tc_stats
 from kernels.formats import structure as structure_module
+from kernels.formats import structure_counts as counts_module
 from kernels.formats.structure import BLOCK_WIDTHS, VECTOR_ROWS, structure, window_stats
+
+
+@pytest.fixture(params=["markers", "sorting"], autouse=True)
+def method(request, monkeypatch):
+    """Every test on both counting methods (kernels.formats.structure_counts): the column markers where the
+    columns are few enough (all matrices here), and the sort forced."""
+    if request.param == "sorting":
+        monkeypatch.setattr(counts_module, "MARKER_SLACK", -(1 << 62))
+    structure_module.forget()
+    return request.param
 
 
 def brute(A) -> dict:
@@ -162,8 +173,8 @@ def test_counting_window_chunks_on_threads_gives_the_one_thread_counts(monkeypat
 
     A = sp.csr_array(generate("rmat", "scale=12&edge_factor=8&seed=5"))  # hub rows
     one = {s: structure(A, sample_nnz=s) for s in (None, 1 << 13)}
-    monkeypatch.setattr(structure_module, "PARALLEL_NNZ", 64)
-    monkeypatch.setattr(structure_module, "usable_cpus", lambda: 3)
+    monkeypatch.setattr(counts_module, "PARALLEL_NNZ", 64)
+    monkeypatch.setattr(counts_module, "usable_cpus", lambda: 3)
     structure_module.forget()
     for s, expect in one.items():
         got = structure(A, sample_nnz=s)
@@ -178,11 +189,32 @@ def test_one_thread_per_parallel_nnz_at_most(monkeypatch):
 
     A = sp.csr_array(generate("rmat", "scale=10&edge_factor=8&seed=5"))
     pools = []
-    real_pool = structure_module.pool
-    monkeypatch.setattr(structure_module, "pool", lambda name, n: pools.append(n) or real_pool(name, n))
-    monkeypatch.setattr(structure_module, "usable_cpus", lambda: 16)
+    real_pool = counts_module.pool
+    monkeypatch.setattr(counts_module, "pool", lambda name, n: pools.append(n) or real_pool(name, n))
+    monkeypatch.setattr(counts_module, "usable_cpus", lambda: 16)
     for per_thread, expect in ((-(-A.nnz // 3), 3), (64, 16)):
-        monkeypatch.setattr(structure_module, "PARALLEL_NNZ", per_thread)
+        monkeypatch.setattr(counts_module, "PARALLEL_NNZ", per_thread)
         structure_module.forget()
         structure(A, sample_nnz=None)
         assert pools[-1] == expect, (per_thread, pools)
+
+
+def test_markers_and_sorting_count_the_same(method):
+    """Both methods on the same windows (every window, a sample, a hub row, duplicates, a wide matrix), each
+    count array equal."""
+    if method == "sorting":
+        pytest.skip("compares both methods itself")
+    from tasks.fetch.generators import generate
+
+    A = sp.csr_array(generate("rmat", "scale=11&edge_factor=8&seed=2"))
+    wide = sp.random(50, 5000, density=0.02, format="csr", random_state=1)
+    dup = sp.csr_array((np.ones(6), np.array([3, 3, 1, 7, 7, 7]), np.array([0, 2, 3, 6])), shape=(3, 9))
+    for M in (A, wide, dup):
+        n_rows, n_cols = M.shape
+        indptr = np.asarray(M.indptr, dtype=np.int64)
+        for windows in (np.arange(-(-n_rows // 16)), np.arange(-(-n_rows // 16))[::3]):
+            got = counts_module.marker_counts(indptr, M.indices, n_rows, n_cols, windows)
+            want = counts_module.sorted_counts(indptr, M.indices, n_rows, n_cols, windows)
+            assert got.keys() == want.keys()
+            for key in want:
+                assert np.array_equal(got[key], want[key]), key
