@@ -249,7 +249,11 @@ def _take_rows(A: sp.csr_array, rows: np.ndarray) -> sp.csr_array:
         lo = start[first]
         hi = lo + np.diff(ptr[np.append(first, rows.size)])
         spans = list(zip(lo.tolist(), hi.tolist()))
-        return sp.csr_array((np.concatenate([A.data[a:b] for a, b in spans]),
-                             np.concatenate([A.indices[a:b] for a, b in spans]), ptr), shape=shape)
-    pos = np.repeat(start - ptr[:-1], length) + np.arange(int(ptr[-1]), dtype=np.int64)
-    return sp.csr_array((A.data[pos], A.indices[pos], ptr), shape=shape)
+        out = sp.csr_array((np.concatenate([A.data[a:b] for a, b in spans]),
+                            np.concatenate([A.indices[a:b] for a, b in spans]), ptr), shape=shape)
+    else:
+        pos = np.repeat(start - ptr[:-1], length) + np.arange(int(ptr[-1]), dtype=np.int64)
+        out = sp.csr_array((A.data[pos], A.indices[pos], ptr), shape=shape)
+    if A.has_canonical_format:  # rows of a canonical CSR, in any order, are canonical: no check pass later
+        out.has_canonical_format = True
+    return out
