@@ -64,12 +64,11 @@ def _convert_on_device(A, *, vector: int, to_storage) -> CVSE:
     """`compress`'s converter on the GPU: CSR uploaded, CVSE built there (bitwise the host's) and kept there: the
     upload takes its arrays as they are (only vec_ptr comes to the host; the 16-bit tiled layout, where it is
     built, reads a host copy)."""
-    import cupy
+    from kernels.transfer import to_device
 
     A = canonical_csr(A, "CvseDevice")
-    X = csr_to_cvse_gpu(cupy.asarray(A.indptr), cupy.asarray(A.indices), cupy.asarray(A.data), A.shape,
-                        vector=vector, to_storage=to_storage)
-    return X
+    return csr_to_cvse_gpu(to_device(A.indptr), to_device(A.indices), to_device(A.data), A.shape, vector=vector,
+                           to_storage=to_storage)
 
 
 class CvseDevice:

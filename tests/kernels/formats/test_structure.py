@@ -218,3 +218,16 @@ def test_markers_and_sorting_count_the_same(method):
             assert got.keys() == want.keys()
             for key in want:
                 assert np.array_equal(got[key], want[key]), key
+
+
+def test_every_windows_rows_without_a_search():
+    """_window_rows of every window (no search) equals the general path's on a subset of all windows."""
+    for n_rows in (0, 1, 15, 16, 17, 100):
+        every = np.arange(-(-n_rows // 16), dtype=np.int64)
+        fast = counts_module._window_rows(every, n_rows)
+        rows = (every[:, None] * 16 + np.arange(16, dtype=np.int64)).ravel()
+        rows = rows[rows < n_rows]
+        local = np.searchsorted(every, rows // 16)
+        want = (rows, local, np.searchsorted(local, np.arange(every.size + 1)))
+        for got, exp in zip(fast, want):
+            assert np.array_equal(got, exp), n_rows
