@@ -40,6 +40,7 @@ from kernels.operands import vector_path
 from storage.formats import BlockLayout
 from storage.indexing import index_dtype
 from kernels.precision import Precision
+from kernels.transfer import to_device
 
 DEFAULT_VECTOR = 8
 # vectors per vector row and 128 columns of K from which the tiled kernel is the a priori choice. H200, M = K = 4096,
@@ -64,8 +65,6 @@ def _convert_on_device(A, *, vector: int, to_storage) -> CVSE:
     """`compress`'s converter on the GPU: CSR uploaded, CVSE built there (bitwise the host's) and kept there: the
     upload takes its arrays as they are (only vec_ptr comes to the host; the 16-bit tiled layout, where it is
     built, reads a host copy)."""
-    from kernels.transfer import to_device
-
     A = canonical_csr(A, "CvseDevice")
     return csr_to_cvse_gpu(to_device(A.indptr), to_device(A.indices), to_device(A.data), A.shape, vector=vector,
                            to_storage=to_storage)
