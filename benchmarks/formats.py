@@ -1,35 +1,40 @@
-"""The four registered formats (ME-TCF, BCSR, Tiled-CSR, CVSE) and the hybrid plan in FP16 on one GPU, against cuSPARSE
-half CSR.
+"""The four registered formats (ME-TCF, BCSR, Tiled-CSR, CVSE) and the hybrid plan on one GPU, in FP16 against
+cuSPARSE half CSR (default) or in float32 (TF32 Tensor Core products) against cuSPARSE float32 CSR (--dtype float32:
+the rows `benchmarks/rank_check.py --fit` fits the ranking's float32 constants on).
 
-    PYTHONPATH=. python3 benchmarks/formats.py [--ns 128 256 512 1024] [--matrices dnn graph ...] [--budget-s 420]
-                                               [--quick] [--tag T]
+    PYTHONPATH=. python3 benchmarks/formats.py [--dtype float16|float32] [--ns 128 256 512 1024]
+                                               [--matrices dnn graph ...] [--budget-s 420] [--quick] [--tag T]
 
 Matrices, four classes: ``dnn``: DNN-style pruned weights (tasks/fetch/generators.py ``gen:dlmc``: magnitude
 pruning at V x 1, M = K = --size, V = --vectors at --sparsities, plus unstructured V = 1 at --v1-sparsities, the
 Tiled-CSR paper's setting; generated, as the DLMC collection is not reachable here); ``graph``:
 rmat (scale 16, 17) and sbm (100k nodes) from the project generators with shuffled labels; ``suitesparse``: the
 fixtures in .fixtures/ (skipped with a note when absent); ``fem``: a 3-D FEM matrix with 3 dof per node in its mesh
-order (benchmarks/bcsr.py's ``fem``). Values outside [-1, 1] (bcsstk13) are replaced by uniform(-1, 1) to stay in
-FP16's range; the structure is what is measured. Orders: as given, then each format paper's reordering where the
-project has it (rowshuffle: Tiled-CSR, smat: BCSR, tca: ME-TCF; DNN weights: rowshuffle only, as the Tiled-CSR
-paper), each kept only when it improves its own measure (effective computation rate, BCSR blocks, TC blocks). Every
-format runs on every order.
+order (benchmarks/bcsr.py's ``fem``). In FP16 only, values outside [-1, 1] (bcsstk13) are replaced by
+uniform(-1, 1) to stay in FP16's range (float32 holds them; the values note says which); the structure is what is
+measured. Orders (both precisions alike, chosen on 16 x 16 tiles): as given, then each format paper's reordering
+where the project has it (rowshuffle: Tiled-CSR, smat: BCSR, tca: ME-TCF; DNN weights: rowshuffle only, as the
+Tiled-CSR paper), each kept only when it improves its own measure (effective computation rate, BCSR blocks, TC
+blocks). Every format runs on every order.
 
 Per (matrix, order, N): each format, and the hybrid (``format="hybrid"``: its split by the cost model, its
 TC part autotuned; in the rows beside the formats, not in the summary's wins), through ``SpmmPlan(A, device="gpu",
-dtype="float16", format=...)`` autotuned among its own kernels, FP16 B and C: device ms by CUDA-graph replay
-(``plan.benchmark``, kernels.launch.graph_ms)
-and as issued (``plan.run(B, out)`` in a Python loop between CUDA events, kernels.launch.issued_ms); cuSPARSE half
-CSR at its best algorithm (``CusparseSpmm.tune``, graph replay; one bound call as issued); cuSPARSE Blocked-ELL
-FP16 16 x 16 (graph replay; skipped where its padding exceeds --bell-max-gib); for the DNN class dense cuBLAS FP16
-GEMM (benchmarks/dense.py: torch.matmul in torch's own CUDA graph; cupy.matmul without torch) and CVSE at the
-generator's V where Sparse Vector Compression chose another. Every C is checked on sampled rows against float64
-SciPy of the unrounded inputs (tolerance of kernels.precision for float16); a failure or a format that raises
-makes the run exit 1 after the table.
+dtype=--dtype, format=...)`` autotuned among its own kernels, B and C in the precision's storage dtype: device ms by
+CUDA-graph replay (``plan.benchmark``, kernels.launch.graph_ms)
+and as issued (``plan.run(B, out)`` in a Python loop between CUDA events, kernels.launch.issued_ms); cuSPARSE CSR
+in the same dtype (half or float32, FP32 compute on CUDA cores) at its best algorithm (``CusparseSpmm.tune``, graph
+replay; one bound call as issued); in FP16, cuSPARSE Blocked-ELL FP16 16 x 16 (graph replay; skipped where its
+padding exceeds --bell-max-gib; in float32 not run: it is cuSPARSE's half-precision Tensor Core path, and meta
+says so); for the DNN class dense cuBLAS GEMM in the same dtype (benchmarks/dense.py, float32 with TF32 allowed:
+torch.matmul in torch's own CUDA graph; cupy.matmul without torch) and CVSE at the generator's V where Sparse
+Vector Compression chose another. Every C is checked on sampled rows against float64 SciPy of the unrounded inputs
+(tolerance of kernels.precision for the dtype: 1e-2 FP16, 2e-3 TF32); a failure or a format that raises makes the
+run exit 1 after the table.
 
 Matrix preparation (generation, reorderings, effective rates) runs in worker processes ahead of the GPU loop; classes
 are interleaved so a --budget-s stop leaves each class partly covered. JSON: benchmarks/results/formats-<device>-
-<date>[-tag].json (device, versions, command, date, per-matrix orders); the table and the summary print last.
+<date>[-<dtype> unless float16][-tag].json (device, versions, command, date, dtype with its precision and tolerance,
+per-matrix orders); the table and the summary print last.
 """
 from __future__ import annotations
 
@@ -63,6 +68,12 @@ GRAPHS = (("rmat-s16", "rmat", "scale=16&edge_factor=16"),
           ("rmat-s17", "rmat", "scale=17&edge_factor=16"))
 FIXTURES = ("HB/bcsstk13", "SNAP/email-Enron", "Pajek/Erdos971")
 SAMPLE_ROWS = 512
+DTYPES = ("float16", "float32")
+PRECISION_TEXT = {"float16": "FP16 A and B, FP32 accumulation, FP16 C (cuSPARSE: CUDA_R_16F, FP32 compute)",
+                  "float32": "float32 A, B and C; TF32 Tensor Core products (mma.m16n8k8), FP32 accumulation "
+                             "(cuSPARSE: CUDA_R_32F, FP32 compute on CUDA cores; dense: cuBLAS, TF32 allowed)"}
+BELL_ABSENT = ("not run in float32: kernels.cusparse_bell's Blocked-ELL is cuSPARSE's half-precision Tensor Core "
+               "path (FP16 / BF16 values); the float32 baselines are cuSPARSE float32 CSR and dense cuBLAS")
 
 
 def log(*a):
@@ -94,8 +105,9 @@ def cases(args) -> list[dict]:
     return out
 
 
-def build(source):
-    """(CSR float32, values note) of a case's source; None when a fixture file is absent."""
+def build(source, dtype: str = "float16"):
+    """(CSR float32, values note) of a case's source; None when a fixture file is absent. In float16, values outside
+    [-1, 1] are replaced (FP16's range); float32 keeps them."""
     import bcsr
     import spmm
 
@@ -115,15 +127,18 @@ def build(source):
         return None
     A = sp.csr_array(A, dtype=np.float32)
     A.sum_duplicates()
-    if A.nnz and float(np.abs(A.data).max()) > 1.0:
-        note = f"max |x| {float(np.abs(A.data).max()):.3g} out of FP16's safe range: replaced by uniform(-1, 1)"
+    top = float(np.abs(A.data).max()) if A.nnz else 0.0
+    if top > 1.0 and dtype == "float16":
+        note = f"max |x| {top:.3g} out of FP16's safe range: replaced by uniform(-1, 1)"
         A = bcsr.with_values(A, 1)
+    elif top > 1.0:
+        note += f"; max |x| {top:.3g} kept (the [-1, 1] replacement is for FP16's range only)"
     return A, note
 
 
-def prepare(case: dict):
+def prepare(case: dict, dtype: str = "float16"):
     """Worker: the matrix and its orders. {"A", "note", "perms": {order: perm or None}, "orders": {order: info}}."""
-    built = build(case["source"])
+    built = build(case["source"], dtype)
     if built is None:
         return None
     A, note = built
@@ -196,6 +211,7 @@ def run_order(case, prep, order, ctx) -> None:
     from kernels.spmm import SpmmPlan
 
     args, p, label, A = ctx["args"], ctx["precision"], case["label"], prep["A"]
+    dtype = p.name
     perm = prep["perms"][order]
     Ao = A if perm is None else sp.csr_array(A[perm])
     inv = None if perm is None else np.argsort(perm)
@@ -212,9 +228,9 @@ def run_order(case, prep, order, ctx) -> None:
                 svc = plans.get("cvse") and plans["cvse"]._ops["cvse"].svc
                 if not svc or svc["vector"] == case["V"]:
                     continue  # Sparse Vector Compression chose the generator's V already
-                plans[key] = SpmmPlan(compress(Ao, p, vector=case["V"])[0], device="gpu", dtype="float16")
+                plans[key] = SpmmPlan(compress(Ao, p, vector=case["V"])[0], device="gpu", dtype=dtype)
             else:
-                plans[key] = SpmmPlan(Ao, device="gpu", dtype="float16", format=fmt, autotune=True)
+                plans[key] = SpmmPlan(Ao, device="gpu", dtype=dtype, format=fmt, autotune=True)
             setup[key] = time.perf_counter() - t0
         except Exception as err:  # recorded and failing the run, the other formats still measured
             errors[key] = f"{type(err).__name__}: {err}"
@@ -224,14 +240,16 @@ def run_order(case, prep, order, ctx) -> None:
         minfo.setdefault("cvse_svc", {})[order] = {k: svc.get(k) for k in ("vector", "reason", "padding",
                                                                          "new_sparsity")}
     minfo.setdefault("setup_s", {})[order] = setup
-    cus = CusparseSpmm(Ao, dtype="float16")
-    try:
-        bell = CusparseBlockedEll(Ao, block=16, dtype="float16", max_bytes=int(args.bell_max_gib * 2**30))
-        minfo.setdefault("bell", {})[order] = {"fill": bell.info["fill"], "value_bytes": bell.info["value_bytes"]}
-    except ValueError as err:  # padding every block row to the longest does not fit
-        bell = None
-        minfo.setdefault("bell", {})[order] = {"why": str(err)}
-    dense = Dense(A) if case["class"] == "dnn" and order == "given" else None  # its time ignores row order
+    cus = CusparseSpmm(Ao, dtype=dtype)
+    bell = None  # float32: none (meta's "blocked_ell" says why)
+    if dtype == "float16":
+        try:
+            bell = CusparseBlockedEll(Ao, block=16, dtype="float16", max_bytes=int(args.bell_max_gib * 2**30))
+            minfo.setdefault("bell", {})[order] = {"fill": bell.info["fill"],
+                                                   "value_bytes": bell.info["value_bytes"]}
+        except ValueError as err:  # padding every block row to the longest does not fit
+            minfo.setdefault("bell", {})[order] = {"why": str(err)}
+    dense = Dense(A, dtype) if case["class"] == "dnn" and order == "given" else None  # its time ignores row order
     if dense is not None:
         ctx["meta"]["dense"] = dense.name
     stream = cupy.cuda.get_current_stream().ptr
@@ -241,7 +259,7 @@ def run_order(case, prep, order, ctx) -> None:
             ctx["skipped"].append(f"{label} {order} N={N}")
             continue
         t0 = time.time()
-        B16, ref, rows = ctx["operands"](N)
+        B, ref, rows = ctx["operands"](N)
         pick = cupy.asarray(rows if inv is None else inv[rows])
         M = Ao.shape[0]
         row = {"matrix": label, "class": case["class"], "order": order, "N": N, "shape": list(Ao.shape),
@@ -258,32 +276,33 @@ def run_order(case, prep, order, ctx) -> None:
                 row["errors"][key] = f"{type(err).__name__}: {err}"
 
         def plan_case(key, plan):
-            out = cupy.full((M, N), cupy.nan, dtype=cupy.float16)
-            plan.run(B16, out)  # decides (autotunes) for this N
+            out = cupy.empty((M, N), dtype=p.storage_dtype)
+            out.view(cupy.uint8).fill(0xFF)  # poisoned: all-ones bytes are NaN in float16 and float32 alike
+            plan.run(B, out)  # decides (autotunes) for this N
             check(key, out)
             row["choice"][key] = slim(plan.choices[N])
-            row["ms"][key] = plan.benchmark(B16, repeats=args.repeats)["median_ms"]
-            row["issued_ms"][key] = launch.issued_ms(lambda: plan.run(B16, out), repeats=issued_repeats)
+            row["ms"][key] = plan.benchmark(B, repeats=args.repeats)["median_ms"]
+            row["issued_ms"][key] = launch.issued_ms(lambda: plan.run(B, out), repeats=issued_repeats)
             check(key, out)  # after the bound call's graph replays too
 
         def cusparse_case():
-            C16 = cupy.empty((M, N), dtype=cupy.float16)
-            t = cus.tune(B16, C16, repeats=args.repeats)
+            C = cupy.empty((M, N), dtype=p.storage_dtype)
+            t = cus.tune(B, C, repeats=args.repeats)
             row["ms"]["cusparse"], row["cusparse_alg"] = t["ms"][t["best"]], t["best"]
-            cus.run(B16, C16)
-            check("cusparse", C16)
-            bound = cus.bind(B16, C16)
+            cus.run(B, C)
+            check("cusparse", C)
+            bound = cus.bind(B, C)
             row["issued_ms"]["cusparse"] = launch.issued_ms(lambda: bound(stream), repeats=issued_repeats)
             bound.close()
 
         def bell_case():
-            Bp, Cp = bell.padded_b(B16), bell.padded_c(N)
+            Bp, Cp = bell.padded_b(B), bell.padded_c(N)
             bell.run(Bp, Cp)
             check("cusparse-bell", Cp[:M])
             row["ms"]["cusparse-bell"] = launch.graph_ms(lambda: bell.run(Bp, Cp), repeats=args.repeats)
 
         def dense_case():
-            row["ms"]["dense"], row["issued_ms"]["dense"], C = dense.time(B16, args.repeats, issued_repeats)
+            row["ms"]["dense"], row["issued_ms"]["dense"], C = dense.time(B, args.repeats, issued_repeats)
             check("dense", cupy.asarray(C))
 
         for key, plan in plans.items():
@@ -316,6 +335,22 @@ def run_order(case, prep, order, ctx) -> None:
 
 # ------------------------------------------------------------------------------------------------- reporting
 
+def results_name(slug: str, date: str, dtype: str, tag: str | None) -> str:
+    """formats-<device>-<date>[-<dtype>][-tag].json: float16 files keep the name they had before the float32 mode."""
+    return f"formats-{slug}-{date}{'' if dtype == 'float16' else '-' + dtype}{'-' + tag if tag else ''}.json"
+
+
+def precision_meta(dtype: str) -> dict:
+    """The meta keys that say what a run's numbers mean: dtype, the precision in words, the accuracy contract, and in
+    float32 why Blocked-ELL is absent."""
+    from kernels.precision import precision
+
+    out = {"dtype": dtype, "tolerance": precision(dtype).tolerance, "precision": PRECISION_TEXT[dtype]}
+    if dtype != "float16":
+        out["blocked_ell"] = BELL_ABSENT
+    return out
+
+
 def write(path, ctx):
     ctx["meta"]["wall_s"] = time.time() - ctx["t_start"]
     ctx["meta"]["skipped"] = ctx["skipped"]
@@ -328,6 +363,9 @@ def write(path, ctx):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", choices=DTYPES, default="float16",
+                    help="precision of A, B and C (float32: TF32 Tensor Core products, against cuSPARSE float32 CSR "
+                         "and dense cuBLAS with TF32; no Blocked-ELL)")
     ap.add_argument("--ns", type=int, nargs="+", default=[128, 256, 512, 1024], help="dense columns N")
     ap.add_argument("--size", type=int, default=4096, help="M = K of the DNN-style matrices (multiple of 16)")
     ap.add_argument("--sparsities", type=float, nargs="+", default=list(SPARSITIES), help="0.5 .. 0.98")
@@ -389,7 +427,7 @@ def main(argv=None) -> int:
     workers = args.workers or max(1, min(4, (os.cpu_count() or 2) - 2, len(todo)))
     pool = multiprocessing.get_context("spawn").Pool(workers)  # before CUDA is touched; matrices prepared ahead
     first = sorted(range(len(todo)), key=lambda i: todo[i]["class"] != "graph")  # smat on graphs takes longest
-    jobs = {i: pool.apply_async(prepare, (todo[i],)) for i in first}
+    jobs = {i: pool.apply_async(prepare, (todo[i], args.dtype)) for i in first}
     pending = [jobs[i] for i in range(len(todo))]
     try:
         return _run(args, todo, pending)
@@ -412,19 +450,17 @@ def _run(args, todo, pending) -> int:
         versions.update(torch=torch.__version__, torch_cuda=torch.version.cuda)
     except ImportError:
         pass
-    p = precision("float16")
+    p = precision(args.dtype)
     from kernels.launch import copy_bandwidth_gbs
 
     meta = {**gpu, "copy_gbs": copy_bandwidth_gbs(), **versions, "command": " ".join(sys.argv),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "tolerance": p.tolerance,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **precision_meta(args.dtype),
             "timing": "graph: kernels.launch.graph_ms (CUDA-graph replay, median of --repeats); issued: "
                       "kernels.launch.issued_ms of plan.run(B, out) (cuSPARSE: one bound call)",
-            "precision": "FP16 A and B, FP32 accumulation, FP16 C (cuSPARSE: CUDA_R_16F, FP32 compute)",
             "dnn_matrices": "gen:dlmc (DLMC-style, generated: the DLMC collection is not reachable here)",
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
-    tag = f"-{args.tag}" if args.tag else ""
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"formats-{gpu['slug']}-{dt.date.today().isoformat()}{tag}.json"
+    path = args.out_dir / results_name(gpu["slug"], dt.date.today().isoformat(), args.dtype, args.tag)
     ctx = {"args": args, "precision": p, "t_start": t_start, "meta": meta, "rows": [], "failures": [],
            "skipped": [], "matrices": {}, "cus_orig": {}}
     for case, job in zip(todo, pending):
@@ -454,7 +490,7 @@ def _run(args, todo, pending) -> int:
         def get_operands(N, A=A, rows=rows, operands=operands):  # B and the reference once per (matrix, N)
             if N not in operands:
                 B32 = np.random.default_rng(N).standard_normal((A.shape[1], N), dtype=np.float32)
-                operands[N] = (cupy.asarray(B32.astype(np.float16)), reference(A, rows, B32), rows)
+                operands[N] = (cupy.asarray(p.to_storage(B32)), reference(A, rows, B32), rows)
             return operands[N]
 
         ctx["operands"] = get_operands
@@ -467,7 +503,7 @@ def _run(args, todo, pending) -> int:
         operands.clear()
         cupy.get_default_memory_pool().free_all_blocks()
     write(path, ctx)
-    print("\n".join(text_report(ctx["rows"], ctx["matrices"], path, p.tolerance)))
+    print("\n".join(text_report(ctx["rows"], ctx["matrices"], path, p.tolerance, dtype=args.dtype)))
     if ctx["failures"]:
         print("FAILURES:\n" + "\n".join(ctx["failures"]))
         return 1

@@ -2,15 +2,16 @@
 
     PYTHONPATH=. python3 benchmarks/rank_check.py [--results FILE ...] [--fit] [--out-dir DIR]
 
-For every row of the recorded runs of benchmarks/formats.py (default: benchmarks/results/formats-*.json; FP16 on
-one GPU; per row a matrix label, an order, N and "ms" per format), the matrix is regenerated as formats.py made it
+For every row of the recorded runs of benchmarks/formats.py (default: benchmarks/results/formats-*.json; one GPU;
+per row a matrix label, an order, N and "ms" per format), the matrix is regenerated as formats.py made it
 (seeded generators, fixtures, the recorded reorderings, checked against the counts the run recorded), its
 statistics computed once (`kernels.formats.structure`, as a plan computes them: sampled above 1M nnz) and every
-measured format's estimate (``Format.estimate``) ranks them at the row's N. Per row: the measured best, the
-predicted order, whether the measured best is predicted first (top 1) or among the first two (top 2), and how much
-slower the predicted first ran than the measured best. "plan top 2": what ``SpmmPlan(format="auto")`` builds and
-times, ranked at N = 128 (`kernels.formats.ranking.select`: the first two, a format timed as another's fallback
-taking no slot), holds the best measured at the row's N.
+measured format's estimate (``Format.estimate``) ranks them at the row's N, in the precision the run timed (its
+meta's "dtype": float16 or float32; files from before formats.py's --dtype have none and are float16). Per row: the
+measured best, the predicted order, whether the measured best is predicted first (top 1) or among the first two
+(top 2), and how much slower the predicted first ran than the measured best. "plan top 2": what
+``SpmmPlan(format="auto")`` builds and times, ranked at N = 128 (`kernels.formats.ranking.select`: the first two, a
+format timed as another's fallback taking no slot), holds the best measured at the row's N.
 
 Measured times: a format's "ms" is its plan's choice. A choice that ran another format's kernel (ME-TCF's fallback
 to the CUDA-core CSR kernel) is that format's time, and the recording format's own is the fastest of its own
@@ -19,10 +20,11 @@ against: its time is known only as a lower bound (">"), which settles that it wa
 
 --fit: per format, non-negative least squares of the measured microseconds on its cost terms (each row weighted
 by 1 / measured: relative error) over the given files' rows; prints the ``us`` constants of its CostModel and the
-fit's spread.
+fit's spread. The files of one fit share one dtype (a mix is refused, exit 2): FP16 and TF32 rows cost differently.
 
-JSON: benchmarks/results/rank-check-<device of the recorded data>-<date>.json (command, date, recorded files and
-device, per-row results, summary); the table and the summary print last.
+JSON: benchmarks/results/rank-check-<device of the recorded data>-<date>[-<dtypes> unless float16].json (command,
+date, recorded files with device and dtype, the precision, per-row results, summary); the table and the summary
+print last.
 """
 from __future__ import annotations
 
@@ -39,9 +41,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # (not benchmarks/: its gnn.py would shadow the gnn package for an importer)
 
-PRECISION = "float16"  # benchmarks/formats.py times every format in FP16
-
-
 def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
 
@@ -56,6 +55,22 @@ def load(paths) -> list[dict]:
     return docs
 
 
+def dtype_of(doc: dict) -> str:
+    """The precision a recorded run timed in: its meta's "dtype" (absent before formats.py's --dtype: float16)."""
+    return (doc.get("meta") or {}).get("dtype") or "float16"
+
+
+def one_dtype(docs) -> str:
+    """The dtype every doc shares; ValueError naming the files of each where they differ."""
+    by = {}
+    for doc in docs:
+        by.setdefault(dtype_of(doc), []).append(Path(doc.get("path", "?")).name)
+    if len(by) > 1:
+        raise ValueError("--fit needs runs of one dtype, got " + "; ".join(f"{d}: {', '.join(f)}" for d, f in
+                                                                          by.items()) + "; fit each dtype apart")
+    return next(iter(by))
+
+
 def matrices(docs) -> dict:
     """{(label, order): CSR} for every recorded (matrix, applied order), regenerated and checked against the counts
     the run recorded for its reorderings."""
@@ -64,14 +79,15 @@ def matrices(docs) -> dict:
     wanted: dict = {}
     for doc in docs:
         for label, m in doc["meta"]["matrices"].items():
-            seen = wanted.setdefault(label, {"source": m["source"], "orders": {}})
+            # the first run's dtype: the values differ (FP16's [-1, 1] replacement), the structure does not
+            seen = wanted.setdefault(label, {"source": m["source"], "dtype": dtype_of(doc), "orders": {}})
             if seen["source"] != m["source"]:
                 raise SystemExit(f"{label}: recorded with sources {seen['source']} and {m['source']}")
             seen["orders"].update({o: i for o, i in m["orders"].items() if i.get("applied")})
     out = {}
     for label, m in wanted.items():
         t0 = time.perf_counter()
-        built = formats.build(tuple(m["source"]))
+        built = formats.build(tuple(m["source"]), m["dtype"])
         if built is None:
             raise SystemExit(f"{label}: fixture {m['source'][1]} not found (set TCSPMM_FIXTURES)")
         A = built[0]
@@ -108,7 +124,7 @@ def measured(row: dict, owner: dict) -> tuple[dict, dict]:
     return known, lower
 
 
-def check_row(row: dict, stats, owner: dict) -> dict | None:
+def check_row(row: dict, stats, owner: dict, dtype: str) -> dict | None:
     from kernels.formats import REGISTRY
     from kernels.formats.ranking import AUTO_CANDIDATES, RANK_N, pick, rank
 
@@ -116,8 +132,8 @@ def check_row(row: dict, stats, owner: dict) -> dict | None:
     if not known:
         return None
     fmts = [REGISTRY[n] for n in REGISTRY if n in known or n in lower]
-    order = [f.name for f, _ in rank(fmts, stats, PRECISION, row["N"])]
-    plan = [f.name for group in pick([f for f, _ in rank(fmts, stats, PRECISION, RANK_N)], AUTO_CANDIDATES)
+    order = [f.name for f, _ in rank(fmts, stats, dtype, row["N"])]
+    plan = [f.name for group in pick([f for f, _ in rank(fmts, stats, dtype, RANK_N)], AUTO_CANDIDATES)
             for f in group]  # built, and timed as their fallbacks
     best = min(known, key=known.get)
     first = order[0]
@@ -125,22 +141,22 @@ def check_row(row: dict, stats, owner: dict) -> dict | None:
     return {"matrix": row["matrix"], "order": row["order"], "N": row["N"], "best": best,
             "best_ms": known[best], "predicted": order, "top1": first == best, "top2": best in order[:2],
             "loss": loss, "loss_is_lower_bound": first not in known, "plan_top2": best in plan,
-            "estimate_us": {f.name: round(f.estimate(stats, PRECISION, row["N"]), 3) for f in fmts if f.estimate},
+            "estimate_us": {f.name: round(f.estimate(stats, dtype, row["N"]), 3) for f in fmts if f.estimate},
             "measured_ms": known, "lower_bound_ms": lower}
 
 
 def fit(docs, stats_of, owner: dict) -> dict:
     """{format: {"us": constants, "rows", "bounded_rows", "ratio": spread of predicted / measured}} (module
-    docstring). A row where the format's time is only a lower bound joins the fit, at that bound, while the fit
-    predicts less (censored rows; five rounds at most): otherwise a format measured only where it won (the CSR
-    fallback) would be fitted on its best cases alone."""
+    docstring), in the docs' one dtype (`one_dtype`). A row where the format's time is only a lower bound joins the
+    fit, at that bound, while the fit predicts less (censored rows; five rounds at most): otherwise a format measured
+    only where it won (the CSR fallback) would be fitted on its best cases alone."""
     from scipy.optimize import nnls
 
     from kernels.formats import REGISTRY
     from kernels.formats.ranking import TERMS
     from kernels.precision import precision
 
-    prec = precision(PRECISION)
+    prec = precision(one_dtype(docs))
     out = {}
     for name, fmt in REGISTRY.items():
         if fmt.estimate is None:
@@ -230,6 +246,12 @@ def main(argv=None) -> int:
     from kernels.formats.structure import structure
 
     docs = load(args.results)
+    if args.fit:
+        try:
+            one_dtype(docs)
+        except ValueError as err:
+            print(f"rank_check: {err}", file=sys.stderr)
+            return 2
     owner = {k: f.name for f in REGISTRY.values() for k in f.device_class().kernels}
     mats = matrices(docs)
     stats = {key: structure(A) for key, A in mats.items()}
@@ -240,21 +262,24 @@ def main(argv=None) -> int:
     per_file = {}
     for doc in docs:
         tag = Path(doc["path"]).stem.replace("formats-", "").replace(slug(doc["meta"].get("device", "")) + "-", "")
-        results = [r for r in (check_row(row, stats_of(row), owner) for row in doc["rows"]) if r is not None]
+        results = [r for r in (check_row(row, stats_of(row), owner, dtype_of(doc)) for row in doc["rows"])
+                   if r is not None]
         per_file[tag] = results
     summary = {tag: summarize(res) for tag, res in per_file.items()}
     summary["all"] = summarize([r for res in per_file.values() for r in res])
     devices = sorted({doc["meta"].get("device", "unknown") for doc in docs})
+    dtypes = sorted({dtype_of(d) for d in docs})
     out = {"meta": {"command": " ".join(sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(
                timespec="seconds"), "recorded": [{"file": Path(d["path"]).name, "device": d["meta"].get("device"),
-                                                  "date": d["meta"].get("date")} for d in docs],
-               "device_of_recorded_data": devices, "precision": PRECISION,
+                                                  "date": d["meta"].get("date"), "dtype": dtype_of(d)} for d in docs],
+               "device_of_recorded_data": devices, "precision": ", ".join(dtypes),
                "statistics_s": {f"{k[0]} {k[1]}": round(s.seconds, 4) for k, s in stats.items()}},
            "summary": summary, "rows": per_file}
     if args.fit:
         out["fit"] = fit(docs, stats_of, owner)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"rank-check-{slug('-'.join(devices))}-{dt.date.today().isoformat()}.json"
+    suffix = "" if dtypes == ["float16"] else "-" + "-".join(dtypes)  # beside a same-day FP16 check, not over it
+    path = args.out_dir / f"rank-check-{slug('-'.join(devices))}-{dt.date.today().isoformat()}{suffix}.json"
     path.write_text(json.dumps(out, indent=1))
     lines = table(per_file, summary)
     if args.fit:

@@ -145,6 +145,8 @@ def pick(results: Path, family: str):
         chosen = [newest_per_key(auto, ("matrix", "N", "order", "plan"), reference=False)] if auto else runs[:1]
     elif family in NEWEST_PER_KEY and runs:
         chosen = [newest_per_key(runs, NEWEST_PER_KEY[family], reference=family not in NEWEST_GPU)]
+    elif family == "formats":  # the newest run per precision (meta "dtype", absent before --dtype: float16)
+        chosen = list({r.meta.get("dtype") or "float16": r for r in reversed(runs)}.values())
     elif family in ("spmm", "precision", "bcsr", "sddmm") and runs:
         chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
     else:

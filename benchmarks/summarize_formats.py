@@ -1,5 +1,7 @@
 """The four formats compared in FP16 (benchmarks/formats.py's files): the numbers both that script's stdout and the
-"Formats (FP16)" section of docs/benchmarks.md (through benchmarks/summarize.py) are computed from.
+"Formats (FP16)" section of docs/benchmarks.md (through benchmarks/summarize.py) are computed from. Runs of its
+float32 mode (meta "dtype": "float32"; files before it have none and are FP16) have a shorter section of their own
+after it, against cuSPARSE float32 CSR: the FP16 section and its targets read FP16 runs only.
 
 Targets and questions (issues "Tiled-CSR with row shuffle" and "VectorSparse and SSpMM"):
 - Tiled-CSR FP16, N = 128-1024, on the DNN-style, graph and SuiteSparse classes: >= 1.5x geomean over cuSPARSE
@@ -23,6 +25,13 @@ TARGET_CLASSES = ("dnn", "graph", "suitesparse")  # issue 14's; fem is shown, no
 TILED_TARGET = 1.5
 PAPER_SHUFFLE_GAIN = (1.82, 3.89)
 EXTRA = "cvse-genV"  # CVSE at the generator's V (DNN class): shown, not counted in wins or targets
+BASELINE = {"float16": "cuSPARSE half CSR", "float32": "cuSPARSE float32 CSR"}  # "cusparse": CSR in the run's dtype
+CONTRACT = {"float16": "FP16", "float32": "TF32"}
+
+
+def dtype_of(meta: dict) -> str:
+    """The precision a formats.py run timed in (runs before its --dtype option: float16)."""
+    return meta.get("dtype") or "float16"
 
 
 def geo(xs):
@@ -146,9 +155,10 @@ def _x(v, suffix="x") -> str:
     return "–" if v is None else f"{v:.2f}{suffix}"
 
 
-def text_summary(rows, matrices: dict, tolerance: float) -> list[str]:
+def text_summary(rows, matrices: dict, tolerance: float, dtype: str = "float16") -> list[str]:
     """The summary lines benchmarks/formats.py prints under its table."""
-    out = ["", "per class: geomean speedup over cuSPARSE half CSR on the matrix as given (graph replay), each format "
+    base = BASELINE[dtype]
+    out = ["", f"per class: geomean speedup over {base} on the matrix as given (graph replay), each format "
                "in its paper's order / in its fastest order; wins = (matrix, N) cases where it is fastest"]
     for cls, s in class_summary(rows).items():
         parts = [f"{NAMES[f]} {_x(v['own'])}/{_x(v['best'])} ({v['wins']} wins)" for f, v in s["formats"].items()]
@@ -156,7 +166,7 @@ def text_summary(rows, matrices: dict, tolerance: float) -> list[str]:
                    + f" -> winner {NAMES.get(s['winner'], '-')}")
     t = tiled_target(rows)
     for cls, v in t["per_class"].items():
-        out.append(f"Tiled-CSR (row-shuffled where it helps) over cuSPARSE half CSR, {cls}: {_x(v['orig'])} vs the "
+        out.append(f"Tiled-CSR (row-shuffled where it helps) over {base}, {cls}: {_x(v['orig'])} vs the "
                    f"matrix as given, {_x(v['same'])} vs the same matrix ({v['n']} cases)")
     status = "not run" if t["met"] is None else ("met" if t["met"] else "missed")
     out.append(f"Tiled-CSR over {', '.join(TARGET_CLASSES)}: {_x(t['overall'])} vs as given "
@@ -175,11 +185,11 @@ def text_summary(rows, matrices: dict, tolerance: float) -> list[str]:
                 for v in vs]
     e = errors_max(rows)
     out.append(f"max relative error on sampled rows vs float64: {'–' if e is None else f'{e:.1e}'} "
-               f"(FP16 contract {tolerance})")
+               f"({CONTRACT[dtype]} contract {tolerance})")
     return out
 
 
-def text_report(rows, matrices: dict, path, tolerance: float) -> list[str]:
+def text_report(rows, matrices: dict, path, tolerance: float, dtype: str = "float16") -> list[str]:
     """What benchmarks/formats.py prints last: the as-issued table, the graph-replay table, the summary."""
     def num(v, w, p=4):
         return f"{v:>{w}.{p}f}" if v is not None else f"{'-':>{w}}"
@@ -189,8 +199,8 @@ def text_report(rows, matrices: dict, path, tolerance: float) -> list[str]:
            + " ".join(f"{NAMES[f]:>9}" for f in FORMATS)]
     out += [f"{r['matrix'][:22]:<22} {r['order']:<10} {r['N']:>5} {num(r['issued_ms'].get('cusparse'), 9)} "
             + " ".join(num(r["issued_ms"].get(f), 9) for f in FORMATS) for r in rows]
-    out += ["", "graph replay: ms per call; xO / xS = cuSPARSE half CSR (best algorithm) on the matrix as given / on "
-            "the same matrix over the format; cvse@V: CVSE at the generator's V",
+    out += ["", f"graph replay: ms per call; xO / xS = {BASELINE[dtype]} (best algorithm) on the matrix as given / "
+            "on the same matrix over the format; cvse@V: CVSE at the generator's V",
             f"{'matrix':<22} {'class':<11} {'order':<10} {'N':>5} {'cuSP':>8} {'BELL':>8} {'dense':>8} "
             + " ".join(f"{NAMES[f] + ' ms  xO/xS':>20}" for f in FORMATS) + f" {'cvse@V':>8} {'best':>9}"]
     for r in rows:
@@ -202,14 +212,67 @@ def text_report(rows, matrices: dict, path, tolerance: float) -> list[str]:
         out.append(f"{r['matrix'][:22]:<22} {r['class']:<11} {r['order']:<10} {r['N']:>5} "
                    + " ".join(num(ms.get(k), 8) for k in ("cusparse", "cusparse-bell", "dense")) + " "
                    + " ".join(cells) + f" {num(ms.get(EXTRA), 8)} {best:>9}")
-    return out + text_summary(rows, matrices, tolerance)
+    return out + text_summary(rows, matrices, tolerance, dtype)
 
 
 def formats_section(runs, v0, older, *, h) -> list[str]:
-    """``h``: summarize's helpers. Nothing (no section) when no formats-*.json exists."""
-    if not runs:
-        return []
-    run = runs[0]
+    """``h``: summarize's helpers. ``runs``: the newest run per dtype. The FP16 section from the FP16 run, then the
+    float32 one's; nothing (no section) when no formats-*.json exists."""
+    fp16 = [r for r in runs if dtype_of(r.meta) == "float16"]
+    out = fp16_section(fp16[0], older, h=h) if fp16 else []
+    for run in runs:
+        if dtype_of(run.meta) == "float32":
+            out += float32_section(run, h=h)
+    return out
+
+
+def rows_table(rows, h, baselines) -> list[str]:
+    """Per row: cuSPARSE, each format (ms, xO / xS, issued), then ``baselines`` ((column, key) of other timings) and
+    CVSE at the generator's V."""
+    def cell(r, f):
+        return f"{h.f(r['ms'].get(f), 4)} ({h.f(x_orig(r, f))}/{h.f(x_same(r, f))})" if r["ms"].get(f) else "–"
+
+    return h.table(("matrix", "class", "order", "N", "cuSP ms", "cuSP issued", *(f"{NAMES[f]} ms (xO/xS)"
+                                                                                 for f in FORMATS),
+                    *(f"{NAMES[f]} issued" for f in FORMATS), *(c for c, _ in baselines), "CVSE at gen. V"),
+                   [(f"`{r['matrix']}`", r["class"], r["order"], r["N"], h.f(r["ms"].get("cusparse"), 4),
+                     h.f(r.get("issued_ms", {}).get("cusparse"), 4), *(cell(r, f) for f in FORMATS),
+                     *(h.f(r.get("issued_ms", {}).get(f), 4) for f in FORMATS),
+                     *(h.f(r["ms"].get(k), 4) for _, k in baselines), cell(r, EXTRA))
+                    for r in rows])
+
+
+def class_table(rows, h) -> list[str]:
+    return h.table(("class", "cases", *(NAMES[f] for f in FORMATS), "winner"),
+                   [(c, s["cases"], *(f"{_x(s['formats'][f]['own'])} / {_x(s['formats'][f]['best'])} "
+                                      f"({s['formats'][f]['wins']})" for f in FORMATS), NAMES.get(s["winner"], "–"))
+                    for c, s in class_summary(rows).items()])
+
+
+def float32_section(run, *, h) -> list[str]:
+    """The float32 run: its rows and per-class speedups, and its errors against the TF32 contract (the Tiled-CSR
+    target is FP16's)."""
+    title = "Formats (float32, TF32): ME-TCF, BCSR, Tiled-CSR and CVSE against cuSPARSE float32 CSR"
+    out = h.opening(
+        title, run,
+        "As the FP16 section, in float32: `SpmmPlan(..., dtype=\"float32\")`, float32 in and out, TF32 Tensor Core "
+        "products (m16n8k8), FP32 accumulation; `xO` / `xS` against the best cuSPARSE float32 CSR algorithm (CUDA "
+        "cores); dense = cuBLAS float32 GEMM with TF32 allowed (DNN class); no Blocked-ELL (cuSPARSE's "
+        "half-precision Tensor Core path). Values as generated or stored (FP16's [-1, 1] replacement does not "
+        "apply). The rows `benchmarks/rank_check.py --fit` fits the float32 ranking constants on.")
+    if run.meta.get("skipped"):
+        out += ["Skipped (budget or missing fixtures): " + ", ".join(run.meta["skipped"]), ""]
+    out += rows_table(run.rows, h, (("dense", "dense"),))
+    out += ["Per class: geomean speedup over cuSPARSE float32 CSR on the matrix as given, each format in its paper's "
+            "order / its fastest order, and (matrix, N) wins:", ""]
+    out += class_table(run.rows, h)
+    tol, e = run.meta.get("tolerance", 2e-3), errors_max(run.rows)
+    out += h.targets([("errors vs float64 on sampled rows (max)", f"<= {tol}", "–" if e is None else f"{e:.1e}",
+                       h.status(None if e is None else e <= tol))])
+    return out + [h.reproduce("formats", run), ""]
+
+
+def fp16_section(run, older, *, h) -> list[str]:
     rows, matrices = run.rows, run.meta.get("matrices") or {}
     title = "Formats (FP16): ME-TCF, BCSR, Tiled-CSR and CVSE against cuSPARSE half CSR"
     out = h.opening(
@@ -224,25 +287,10 @@ def formats_section(runs, v0, older, *, h) -> list[str]:
         "reachable here).")
     if run.meta.get("skipped"):
         out += ["Skipped (budget or missing fixtures): " + ", ".join(run.meta["skipped"]), ""]
-
-    def cell(r, f):
-        return f"{h.f(r['ms'].get(f), 4)} ({h.f(x_orig(r, f))}/{h.f(x_same(r, f))})" if r["ms"].get(f) else "–"
-
-    out += h.table(("matrix", "class", "order", "N", "cuSP ms", "cuSP issued", *(f"{NAMES[f]} ms (xO/xS)"
-                                                                                 for f in FORMATS),
-                    *(f"{NAMES[f]} issued" for f in FORMATS), "BELL", "dense", "CVSE at gen. V"),
-                   [(f"`{r['matrix']}`", r["class"], r["order"], r["N"], h.f(r["ms"].get("cusparse"), 4),
-                     h.f(r.get("issued_ms", {}).get("cusparse"), 4), *(cell(r, f) for f in FORMATS),
-                     *(h.f(r.get("issued_ms", {}).get(f), 4) for f in FORMATS),
-                     h.f(r["ms"].get("cusparse-bell"), 4), h.f(r["ms"].get("dense"), 4), cell(r, EXTRA))
-                    for r in rows])
-    summary = class_summary(rows)
+    out += rows_table(rows, h, (("BELL", "cusparse-bell"), ("dense", "dense")))
     out += ["Per class: geomean speedup over cuSPARSE half CSR on the matrix as given, each format in its paper's "
             "order / its fastest order, and (matrix, N) wins:", ""]
-    out += h.table(("class", "cases", *(NAMES[f] for f in FORMATS), "winner"),
-                   [(c, s["cases"], *(f"{_x(s['formats'][f]['own'])} / {_x(s['formats'][f]['best'])} "
-                                      f"({s['formats'][f]['wins']})" for f in FORMATS), NAMES.get(s["winner"], "–"))
-                    for c, s in summary.items()])
+    out += class_table(rows, h)
     gains = shuffle_gains(matrices)
     if gains:
         out += [f"Row shuffle, effective computation rate nnz / (tiles x 16 x 16) before and after (the paper: "

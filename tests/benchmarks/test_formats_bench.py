@@ -1,5 +1,6 @@
-"""benchmarks/formats.py without a GPU: --help, argument checks, the case list, a worker's preparation; and the
-"Formats (FP16)" section benchmarks/summarize.py renders from a synthetic formats-*.json."""
+"""benchmarks/formats.py without a GPU: --help, argument checks, the case list, a worker's preparation, the float32
+mode's file name and meta; and the "Formats (FP16)" section benchmarks/summarize.py renders from a synthetic
+formats-*.json, reading FP16 runs only (a float32 run has its own section)."""
 from __future__ import annotations
 
 import importlib.util
@@ -53,6 +54,7 @@ def test_help_works_without_a_gpu():
     (["--budget-s", "0"], "--budget-s"),
     (["--repeats", "1"], "--repeats must be >= 3"),
     (["--ns", "abc"], "invalid int value"),
+    (["--dtype", "bfloat16"], "argument --dtype: invalid choice: 'bfloat16'"),
 ])
 def test_bad_arguments_are_refused_before_any_gpu_work(argv, message):
     proc = run(*argv)
@@ -74,6 +76,69 @@ def test_cases_interleave_the_classes_and_filter(formats):
     quick = formats.parse_args(["--quick"])
     assert quick.ns == [128, 512] and [c["label"] for c in formats.cases(quick)] == [
         "dlmc-2048-V8-s90", "rmat-s13", "fixture:Pajek/Erdos971", "fem12-dof3"]
+
+
+def test_dtype_defaults_to_float16_and_names_the_file_and_meta_of_a_float32_run(formats):
+    assert formats.parse_args([]).dtype == "float16" and formats.parse_args(["--dtype", "float32"]).dtype == "float32"
+    name = formats.results_name
+    assert name("nvidia-h200", "2026-12-01", "float16", None) == "formats-nvidia-h200-2026-12-01.json"  # as before
+    assert name("nvidia-h200", "2026-12-01", "float16", "b") == "formats-nvidia-h200-2026-12-01-b.json"
+    assert name("nvidia-h200", "2026-12-01", "float32", None) == "formats-nvidia-h200-2026-12-01-float32.json"
+    assert name("nvidia-h200", "2026-12-01", "float32", "b") == "formats-nvidia-h200-2026-12-01-float32-b.json"
+    half, single = formats.precision_meta("float16"), formats.precision_meta("float32")
+    assert half == {"dtype": "float16", "tolerance": 1e-2, "precision": formats.PRECISION_TEXT["float16"]}
+    assert half["precision"] == "FP16 A and B, FP32 accumulation, FP16 C (cuSPARSE: CUDA_R_16F, FP32 compute)"
+    assert single["dtype"] == "float32" and single["tolerance"] == 2e-3 and "TF32" in single["precision"]
+    assert "half-precision Tensor Core path" in single["blocked_ell"]
+
+
+def test_the_dense_baseline_allows_tf32_in_float32_only_and_restores_the_setting(monkeypatch):
+    """benchmarks/dense.py's torch path with a stand-in torch (no GPU here): float32 times with allow_tf32 set and
+    puts the caller's setting back, also when the timing raises; FP16 leaves the setting alone."""
+    import types
+
+    import scipy.sparse as sp
+
+    matmul = types.SimpleNamespace(allow_tf32=False)
+    torch = types.SimpleNamespace(__version__="9.9", cuda=types.SimpleNamespace(is_available=lambda: True),
+                                  as_tensor=lambda x, device: x,
+                                  backends=types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=matmul)))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    dense = load("bench_dense", REPO / "benchmarks" / "dense.py")
+    seen = []
+
+    def timing(self, B, repeats, issued_repeats):
+        seen.append(matmul.allow_tf32)
+        if B is None:
+            raise RuntimeError("stand-in failure")
+        return 1.0, 2.0, B
+
+    monkeypatch.setattr(dense.Dense, "_torch_time", timing)
+    A = sp.csr_array(np.eye(4, dtype=np.float32))
+    d16, d32 = dense.Dense(A), dense.Dense(A, "float32")
+    assert d16.name == "torch.matmul (cuBLAS, torch 9.9)" and d16.A.dtype == np.float16  # as before
+    assert d32.name == "torch.matmul (cuBLAS, torch 9.9); float32, TF32 allowed" and d32.A.dtype == np.float32
+    assert d16.time("B", 3, 3) == (1.0, 2.0, "B") and d32.time("B", 3, 3) == (1.0, 2.0, "B")
+    with pytest.raises(RuntimeError, match="stand-in failure"):
+        d32.time(None, 3, 3)
+    assert seen == [False, True, True] and matmul.allow_tf32 is False
+    with pytest.raises(ValueError, match="Dense runs float16 or float32, got dtype 'bfloat16'"):
+        dense.Dense(A, "bfloat16")
+
+
+def test_values_out_of_fp16_range_are_replaced_in_float16_only(formats, monkeypatch):
+    import spmm  # benchmarks/spmm.py, on sys.path once formats.py is loaded
+
+    #   [ 0  40 ]   max |x| 40 > 1: FP16 runs replace the values, float32 runs keep them
+    #   [-3   0 ]
+    stiff = np.array([[0.0, 40.0], [-3.0, 0.0]], dtype=np.float32)
+    monkeypatch.setattr(spmm, "fixture", lambda name: stiff)
+    A16, note16 = formats.build(("fixture", "HB/stiff"), "float16")
+    A32, note32 = formats.build(("fixture", "HB/stiff"), "float32")
+    assert np.abs(A16.data).max() <= 1.0 and "replaced by uniform(-1, 1)" in note16
+    np.testing.assert_array_equal(A32.toarray(), stiff)
+    assert note32 == "as stored; max |x| 40 kept (the [-1, 1] replacement is for FP16's range only)"
+    assert np.array_equal(A16.indices, A32.indices) and np.array_equal(A16.indptr, A32.indptr)  # same structure
 
 
 def test_prepare_returns_permutations_and_order_scores(formats):
@@ -152,6 +217,29 @@ def test_summarize_renders_the_formats_section_and_nothing_without_files(summari
     assert "| `d` | dnn | 0.2500 | 0.5000 | 2.00x | 2.50x | yes |" in sec
     assert "Skipped (budget or missing fixtures): dlmc-4096-V8-s80" in sec
     assert "How to reproduce: `PYTHONPATH=. python3 benchmarks/formats.py --quick`" in sec
+
+
+def test_the_fp16_section_ignores_a_newer_float32_run_which_gets_its_own_section(summarize, tmp_path):
+    meta = {"device": "Test GPU", "command": "benchmarks/formats.py --quick", "date": "2026-11-26T00:00:00+00:00",
+            "tolerance": 1e-2, "matrices": MATRICES}
+    (tmp_path / "formats-test-gpu-2026-11-26.json").write_text(json.dumps({"meta": meta, "rows": ROWS}))
+    alone = summarize.render(tmp_path)
+    assert "## Formats (float32" not in alone
+    slow = [{**r, "ms": {k: 10 * v for k, v in r["ms"].items()}, "rel_err": {k: 5e-4 for k in r["ms"]}}
+            for r in ROWS]
+    f32 = {**meta, "dtype": "float32", "tolerance": 2e-3, "date": "2026-11-27T00:00:00+00:00",
+           "command": "benchmarks/formats.py --quick --dtype float32"}
+    (tmp_path / "formats-test-gpu-2026-11-27-float32.json").write_text(json.dumps({"meta": f32, "rows": slow}))
+    md = summarize.render(tmp_path)
+    fp16 = md[md.index("## Formats (FP16)"):md.index("## Formats (float32")]
+    assert fp16 == alone[alone.index("## Formats (FP16)"):][:len(fp16)]  # as without the float32 file
+    assert "float32" not in fp16 and "Older files" not in fp16
+    sec = md[md.index("## Formats (float32"):]
+    sec = sec[:sec.index("\n## ")] if "\n## " in sec else sec
+    assert "`formats-test-gpu-2026-11-27-float32.json`" in sec and "BELL" not in sec.split("Per class")[0]
+    assert "| errors vs float64 on sampled rows (max) | <= 0.002 | 5.0e-04 | **met** |" in sec
+    assert "| `d` | dnn | rowshuffle | 128 | 18.0000 |" in sec  # its own rows, the baseline 10x as well
+    assert "How to reproduce: `PYTHONPATH=. python3 benchmarks/formats.py --quick --dtype float32`" in sec
 
 
 def test_the_readiness_check_passes_the_default_formats_and_refuses_an_unready_one(formats, monkeypatch):

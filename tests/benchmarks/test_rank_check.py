@@ -1,9 +1,11 @@
 """benchmarks/rank_check.py: measured times read from recorded rows (a fallback's time, a lower bound when it lost),
-a row's verdict, and the constant fit recovering the constants its rows were made with."""
+a row's verdict in its run's dtype, the constant fit recovering the constants its rows were made with, and a fit
+over runs of two dtypes refused."""
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,7 @@ def test_a_won_fallback_is_its_formats_time_and_a_lost_one_a_lower_bound():
 
 def test_a_rows_verdict():
     stats = structure(sp.random(400, 400, density=0.02, format="csr", random_state=0))
-    out = rc.check_row(row({"metcf": 0.3, "bcsr": 0.6}), stats, OWNER)
+    out = rc.check_row(row({"metcf": 0.3, "bcsr": 0.6}), stats, OWNER, "float16")
     assert out["best"] == "metcf" and set(out["predicted"]) == {"metcf", "bcsr", "csr"}
     assert out["top2"] == ("metcf" in out["predicted"][:2]) and out["top1"] == (out["predicted"][0] == "metcf")
     first = out["predicted"][0]
@@ -43,15 +45,43 @@ def test_a_rows_verdict():
     assert out["loss_is_lower_bound"] == (first == "csr")
 
 
-def test_the_fit_recovers_the_constants_its_rows_were_made_with(monkeypatch):
+def test_the_dtype_comes_from_each_runs_meta_and_ranks_in_it():
+    assert rc.dtype_of({"meta": {}}) == "float16" and rc.dtype_of({"rows": []}) == "float16"  # before --dtype
+    assert rc.dtype_of({"meta": {"dtype": "float32"}}) == "float32"
+    stats = structure(sp.random(400, 400, density=0.02, format="csr", random_state=0))
+    half, single = (rc.check_row(row({"metcf": 0.3, "bcsr": 0.6}), stats, OWNER, d) for d in ("float16", "float32"))
+    for out, dtype in ((half, "float16"), (single, "float32")):
+        assert out["estimate_us"] == {n: round(REGISTRY[n].estimate(stats, dtype, 128), 3) for n in out["estimate_us"]}
+    assert half["estimate_us"] != single["estimate_us"]  # TF32: 16 x 8 blocks, 4-byte B and C
+
+
+def test_a_fit_over_runs_of_two_dtypes_is_refused_before_any_matrix_is_built(tmp_path, monkeypatch, capsys):
+    files = []
+    for name, meta in (("formats-gpu-2026-11-25.json", {}), ("formats-gpu-2026-12-01-float32.json",
+                                                             {"dtype": "float32"})):
+        files.append(tmp_path / name)
+        files[-1].write_text(json.dumps({"meta": {"device": "GPU", "matrices": {}, **meta}, "rows": []}))
+    monkeypatch.setattr(rc, "matrices", lambda docs: pytest.fail("built matrices for a refused fit"))
+    assert rc.main(["--results", *map(str, files), "--fit", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("rank_check: --fit needs runs of one dtype, got float16: formats-gpu-2026-11-25.json; float32: "
+                   "formats-gpu-2026-12-01-float32.json; fit each dtype apart")
+    assert not list(tmp_path.glob("rank-check-*.json"))
+    assert rc.one_dtype([{"meta": {"dtype": "float32"}}, {"meta": {"dtype": "float32"}}]) == "float32"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_the_fit_recovers_the_constants_its_rows_were_made_with(monkeypatch, dtype):
+    """In the runs' dtype: float32 rows fitted on float16 terms would give c_mb 2x (4-byte C read as 2-byte)."""
     true = {"launch": 3.0, "b_mb": 0.2, "c_mb": 1.0}
     model = dataclasses.replace(REGISTRY["bcsr"].estimate, us=true)
     monkeypatch.setitem(REGISTRY, "bcsr", dataclasses.replace(REGISTRY["bcsr"], estimate=model))
     stats = {f"m{i}": structure(sp.random(200 * (i + 1), 300, density=0.01 * (i + 1), format="csr", random_state=i))
              for i in range(4)}
-    rows = [{"matrix": m, "order": "given", "N": N, "ms": {"bcsr": model(s, "float16", N) / 1e3},
+    rows = [{"matrix": m, "order": "given", "N": N, "ms": {"bcsr": model(s, dtype, N) / 1e3},
              "choice": {"bcsr": {"kernel": "bcsr-window"}}} for m, s in stats.items() for N in (64, 256, 1024)]
-    fitted = rc.fit([{"rows": rows}], lambda r: stats[r["matrix"]], OWNER)
+    meta = {} if dtype == "float16" else {"dtype": dtype}  # float16: as the files from before formats.py's --dtype
+    fitted = rc.fit([{"meta": meta, "rows": rows}], lambda r: stats[r["matrix"]], OWNER)
     assert set(fitted) == {"bcsr"} and fitted["bcsr"]["rows"] == 12
     for term, value in true.items():
         assert fitted["bcsr"]["us"].get(term, 0.0) == pytest.approx(value, rel=1e-3), term
