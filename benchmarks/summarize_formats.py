@@ -226,6 +226,16 @@ def formats_section(runs, v0, older, *, h) -> list[str]:
     return out
 
 
+def run_tables(run, h, baselines) -> list[str]:
+    """A run's skipped cases, its `rows_table` and its `class_table` against cuSPARSE CSR in the run's dtype."""
+    out = ["Skipped (budget or missing fixtures): " + ", ".join(run.meta["skipped"]), ""] \
+        if run.meta.get("skipped") else []
+    out += rows_table(run.rows, h, baselines)
+    out += [f"Per class: geomean speedup over {BASELINE[dtype_of(run.meta)]} on the matrix as given, each format in "
+            "its paper's order / its fastest order, and (matrix, N) wins:", ""]
+    return out + class_table(run.rows, h)
+
+
 def rows_table(rows, h, baselines) -> list[str]:
     """Per row: cuSPARSE, each format (ms, xO / xS, issued), then ``baselines`` ((column, key) of other timings) and
     CVSE at the generator's V."""
@@ -260,12 +270,7 @@ def float32_section(run, *, h) -> list[str]:
         "cores); dense = cuBLAS float32 GEMM with TF32 allowed (DNN class); no Blocked-ELL (cuSPARSE's "
         "half-precision Tensor Core path). Values as generated or stored (FP16's [-1, 1] replacement does not "
         "apply). The rows `benchmarks/rank_check.py --fit` fits the float32 ranking constants on.")
-    if run.meta.get("skipped"):
-        out += ["Skipped (budget or missing fixtures): " + ", ".join(run.meta["skipped"]), ""]
-    out += rows_table(run.rows, h, (("dense", "dense"),))
-    out += ["Per class: geomean speedup over cuSPARSE float32 CSR on the matrix as given, each format in its paper's "
-            "order / its fastest order, and (matrix, N) wins:", ""]
-    out += class_table(run.rows, h)
+    out += run_tables(run, h, (("dense", "dense"),))
     tol, e = run.meta.get("tolerance", 2e-3), errors_max(run.rows)
     out += h.targets([("errors vs float64 on sampled rows (max)", f"<= {tol}", "–" if e is None else f"{e:.1e}",
                        h.status(None if e is None else e <= tol))])
@@ -285,12 +290,7 @@ def fp16_section(run, older, *, h) -> list[str]:
         "BCSR, tca: ME-TCF; applied only when it improves its own measure). BELL = cuSPARSE Blocked-ELL 16x16 "
         "FP16; dense = cuBLAS FP16 GEMM (DNN class). DNN-style matrices are generated (`gen:dlmc`, DLMC is not "
         "reachable here).")
-    if run.meta.get("skipped"):
-        out += ["Skipped (budget or missing fixtures): " + ", ".join(run.meta["skipped"]), ""]
-    out += rows_table(rows, h, (("BELL", "cusparse-bell"), ("dense", "dense")))
-    out += ["Per class: geomean speedup over cuSPARSE half CSR on the matrix as given, each format in its paper's "
-            "order / its fastest order, and (matrix, N) wins:", ""]
-    out += class_table(rows, h)
+    out += run_tables(run, h, (("BELL", "cusparse-bell"), ("dense", "dense")))
     gains = shuffle_gains(matrices)
     if gains:
         out += [f"Row shuffle, effective computation rate nnz / (tiles x 16 x 16) before and after (the paper: "

@@ -47,10 +47,9 @@ def _timer(plan, B):
     return time_fn
 
 
-def decide_formats(plan, N: int, B, time_fn=None) -> Choice:
+def decide_formats(plan, N: int, B, time_fn) -> Choice:
     """Each format operator's own choice for N; with several and a B, the fastest measured of them (``time_fn``:
-    `_timer`'s, made here when not given)."""
-    time_fn = time_fn or _timer(plan, B)
+    the decision's `_timer`)."""
     per_format = {}
     for name, ops in plan._ops.items():
         ch = ops.decide(N, B, time_fn)

@@ -50,8 +50,7 @@ MARKER_BYTES = 1 << 30  # the live markers of all threads together, at most (few
 def counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> dict:
     """Per window of ``windows`` (ascending window ids): {(kind, size): int64 count array} for kinds "v" and "vmax"
     (V = 2, 4, 8, 16), "tc" and "bcsr" (the block widths)."""
-    starts = np.asarray(windows, dtype=np.int64) * WINDOW
-    total = int((indptr[np.minimum(starts + WINDOW, n_rows)] - indptr[starts]).sum())
+    total = int(_window_nnz(indptr, windows, n_rows).sum())
     if n_cols <= MARKER_COLS_PER_NNZ * total + MARKER_SLACK:
         return marker_counts(indptr, indices, n_rows, n_cols, windows)
     return sorted_counts(indptr, indices, n_rows, n_cols, windows)
@@ -60,8 +59,9 @@ def counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray) -> di
 @numba.njit(cache=True, nogil=True)
 def _marker_run(indptr, indices, n_rows, windows, w0, w1, widths, col_mark, block_mark, out):
     """Counts of windows[w0:w1] into out[:, w0:w1]: rows 2l / 2l + 1 the sum / max over the vector rows of level l
-    (V = 2 << l), rows 8 + k the aligned blocks of width widths[k]. col_mark [n_cols, 4] (a column's four
-    levels in one cache line) and block_mark [len(widths), ...] start at -1; a level-l group is numbered i * (16 >> (l + 1)) + its vector row, a window i."""
+    (V = 2 << l), rows 8 + k the aligned blocks of width widths[k]. col_mark [n_cols, 4] (a column's four levels
+    in one cache line) and block_mark [len(widths), ...] start at -1; a level-l group is numbered
+    i * (16 >> (l + 1)) + its vector row, a window i."""
     per_row = np.zeros((4, 8), np.int64)
     blocks = np.zeros(widths.size, np.int64)
     for i in range(w0, w1):
@@ -103,9 +103,7 @@ def marker_counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray
     windows = np.asarray(windows, dtype=np.int64)
     widths = np.asarray(BLOCK_WIDTHS, dtype=np.int64)
     out = np.zeros((8 + widths.size, windows.size), dtype=np.int64)
-    rows, _, first_row = _window_rows(windows, n_rows)
-    lengths = indptr[rows + 1] - indptr[rows]
-    ptr = np.concatenate([[0], np.cumsum(lengths)])[first_row]  # nonzeros before each picked window
+    ptr = np.concatenate([[0], np.cumsum(_window_nnz(indptr, windows, n_rows))])  # nonzeros before each window
     total = int(ptr[-1])
     mark = np.int32 if windows.size * 8 < np.iinfo(np.int32).max else np.int64
     n_cols_k = max(int(n_cols), 1)
@@ -131,7 +129,13 @@ def marker_counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray
     for k, w in enumerate(BLOCK_WIDTHS):
         found[("tc", w)] = -(-out[6] // w)
         found[("bcsr", w)] = out[8 + k]
-    return {key: np.ascontiguousarray(found[key]) for key in _KEYS}
+    return {key: found[key] for key in _KEYS}
+
+
+def _window_nnz(indptr, windows, n_rows: int) -> np.ndarray:
+    """Stored entries of each window of ``windows``, int64."""
+    starts = np.asarray(windows, dtype=np.int64) * WINDOW
+    return (indptr[np.minimum(starts + WINDOW, n_rows)] - indptr[starts]).astype(np.int64, copy=False)
 
 
 def _window_rows(windows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels import launch
-from kernels.formats.csr.upload import upload_rows
+from kernels.formats.csr.upload import ordered_ptr, upload_rows
 from kernels.precision import precision as as_precision
 from storage.indexing import INT32_MAX, cut_ranges
 from kernels.operands import check_b_out
@@ -192,8 +192,7 @@ class CsrRows:
         walk = walk_order(A.indptr, config.walk_heavy(self.precision.half))
         indptr = np.asarray(A.indptr, dtype=np.int64)
         if walk is not None:  # A's rows in launch order, each still writing its own row of C
-            indptr = np.zeros(indptr.shape[0], dtype=np.int64)
-            np.cumsum(np.diff(np.asarray(A.indptr, dtype=np.int64))[walk], out=indptr[1:])
+            indptr = ordered_ptr(indptr, walk)
             rows = walk if rows is None else rows[walk]
         seg = segments(indptr, config.seg_len)
         seg_row, fix_row, fix_ptr = seg.seg_row, seg.fix_row, seg.fix_ptr
@@ -207,7 +206,7 @@ class CsrRows:
         self.n_segs, self.n_long, self.n_slots = int(seg_row.shape[0]), int(fix_row.shape[0]), int(fix_ptr[-1])
         p = self.precision
         self.tail0 = short_tail(seg.seg_ptr, config.tail_short) if p.half else 0  # the pair mapping's (16-bit)
-        self.indices, self.data = upload_rows(A, walk, p)  # permuted to the walk and rounded on the device
+        self.indices, self.data = upload_rows(A, walk, p, indptr)  # permuted to the walk, rounded on the device
         up = cupy.asarray
         self.seg_ptr, self.seg_row, self.seg_slot = up(seg.seg_ptr), up(seg_row), up(seg.seg_slot)
         self.fix_row = up(fix_row) if self.n_long else cupy.zeros(1, cupy.int32)

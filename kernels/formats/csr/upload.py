@@ -15,10 +15,18 @@ from kernels import transfer
 CHUNK = 1 << 24  # nonzeros gathered per step (three int64 temporaries of 128 MiB)
 
 
-def upload_rows(A, order, prec) -> tuple:
+def ordered_ptr(indptr, order) -> np.ndarray:
+    """int64 row pointer of the rows ``order`` of a CSR with row pointer ``indptr``, one after another."""
+    ptr = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(np.diff(np.asarray(indptr, dtype=np.int64))[order], out=ptr[1:])
+    return ptr
+
+
+def upload_rows(A, order, prec, order_ptr=None) -> tuple:
     """(indices int32, values in ``prec``'s storage dtype) of canonical CSR ``A``'s rows in ``order`` (int array of
     row ids, None: A's own order) as CuPy arrays. Values stored in the storage dtype already (16-bit bits
-    included) are moved as they are; others are rounded from float32 on the device."""
+    included) are moved as they are; others are rounded from float32 on the device. ``order_ptr``: `ordered_ptr`
+    of A and ``order`` where the caller has it."""
     import cupy
 
     nnz = int(A.nnz)
@@ -28,21 +36,21 @@ def upload_rows(A, order, prec) -> tuple:
     indices = transfer.to_device(np.asarray(A.indices, dtype=np.int32))
     values = transfer.to_device(values)
     if order is not None:
-        indices, values = _gather_rows(np.asarray(A.indptr, dtype=np.int64), np.asarray(order), indices, values)
+        order = np.asarray(order)
+        new_ptr = ordered_ptr(A.indptr, order) if order_ptr is None else order_ptr
+        indices, values = _gather_rows(np.asarray(A.indptr, dtype=np.int64), order, new_ptr, indices, values)
     if values.dtype != prec.storage_dtype:
         values = prec.to_storage(values)
     return indices, values
 
 
-def _gather_rows(indptr: np.ndarray, order: np.ndarray, indices, values) -> tuple:
-    """The entries of rows ``order`` (one after another, each row's in its own order) of a CSR matrix with host
-    ``indptr`` and device ``indices`` / ``values``: entry k of the result is entry k + shift[r] of the input, r
-    its row in the new order (the last new row starting at or before k: empty rows take no entry)."""
+def _gather_rows(indptr: np.ndarray, order: np.ndarray, new_ptr: np.ndarray, indices, values) -> tuple:
+    """The entries of rows ``order`` (one after another, each row's in its own order; ``new_ptr`` their
+    `ordered_ptr`) of a CSR matrix with host ``indptr`` and device ``indices`` / ``values``: entry k of the result
+    is entry k + shift[r] of the input, r its row in the new order (the last new row starting at or before k:
+    empty rows take no entry)."""
     import cupy
 
-    lengths = np.diff(indptr)[order]
-    new_ptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_ptr[1:])
     new_ptr_d = cupy.asarray(new_ptr)
     shift = cupy.asarray(indptr[order] - new_ptr[:-1])
     out_idx, out_val = cupy.empty_like(indices), cupy.empty_like(values)

@@ -121,6 +121,7 @@ def test_row_gather_index_arithmetic(monkeypatch, chunk):
     A = sp.csr_array(sp.vstack([A[:10], sp.csr_array((2, 17), dtype=np.float32), A[10:]], format="csr"))
     assert A.shape == (30, 17) and (np.diff(A.indptr) == 0).sum() >= 2
     order = np.random.default_rng(4).permutation(30)
-    idx, val = upload._gather_rows(np.asarray(A.indptr, dtype=np.int64), order, A.indices.copy(), A.data.copy())
+    idx, val = upload._gather_rows(np.asarray(A.indptr, dtype=np.int64), order, upload.ordered_ptr(A.indptr, order),
+                                   A.indices.copy(), A.data.copy())
     want = A[order]
     assert np.array_equal(idx, want.indices) and np.array_equal(val, want.data)
