@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from kernels.formats.ranking import FIT_SOURCE
+from kernels.formats.ranking import FIT_SOURCE, FIT_SOURCE_TF32
 
 
 def rank_section(runs, v0, older, *, h) -> list[str]:
@@ -26,8 +26,8 @@ def rank_section(runs, v0, older, *, h) -> list[str]:
             "place); loss: the predicted best's measured time over the measured best's (rows where only a lower "
             "bound of a time is known are counted as such). Statistics time per matrix: "
             f"max {h.f(max(stats.values()) if stats else None, 3)} s over {len(stats)} matrices and orders (on the "
-            "machine that ran the check, no GPU). The estimates' constants were fitted on one of these runs "
-            f"(`{FIT_SOURCE}`): its row is in-sample.", ""]
+            "machine that ran the check, no GPU). The estimates' constants were fitted on one run per precision "
+            f"(FP16 and BF16: `{FIT_SOURCE}`; float32: `{FIT_SOURCE_TF32}`): their rows are in-sample.", ""]
     rows = [(name, s["rows"], h.f(s["top1"], 2), h.f(s["top2"], 2), h.f(s["plan_top2"], 2),
              h.f(s["loss_median"], 3), h.f(s["loss_geomean"], 3), h.f(s["loss_max"], 2))
             for name, s in summary.items()]

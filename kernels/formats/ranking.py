@@ -15,7 +15,8 @@ plus ``launch`` (1). The estimate is ``sum(us[term] * amount)``: microseconds, a
 what matters. ``us`` is fitted per format by ``benchmarks/rank_check.py --fit`` (non-negative least squares on
 relative error) against measured per-format times; the ranking's agreement with the measured order is what
 ``benchmarks/rank_check.py`` reports. Precisions enter through the block width and the itemsize
-(`kernels.precision`); the constants were measured in FP16 (TF32 and BF16 use them as they are).
+(`kernels.precision`) and through the constants: one set fitted in FP16 (BF16 uses it as it is) and one in float32
+(TF32 products, 4-byte B and C: `CostModel.per_precision`).
 
 How well (benchmarks/results/rank-check-nvidia-h200-2026-11-27.json; 180 rows of the run the constants were
 fitted on, formats-nvidia-h200-2026-11-25-c.json: 45 orders of 21 matrices x N = 128..1024): the measured best is
@@ -24,6 +25,11 @@ best; what a plan builds and times (ranked at N = 128) held the best in 97 %. Fi
 51 %, 87 %, and 97 % for the plan. The two earlier runs (older CVSE and Tiled-CSR kernels) agree less (top 2:
 87 % and 90 %). Refit when a format's kernels change (CVSE's tiled kernel postdates that run).
 
+float32 (benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json, the same 45 orders x N in TF32; H200):
+with the FP16 constants the measured best was first in 53 %, among the first two in 79 %, in what a plan builds in
+89 % (predicted first up to 2.05x the best, geomean 1.16x); with the float32 set fitted on it 81 %, 99 %, 98 %
+(1.55x, 1.04x), and fitted leaving each matrix out 79 %, 99 %, 100 % (1.90x, 1.05x).
+
 `rank(formats, stats, precision, N)` orders formats by estimate (a format without one after those with one, in
 registry order); `select(A, formats, precision, k)` computes the statistics once and keeps the first k (`pick`:
 a format whose kernels another kept format times as its fallbacks takes no slot).
@@ -31,13 +37,13 @@ a format whose kernels another kept format times as its fallbacks takes no slot)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from kernels.formats.structure import Structure, Windows, structure
-from kernels.precision import Precision
+from kernels.precision import PRECISIONS, Precision
 from kernels.precision import precision as as_precision
 
 TERMS = ("launch", "a_mb", "b_mb", "c_mb", "hub_mb", "hub_all_mb")
@@ -47,26 +53,41 @@ AUTO_CANDIDATES = 2  # formats a plan of format="auto" builds and times
 # where the formats' constants come from (each CostModel's ``source``)
 FIT_SOURCE = ("python benchmarks/rank_check.py --fit --results benchmarks/results/formats-nvidia-h200-2026-11-25-c.json"
               " (FP16, H200; censored rows: a fallback that lost)")
+FIT_SOURCE_TF32 = ("python benchmarks/rank_check.py --fit --results "
+                   "benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json (TF32, H200; censored rows)")
 
 
 @dataclass(frozen=True)
 class CostModel:
     """A format's cost estimate: ``model(stats, precision_name, N)`` -> predicted microseconds (module docstring).
-    ``terms(stats, precision, N)`` -> {term: amount}; ``us``: microseconds per unit of each term (absent: 0);
-    ``source``: where the constants were fitted."""
+    ``terms(stats, precision, N)`` -> {term: amount}; ``us``: microseconds per unit of each term (absent: 0), fitted
+    in FP16 and used for every precision without its own set; ``per_precision``: {precision name: constants}
+    fitted in that precision (TF32's Tensor Core products and float32 B and C move and compute differently);
+    ``source``: where they were fitted (`FIT_SOURCE`, `FIT_SOURCE_TF32`)."""
 
     terms: Callable[[Structure, Precision, int], dict]
     us: dict
     source: str = ""
+    per_precision: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        unknown = set(self.us) - set(TERMS)
+        for name, constants in {"": self.us, **self.per_precision}.items():
+            unknown = set(constants) - set(TERMS)
+            if unknown:
+                raise ValueError(f"cost terms {sorted(unknown)} are not among {', '.join(TERMS)}")
+        unknown = set(self.per_precision) - set(PRECISIONS)
         if unknown:
-            raise ValueError(f"cost terms {sorted(unknown)} are not among {', '.join(TERMS)}")
+            raise ValueError(f"cost constants for {sorted(unknown)}: not a precision ({', '.join(PRECISIONS)})")
+
+    def constants(self, precision) -> dict:
+        """The {term: us} this model weighs ``precision``'s terms with."""
+        return self.per_precision.get(as_precision(precision).name, self.us)
 
     def __call__(self, stats: Structure, precision, N: int) -> float:
-        amounts = self.terms(stats, as_precision(precision), int(N))
-        return sum(self.us.get(term, 0.0) * amount for term, amount in amounts.items())
+        prec = as_precision(precision)
+        amounts = self.terms(stats, prec, int(N))
+        us = self.constants(prec)
+        return sum(us.get(term, 0.0) * amount for term, amount in amounts.items())
 
 
 def work_terms(stats: Structure, prec: Precision, N: int, *, a_bytes: float, b_rows: float, hub_rows: float) -> dict:
@@ -147,17 +168,18 @@ COPY_BYTES = 8  # per element of a scattered TC part's rows: written as float32 
 def window_costs(fmt, per_window: Structure, precision, N: int) -> tuple[np.ndarray, np.ndarray, float]:
     """(additive us per window, peak us per window, launch us) of ``fmt``'s estimate evaluated window by window on
     ``Windows.per_window()``: summed over all windows (and the peak's maximum taken) they give its estimate."""
-    model = fmt.estimate
-    amounts = model.terms(per_window, as_precision(precision), int(N))
+    prec = as_precision(precision)
+    amounts = fmt.estimate.terms(per_window, prec, int(N))
+    us = fmt.estimate.constants(prec)
     n = int(np.size(per_window.nnz))
 
     def weighed(terms):
         out = np.zeros(n)
         for t in terms:
-            out = out + model.us.get(t, 0.0) * np.broadcast_to(np.asarray(amounts.get(t, 0.0), dtype=float), (n,))
+            out = out + us.get(t, 0.0) * np.broadcast_to(np.asarray(amounts.get(t, 0.0), dtype=float), (n,))
         return out
 
-    return weighed(ADDITIVE), weighed(PEAK), model.us.get("launch", 0.0) * float(amounts.get("launch", 1.0))
+    return weighed(ADDITIVE), weighed(PEAK), us.get("launch", 0.0) * float(amounts.get("launch", 1.0))
 
 
 @dataclass(frozen=True)
@@ -204,7 +226,7 @@ def split(windows: Windows, tc_formats: list, cuda_format, precision, N: int = R
     pw = windows.per_window()
     w = windows.weight
     ca, cp, cl = window_costs(cuda_format, pw, prec, N)
-    copy = cuda_format.estimate.us.get("c_mb", 0.0) * windows.rows * N * COPY_BYTES / 1e6
+    copy = _copy_us(cuda_format, prec, windows, N)
     best = None
     for fmt in tc_formats:
         if not fmt.per_window_cost or fmt.estimate is None or prec.name not in fmt.block_width:
@@ -245,13 +267,19 @@ def split_cost(windows: Windows, tc: np.ndarray, tc_format, cuda_format, precisi
     ca, cp, cl = window_costs(cuda_format, pw, prec, N)
     scattered = _scattered(windows, tc)
     if scattered:
-        ta = ta + cuda_format.estimate.us.get("c_mb", 0.0) * windows.rows * N * COPY_BYTES / 1e6
+        ta = ta + _copy_us(cuda_format, prec, windows, N)
     pred = float(np.dot(w, np.where(tc, ta, ca)))
     if tc.any():
         pred += float(tp[tc].max()) + tl
     if not tc.all():
         pred += float(cp[~tc].max()) + cl
     return pred, scattered
+
+
+def _copy_us(cuda_format, prec: Precision, windows: Windows, N: int) -> float:
+    """Microseconds per window of a scattered TC part's copy through the workspace (at the CUDA-core model's C
+    rate)."""
+    return cuda_format.estimate.constants(prec).get("c_mb", 0.0) * windows.rows * N * COPY_BYTES / 1e6
 
 
 def _scattered(windows: Windows, tc: np.ndarray) -> bool:

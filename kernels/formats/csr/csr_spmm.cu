@@ -3,9 +3,10 @@
 // matrices), standing in for cuSPARSE's CSR SpMM, whose results differ bitwise from call to call (issue 17).
 //   C[r][n] = sum over p in [indptr[r], indptr[r+1]) of data[p] * B[indices[p]][n]   (in increasing p)
 // A row is cut into segments of at most seg_len nonzeros (kernels/formats/csr/launch.py, `segments`): a short row
-// is one segment, written straight to C; a long row's segments write partial rows to a workspace W, and csr_fixup
-// adds them in segment order into C. Each element of C and W has one writer, and the order of every sum depends
-// only on A: bitwise repeatable, no atomics.
+// is one segment, written straight to C; a long row's segments write partial rows to a workspace W, and they are
+// added in segment order into C: by csr_rows itself (the last segment of the row to finish, counted in
+// pieces_done) or, after the 16-bit mappings, by csr_fixup. Each element of C and W has one writer, and the order of
+// every sum depends only on A: bitwise repeatable (the only atomics count pieces; no value is added atomically).
 //
 // Launch mapping (kernels/formats/csr/launch.py): csr_rows: blockDim.x = 32 x CSR_WARPS; warp w of the grid takes
 //   segment blockIdx.x x CSR_WARPS + w and the 128 columns n0 = blockIdx.y x 128 .. +127, lane l columns
@@ -19,11 +20,14 @@
 //   B, N % 8 == 0, the same columns per lane): each half-warp its own segment, 2 x CSR_WARPS segments a block,
 //   except the walk's tail of short segments (from tail0), CSR_TAIL_GROUP a half-warp in the first warps; the
 //   operator times it against csr_rows_wide for each N (launch.py, `CsrRows.tune`).
-//   csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns as csr_rows.
+//   csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns as csr_rows (after the 16-bit
+//   mappings; after csr_rows only the rows a hybrid copies into C, kernels.hybrid).
 // Input contract (checked by the launcher): seg_ptr int64 [S + 1] (segment s = nonzeros seg_ptr[s] ..
 //   seg_ptr[s+1] - 1, increasing, seg_ptr[S] = nnz), seg_row int32 [S] (every row of A has >= 1 segment, so
 //   its row of C is written: zeros for an empty row; the row of C may be mapped, kernels.hybrid's CUDA-core
 //   part writing only its rows), seg_slot int32 [S] (-1: write C; else its row of W);
+//   csr_rows only: slot_long int32 [n_slots] (the long row of each W row), pieces_done int32 [long rows x
+//   gridDim.y], zero before the first call (csr_rows leaves it zero);
 //   fix_row int32 [R], fix_ptr int32 [R + 1] (the W rows of long row i are fix_ptr[i] .. fix_ptr[i+1] - 1, in
 //   segment order); indices int32 [nnz]; data [nnz] in B's type (float32, float16, or bfloat16 bits); W float32
 //   [n_slots x N]. FLAG_VEC only when N % 4 == 0 and B, C are 16-byte aligned (8-byte for 16-bit). C float32 or
@@ -117,10 +121,12 @@ template <int KIND>
 __device__ __forceinline__ void csr_rows(const i64* __restrict__ seg_ptr, const int* __restrict__ seg_row,
                                          const int* __restrict__ seg_slot, const int* __restrict__ indices,
                                          const void* __restrict__ data, const void* __restrict__ B,
-                                         void* __restrict__ C, float* __restrict__ W, i64 n_segs, i64 N, int flags) {
+                                         void* __restrict__ C, float* __restrict__ W, i64 n_segs, i64 N, int flags,
+                                         const int* __restrict__ slot_long, const int* __restrict__ fix_row,
+                                         const int* __restrict__ fix_ptr, int* __restrict__ pieces_done) {
   const int lane = threadIdx.x & 31;
   const i64 s = (i64)blockIdx.x * CSR_WARPS + (threadIdx.x >> 5);
-  if (s >= n_segs) return;  // no barriers below: a warp may leave early
+  if (s >= n_segs) return;  // warp-uniform; no block barriers below
   const i64 n = (i64)blockIdx.y * COLS + 4 * lane;
   const int avail = (int)max((i64)0, min((i64)4, N - n));
   const bool vec = (flags & FLAG_VEC) != 0;
@@ -130,29 +136,35 @@ __device__ __forceinline__ void csr_rows(const i64* __restrict__ seg_ptr, const 
     const int cnt = (int)min((i64)32, hi - base);
     const int my_col = lane < cnt ? __ldg(indices + base + lane) : 0;
     const float my_val = lane < cnt ? value_of<KIND>(data, base + lane) : 0.f;
-    int j = 0;
-    for (; j + CSR_UNROLL <= cnt; j += CSR_UNROLL) {  // U loads in flight, then their FMAs in order
+    // U loads in flight, then their FMAs in order; past cnt (the last batch) a load is predicated off and its FMA
+    // adds 0 x 0, so a row of 1-3 nonzeros (most of an R-MAT's) is one batch, not a chain of dependent loads. With
+    // the in-kernel piece sums below, against full batches then one nonzero at a time and csr_fixup: 0.92-1.00x
+    // the time on R-MAT scale 16-17, email-Enron and an SBM, 1.00-1.02x on R-MAT scale 20 (H200, float32,
+    // benchmarks/csr_rows.py; docs/kernels-notes.md "Session 34"). cnt is warp-uniform: every lane takes part in
+    // each shuffle.
+    for (int j = 0; j < cnt; j += CSR_UNROLL) {
       float4 b[CSR_UNROLL];
+      float a[CSR_UNROLL];
 #pragma unroll
       for (int u = 0; u < CSR_UNROLL; ++u) {
-        const int c = __shfl_sync(0xffffffffu, my_col, j + u);
-        b[u] = avail > 0 ? load_b<KIND>(B, c, N, n, vec, avail) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const int k = j + u;
+        const int c = __shfl_sync(0xffffffffu, my_col, k & 31);
+        const float x = __shfl_sync(0xffffffffu, my_val, k & 31);
+        const bool live = avail > 0 && k < cnt;
+        a[u] = live ? x : 0.f;
+        b[u] = live ? load_b<KIND>(B, c, N, n, vec, avail) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
-      for (int u = 0; u < CSR_UNROLL; ++u) fma4(acc, __shfl_sync(0xffffffffu, my_val, j + u), b[u]);
-    }
-    for (; j < cnt; ++j) {  // cnt is warp-uniform: every lane takes part in each shuffle
-      const int c = __shfl_sync(0xffffffffu, my_col, j);
-      const float a = __shfl_sync(0xffffffffu, my_val, j);
-      if (avail > 0) fma4(acc, a, load_b<KIND>(B, c, N, n, vec, avail));
+      for (int u = 0; u < CSR_UNROLL; ++u) fma4(acc, a[u], b[u]);
     }
   }
-  if (avail <= 0) return;
-  const int slot = seg_slot[s];
+  const int slot = seg_slot[s];  // warp-uniform
   if (slot < 0) {
-    store_c<KIND>(C, seg_row[s], N, n, acc, vec, avail, flags);
-  } else {
-    float* w = W + (i64)slot * N + n;  // float32 partial row, no FLAG_ADD, no 16-bit rounding
+    if (avail > 0) store_c<KIND>(C, seg_row[s], N, n, acc, vec, avail, flags);
+    return;
+  }
+  float* w = W + (i64)slot * N + n;  // float32 partial row, no FLAG_ADD, no 16-bit rounding
+  if (avail > 0) {
     if (vec) *reinterpret_cast<float4*>(w) = acc;
     else {
 #pragma unroll
@@ -160,6 +172,29 @@ __device__ __forceinline__ void csr_rows(const i64* __restrict__ seg_ptr, const 
         if (i < avail) w[i] = comp(acc, i);
     }
   }
+  // A long row's last piece to finish sums its pieces' rows of W in piece order and writes C, where csr_fixup did in
+  // a launch of its own after this one: each piece counts itself once its partial is visible device-wide; the one
+  // that counts last reads them all (from L2) and resets the count for the next call.
+  const int r = slot_long[slot];
+  int* done = pieces_done + (i64)r * gridDim.y + blockIdx.y;
+  __threadfence();
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) last = atomicAdd(done, 1) == fix_ptr[r + 1] - fix_ptr[r] - 1;
+  if (!__shfl_sync(0xffffffffu, last, 0)) return;
+  __threadfence();
+  if (lane == 0) *done = 0;
+  if (avail <= 0) return;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k = fix_ptr[r]; k < fix_ptr[r + 1]; ++k) {  // piece order: the same sum as csr_fixup's, on every call
+    const float* p = W + (i64)k * N + n;
+    float4 x;
+    if (vec) x = __ldcg(reinterpret_cast<const float4*>(p));
+    else x = make_float4(__ldcg(p), avail > 1 ? __ldcg(p + 1) : 0.f, avail > 2 ? __ldcg(p + 2) : 0.f,
+                         avail > 3 ? __ldcg(p + 3) : 0.f);
+    sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+  }
+  store_c<KIND>(C, fix_row[r], N, n, sum, vec, avail, flags);
 }
 
 #include "csr_rows16.cuh"  // the 16-bit mappings: csr_rows_wide, csr_rows_pair (and their helpers)
@@ -194,8 +229,10 @@ __device__ __forceinline__ void csr_fixup(const int* __restrict__ fix_row, const
       void *__restrict__ C, float *__restrict__ W, i64 n_segs, i64 N, int flags
 #define CSR_ROWS_ARGS(B_AS) seg_ptr, seg_row, seg_slot, indices, data, B_AS, C, W, n_segs, N, flags
 #define CSR_ENTRY(SUFFIX, KIND)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_##SUFFIX(CSR_ROWS_PARAMS) {              \
-    csr_rows<KIND>(CSR_ROWS_ARGS(B));                                                                            \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
+      csr_rows_##SUFFIX(CSR_ROWS_PARAMS, const int* __restrict__ slot_long, const int* __restrict__ fix_row,      \
+                        const int* __restrict__ fix_ptr, int* __restrict__ pieces_done) {                        \
+    csr_rows<KIND>(CSR_ROWS_ARGS(B), slot_long, fix_row, fix_ptr, pieces_done);                                  \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS)                                                    \
       csr_fixup_##SUFFIX(const int* __restrict__ fix_row, const int* __restrict__ fix_ptr,                        \

@@ -5,7 +5,8 @@ from call to call (so a deterministic plan never picks it). Works on the matrix 
 
 `segments` cuts each row into pieces of at most ``seg_len`` nonzeros (NumPy, once per plan): a short row is one
 segment written straight to C; the pieces of a long row write float32 partial rows to a workspace, added in piece
-order by a second kernel. 16-bit B with N % 8 == 0 takes one of the 16-byte-load mappings: "wide" (a warp per
+order by the row's last piece to finish (csr_rows) or by a second kernel (csr_fixup, after the 16-bit mappings, and
+for the rows a hybrid copies into C). 16-bit B with N % 8 == 0 takes one of the 16-byte-load mappings: "wide" (a warp per
 segment, its halves on alternate nonzeros, 8 values a lane) or "pair" (a half-warp per segment, 8 values a lane),
 and where N % 16 == 0 and N >= 256 also "pair16" / "pair16_deep" (pair's walk, 16 values a lane, two or four
 nonzeros in flight), timed against each other once per N (`CsrRows.tune`; "wide" untimed).
@@ -171,7 +172,8 @@ class CsrRows:
     ``n_rows`` rows (default A's); C's other rows are not touched. ``copy_rows`` (int64, disjoint from ``rows``):
     rows of C that ``csr_fixup`` writes from float32 workspace rows the caller fills first (`copy_view`), one
     each, after the long rows' pieces: how kernels.hybrid brings a Tensor Core part computed on its own rows into
-    C, inside this kernel's fixup launch, without a launch of its own. Rows are launched in `walk_order`
+    C. A long row's pieces are summed into C by ``csr_rows`` itself (its last piece to finish: `pieces_done`)
+    and by ``csr_fixup`` after the 16-bit mappings. Rows are launched in `walk_order`
     (``config.walk_heavy``: hub rows first for float32, every row by length for 16-bit B), which changes no bit
     of C."""
 
@@ -200,6 +202,10 @@ class CsrRows:
             seg_row, fix_row = rows[seg_row].astype(np.int32), rows[fix_row].astype(np.int32)
         copy_rows = np.zeros(0, dtype=np.int64) if copy_rows is None else np.asarray(copy_rows, dtype=np.int64)
         self.copy_slot0, self.n_copy = seg.n_slots, int(copy_rows.shape[0])  # the workspace rows copied to C
+        # csr_rows sums a long row's pieces itself (its last piece to finish): each workspace row's long row, and
+        # per N a count of finished pieces per (long row, column chunk) that the kernel leaves at zero
+        self.n_split = int(fix_row.shape[0])
+        slot_long = np.repeat(np.arange(self.n_split, dtype=np.int32), np.diff(fix_ptr))
         if self.n_copy:
             fix_row = np.concatenate([fix_row, copy_rows.astype(np.int32)])
             fix_ptr = np.concatenate([fix_ptr, fix_ptr[-1] + np.arange(1, self.n_copy + 1, dtype=np.int32)])
@@ -211,7 +217,9 @@ class CsrRows:
         self.seg_ptr, self.seg_row, self.seg_slot = up(seg.seg_ptr), up(seg_row), up(seg.seg_slot)
         self.fix_row = up(fix_row) if self.n_long else cupy.zeros(1, cupy.int32)
         self.fix_ptr = up(fix_ptr)
+        self.slot_long = up(slot_long) if slot_long.size else cupy.zeros(1, cupy.int32)
         self._workspace: dict[int, object] = {}  # N -> float32 [n_slots, N]
+        self._pieces_done: dict[int, object] = {}  # N -> int32 [n_split x column chunks], zero between calls
         self._rows = launch.function(f"csr_rows_{SUFFIX[p.name]}", config, SOURCE)  # compiles now
         # 16-bit B where N % 8 == 0: 8 or 16 values per lane (csr_spmm.cu's header); N -> the one `tune` kept
         self._maps = {m: launch.function(f"csr_rows_{m}_{SUFFIX[p.name]}", config, SOURCE) for m in MAPS} \
@@ -228,6 +236,16 @@ class CsrRows:
         if W is None:
             W = self._workspace[N] = cupy.empty(max(self.n_slots * N, 1), dtype=cupy.float32)
         return W
+
+    def pieces_done(self, N: int):
+        """csr_rows' count of finished pieces per (long row, column chunk) for N columns: zeros, made once per N
+        (before any capture); every call leaves it zero."""
+        import cupy
+
+        done = self._pieces_done.get(N)
+        if done is None:
+            done = self._pieces_done[N] = cupy.zeros(max(self.n_split * -(-N // COLS), 1), dtype=cupy.int32)
+        return done
 
     def copy_view(self, N: int):
         """float32 [len(copy_rows), N], C-contiguous: the workspace rows ``csr_fixup`` copies to ``copy_rows``."""
@@ -293,11 +311,18 @@ class CsrRows:
                 tail0, group = self.tail0, self.config.tail_group
                 warps = max(0, -(-(self.n_segs - tail0) // (2 * group))) + min(tail0, self.n_segs + 1) // 2
                 args += (np.int64(tail0),)
+            elif mapping == "rows":  # it sums the long rows' pieces itself
+                args += (self.slot_long, self.fix_row, self.fix_ptr, self.pieces_done(N))
             row_chunks = -(-N // (COLS if m is None else m.cols))
             rows = (fn, (-(-warps // self.config.warps), row_chunks), block, args, 0, 5, 6, 10)
-        if self.n_long:
-            fix = (self._fixup, (-(-self.n_long // self.config.warps), chunks), block,
-                   (self.fix_row, self.fix_ptr, W, out, np.int64(self.n_long), np.int64(N), np.int32(flags)), 0,
+        # csr_fixup: every long row and copied row, or after csr_rows only the copied rows (fix_row / fix_ptr from
+        # the first copied one on: their fix_ptr entries are workspace rows, absolute)
+        first = self.n_split if rows is not None and mapping == "rows" else 0
+        if self.n_long > first:
+            fix_row, fix_ptr = (self.fix_row, self.fix_ptr) if first == 0 else \
+                (self.fix_row[first:], self.fix_ptr[first:])
+            fix = (self._fixup, (-(-(self.n_long - first) // self.config.warps), chunks), block,
+                   (fix_row, fix_ptr, W, out, np.int64(self.n_long - first), np.int64(N), np.int32(flags)), 0,
                    None, 3, 6)
         return rows, fix
 

@@ -169,7 +169,9 @@ FORMAT = Format(
     cuda_sources=(lt.SOURCE,), cuda_builds=(("default", lt.TILED_CONFIG.defines()),),
     per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 5.212, "a_mb": 2.042, "b_mb": 0.1258, "c_mb": 0.9176, "hub_mb": 37.63,
-                                    "hub_all_mb": 1.51}, source=FIT_SOURCE),
+                                    "hub_all_mb": 1.51}, source=FIT_SOURCE,
+                       per_precision={"float32": {"launch": 8.58, "a_mb": 2.621, "b_mb": 0.1322, "c_mb": 0.707,
+                                                  "hub_mb": 27.73, "hub_all_mb": 1.789}}),
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite
     # (block-decoded A fragments, vec + edge kernels) is compile-checked and simulated (test_tiledcsr_warp.py) and
     # awaits its GPU run: set False if that module fails there

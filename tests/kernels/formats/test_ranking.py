@@ -42,6 +42,22 @@ def test_cost_model_sums_its_terms_and_refuses_unknown_ones():
         CostModel(model.terms, {"bogus_mb": 1.0})
 
 
+def test_cost_model_weighs_each_precision_with_its_own_constants():
+    stats = structure(sp.eye(64, format="csr"))
+    terms = lambda s, p, N: {"launch": 1.0, "a_mb": 1.0}  # noqa: E731
+    model = CostModel(terms, {"launch": 2.0, "a_mb": 3.0}, per_precision={"float32": {"launch": 7.0}})
+    assert model(stats, "float32", 128) == 7.0 and model.constants("float32") == {"launch": 7.0}
+    assert model(stats, "float16", 128) == model(stats, "bfloat16", 128) == 5.0  # no set of their own
+    with pytest.raises(ValueError, match=r"cost terms \['bogus_mb'\] are not among"):
+        CostModel(terms, {}, per_precision={"float32": {"bogus_mb": 1.0}})
+    with pytest.raises(ValueError, match=r"cost constants for \['tf32'\]: not a precision"):
+        CostModel(terms, {}, per_precision={"tf32": {}})
+    for fmt in REGISTRY.values():  # every registered estimate carries TF32 constants fitted in float32
+        if fmt.estimate is not None:
+            assert set(fmt.estimate.constants("float32")) <= set(TERMS) and \
+                fmt.estimate.constants("float32") is not fmt.estimate.us, fmt.name
+
+
 def test_formats_without_an_estimate_rank_last_in_their_order():
     import dataclasses
 

@@ -69,6 +69,12 @@ def test_a_format_costed_per_window_sums_to_its_estimate(precision):
 def test_power_law_splits_and_uniform_matrices_do_not(precision):
     A = sp.csr_array(generate("rmat", "scale=14&edge_factor=16&seed=1"))
     s = split_matrix(A, precision).split
+    if precision == "float32":
+        # TF32's fitted constants put every R-MAT window on CUDA cores, as measured: there the hybrid was never
+        # faster than the CSR kernel alone (docs/benchmarks.md, plan time: rmat float32 hybrid 1.261 ms, csr 1.258)
+        assert not s.tc.any() and s.predicted_us <= min(s.tc_us, s.cuda_us)
+        assert HYBRID.estimate(structure(A), precision, 128) is None
+        return
     assert 0 < s.tc.sum() < s.tc.size and s.tc_format == "metcf"
     assert s.predicted_us < min(s.tc_us, s.cuda_us)  # the hybrid beats both of its parts alone
     win = s.windows
