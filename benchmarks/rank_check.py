@@ -126,14 +126,14 @@ def measured(row: dict, owner: dict) -> tuple[dict, dict]:
 
 def check_row(row: dict, stats, owner: dict, dtype: str) -> dict | None:
     from kernels.formats import REGISTRY
-    from kernels.formats.ranking import AUTO_CANDIDATES, RANK_N, pick, rank
+    from kernels.formats.ranking import AUTO_CANDIDATES, RANK_N, pick, rank, within_margin
 
     known, lower = measured(row, owner)
     if not known:
         return None
     fmts = [REGISTRY[n] for n in REGISTRY if n in known or n in lower]
     order = [f.name for f, _ in rank(fmts, stats, dtype, row["N"])]
-    plan = [f.name for group in pick([f for f, _ in rank(fmts, stats, dtype, RANK_N)], AUTO_CANDIDATES)
+    plan = [f.name for group in pick(within_margin(rank(fmts, stats, dtype, RANK_N))[0], AUTO_CANDIDATES)
             for f in group]  # built, and timed as their fallbacks
     best = min(known, key=known.get)
     first = order[0]

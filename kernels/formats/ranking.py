@@ -49,7 +49,10 @@ from kernels.precision import precision as as_precision
 TERMS = ("launch", "a_mb", "b_mb", "c_mb", "hub_mb", "hub_all_mb")
 HUB_COLUMNS = 64  # B columns of one thread block's chunk (every format's kernels cut N in chunks of 32-128)
 RANK_N = 128  # the N a plan ranks at: it is built before it sees a B (its a-priori choice is for N = 128 too)
-AUTO_CANDIDATES = 2  # formats a plan of format="auto" builds and times
+AUTO_CANDIDATES = 2  # formats a plan of format="auto" builds and times, at most
+# ... among those predicted within AUTO_MARGIN x the cheapest prediction (`within_margin`): in the recorded runs
+# (rank_check.py, FP16 and float32, 660 rows) the measured best was predicted at most 1.53x the cheapest
+AUTO_MARGIN = 2.0
 # where the formats' constants come from (each CostModel's ``source``)
 FIT_SOURCE = ("python benchmarks/rank_check.py --fit --results benchmarks/results/formats-nvidia-h200-2026-11-25-c.json"
               " (FP16, H200; censored rows: a fallback that lost)")
@@ -122,6 +125,19 @@ def pick(ranked: list, k: int, anchor=None) -> tuple[list, list]:
     return built, [f for f in prefix if f not in built]
 
 
+def within_margin(ranked: list, margin: float = AUTO_MARGIN, keep=None) -> tuple[list, list]:
+    """(formats of ``ranked`` ([(format, predicted us or None)], `rank`'s order) predicted within ``margin`` x the
+    cheapest prediction, and ``keep``; the others), both in rank order. A format without a prediction beside ones
+    with is outside (the hybrid's None: its best split is all one side); with no prediction at all, every format
+    is inside."""
+    known = [us for _, us in ranked if us is not None]
+    if not known:
+        return [f for f, _ in ranked], []
+    limit = margin * min(known)
+    inside = [f for f, us in ranked if f is keep or (us is not None and us <= limit)]
+    return inside, [f for f, _ in ranked if f not in inside]
+
+
 def _uncovered(formats: list) -> list:
     fallbacks = {kernel for f in formats for kernel in f.fallbacks}
     return [f for f in formats if not set(f.device_class().kernels) <= fallbacks]
@@ -136,11 +152,13 @@ def check_candidates(k) -> int:
 
 def select(A, formats: list, precision, k: int = AUTO_CANDIDATES, *, N: int = RANK_N,
            anchor: str | None = None) -> tuple[list, dict]:
-    """(the formats to build, in rank order: `pick` of the ranking; the ranking's record for reports). With ``k``
-    >= the candidates every format is kept, in the given order, and no statistics are computed. ``anchor``: the
-    name of a format always built when k >= 2 (SpmmPlan's: the default format, so "auto" never loses to the
-    default by more than timing noise; on an H100, email-Enron at N = 128 had ranked ME-TCF out of the two and
-    ran 1.18x slower than the default's balanced kernel)."""
+    """(the formats to build, in rank order: `pick` of the ranking's formats `within_margin`; the ranking's record
+    for reports). With ``k`` >= the candidates every format is kept, in the given order, and no statistics are
+    computed. ``anchor``: the name of a format always built when k >= 2 (SpmmPlan's: the default format, so
+    "auto" never loses to the default by more than timing noise; on an H100, email-Enron at N = 128 had ranked
+    ME-TCF out of the two and ran 1.18x slower than the default's balanced kernel). Fewer than k are built where
+    fewer are predicted within the margin: float32 R-MAT, where the CSR kernel (ME-TCF's fallback) is predicted
+    first and the next format after ME-TCF 2.8x it, builds ME-TCF alone."""
     k = check_candidates(k)
     if k >= len(formats):
         return list(formats), {"k": k, "built": [f.name for f in formats], "ranked": False,
@@ -148,10 +166,12 @@ def select(A, formats: list, precision, k: int = AUTO_CANDIDATES, *, N: int = RA
     t0 = time.perf_counter()
     stats = structure(A)
     ranked = rank(formats, stats, precision, N)
-    order = [f for f, _ in ranked]
-    built, covered = pick(order, k, next((f for f in order if f.name == anchor), None))
+    keep = next((f for f, _ in ranked if f.name == anchor), None) if k >= 2 else None
+    order, beyond = within_margin(ranked, AUTO_MARGIN, keep)
+    built, covered = pick(order, k, keep)
     return built, {"k": k, "N": N, "ranked": True, "built": [f.name for f in built], "anchor": anchor,
-                   "timed_as_fallback": [f.name for f in covered],
+                   "timed_as_fallback": [f.name for f in covered], "margin": AUTO_MARGIN,
+                   "beyond_margin": [f.name for f in beyond],
                    "estimate_us": {f.name: (round(us, 3) if us is not None else None) for f, us in ranked},
                    "statistics_s": stats.seconds, "ranking_s": time.perf_counter() - t0,
                    "structure": stats.summary()}

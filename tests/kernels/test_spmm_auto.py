@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 import kernels.spmm
 from kernels.choice import decide
-from kernels.formats import registry
+from kernels.formats import ranking, registry
 from kernels.formats.contract import Choice, PerCall
 from kernels.formats.ranking import CostModel
 from kernels.formats.registry import Format
@@ -58,8 +58,10 @@ def fake(name: str, us: float, *, kernels=None, fallbacks=(), gpu_ready=True) ->
 
 @pytest.fixture
 def formats(monkeypatch):
-    """Install fake formats as the whole registry on a pretend GPU; returns the installer."""
+    """Install fake formats as the whole registry on a pretend GPU; returns the installer. The fakes' predictions
+    spread wider than AUTO_MARGIN, which these tests leave out (test_formats_past_the_margin_are_not_built)."""
     monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+    monkeypatch.setattr(ranking, "AUTO_MARGIN", float("inf"))
 
     def install(*fmts):
         table = {f.name: f for f in fmts}
@@ -121,6 +123,20 @@ def test_the_default_format_covering_the_first_leaves_two_slots_to_fill(formats)
             fake(BASE_FORMAT, 9.0, fallbacks=("rows-k",)))
     plan = SpmmPlan(A, device="gpu", format="auto")
     assert BUILT == ["v", BASE_FORMAT] and plan.ranking["timed_as_fallback"] == ["rows"]
+
+
+def test_formats_past_the_margin_are_not_built(formats, monkeypatch):
+    from configs.names import BASE_FORMAT
+    monkeypatch.setattr(ranking, "AUTO_MARGIN", 2.0)
+    formats(fake("rows", 1.0, kernels=("rows-k",)), fake("near", 1.9), fake("far", 2.5),
+            fake(BASE_FORMAT, 9.0, fallbacks=("rows-k",)))
+    plan = SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)  # the default format: built past it too
+    assert BUILT == ["near", BASE_FORMAT] and plan.ranking["beyond_margin"] == ["far"]
+    assert plan.ranking["timed_as_fallback"] == ["rows"] and plan.ranking["margin"] == 2.0
+    BUILT.clear()
+    monkeypatch.setattr(ranking, "AUTO_MARGIN", 3.0)
+    SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)
+    assert BUILT == ["near", "far", BASE_FORMAT]
 
 
 def test_formats_without_gpu_kernels_leave_before_ranking(formats):

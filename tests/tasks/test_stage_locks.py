@@ -46,7 +46,7 @@ def test_second_run_waits_for_the_first_and_reuses_its_permutation(data_root, mo
 def test_a_damaged_block_is_rebuilt_from_its_source(data_root, artifact, caplog):
     matrix_id = stages.ingest(GEN, str(data_root))["matrix_id"]
     key = stages.reorder(matrix_id, "rcm", str(data_root))["perm_key"]
-    stages.convert(matrix_id, key, str(data_root))
+    stages.convert(matrix_id, key, str(data_root), fmt="metcf")  # the block damaged below, whatever auto ranks
     mstore = BlockStore(data_root).matrix(matrix_id)
     name = {"csr": "csr", "perm": f"perm/{key}", "format": f"formats/metcf/{key}-float32"}[artifact]
     path = mstore.folder / mstore.manifest.entry(name)["files"][0]["path"]
@@ -56,7 +56,7 @@ def test_a_damaged_block_is_rebuilt_from_its_source(data_root, artifact, caplog)
     assert mstore.verify(name) and mstore.manifest.complete(name) is not None
     ingested = stages.ingest(GEN, str(data_root))
     ordered = stages.reorder(matrix_id, "rcm", str(data_root))
-    converted = stages.convert(matrix_id, key, str(data_root))
+    converted = stages.convert(matrix_id, key, str(data_root), fmt="metcf")
     rebuilt = {"csr": ingested, "perm": ordered, "format": converted}[artifact]
     assert rebuilt["reused"] is False and not mstore.verify(name)
     assert f"{name}: {path}: sha256 does not match the manifest" in caplog.text and "rebuilding it" in caplog.text

@@ -6,10 +6,10 @@ from call to call (so a deterministic plan never picks it). Works on the matrix 
 `segments` cuts each row into pieces of at most ``seg_len`` nonzeros (NumPy, once per plan): a short row is one
 segment written straight to C; the pieces of a long row write float32 partial rows to a workspace, added in piece
 order by the row's last piece to finish (csr_rows) or by a second kernel (csr_fixup, after the 16-bit mappings, and
-for the rows a hybrid copies into C). 16-bit B with N % 8 == 0 takes one of the 16-byte-load mappings: "wide" (a warp per
-segment, its halves on alternate nonzeros, 8 values a lane) or "pair" (a half-warp per segment, 8 values a lane),
-and where N % 16 == 0 and N >= 256 also "pair16" / "pair16_deep" (pair's walk, 16 values a lane, two or four
-nonzeros in flight), timed against each other once per N (`CsrRows.tune`; "wide" untimed).
+for the rows a hybrid copies into C). 16-bit B with N % 8 == 0 takes one of the 16-byte-load mappings: "wide" (a
+warp per segment, its halves on alternate nonzeros, 8 values a lane) or "pair" (a half-warp per segment, 8 values
+a lane), and where N % 16 == 0 and N >= 256 also "pair16" / "pair16_deep" (pair's walk, 16 values a lane, two or
+four nonzeros in flight), timed against each other once per N (`CsrRows.tune`; "wide" untimed).
 `CsrRows` uploads A and the segments once; ``bind(B, out)`` packs the one or two launches (kernels.launch.Bound:
 one cuLaunchKernel each per call), ``run`` launches unbound. CuPy is imported lazily.
 """

@@ -13,7 +13,8 @@ import pytest
 import scipy.sparse as sp
 
 from kernels.formats import REGISTRY
-from kernels.formats.ranking import TERMS, CostModel, check_candidates, pick, rank, select, work_terms
+from kernels.formats.ranking import (TERMS, CostModel, check_candidates, pick, rank, select, within_margin,
+                                     work_terms)
 from kernels.formats.structure import structure
 from kernels.precision import precision as as_precision
 from tasks.fetch.generators import generate
@@ -114,3 +115,10 @@ def test_cuda_core_csr_on_power_law_graphs_and_last_on_dense_layers():
     assert "bcsr" == order(shuffled, 128)[-1]  # 16 x 16 blocks of a graph are nearly empty
     dense_layer = sp.csr_array(generate("dlmc", "rows=1024&cols=1024&sparsity=0.7&vector=4&seed=1"))
     assert order(dense_layer, 128)[-1] == "csr"
+
+
+def test_within_margin_keeps_the_predictions_near_the_cheapest():
+    a, b, c, d = (REGISTRY[n] for n in ("metcf", "cvse", "tiledcsr", "bcsr"))
+    assert within_margin([(a, 10.0), (b, 19.0), (c, 21.0), (d, None)], 2.0) == ([a, b], [c, d])
+    assert within_margin([(a, 10.0), (b, 19.0), (c, 21.0)], 2.0, keep=c) == ([a, b, c], [])
+    assert within_margin([(a, None), (b, None)], 2.0) == ([a, b], [])  # nothing to judge by: all inside
