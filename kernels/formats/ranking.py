@@ -66,7 +66,7 @@ class CostModel:
     ``terms(stats, precision, N)`` -> {term: amount}; ``us``: microseconds per unit of each term (absent: 0), fitted
     in FP16 and used for every precision without its own set; ``per_precision``: {precision name: constants}
     fitted in that precision (TF32's Tensor Core products and float32 B and C move and compute differently);
-    ``source``: where they were fitted (`FIT_SOURCE`, `FIT_SOURCE_TF32`)."""
+    ``source``: where ``us`` was fitted (the registered formats' float32 sets: `FIT_SOURCE_TF32`)."""
 
     terms: Callable[[Structure, Precision, int], dict]
     us: dict
@@ -74,7 +74,7 @@ class CostModel:
     per_precision: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        for name, constants in {"": self.us, **self.per_precision}.items():
+        for constants in (self.us, *self.per_precision.values()):
             unknown = set(constants) - set(TERMS)
             if unknown:
                 raise ValueError(f"cost terms {sorted(unknown)} are not among {', '.join(TERMS)}")

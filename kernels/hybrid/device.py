@@ -1,13 +1,15 @@
 """The hybrid's device operator (the contract of kernels.formats.contract): the Tensor Core format's own operator on
 the TC rows, the CUDA-core CSR kernel (kernels.formats.csr.launch.CsrRows with a row map) on the other rows, issued
-in stream order on one stream: no atomics, every row of C written by one part, so C is bitwise repeatable.
+in stream order on one stream: no value added atomically, every row of C written by one part, so C is bitwise
+repeatable.
 
 Launches per call: the TC format's (one or two), then csr_rows, then csr_fixup where there is something for it:
 rows longer than a piece (power-law hubs) after the 16-bit mappings (csr_rows sums its own), and the TC part's
 rows. Where the TC windows are one run of rows (``HybridA.tc_range``), the TC part writes that slice of C itself;
 otherwise it writes float32 rows into the CSR kernel's workspace and csr_fixup copies them to their rows of C
-(one workspace row each, so the sum is the value itself), with the long rows' piece sums where it makes those. ``bind`` packs both parts once; SpmmPlan's call cache replays them as
-one CUDA graph from the third call on, so the host cost of a repeated call is one graph launch, as for any format.
+(one workspace row each, so the sum is the value itself), with the long rows' piece sums where it makes those.
+``bind`` packs both parts once; SpmmPlan's call cache replays them as one CUDA graph from the third call on, so the
+host cost of a repeated call is one graph launch, as for any format.
 """
 from __future__ import annotations
 
