@@ -578,3 +578,21 @@ def test_newest_row_per_key_takes_the_fields_it_lacks_from_older_runs(summarize)
     four = next(r for r in got.rows if r["P"] == 4)
     assert (four["a"], four["_file"]) == (5.0, "old.json")
     assert got.meta["files"] == ["old.json", "new.json"]
+
+
+def test_issue_32_target_names_r_mat_apart(summarize):  # summarize put benchmarks/ on the path
+    import summarize_spmm
+
+    def row(matrix, x):
+        return {"matrix": matrix, "order": "tca", "N": 128, "nnz": 20_000_000, "ms_issued": 1.0,
+                "issued_speedup_vs_original_cusparse": x, "speedup_vs_original_cusparse": x,
+                "speedup_vs_same_cusparse": x, "ms": {}}
+
+    def issue_32(rows):
+        (target,) = [t for t in summarize_spmm.spmm_targets(rows) if t[0].startswith("issue 32") and "N=128" in t[0]]
+        return target
+
+    rows = [row("banded-1M", 6.0), row("mesh3d-80", 4.0), row("rmat-s20", 1.2)]
+    assert issue_32(rows)[2] == "3.07x over 3 cases; R-MAT 1.20x" and issue_32(rows)[3] == "**missed**"  # R-MAT
+    rows[-1] = row("rmat-s20", 1.4)  # geomean 3.23x and R-MAT above 1.3x
+    assert issue_32(rows)[3] == "**met**"
