@@ -12,10 +12,11 @@ rmat (scale 16, 17) and sbm (100k nodes) from the project generators with shuffl
 fixtures in .fixtures/ (skipped with a note when absent); ``fem``: a 3-D FEM matrix with 3 dof per node in its mesh
 order (benchmarks/bcsr.py's ``fem``). In FP16 only, values outside [-1, 1] (bcsstk13) are replaced by
 uniform(-1, 1) to stay in FP16's range (float32 holds them; the values note says which); the structure is what is
-measured. Orders (both precisions alike, chosen on 16 x 16 tiles): as given, then each format paper's reordering
-where the project has it (rowshuffle: Tiled-CSR, smat: BCSR, tca: ME-TCF; DNN weights: rowshuffle only, as the
-Tiled-CSR paper), each kept only when it improves its own measure (effective computation rate, BCSR blocks, TC
-blocks). Every format runs on every order.
+measured. Orders: as given, then each format paper's reordering where the project has it (rowshuffle: Tiled-CSR,
+smat: BCSR, tca: ME-TCF; DNN weights: rowshuffle only, as the Tiled-CSR paper), each kept only when it improves its
+own measure (effective computation rate, BCSR blocks, TC blocks); smat and tca on the precision's Tensor Core
+blocks (16 x 16 in FP16, 16 x 8 in TF32 as DTC-SpMM's, meta "order_width"; runs without it: 16 x 16 in both),
+rowshuffle on its paper's 16 x 16 tiles. Every format runs on every order.
 
 Per (matrix, order, N): each format, and the hybrid (``format="hybrid"``: its split by the cost model, its
 TC part autotuned; in the rows beside the formats, not in the summary's wins), through ``SpmmPlan(A, device="gpu",
@@ -142,13 +143,21 @@ def prepare(case: dict, dtype: str = "float16"):
     if built is None:
         return None
     A, note = built
-    perms, info = reorders(A, case["orders"])
+    perms, info = reorders(A, case["orders"], order_width(dtype))
     return {"A": A, "note": note, "perms": perms, "orders": info}
 
 
-def reorders(A, orders) -> tuple[dict, dict]:
+def order_width(dtype: str) -> int:
+    """The block width smat and tca reorder for in ``dtype``: its Tensor Core blocks' (16 FP16 / BF16, 8 TF32)."""
+    from kernels.precision import precision
+
+    return precision(dtype).block_width
+
+
+def reorders(A, orders, width: int = 16) -> tuple[dict, dict]:
     """({order: perm, or None for "given"} of the orders applied, {order: info}): each format paper's reordering,
-    kept only when it improves its own measure (benchmarks/rank_check.py regenerates the recorded orders here)."""
+    kept only when it improves its own measure, smat and tca on 16 x ``width`` blocks (benchmarks/rank_check.py
+    regenerates the recorded orders here)."""
     from kernels.formats.tiledcsr.container import effective_rate
     from tasks.reorder import reorder, reorder_checked
     from tasks.reorder.smat import bcsr_score
@@ -163,12 +172,12 @@ def reorders(A, orders) -> tuple[dict, dict]:
             extra = {"rate_before": before["effective_rate"], "rate_after": after["effective_rate"],
                      "gain_over_srbcrs": after["gain_over_srbcrs"]}
         elif method == "smat":  # identity when it does not lower the BCSR blocks
-            perm = reorder(A, "smat", width=16)
+            perm = reorder(A, "smat", width=width)
             applied = not np.array_equal(perm, np.arange(A.shape[0]))
-            extra = {"bcsr_blocks_before": bcsr_score(A, 16)["bcsr_blocks"],
-                     "bcsr_blocks_after": bcsr_score(A[perm], 16)["bcsr_blocks"]}
-        else:  # tca, the flow's rule: kept only when it lowers the 16 x 16 TC blocks
-            perm, before, after, applied = reorder_checked(A, "tca", seed=0, width=16, n_threads=1)
+            extra = {"bcsr_blocks_before": bcsr_score(A, width)["bcsr_blocks"],
+                     "bcsr_blocks_after": bcsr_score(A[perm], width)["bcsr_blocks"]}
+        else:  # tca, the flow's rule: kept only when it lowers the TC blocks
+            perm, before, after, applied = reorder_checked(A, "tca", seed=0, width=width, n_threads=1)
             extra = {"tc_blocks_before": before["n_tc_blocks"], "tc_blocks_after": after["n_tc_blocks"]}
         info[method] = {"applied": bool(applied), "seconds": time.perf_counter() - t0, **extra}
         if applied:
@@ -345,7 +354,8 @@ def precision_meta(dtype: str) -> dict:
     float32 why Blocked-ELL is absent."""
     from kernels.precision import precision
 
-    out = {"dtype": dtype, "tolerance": precision(dtype).tolerance, "precision": PRECISION_TEXT[dtype]}
+    out = {"dtype": dtype, "tolerance": precision(dtype).tolerance, "precision": PRECISION_TEXT[dtype],
+           "order_width": order_width(dtype)}
     if dtype != "float16":
         out["blocked_ell"] = BELL_ABSENT
     return out

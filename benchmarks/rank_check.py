@@ -51,7 +51,9 @@ def load(paths) -> list[dict]:
         doc = json.loads(Path(p).read_text())
         if not {"meta", "rows"} <= set(doc):
             raise SystemExit(f"{p}: not a benchmarks/formats.py result (no meta and rows)")
-        docs.append({"path": str(p), "meta": doc["meta"], "rows": doc["rows"]})
+        width = doc["meta"].get("order_width", 16)  # runs before formats.py recorded it: 16 x 16 in both dtypes
+        rows = [{**row, "_order_width": width} for row in doc["rows"]]
+        docs.append({"path": str(p), "meta": doc["meta"], "rows": rows})
     return docs
 
 
@@ -72,32 +74,33 @@ def one_dtype(docs) -> str:
 
 
 def matrices(docs) -> dict:
-    """{(label, order): CSR} for every recorded (matrix, applied order), regenerated and checked against the counts
-    the run recorded for its reorderings."""
+    """{(label, order, order width): CSR} for every recorded (matrix, applied order, the block width its run
+    reordered for), regenerated and checked against the counts the run recorded for its reorderings."""
     import formats  # benchmarks/formats.py: its matrices and reorderings (the script's folder is on sys.path)
 
     wanted: dict = {}
     for doc in docs:
+        width = doc["meta"].get("order_width", 16)
         for label, m in doc["meta"]["matrices"].items():
             # the first run's dtype: the values differ (FP16's [-1, 1] replacement), the structure does not
-            seen = wanted.setdefault(label, {"source": m["source"], "dtype": dtype_of(doc), "orders": {}})
+            seen = wanted.setdefault((label, width), {"source": m["source"], "dtype": dtype_of(doc), "orders": {}})
             if seen["source"] != m["source"]:
                 raise SystemExit(f"{label}: recorded with sources {seen['source']} and {m['source']}")
             seen["orders"].update({o: i for o, i in m["orders"].items() if i.get("applied")})
     out = {}
-    for label, m in wanted.items():
+    for (label, width), m in wanted.items():
         t0 = time.perf_counter()
         built = formats.build(tuple(m["source"]), m["dtype"])
         if built is None:
             raise SystemExit(f"{label}: fixture {m['source'][1]} not found (set TCSPMM_FIXTURES)")
         A = built[0]
-        perms, info = formats.reorders(A, list(m["orders"]))
+        perms, info = formats.reorders(A, list(m["orders"]), width)
         for order, recorded in m["orders"].items():
             mine = info[order]
             if not mine["applied"] or any(mine.get(k) != v for k, v in recorded.items() if k.endswith("_after")):
                 raise SystemExit(f"{label} {order}: the regenerated order differs from the recorded one ({mine} vs "
                                  f"{recorded})")
-            out[(label, order)] = A if perms[order] is None else A[perms[order]]
+            out[(label, order, width)] = A if perms[order] is None else A[perms[order]]
         log(f"{label}: {A.shape} nnz {A.nnz:,}, orders {', '.join(m['orders'])} ({time.perf_counter() - t0:.1f} s)")
     return out
 
@@ -257,7 +260,7 @@ def main(argv=None) -> int:
     stats = {key: structure(A) for key, A in mats.items()}
 
     def stats_of(row):
-        return stats[(row["matrix"], row["order"])]
+        return stats[(row["matrix"], row["order"], row["_order_width"])]
 
     per_file = {}
     for doc in docs:
@@ -273,7 +276,8 @@ def main(argv=None) -> int:
                timespec="seconds"), "recorded": [{"file": Path(d["path"]).name, "device": d["meta"].get("device"),
                                                   "date": d["meta"].get("date"), "dtype": dtype_of(d)} for d in docs],
                "device_of_recorded_data": devices, "precision": ", ".join(dtypes),
-               "statistics_s": {f"{k[0]} {k[1]}": round(s.seconds, 4) for k, s in stats.items()}},
+               "statistics_s": {f"{k[0]} {k[1]}" + ("" if k[2] == 16 else f" (16 x {k[2]})"): round(s.seconds, 4)
+                                for k, s in stats.items()}},
            "summary": summary, "rows": per_file}
     if args.fit:
         out["fit"] = fit(docs, stats_of, owner)

@@ -86,7 +86,9 @@ def test_dtype_defaults_to_float16_and_names_the_file_and_meta_of_a_float32_run(
     assert name("nvidia-h200", "2026-12-01", "float32", None) == "formats-nvidia-h200-2026-12-01-float32.json"
     assert name("nvidia-h200", "2026-12-01", "float32", "b") == "formats-nvidia-h200-2026-12-01-float32-b.json"
     half, single = formats.precision_meta("float16"), formats.precision_meta("float32")
-    assert half == {"dtype": "float16", "tolerance": 1e-2, "precision": formats.PRECISION_TEXT["float16"]}
+    assert half == {"dtype": "float16", "tolerance": 1e-2, "precision": formats.PRECISION_TEXT["float16"],
+                    "order_width": 16}
+    assert single["order_width"] == 8  # smat and tca on TF32's 16 x 8 blocks
     assert half["precision"] == "FP16 A and B, FP32 accumulation, FP16 C (cuSPARSE: CUDA_R_16F, FP32 compute)"
     assert single["dtype"] == "float32" and single["tolerance"] == 2e-3 and "TF32" in single["precision"]
     assert "half-precision Tensor Core path" in single["blocked_ell"]

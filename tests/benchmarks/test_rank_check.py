@@ -86,3 +86,27 @@ def test_the_fit_recovers_the_constants_its_rows_were_made_with(monkeypatch, dty
     for term, value in true.items():
         assert fitted["bcsr"]["us"].get(term, 0.0) == pytest.approx(value, rel=1e-3), term
     assert fitted["bcsr"]["ratio"]["median"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_orders_are_regenerated_at_the_block_width_their_run_reordered_for(monkeypatch):
+    """formats.py reorders for the precision's TC blocks (16 x 8 in TF32) and records the width; rank_check rebuilds
+    each run's orders at its width (16 where a run predates the field) and checks them against the run's counts."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import formats
+
+    source = ["gen", "rmat", "scale=10&edge_factor=8"]
+    A = formats.build(tuple(source), "float32")[0]
+    docs = []
+    for dtype in ("float16", "float32"):
+        width = formats.order_width(dtype)
+        _, info = formats.reorders(A, ["given", "tca"], width)
+        assert info["tca"]["applied"], dtype
+        docs.append({"path": f"{dtype}.json", "meta": {"dtype": dtype, "order_width": width, "matrices": {
+            "m": {"source": source, "orders": info}}}, "rows": []})
+    assert [d["meta"]["order_width"] for d in docs] == [16, 8]
+    built = rc.matrices(docs)
+    assert set(built) == {("m", o, w) for o in ("given", "tca") for w in (16, 8)}
+    assert built[("m", "tca", 8)].nnz == built[("m", "tca", 16)].nnz == A.nnz
+    del docs[1]["meta"]["order_width"]  # read as 16 x 16: the recorded TF32 counts no longer match
+    with pytest.raises(SystemExit, match="m tca: the regenerated order differs from the recorded one"):
+        rc.matrices(docs[1:])
