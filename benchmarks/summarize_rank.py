@@ -27,7 +27,9 @@ def rank_section(runs, v0, older, *, h) -> list[str]:
             "bound of a time is known are counted as such). Statistics time per matrix: "
             f"max {h.f(max(stats.values()) if stats else None, 3)} s over {len(stats)} matrices and orders (on the "
             "machine that ran the check, no GPU). The estimates' constants were fitted on one run per precision "
-            f"(FP16 and BF16: `{FIT_SOURCE}`; float32: `{FIT_SOURCE_TF32}`): their rows are in-sample.", ""]
+            f"(FP16 and BF16: `{FIT_SOURCE}`; float32: `{FIT_SOURCE_TF32}`): their rows are in-sample. Earlier runs "
+            "timed earlier kernels (a refit follows a kernel change): their rows say how far the kernels moved "
+            "since, not how the estimates rank today's.", ""]
     rows = [(name, s["rows"], h.f(s["top1"], 2), h.f(s["top2"], 2), h.f(s["plan_top2"], 2),
              h.f(s["loss_median"], 3), h.f(s["loss_geomean"], 3), h.f(s["loss_max"], 2))
             for name, s in summary.items()]

@@ -18,16 +18,17 @@ relative error) against measured per-format times; the ranking's agreement with 
 (`kernels.precision`) and through the constants: one set fitted in FP16 (BF16 uses it as it is) and one in float32
 (TF32 products, 4-byte B and C: `CostModel.per_precision`).
 
-How well (benchmarks/results/rank-check-nvidia-h200-2026-11-27.json; 180 rows of the run the constants were
-fitted on, formats-nvidia-h200-2026-11-25-c.json: 45 orders of 21 matrices x N = 128..1024): the measured best is
-ranked first in 61 %, among the first two in 93 %; the predicted first ran at most 1.38x (geomean 1.03x) the
-best; what a plan builds and times (ranked at N = 128) held the best in 97 %. Fitted leaving each matrix out:
-51 %, 87 %, and 97 % for the plan. The two earlier runs (older CVSE and Tiled-CSR kernels) agree less (top 2:
-87 % and 90 %). Refit when a format's kernels change (CVSE's tiled kernel postdates that run).
+How well, FP16 (benchmarks/results/formats-nvidia-h200-2026-11-29-s35.json, 45 orders of 21 matrices x N =
+128..1024, H200, the run the FP16 constants are fitted on): the measured best is ranked first in 76 %, among the
+first two in 97 %; what a plan builds and times (ranked at N = 128) holds the best in 100 %; the predicted first
+ran at most 1.33x (geomean 1.02x) the best. Fitted leaving each matrix out: 74 %, 92 %, 92 % (at most 2.0x). The
+constants before them (fitted on 2026-11-25's run, before CVSE's tiled kernel and the CSR kernel's batched loads)
+ranked that run's best first in 31 %, in the first two in 62 %, in the plan's two in 71 % (up to 2.61x): refit when
+a format's kernels change.
 
 float32 (benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json, the same 45 orders x N in TF32; H200):
-with the FP16 constants the measured best was first in 53 %, among the first two in 79 %, in what a plan builds in
-89 % (predicted first up to 2.05x the best, geomean 1.16x); with the float32 set fitted on it 81 %, 99 %, 98 %
+with 2026-11-25's FP16 constants the measured best was first in 53 %, among the first two in 79 %, in what a plan
+builds in 89 % (predicted first up to 2.05x the best, geomean 1.16x); with the float32 set fitted on it 81 %, 99 %, 98 %
 (1.55x, 1.04x), and fitted leaving each matrix out 79 %, 99 %, 100 % (1.90x, 1.05x).
 
 `rank(formats, stats, precision, N)` orders formats by estimate (a format without one after those with one, in
@@ -50,12 +51,12 @@ TERMS = ("launch", "a_mb", "b_mb", "c_mb", "hub_mb", "hub_all_mb")
 HUB_COLUMNS = 64  # B columns of one thread block's chunk (every format's kernels cut N in chunks of 32-128)
 RANK_N = 128  # the N a plan ranks at: it is built before it sees a B (its a-priori choice is for N = 128 too)
 AUTO_CANDIDATES = 2  # formats a plan of format="auto" builds and times, at most
-# ... among those predicted within AUTO_MARGIN x the cheapest prediction (`within_margin`): in the recorded runs
-# (rank_check.py, FP16 and float32, 660 rows) the measured best was predicted at most 1.53x the cheapest
+# ... among those predicted within AUTO_MARGIN x the cheapest prediction (`within_margin`): in the runs the constants
+# are fitted on (rank_check.py, FP16 and float32, 360 rows) the measured best was predicted at most 1.56x the cheapest
 AUTO_MARGIN = 2.0
 # where the formats' constants come from (each CostModel's ``source``)
-FIT_SOURCE = ("python benchmarks/rank_check.py --fit --results benchmarks/results/formats-nvidia-h200-2026-11-25-c.json"
-              " (FP16, H200; censored rows: a fallback that lost)")
+FIT_SOURCE = ("python benchmarks/rank_check.py --fit --results benchmarks/results/formats-nvidia-h200-2026-11-29-s35"
+              ".json (FP16, H200; censored rows: a fallback that lost)")
 FIT_SOURCE_TF32 = ("python benchmarks/rank_check.py --fit --results "
                    "benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json (TF32, H200; censored rows)")
 
@@ -157,8 +158,8 @@ def select(A, formats: list, precision, k: int = AUTO_CANDIDATES, *, N: int = RA
     computed. ``anchor``: the name of a format always built when k >= 2 (SpmmPlan's: the default format, so
     "auto" never loses to the default by more than timing noise; on an H100, email-Enron at N = 128 had ranked
     ME-TCF out of the two and ran 1.18x slower than the default's balanced kernel). Fewer than k are built where
-    fewer are predicted within the margin: float32 R-MAT, where the CSR kernel (ME-TCF's fallback) is predicted
-    first and the next format after ME-TCF 2.8x it, builds ME-TCF alone."""
+    fewer are predicted within the margin: R-MAT (float32 and FP16), where the CSR kernel (ME-TCF's fallback) is
+    predicted first and the next format after ME-TCF about 3x it, builds ME-TCF alone."""
     k = check_candidates(k)
     if k >= len(formats):
         return list(formats), {"k": k, "built": [f.name for f in formats], "ranked": False,

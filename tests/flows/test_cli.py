@@ -181,15 +181,14 @@ def test_plot_draws_the_runs_chart(tmp_path, data_root, capsys):
     assert "the folder" in capsys.readouterr().err
 
 
-# natural R-MAT order, float16: the hybrid splits it (float32's constants put every R-MAT window on CUDA cores)
 POWER_LAW = "gen:rmat?scale=13&edge_factor=32&seed=1"
 
 
-def test_hybrid_runs_end_to_end_and_reuses_its_split(data_root):
+def test_hybrid_runs_end_to_end_and_reuses_its_split(data_root, dense_core_file):
     """``--format hybrid``: the convert stage stores the split (TC windows, rows and nnz on each side, the TC
     format) and the report shows it; the SpMM's C passed the float64 check (run_spmm raises otherwise); a second
     run reuses the stored split and gives the same one."""
-    args = ["--matrix", POWER_LAW, "-N", "8", "--reorder", "none", "--format", "hybrid", "--dtype", "float16",
+    args = ["--matrix", dense_core_file, "-N", "8", "--reorder", "none", "--format", "hybrid", "--dtype", "float16",
             "--devices", "cpu", "--repeats", "2", "--data-root", str(data_root)]
     first = run_cli([*args, "--json"])
     assert first.returncode == 0, first.stderr[-3000:]
@@ -197,8 +196,9 @@ def test_hybrid_runs_end_to_end_and_reuses_its_split(data_root):
     conv, split = out["convert"], out["convert"]["split"]
     assert conv["format"] == "hybrid" and not conv["reused"] and split["composite"] == "hybrid"
     assert split["tc_format"] in ("metcf", "bcsr", "tiledcsr", "cvse") and split["cuda_format"] == "csr"
-    assert 0 < split["tc_windows"] < split["windows"] == 512
-    assert split["tc_rows"] + split["cuda_rows"] == 8192 and split["tc_nnz"] + split["cuda_nnz"] == out["spmm"]["nnz"]
+    assert split["tc_windows"] == 64 and split["windows"] == 576  # the dense core's windows (hybrid_cases)
+    assert split["tc_rows"] == 1024 and split["tc_rows"] + split["cuda_rows"] == 9216
+    assert split["tc_nnz"] + split["cuda_nnz"] == out["spmm"]["nnz"]
     assert out["spmm"]["rel_err"] <= out["spmm"]["tolerance"] and out["spmm"]["choice"]["format"] == "hybrid"
     assert out["spmm"]["split"]["tc_rows"] == split["tc_rows"]
     stored = list((Path(data_root) / "matrices" / out["matrix_id"] / "formats").iterdir())
@@ -211,11 +211,11 @@ def test_hybrid_runs_end_to_end_and_reuses_its_split(data_root):
             f"{split['tc_nnz']:,} nnz) + csr {split['cuda_rows']} rows ({split['cuda_nnz']:,} nnz)") in line
 
 
-def test_auto_with_the_hybrid_ranked(data_root):
+def test_auto_with_the_hybrid_ranked(data_root, dense_core_file):
     """``--format auto`` where the float16 ranking keeps the hybrid: its split and the other format are stored,
     the ranking and the split are in the report, C passes the check."""
-    proc = run_cli(["--matrix", POWER_LAW, "-N", "8", "--reorder", "none", "--format", "auto", "--dtype", "float16",
-                    "--devices", "cpu", "--repeats", "1", "--data-root", str(data_root), "--json"])
+    proc = run_cli(["--matrix", dense_core_file, "-N", "8", "--reorder", "none", "--format", "auto", "--dtype",
+                    "float16", "--devices", "cpu", "--repeats", "1", "--data-root", str(data_root), "--json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     built = out["convert"]["format_ranking"]["built"]

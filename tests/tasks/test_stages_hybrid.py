@@ -15,30 +15,16 @@ from tasks.execute import check_format_devices, run_spmm
 POWER_LAW = "gen:rmat?scale=13&edge_factor=16&seed=1"  # natural R-MAT order: hub windows among sparse ones
 
 
-@pytest.fixture
-def one_constant_set(monkeypatch):
-    """Every format's estimate with its FP16 constants in every precision: float32's own put every window of this
-    R-MAT on CUDA cores (no split to store), and these tests are about storing and reusing a split."""
-    import dataclasses
-
-    from kernels.formats import REGISTRY
-
-    for name, f in list(REGISTRY.items()):
-        if f.estimate is not None:
-            monkeypatch.setitem(REGISTRY, name, dataclasses.replace(
-                f, estimate=dataclasses.replace(f.estimate, per_precision={})))
-
-
 def ingested(data_root, spec=POWER_LAW):
     out = stages.ingest(spec, str(data_root))
     order = stages.reorder(out["matrix_id"], "none", str(data_root))
     return out["matrix_id"], order["perm_key"]
 
 
-def test_convert_stores_the_split_and_reuses_it(data_root, one_constant_set):
+def test_convert_stores_the_split_and_reuses_it(data_root, dense_core_file):
     from kernels.hybrid.parts import split_matrix
 
-    matrix_id, perm_key = ingested(data_root)
+    matrix_id, perm_key = ingested(data_root, dense_core_file)
     conv = stages.convert(matrix_id, perm_key, str(data_root), fmt="hybrid")
     assert conv["format"] == "hybrid" and list(conv["formats"]) == ["hybrid"] and not conv["reused"]
     mstore = BlockStore(data_root).matrix(matrix_id)
@@ -81,11 +67,10 @@ def test_spmm_refuses_a_split_stored_for_another_matrix(data_root):
                  repeats=1)
 
 
-def test_auto_stores_the_hybrid_it_ranks_first(data_root, one_constant_set):
-    """On the power-law graph in its natural order the float32 ranking (FP16's constants) puts the hybrid among
-    the two it builds: the convert stage stores its split and the other format's blocks, the report carries
-    both."""
-    matrix_id, perm_key = ingested(data_root)
+def test_auto_stores_the_hybrid_it_ranks_first(data_root, dense_core_file):
+    """On a power-law graph with a dense core the float32 ranking puts the hybrid first of the two it builds: the
+    convert stage stores its split and the other format's blocks, the report carries both."""
+    matrix_id, perm_key = ingested(data_root, dense_core_file)
     conv = stages.convert(matrix_id, perm_key, str(data_root), fmt="auto")
     ranking = conv["format_ranking"]
     assert "hybrid" in ranking["built"] and len(ranking["built"]) == 2

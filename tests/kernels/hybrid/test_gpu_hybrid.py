@@ -2,7 +2,8 @@
 precision, both launches (the TC part's and the CUDA-core part's) writing their own rows, NaN-poisoned out (every
 element written once by some part), bitwise-repeatable C over plain, bound and graph-replayed calls, accumulate,
 float32 C of a 16-bit plan, forced splits (scattered windows through the workspace copy, one run written into C's
-slice, all, none), and format="auto" on a power-law graph."""
+slice, all, none), and format="auto" on a power-law graph with a dense core (hybrid_cases.dense_core), which it
+splits."""
 from __future__ import annotations
 
 import numpy as np
@@ -107,11 +108,9 @@ def test_autotuned_hybrid_is_timed_against_the_csr_fallback(p_name):
     assert ms > 0
 
 
-def test_auto_builds_the_hybrid_where_it_ranks_first():
-    from tasks.fetch.generators import generate
-
-    A = sp.csr_array(generate("rmat", "scale=14&edge_factor=16&seed=1"))
-    plan = SpmmPlan(A, device="gpu", dtype="float16", format="auto")
-    assert "hybrid" in plan.ranking["estimate_us"] and plan.ranking["estimate_us"]["hybrid"] is not None
-    if "hybrid" in plan.ranking["built"]:
-        check(plan, A, 128, as_precision("float16"))
+@pytest.mark.parametrize("p_name", ["float32", "float16"])
+def test_auto_builds_the_hybrid_where_it_ranks_first(p_name):
+    A = sp.csr_array(CASES["dense_core"](), dtype=np.float32)
+    plan = SpmmPlan(A, device="gpu", dtype=p_name, format="auto")
+    assert plan.ranking["built"][0] == "hybrid" and plan.ranking["estimate_us"]["hybrid"] is not None
+    check(plan, A, 128, as_precision(p_name))
