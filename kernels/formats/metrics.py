@@ -14,6 +14,8 @@ this way (both block widths and BCSR in one pass). The markers cost 4 bytes a co
 with far more columns than nonzeros (hypersparse, wide) is counted the older way instead: in chunks of whole window
 groups the keys ``window * n_cols + col`` are sorted (rows are already in window order, so a chunk-local sort is a
 global one) and the run boundaries counted, threads on disjoint chunks. Both give the same numbers (tests compare).
+`kernels.formats.structure_counts` counts the same windows at four vector levels for the plan's statistics; the
+scan here stays one level (module docstring there: why two kernels).
 """
 from __future__ import annotations
 
