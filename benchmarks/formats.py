@@ -7,16 +7,17 @@ the rows `benchmarks/rank_check.py --fit` fits the ranking's float32 constants o
 
 Matrices, four classes: ``dnn``: DNN-style pruned weights (tasks/fetch/generators.py ``gen:dlmc``: magnitude pruning
 at V x 1, M = K = --size, V = --vectors at --sparsities, plus unstructured V = 1 at --v1-sparsities, the Tiled-CSR
-paper's setting; generated, as the DLMC collection is not reachable here); ``graph``: rmat (scale 16, 17) and sbm
-(100k nodes) from the project generators with shuffled labels; ``suitesparse``: the fixtures in .fixtures/ (skipped
-with a note when absent); ``fem``: a 3-D FEM matrix with 3 dof per node in its mesh order (benchmarks/bcsr.py's
-``fem``) and a scalar 27-point 3-D mesh with shuffled labels (not in --quick). In FP16 only, values outside [-1, 1]
-(bcsstk13) are replaced by uniform(-1, 1) to stay in FP16's range (float32 holds them; the values note says which);
-the structure is what is measured. Orders: as given, then each format paper's reordering where the project has it
-(rowshuffle: Tiled-CSR, smat: BCSR, tca: ME-TCF; DNN weights: rowshuffle only, as the Tiled-CSR paper), each kept
-only when it improves its own measure (effective computation rate, BCSR blocks, TC blocks); smat and tca on the
-precision's Tensor Core blocks (16 x 16 in FP16, 16 x 8 in TF32 as DTC-SpMM's, meta "order_width"; runs without it:
-16 x 16 in both), rowshuffle on its paper's 16 x 16 tiles. Every format runs on every order.
+paper's setting; generated, as the DLMC collection is not reachable here); ``graph``: rmat (scale 16, 17), sbm (100k
+nodes) and R-MAT with a planted dense community (``gen:core``) from the project generators with shuffled labels;
+``suitesparse``: the fixtures in .fixtures/ (skipped with a note when absent); ``fem``: a 3-D FEM matrix with 3 dof
+per node in its mesh order (benchmarks/bcsr.py's ``fem``) and a scalar 27-point 3-D mesh with shuffled labels (not
+in --quick). In FP16 only, values outside [-1, 1] (bcsstk13) are replaced by uniform(-1, 1) to stay in FP16's range
+(float32 holds them; the values note says which); the structure is what is measured. Orders: as given, then each
+format paper's reordering where the project has it (rowshuffle: Tiled-CSR, smat: BCSR, tca: ME-TCF; DNN weights:
+rowshuffle only, as the Tiled-CSR paper), each kept only when it improves its own measure (effective computation
+rate, BCSR blocks, TC blocks); smat and tca on the precision's Tensor Core blocks (16 x 16 in FP16, 16 x 8 in TF32
+as DTC-SpMM's, meta "order_width"; runs without it: 16 x 16 in both), rowshuffle on its paper's 16 x 16 tiles. Every
+format runs on every order.
 
 Per (matrix, order, N): each format, and the hybrid (``format="hybrid"``: its split by the cost model, its
 TC part autotuned; in the rows beside the formats, not in the summary's wins), through ``SpmmPlan(A, device="gpu",
@@ -66,7 +67,11 @@ CLASSES = ("dnn", "graph", "suitesparse", "fem")
 SPARSITIES = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
 GRAPHS = (("rmat-s16", "rmat", "scale=16&edge_factor=16"),
           ("sbm-100k", "sbm", "n=100000&blocks=100&deg_in=16&deg_out=2"),
-          ("rmat-s17", "rmat", "scale=17&edge_factor=16"))
+          ("rmat-s17", "rmat", "scale=17&edge_factor=16"),
+          # R-MAT with a planted dense community (4096 rows x 256 shared columns, 2.0M nnz): after TCA the cost model
+          # splits it (predicted hybrid 88 / 54 us against 135 / 65 on CUDA cores alone, float32 / FP16, N = 128),
+          # where on plain R-MAT, SBM and meshes the hybrid measured within 1 % of its better part
+          ("core-s16", "core", "scale=16&edge_factor=16&members=4096&targets=256"))
 FIXTURES = ("HB/bcsstk13", "SNAP/email-Enron", "Pajek/Erdos971")
 # a scalar 27-point 3-D mesh of 1M nnz (plan_time.py's mesh-1M): CVSE led ME-TCF on it in FP16 (0.056 against
 # 0.064 ms at N = 256, plan-time-nvidia-h200-2026-11-29-s35.json) where the FEM matrix (3 dof per node) had it behind

@@ -238,17 +238,3 @@ def load_path(path: Path, name: str | None = None):
 def load_script():
     """`load_path`, for the tests of scripts (a module fixture takes it: ``def bench(load_script)``)."""
     return load_path
-
-
-
-@pytest.fixture(scope="session")
-def dense_core_file(tmp_path_factory) -> str:
-    """A Matrix Market file of ``hybrid_cases.dense_core()`` (tests/kernels/hybrid: R-MAT rows under a dense
-    community, which the cost model splits in every precision), for the tests that ingest a matrix by its path
-    (CLI, stages) and need a hybrid split."""
-    import scipy.io
-
-    cases = load_path(REPO / "tests" / "kernels" / "hybrid" / "hybrid_cases.py", "hybrid_cases_for_files")
-    path = tmp_path_factory.mktemp("dense_core") / "dense_core.mtx"
-    scipy.io.mmwrite(path, cases.dense_core())
-    return str(path)

@@ -41,13 +41,21 @@ def _check_product(kind: str, n_rows: int, n_cols: int) -> None:
         raise InputError(f"gen:{kind}: rows x cols = {n_rows * n_cols} does not fit int64 positions")
 
 
-def _resolve_rmat(p: dict[str, Any]) -> None:
-    _need("rmat", p, "scale", "edge_factor")
+def _resolve_rmat(p: dict[str, Any], kind: str = "rmat") -> None:
+    _need(kind, p, "scale", "edge_factor")
     if p["scale"] > 40:
-        raise InputError(f"gen:rmat: scale must be <= 40, got {p['scale']}")
+        raise InputError(f"gen:{kind}: scale must be <= 40, got {p['scale']}")
     a, b, c = p["a"], p["b"], p["c"]
     if min(a, b, c) <= 0 or a + b + c >= 1:
-        raise InputError(f"gen:rmat: need a, b, c > 0 and a + b + c < 1, got {a}, {b}, {c}")
+        raise InputError(f"gen:{kind}: need a, b, c > 0 and a + b + c < 1, got {a}, {b}, {c}")
+
+
+def _resolve_core(p: dict[str, Any]) -> None:
+    _resolve_rmat(p, "core")
+    _need("core", p, "members", "targets")
+    n = 1 << p["scale"]
+    if max(p["members"], p["targets"]) > n:
+        raise InputError(f"gen:core: members ({p['members']}) and targets ({p['targets']}) must be <= 2**scale = {n}")
 
 
 def _resolve_sbm(p: dict[str, Any]) -> None:
@@ -125,6 +133,17 @@ def _build_rmat(rng: np.random.Generator, p: dict[str, Any]) -> tuple[np.ndarray
             c <<= 1
             c |= right
     return rows, cols, (1 << scale, 1 << scale)
+
+
+def _build_core(rng: np.random.Generator, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """R-MAT (``_build_rmat``) plus a planted community: the last ``members`` nodes (R-MAT's sparse end in natural
+    order) each linked to all of ``targets`` consecutive nodes starting at a random id."""
+    rows, cols, shape = _build_rmat(rng, p)
+    n, members, targets = shape[0], p["members"], p["targets"]
+    first = int(rng.integers(0, n - targets + 1))
+    core_rows = np.repeat(np.arange(n - members, n, dtype=np.int64), targets)
+    core_cols = np.tile(np.arange(first, first + targets, dtype=np.int64), members)
+    return np.concatenate([rows, core_rows]), np.concatenate([cols, core_cols]), shape
 
 
 def _build_sbm(rng: np.random.Generator, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
@@ -253,8 +272,8 @@ def dlmc_values(rng: np.random.Generator, p: dict[str, Any], keys: np.ndarray) -
 
 
 RESOLVE: dict[str, Callable[[dict[str, Any]], None]] = {
-    "rmat": _resolve_rmat, "sbm": _resolve_sbm, "mesh": _resolve_mesh, "banded": _resolve_banded,
+    "rmat": _resolve_rmat, "core": _resolve_core, "sbm": _resolve_sbm, "mesh": _resolve_mesh, "banded": _resolve_banded,
     "uniform": _resolve_uniform, "longrow": _resolve_longrow, "dlmc": _resolve_dlmc}
 BUILD: dict[str, Callable[[np.random.Generator, dict[str, Any]], tuple[np.ndarray, np.ndarray, tuple[int, int]]]] = {
-    "rmat": _build_rmat, "sbm": _build_sbm, "mesh": _build_mesh, "banded": _build_banded,
+    "rmat": _build_rmat, "core": _build_core, "sbm": _build_sbm, "mesh": _build_mesh, "banded": _build_banded,
     "uniform": _build_uniform, "longrow": _build_longrow, "dlmc": _build_dlmc}

@@ -7,6 +7,9 @@ order) and ``values`` (``random``: float32 in (0, 1], the default; ``ones``). Ki
 =========  ======================================================================================================
 rmat       ``scale`` (n = 2**scale), ``edge_factor`` (16), ``a``/``b``/``c`` (0.57/0.19/0.19): R-MAT power-law
            digraph, edge_factor * n draws.
+core       R-MAT's parameters and ``members``, ``targets`` (256): an R-MAT graph with a planted dense community,
+           its last ``members`` nodes each linked to the same ``targets`` consecutive nodes (at a random id): hub
+           rows among sparse ones plus a block of rows that share their columns (what the hybrid plan splits).
 sbm        ``n`` (or ``rows``), ``blocks`` (10), ``p_in`` and ``p_out``, or ``deg_in`` and ``deg_out`` (expected
            neighbours inside / outside the own block): stochastic block model, directed.
 mesh       ``nx``, ``ny`` (nx), ``nz`` (1), ``stencil`` (5 or 9 in 2D, 7 or 27 in 3D; default 5 / 7), diagonal
@@ -51,6 +54,8 @@ _COMMON: dict[str, tuple[type, Any]] = {"seed": (int, 0), "shuffle": (bool, True
 _SCHEMAS: dict[str, dict[str, tuple[type, Any]]] = {
     "rmat": {"scale": (int, None), "edge_factor": (int, 16), "a": (float, 0.57), "b": (float, 0.19),
              "c": (float, 0.19)},
+    "core": {"scale": (int, None), "edge_factor": (int, 16), "a": (float, 0.57), "b": (float, 0.19),
+             "c": (float, 0.19), "members": (int, None), "targets": (int, 256)},
     "sbm": {"n": (int, None), "blocks": (int, 10), "p_in": (float, None), "p_out": (float, None),
             "deg_in": (float, None), "deg_out": (float, None)},
     "mesh": {"nx": (int, None), "ny": (int, None), "nz": (int, 1), "stencil": (int, None)},
@@ -113,6 +118,9 @@ def estimate(kind: str, params: dict[str, Any]) -> tuple[tuple[int, int], int]:
     if kind == "rmat":
         n = 1 << p["scale"]
         return (n, n), p["edge_factor"] * n
+    if kind == "core":
+        n = 1 << p["scale"]
+        return (n, n), p["edge_factor"] * n + p["members"] * p["targets"]
     if kind == "sbm":
         n, blocks = p["n"], p["blocks"]
         return (n, n), int(p["p_in"] * n * n / blocks + 1.1 * p["p_out"] * n * n) + 16

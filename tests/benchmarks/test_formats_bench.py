@@ -71,7 +71,8 @@ def test_cases_interleave_the_classes_and_filter(formats):
     assert all(c["orders"] == ["given", "rowshuffle"] for c in todo if c["class"] == "dnn")
     assert all(c["orders"] == ["given", "rowshuffle", "smat", "tca"] for c in todo if c["class"] != "dnn")
     only = formats.cases(formats.parse_args(["--matrices", "graph", "fixture:HB", "--orders", "tca"]))
-    assert [c["label"] for c in only] == ["rmat-s16", "fixture:HB/bcsstk13", "sbm-100k", "rmat-s17"]
+    assert [c["label"] for c in only] == ["rmat-s16", "fixture:HB/bcsstk13", "sbm-100k", "rmat-s17", "core-s16"]
+    assert "mesh27-34" in labels and [c["class"] for c in todo if c["label"] == "mesh27-34"] == ["fem"]
     assert only[0]["orders"] == ["given", "tca"]  # the baseline order always comes first
     quick = formats.parse_args(["--quick"])
     assert quick.ns == [128, 512] and [c["label"] for c in formats.cases(quick)] == [

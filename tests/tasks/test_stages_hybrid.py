@@ -11,8 +11,10 @@ from storage import BlockStore
 from storage.splits import read_split
 from tasks import stages
 from tasks.execute import check_format_devices, run_spmm
+from tests.kernels.hybrid import hybrid_cases
 
 POWER_LAW = "gen:rmat?scale=13&edge_factor=16&seed=1"  # natural R-MAT order: hub windows among sparse ones
+DENSE_CORE = f"gen:core?{hybrid_cases.DENSE_CORE}"  # R-MAT with a planted dense community: the cost model splits it
 
 
 def ingested(data_root, spec=POWER_LAW):
@@ -21,10 +23,10 @@ def ingested(data_root, spec=POWER_LAW):
     return out["matrix_id"], order["perm_key"]
 
 
-def test_convert_stores_the_split_and_reuses_it(data_root, dense_core_file):
+def test_convert_stores_the_split_and_reuses_it(data_root):
     from kernels.hybrid.parts import split_matrix
 
-    matrix_id, perm_key = ingested(data_root, dense_core_file)
+    matrix_id, perm_key = ingested(data_root, DENSE_CORE)
     conv = stages.convert(matrix_id, perm_key, str(data_root), fmt="hybrid")
     assert conv["format"] == "hybrid" and list(conv["formats"]) == ["hybrid"] and not conv["reused"]
     mstore = BlockStore(data_root).matrix(matrix_id)
@@ -67,10 +69,10 @@ def test_spmm_refuses_a_split_stored_for_another_matrix(data_root):
                  repeats=1)
 
 
-def test_auto_stores_the_hybrid_it_ranks_first(data_root, dense_core_file):
+def test_auto_stores_the_hybrid_it_ranks_first(data_root):
     """On a power-law graph with a dense core the float32 ranking puts the hybrid first of the two it builds: the
     convert stage stores its split and the other format's blocks, the report carries both."""
-    matrix_id, perm_key = ingested(data_root, dense_core_file)
+    matrix_id, perm_key = ingested(data_root, DENSE_CORE)
     conv = stages.convert(matrix_id, perm_key, str(data_root), fmt="auto")
     ranking = conv["format_ranking"]
     assert "hybrid" in ranking["built"] and len(ranking["built"]) == 2

@@ -12,6 +12,7 @@ from tests.tasks.fetch.helpers import one_line
 
 SMALL = {
     "rmat": "scale=9&edge_factor=8",
+    "core": "scale=9&edge_factor=8&members=40&targets=24",
     "sbm": "n=1000&blocks=10&p_in=0.05&p_out=0.001",
     "mesh": "nx=17&ny=9",
     "banded": "n=333&bandwidth=4&density=0.5",
@@ -65,6 +66,25 @@ def test_rmat_natural_order_puts_the_hub_first():
     assert np.argmax(np.diff(A.indptr)) == 0
 
 
+def test_core_plants_a_community_on_rmat():
+    """gen:core: the R-MAT of the same seed with its last ``members`` rows linked to one run of ``targets`` columns."""
+    G = generate("rmat", "scale=10&edge_factor=8&shuffle=0&values=ones&seed=2")
+    A = generate("core", "scale=10&edge_factor=8&members=64&targets=100&shuffle=0&values=ones&seed=2")
+    assert A.shape == G.shape and (A[:-64] != G[:-64]).nnz == 0  # the R-MAT draws come first, unchanged
+    block = A[-64:].toarray()
+    cols = np.flatnonzero(block.all(axis=0))
+    assert cols.size >= 100 and np.any(np.convolve(block.all(axis=0), np.ones(100), "valid") == 100)  # one run
+    assert (A - G).nnz <= 64 * 100 and A.nnz >= G.nnz
+    shuffled = generate("core", "scale=10&edge_factor=8&members=64&targets=100&seed=2")
+    assert shuffled.nnz == A.nnz and sorted(np.diff(shuffled.indptr)) == sorted(np.diff(A.indptr))
+    for bad, message in (("scale=10&members=2000", "members (2000) and targets (256) must be <= 2**scale = 1024"),
+                         ("scale=10&members=0", "members must be >= 1, got 0"), ("scale=10", "missing required "
+                         "parameter 'members'"), ("scale=41&members=8", "scale must be <= 40")):
+        with pytest.raises(InputError) as err:
+            generate("core", bad)
+        assert str(err.value).startswith("gen:core: ") and message in str(err.value)
+
+
 def test_sbm_degree_form():
     A = generate("sbm", "rows=2000&blocks=20&deg_in=6&deg_out=1&shuffle=0")
     inside = (np.repeat(np.arange(2000), np.diff(A.indptr)) // 100) == (A.indices // 100)
@@ -81,7 +101,8 @@ def test_matrix_id_from_canonical_params():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("gen:blob?n=3", "unknown generator kind 'blob'; valid kinds: rmat, sbm, mesh, banded, uniform, longrow, dlmc"),
+    ("gen:blob?n=3", "unknown generator kind 'blob'; valid kinds: rmat, core, sbm, mesh, banded, uniform, longrow,"
+                      " dlmc"),
     ("gen:rmat?scale=8&size=3", "unknown parameter(s) size; valid: scale, edge_factor, a, b, c, seed, shuffle"),
     ("gen:rmat?scale=eight", "scale='eight' is not a valid int"),
     ("gen:rmat?edge_factor=4", "missing required parameter 'scale'"),
