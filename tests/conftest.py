@@ -238,3 +238,4 @@ def load_path(path: Path, name: str | None = None):
 def load_script():
     """`load_path`, for the tests of scripts (a module fixture takes it: ``def bench(load_script)``)."""
     return load_path
+
