@@ -9,8 +9,9 @@ Per matrix (a seeded generator at about the named nonzeros, rows reordered by ``
 the precision's block width, its seconds recorded after an untimed reordering of the kind's tiny matrix at that
 width: the first reordering in a process compiles its Numba kernels, which a user's later runs load from Numba's
 cache; cold, rmat-1M's took 7.5-9.9 s against 1.3-1.5 s warm on the H200) and precision, per plan: each GPU-ready
-registered format alone, ``hybrid``, ``auto`` (the default: the cost model's first two built and timed) and
-``auto-all`` (every candidate built and timed, what ``auto`` cost before the ranking):
+registered format alone, ``hybrid``, ``auto`` (the default: the cost model's first two built and timed, ME-TCF
+always among them, none predicted above twice the cheapest) and ``auto-all`` (every candidate built and timed, what
+``auto`` cost before the ranking):
 
 - ``build_s``: ``SpmmPlan(A, dtype=..., format=..., out_dtype=float32)`` wall time (statistics and ranking,
   conversion, upload, compilation; kernels already compiled by an earlier plan of the run come from the cache, as

@@ -62,7 +62,8 @@ def plan_section(runs, v0, older, *, h) -> list[str]:
         "Per matrix (seeded generator, rows reordered by `auto_reorder` at the precision's block width: its "
         "seconds in \"reorder s\") and precision, each plan's build + first decision in seconds, and in "
         "parentheses its kernel's ms (CUDA-graph replay of the chosen kernel). `auto`: the cost model's first "
-        "two built and timed (the default); `auto-all`: every candidate built and timed (what `auto` cost "
+        "two built and timed, ME-TCF always among them and formats predicted above twice the cheapest left out (the "
+        "default); `auto-all`: every candidate built and timed (what `auto` cost "
         "before the ranking); `hybrid`: dense windows on a Tensor Core format, the rest on the CUDA-core CSR "
         "kernel. Kernels compiled by an earlier plan of the run come from the compile cache, as for a user's "
         "second plan. Every C was checked against float64 on sampled rows in the run.")
