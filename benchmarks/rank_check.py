@@ -1,6 +1,6 @@
 """The format ranking's cost estimates against measured per-format times (issue 32). No GPU needed.
 
-    PYTHONPATH=. python3 benchmarks/rank_check.py [--results FILE ...] [--fit] [--out-dir DIR]
+    PYTHONPATH=. python3 benchmarks/rank_check.py [--results FILE ...] [--fit] [--leave-one-out] [--out-dir DIR]
 
 For every row of the recorded runs of benchmarks/formats.py (default: benchmarks/results/formats-*.json; one GPU;
 per row a matrix label, an order, N and "ms" per format), the matrix is regenerated as formats.py made it
@@ -21,6 +21,8 @@ against: its time is known only as a lower bound (">"), which settles that it wa
 --fit: per format, non-negative least squares of the measured microseconds on its cost terms (each row weighted
 by 1 / measured: relative error) over the given files' rows; prints the ``us`` constants of its CostModel and the
 fit's spread. The files of one fit share one dtype (a mix is refused, exit 2): FP16 and TF32 rows cost differently.
+--leave-one-out (one dtype, as --fit): every matrix's rows ranked with constants fitted on the other matrices' rows;
+its summary (JSON "leave_one_out") says how the ranking does on a matrix its constants never saw.
 
 JSON: benchmarks/results/rank-check-<device of the recorded data>-<date>[-<dtypes> unless float16].json (command,
 date, recorded files with device and dtype, the precision, per-row results, summary); the table and the summary
@@ -29,6 +31,7 @@ print last.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -195,6 +198,30 @@ def fit(docs, stats_of, owner: dict) -> dict:
     return out
 
 
+def leave_one_out(docs, stats_of, owner: dict) -> dict:
+    """`summarize` of every row checked with constants fitted (`fit`) on the other matrices' rows only, in the docs'
+    one dtype: how the ranking does on a matrix its constants never saw. The registry's estimates are swapped for
+    each matrix's fit and restored after."""
+    from kernels.formats import REGISTRY
+
+    dtype = one_dtype(docs)
+    saved = dict(REGISTRY)
+    results = []
+    try:
+        for label in sorted({row["matrix"] for doc in docs for row in doc["rows"]}):
+            train = [{**doc, "rows": [r for r in doc["rows"] if r["matrix"] != label]} for doc in docs]
+            for name, found in fit(train, stats_of, owner).items():
+                est = saved[name].estimate
+                REGISTRY[name] = dataclasses.replace(saved[name], estimate=dataclasses.replace(
+                    est, per_precision={**est.per_precision, dtype: found["us"]}))
+            results += [r for doc in docs for r in (check_row(row, stats_of(row), owner, dtype)
+                                                     for row in doc["rows"] if row["matrix"] == label) if r]
+            REGISTRY.update(saved)
+    finally:
+        REGISTRY.update(saved)
+    return summarize(results)
+
+
 def summarize(results: list[dict]) -> dict:
     if not results:
         return {"rows": 0}
@@ -233,6 +260,8 @@ def parse_args(argv=None):
     ap.add_argument("--results", nargs="+", type=Path, help="benchmarks/formats.py JSON files (default: "
                                                             "benchmarks/results/formats-*.json)")
     ap.add_argument("--fit", action="store_true", help="also fit each format's cost constants on these rows")
+    ap.add_argument("--leave-one-out", action="store_true", help="also check each matrix's rows with constants "
+                    "fitted on the other matrices' rows (one dtype, as --fit)")
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
     args.results = args.results or sorted((REPO / "benchmarks" / "results").glob("formats-*.json"))
@@ -249,7 +278,7 @@ def main(argv=None) -> int:
     from kernels.formats.structure import structure
 
     docs = load(args.results)
-    if args.fit:
+    if args.fit or args.leave_one_out:
         try:
             one_dtype(docs)
         except ValueError as err:
@@ -281,6 +310,8 @@ def main(argv=None) -> int:
            "summary": summary, "rows": per_file}
     if args.fit:
         out["fit"] = fit(docs, stats_of, owner)
+    if args.leave_one_out:
+        out["leave_one_out"] = leave_one_out(docs, stats_of, owner)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     suffix = "" if dtypes == ["float16"] else "-" + "-".join(dtypes)  # beside a same-day FP16 check, not over it
     path = args.out_dir / f"rank-check-{slug('-'.join(devices))}-{dt.date.today().isoformat()}{suffix}.json"
@@ -289,6 +320,10 @@ def main(argv=None) -> int:
     if args.fit:
         lines += ["", "fitted constants (us per unit of each term; ratio = predicted / measured):"]
         lines += [f"  {name}: {f['us']}  rows {f['rows']}, ratio {f['ratio']}" for name, f in out["fit"].items()]
+    if args.leave_one_out:
+        s = out["leave_one_out"]
+        lines += ["", f"fitted leaving each matrix out ({s['rows']} rows): top1 {s['top1']:.1%}, top2 {s['top2']:.1%}, "
+                  f"plan top2 {s['plan_top2']:.1%}, loss geomean {s['loss_geomean']:.3f}, max {s['loss_max']:.2f}"]
     print("\n".join(lines + ["", f"wrote {path}"]))
     return 0
 

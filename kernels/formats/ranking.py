@@ -20,11 +20,11 @@ relative error) against measured per-format times; the ranking's agreement with 
 
 How well, FP16 (benchmarks/results/formats-nvidia-h200-2026-11-29-s35.json, 45 orders of 21 matrices x N =
 128..1024, H200, the run the FP16 constants are fitted on): the measured best is ranked first in 76 %, among the
-first two in 97 %; what a plan builds and times (ranked at N = 128) holds the best in 100 %; the predicted first
-ran at most 1.33x (geomean 1.02x) the best. Fitted leaving each matrix out: 74 %, 92 %, 92 % (at most 2.0x). The
-constants before them (fitted on 2026-11-25's run, before CVSE's tiled kernel and the CSR kernel's batched loads)
-ranked that run's best first in 31 %, in the first two in 62 %, in the plan's two in 71 % (up to 2.61x): refit when
-a format's kernels change.
+first two in 97 %; what a plan builds and times (ranked at N = 128) holds the best in 100 %; the predicted first ran
+at most 1.33x (geomean 1.02x) the best. Fitted leaving each matrix out (`rank_check.py --leave-one-out`): 74 %,
+92 %, 92 % (at most 2.0x). The constants before them (fitted on 2026-11-25's run, before CVSE's tiled kernel and the
+CSR kernel's batched loads) ranked that run's best first in 31 %, in the first two in 62 %, in the plan's two in
+71 % (up to 2.61x): refit when a format's kernels change.
 
 float32 (benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json, the same 45 orders x N in TF32; H200):
 with 2026-11-25's FP16 constants the measured best was first in 53 %, among the first two in 79 %, in what a plan

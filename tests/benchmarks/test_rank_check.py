@@ -1,6 +1,6 @@
 """benchmarks/rank_check.py: measured times read from recorded rows (a fallback's time, a lower bound when it lost),
-a row's verdict in its run's dtype, the constant fit recovering the constants its rows were made with, and a fit
-over runs of two dtypes refused."""
+a row's verdict in its run's dtype, the constant fit recovering the constants its rows were made with, a fit over
+runs of two dtypes refused, and the leave-one-matrix-out check."""
 from __future__ import annotations
 
 import dataclasses
@@ -110,3 +110,27 @@ def test_orders_are_regenerated_at_the_block_width_their_run_reordered_for(monke
     del docs[1]["meta"]["order_width"]  # read as 16 x 16: the recorded TF32 counts no longer match
     with pytest.raises(SystemExit, match="m tca: the regenerated order differs from the recorded one"):
         rc.matrices(docs[1:])
+
+
+def test_leave_one_out_ranks_each_matrix_with_constants_fitted_without_it(monkeypatch):
+    """Rows made with known constants for two formats: each matrix's rows, ranked with constants fitted on the other
+    matrices alone, come out as the known constants rank them; the registry's estimates are restored after."""
+    true = {"bcsr": {"launch": 3.0, "b_mb": 0.2, "c_mb": 1.0}, "metcf": {"launch": 1.0, "b_mb": 0.1, "hub_mb": 30.0}}
+    for name, us in true.items():
+        model = dataclasses.replace(REGISTRY[name].estimate, us=us, per_precision={})
+        monkeypatch.setitem(REGISTRY, name, dataclasses.replace(REGISTRY[name], estimate=model))
+    before = {name: REGISTRY[name] for name in true}
+    stats = {f"m{i}": structure(sp.random(200 * (i + 1), 300, density=0.01 * (i + 1), format="csr", random_state=i))
+             for i in range(5)}
+    rows = [{"matrix": m, "order": "given", "N": N,
+             "ms": {n: REGISTRY[n].estimate(s, "float16", N) / 1e3 for n in true},
+             "choice": {"bcsr": {"kernel": "bcsr-window"}, "metcf": {"kernel": "metcf-window"}}}
+            for m, s in stats.items() for N in (64, 256, 1024)]
+    docs = [{"meta": {}, "rows": rows}]
+    calls = []
+    real_fit = rc.fit
+    monkeypatch.setattr(rc, "fit", lambda d, *a: calls.append({r["matrix"] for r in d[0]["rows"]}) or real_fit(d, *a))
+    out = rc.leave_one_out(docs, lambda r: stats[r["matrix"]], OWNER)
+    assert calls == [set(stats) - {m} for m in sorted(stats)]  # each fit without one matrix
+    assert out["rows"] == 15 and out["top1"] == 1.0 and out["loss_max"] == pytest.approx(1.0)
+    assert all(REGISTRY[name] is before[name] for name in true)
