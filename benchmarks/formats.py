@@ -73,9 +73,8 @@ GRAPHS = (("rmat-s16", "rmat", "scale=16&edge_factor=16"),
           # where on plain R-MAT, SBM and meshes the hybrid measured within 1 % of its better part
           ("core-s16", "core", "scale=16&edge_factor=16&members=4096&targets=256"))
 FIXTURES = ("HB/bcsstk13", "SNAP/email-Enron", "Pajek/Erdos971")
-# a scalar 27-point 3-D mesh of 1M nnz (plan_time.py's mesh-1M): CVSE led ME-TCF on it in FP16 (0.056 against
+# the "fem" class's scalar 27-point 3-D mesh is plan_time.py's mesh-1M: CVSE led ME-TCF on it in FP16 (0.056 against
 # 0.064 ms at N = 256, plan-time-nvidia-h200-2026-11-29-s35.json) where the FEM matrix (3 dof per node) had it behind
-MESH = ("mesh", "nx=34&ny=34&nz=34&stencil=27")
 SAMPLE_ROWS = 512
 DTYPES = ("float16", "float32")
 PRECISION_TEXT = {"float16": "FP16 A and B, FP32 accumulation, FP16 C (cuSPARSE: CUDA_R_16F, FP32 compute)",
@@ -93,6 +92,8 @@ def log(*a):
 
 def cases(args) -> list[dict]:
     """The matrices, classes interleaved (one of each in turn) so a budget stop leaves every class partly run."""
+    from plan_time import MATRICES  # benchmarks/ (on sys.path): the plan-time matrices' generator parameters
+
     size, sps, v1, vectors, graphs, fem_n = args.size, args.sparsities, args.v1_sparsities, args.vectors, GRAPHS, 24
     if args.quick:
         size, sps, v1, vectors, fem_n = 2048, [0.9], [], args.vectors[:1], 12
@@ -106,7 +107,8 @@ def cases(args) -> list[dict]:
            "suitesparse": [{"label": f"fixture:{n}", "class": "suitesparse", "source": ("fixture", n)}
                            for n in (FIXTURES[-1:] if args.quick else FIXTURES)],
            "fem": [{"label": f"fem{fem_n}-dof3", "class": "fem", "source": ("fem", fem_n, 3)},
-                   *([] if args.quick else [{"label": "mesh27-34", "class": "fem", "source": ("gen", *MESH)}])]}
+                   *([] if args.quick else [{"label": "mesh27-34", "class": "fem",
+                                                 "source": ("gen", "mesh", MATRICES[("mesh", "1M")])}])]}
     out = [c for group in itertools.zip_longest(*per.values()) for c in group if c is not None]
     if args.matrices:
         out = [c for c in out if c["class"] in args.matrices or c["label"].startswith(tuple(args.matrices))]
