@@ -8,8 +8,8 @@ Matrices: R-MAT scale 16 and 17 and an SBM of 100k nodes from the project genera
 SNAP/email-Enron fixture (skipped with a note when no fixtures folder holds it), and R-MAT scale 20 (16M nnz) last;
 each as given and after ``tasks.reorder.auto_reorder`` (what a user runs). Per (matrix, order, N, precision:
 float32, float16, bfloat16): the kernel through ``CsrRows.bind`` (kernels/formats/csr/launch.py) with its default
-walk (``CsrConfig.walk_heavy``: float32 rows of >= 2x the mean length launched first, 16-bit rows all by length,
-longest first) and with A's own order (heavy 0); device
+walk (``CsrConfig.walk_heavy``: rows by length, longest first; float32 without B's 16-bit copy, ``half_b`` off, only
+rows of >= 2x the mean length first) and with A's own order (heavy 0); device
 time by graph replay (kernels.launch.graph_ms: median of 20 replays) and per call as issued
 (kernels.launch.issued_ms: median of 20 loops of back-to-back calls), both after warm-up; cuSPARSE's best
 CSR algorithm in the same precision (``CusparseSpmm(A, dtype=...).tune``, graph replay; its bound call as issued;
@@ -24,7 +24,8 @@ the time ("gather TB/s", ours and cuSPARSE's) are set against the GPU's L2 read 
 a kernel that fetches every gathered row from L2 cannot run faster than that rate allows; more needs rows reused
 from L1 or fewer bytes per row. "L2 x" is that bound as a speedup over cuSPARSE (`l2_bound_x`). 16-bit rows run the
 mapping ``CsrRows.tune`` keeps (timed on the default walk, as a plan does; both walks then on that one, so their C
-can be compared bit for bit); "mapping_ms" in the JSON holds each timed mapping's time.
+can be compared bit for bit), float32 too: "rows" on float32 B, or a 16-bit mapping over B's per-call 16-bit copy
+(its pass timed with the kernel); "mapping_ms" in the JSON holds each timed mapping's time.
 """
 from __future__ import annotations
 
@@ -159,7 +160,7 @@ def measure(label: str, order: str, A, N: int, rng) -> list[dict]:
     return rows
 
 
-MAP_LABEL = {"wide": "wide", "pair": "pair", "pair16": "p16", "pair16_deep": "p16d"}  # the map column's
+MAP_LABEL = {"rows": "rows", "wide": "wide", "pair": "pair", "pair16": "p16", "pair16_deep": "p16d"}  # map column
 
 
 def print_table(rows, l2_tbs: float | None = None) -> None:
@@ -174,8 +175,8 @@ def print_table(rows, l2_tbs: float | None = None) -> None:
               f"{r['walk_issued_us']:>9.1f}{r['cus_issued_us']:>9.1f}"
               f"{r['cus_issued_us'] / r['walk_issued_us']:>7.2f}{gather_tbs(r, r['walk_graph_us']):>6.2f}"
               f"{gather_tbs(r, r['cus_graph_us']):>6.2f}{r['rel_err']:>9.1e} {'yes' if r['correct'] else 'NO'}")
-    print("us per call; walk = csr-rows with its default row walk (float32: long rows first; 16-bit: all by "
-          "length), A order = heavy 0; graph replay, and as issued (iss) through the bound call; x = cuSPARSE (same "
+    print("us per call; walk = csr-rows with its default row walk (rows by length, longest first), A order = "
+          "heavy 0; graph replay, and as issued (iss) through the bound call; x = cuSPARSE (same "
           "precision) / ours; L2 x = the x of a kernel gathering every B row from L2 at the L2 read rate; map = the "
           "mapping `tune` kept (p16 / p16d: pair16 / pair16_deep); TB/s = B rows gathered per second (one row of N "
           "values per nonzero; graph replay), ours (walk) and cuSPARSE's"

@@ -54,9 +54,14 @@ def series(path: Path) -> str:
 
 
 def pooled(runs) -> SimpleNamespace:
-    """The runs of the newest run's day as one: rows concatenated, ``skipped`` merged, meta of the newest run
-    (with every command listed)."""
-    day = [r for r in runs if r.date.date() == runs[0].date.date()]
+    """The newest run of each part (a file name's `series`: device and --part) on the newest run's GPU, as one: rows
+    concatenated, ``skipped`` merged, meta of the newest run (with every command listed). A part rerun replaces its
+    earlier file alone (2026-11-29's issued-b beside 2026-11-25's issued-a: the file list names both)."""
+    parts: dict = {}
+    for r in runs:  # newest first
+        if gpu_model(r) == gpu_model(runs[0]):
+            parts.setdefault(series(r.path), r)
+    day = list(parts.values())
     meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r in reversed(day)),
             "skipped": [s for r in day for s in r.meta.get("skipped") or []],
             "files": [r.path.name for r in reversed(day)]}
@@ -148,7 +153,7 @@ def pick(results: Path, family: str):
     elif family == "formats":  # the newest run per precision (meta "dtype", absent before --dtype: float16)
         chosen = list({r.meta.get("dtype") or "float16": r for r in reversed(runs)}.values())
     elif family in ("spmm", "precision", "bcsr", "sddmm") and runs:
-        chosen = [pooled(runs)]  # one suite split over several device calls (--part): pool the newest day's
+        chosen = [pooled(runs)]  # one suite split over several device calls (--part): the newest of each part
     else:
         chosen = runs[:1]
     v0 = [load(p) for p in sorted(results.glob(f"{family}-*.json")) if earlier.search(p.name)]

@@ -18,13 +18,15 @@ relative error) against measured per-format times; the ranking's agreement with 
 (`kernels.precision`) and through the constants: one set fitted in FP16 (BF16 uses it as it is) and one in float32
 (TF32 products, 4-byte B and C: `CostModel.per_precision`).
 
-How well, FP16 (benchmarks/results/formats-nvidia-h200-2026-11-29-s35.json, 45 orders of 21 matrices x N =
-128..1024, H200, the run the FP16 constants are fitted on): the measured best is ranked first in 76 %, among the
-first two in 97 %; what a plan builds and times (ranked at N = 128) holds the best in 100 %; the predicted first ran
-at most 1.33x (geomean 1.02x) the best. Fitted leaving each matrix out (`rank_check.py --leave-one-out`): 74 %,
-92 %, 92 % (at most 2.0x). The constants before them (fitted on 2026-11-25's run, before CVSE's tiled kernel and the
-CSR kernel's batched loads) ranked that run's best first in 31 %, in the first two in 62 %, in the plan's two in
-71 % (up to 2.61x): refit when a format's kernels change.
+How well, FP16 (benchmarks/results/formats-nvidia-h200-2026-11-29-s35.json and -s36.json, the runs the FP16
+constants are fitted on: 45 and 53 orders of 21 and 23 matrices x N = 128..1024, H200; s36 adds a scalar 27-point
+mesh and an R-MAT with a planted community): the measured best is ranked first in 77 %, among the first two in
+97 %; what a plan builds and times (ranked at N = 128) holds the best in 99 %; the predicted first ran at most
+1.27x (geomean 1.02x) the best. Fitted leaving each matrix out (`rank_check.py --leave-one-out`): 75 %, 93 %, 89 %
+(at most 1.65x). The constants fitted on s35 alone did 76 %, 95 %, 99 % (1.35x) on both runs. The constants before
+those (fitted on 2026-11-25's run, before CVSE's tiled kernel and the CSR kernel's batched loads) ranked s35's best
+first in 31 %, in the first two in 62 %, in the plan's two in 71 % (up to 2.61x): refit when a format's kernels
+change. The float32 CSR kernel's 16-bit copy of B (2026-11-29, session 36) came after the float32 set below.
 
 float32 (benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json, the same 45 orders x N in TF32; H200):
 with 2026-11-25's FP16 constants the measured best was first in 53 %, among the first two in 79 %, in what a plan
@@ -56,7 +58,8 @@ AUTO_CANDIDATES = 2  # formats a plan of format="auto" builds and times, at most
 AUTO_MARGIN = 2.0
 # where the formats' constants come from (each CostModel's ``source``)
 FIT_SOURCE = ("python benchmarks/rank_check.py --fit --results benchmarks/results/formats-nvidia-h200-2026-11-29-s35"
-              ".json (FP16, H200; censored rows: a fallback that lost)")
+              ".json benchmarks/results/formats-nvidia-h200-2026-11-29-s36.json (FP16, H200; censored rows: a "
+              "fallback that lost)")
 FIT_SOURCE_TF32 = ("python benchmarks/rank_check.py --fit --results "
                    "benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json (TF32, H200; censored rows)")
 

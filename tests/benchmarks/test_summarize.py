@@ -596,3 +596,22 @@ def test_issue_32_target_names_r_mat_apart(summarize):  # summarize put benchmar
     assert issue_32(rows)[2] == "3.07x over 3 cases; R-MAT 1.20x" and issue_32(rows)[3] == "**missed**"  # R-MAT
     rows[-1] = row("rmat-s20", 1.4)  # geomean 3.23x and R-MAT above 1.3x
     assert issue_32(rows)[3] == "**met**"
+
+
+def test_pooled_takes_the_newest_file_of_each_part_on_one_gpu(summarize, tmp_path):
+    """A suite split over --part files (spmm, precision, bcsr, sddmm): each part's newest file on the newest run's GPU,
+    so a rerun of one part replaces that part alone; an older file of the part and another GPU's are left out."""
+    import summarize_common as sc
+
+    def put(name, date, device, matrix):
+        (tmp_path / name).write_text(json.dumps({"meta": {"date": date, "device": device, "command": name},
+                                                 "rows": [{"matrix": matrix}]}))
+
+    put("spmm-gpu-x-2026-01-01-issued-a.json", "2026-01-01T10:00:00+00:00", "GPU X", "a-old-day")
+    put("spmm-gpu-x-2026-01-01-issued-b.json", "2026-01-01T11:00:00+00:00", "GPU X", "b-old")
+    put("spmm-gpu-x-2026-01-05-issued-b.json", "2026-01-05T09:00:00+00:00", "GPU X", "b-new")
+    put("spmm-gpu-y-2026-01-04-issued-a.json", "2026-01-04T09:00:00+00:00", "GPU Y", "other-gpu")
+    (run,), _, left = sc.pick(tmp_path, "spmm")
+    assert sorted(r["matrix"] for r in run.rows) == ["a-old-day", "b-new"]
+    assert run.meta["files"] == ["spmm-gpu-x-2026-01-01-issued-a.json", "spmm-gpu-x-2026-01-05-issued-b.json"]
+    assert set(left) == {"spmm-gpu-x-2026-01-01-issued-b.json", "spmm-gpu-y-2026-01-04-issued-a.json"}

@@ -238,6 +238,7 @@ def test_run_inside_a_callers_capture_records_the_kernel():
     Bh = rng.standard_normal((500, 32)).astype(np.float32)
     B[...] = cupy.asarray(Bh)
     out.fill(np.nan)
+    cupy.cuda.Device().synchronize()  # the copy and fill ran on the default stream, which `stream` does not wait for
     graph.launch(stream)
     stream.synchronize()
     assert rel_err(cupy.asnumpy(out), csr_spmm(A, Bh.astype(np.float64))) < TF32_RTOL

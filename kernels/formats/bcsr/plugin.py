@@ -144,7 +144,7 @@ FORMAT = Format(
     to_csr=bcsr_to_csr, shard=BCSR_SHARD, cuda_sources=(launch_bcsr.SOURCE,),
     cuda_builds=(("default", launch_bcsr.BCSR_CONFIG.defines()),),
     per_window_cost=True,
-    estimate=CostModel(cost_terms, {"launch": 3.24, "b_mb": 0.1229, "c_mb": 1.075, "hub_mb": 10.0,
-                                    "hub_all_mb": 1.578}, source=FIT_SOURCE,
+    estimate=CostModel(cost_terms, {"launch": 3.271, "b_mb": 0.1246, "c_mb": 1.067, "hub_mb": 10.13,
+                                    "hub_all_mb": 1.458}, source=FIT_SOURCE,
                        per_precision={"float32": {"launch": 3.339, "b_mb": 0.1356, "c_mb": 0.6513, "hub_mb": 15.16,
                                                   "hub_all_mb": 1.28}}))

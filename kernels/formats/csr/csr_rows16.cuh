@@ -28,11 +28,21 @@ __device__ __forceinline__ uint4 load_b8(const u16* __restrict__ B, i64 col, i64
   }
 }
 
-// The 16-bit row kernels' parameters (csr_rows_wide, csr_rows_pair): CSR_ROWS_PARAMS with B as 16-bit words.
+// The 16-bit row kernels' parameters (csr_rows_wide, csr_rows_pair): CSR_ROWS_PARAMS with B as 16-bit words, and
+// bscale: with SCALED (float32 A over B's 16-bit copy, csr_pack_b) the copy's scale per row of B, else unused.
 #define CSR_WIDE_PARAMS                                                                                           \
   const i64 *__restrict__ seg_ptr, const int *__restrict__ seg_row, const int *__restrict__ seg_slot,            \
       const int *__restrict__ indices, const void *__restrict__ data, const u16 *__restrict__ B,                 \
-      void *__restrict__ C, float *__restrict__ W, i64 n_segs, i64 N, int flags
+      void *__restrict__ C, float *__restrict__ W, i64 n_segs, i64 N, int flags, const float *__restrict__ bscale
+
+// A's value at p as the row kernels multiply it: B's type, or (SCALED) float32 times the scale of B's row `col` in
+// its 16-bit copy (a power of two: the product is exact unless it leaves float32's range, csr_pack_b's header).
+template <int KIND, bool SCALED>
+__device__ __forceinline__ float a_value(const void* __restrict__ data, i64 p, int col,
+                                         const float* __restrict__ bscale) {
+  if constexpr (SCALED) return __ldg(static_cast<const float*>(data) + p) * __ldg(bscale + col);
+  else return value_of<KIND>(data, p);
+}
 
 // Write a lane's 8 sums (columns n .. n + 7) to C row `row` (slot < 0) or to W row `slot` (float32, unrounded).
 template <int KIND, bool VEC>
@@ -57,7 +67,7 @@ __device__ __forceinline__ void store8(void* __restrict__ C, float* __restrict__
 // then says whether they are 16-byte aligned): see the header. Its own kernel, so that csr_rows' registers do not
 // lower its occupancy (one kernel of both paths ran 1.2x slower on R-MAT, H200); VEC a template parameter, so
 // that the loop's loads are not behind a branch.
-template <int KIND, bool VEC>
+template <int KIND, bool VEC, bool SCALED>
 __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
   constexpr int U = CSR_UNROLL > 1 ? CSR_UNROLL / 2 : 1;  // per lane: the same bytes in flight as csr_rows'
   const int lane = threadIdx.x & 31, h = lane >> 4;
@@ -71,7 +81,7 @@ __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
   for (i64 base = lo; base < hi; base += 32) {
     const int cnt = (int)min((i64)32, hi - base);
     const int my_col = lane < cnt ? __ldg(indices + base + lane) : 0;
-    const float my_val = lane < cnt ? value_of<KIND>(data, base + lane) : 0.f;
+    const float my_val = lane < cnt ? a_value<KIND, SCALED>(data, base + lane, my_col, bscale) : 0.f;
     for (int j = 0; j < cnt; j += 2 * U) {  // cnt is warp-uniform: every lane takes part in each shuffle
       uint4 b[U];
       float a[U];
@@ -96,7 +106,7 @@ __device__ __forceinline__ void csr_rows_wide(CSR_WIDE_PARAMS) {
 
 // Segment s of the pair mappings on the calling half-warp, lane q: columns n .. n + 8 V - 1 (in: inside N; V 16-byte
 // loads per nonzero), U nonzeros' loads in flight; both halves call it together (the shuffles need every lane).
-template <int KIND, bool VEC, int V, int U>
+template <int KIND, bool VEC, bool SCALED, int V, int U>
 __device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 n, bool in) {
   const bool has = s < n_segs;  // the upper half of the last warp may have none
   const i64 lo = has ? seg_ptr[s] : 0, len = has ? seg_ptr[s + 1] - lo : 0;
@@ -110,7 +120,7 @@ __device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 
   for (i64 off = 0; off < trips; off += 16) {
     const int cnt = (int)max((i64)0, min((i64)16, len - off));  // this half's
     const int my_col = q < cnt ? __ldg(indices + lo + off + q) : 0;
-    const float my_val = q < cnt ? value_of<KIND>(data, lo + off + q) : 0.f;
+    const float my_val = q < cnt ? a_value<KIND, SCALED>(data, lo + off + q, my_col, bscale) : 0.f;
     const int steps = (int)min((i64)16, trips - off);
     for (int j = 0; j < steps; j += U) {
       uint4 b[U][V];
@@ -155,7 +165,7 @@ __device__ __forceinline__ void pair_segment(CSR_WIDE_PARAMS, i64 s, int q, i64 
 // flight) or CSR_UNROLL. Against the faster of pair and wide (H200, float16, graph replay, N = 256; docs/kernels-
 // notes.md "Session 29"): R-MAT 0.93 / 0.97x, SBM 0.92 / 0.95x, email-Enron 1.41 / 0.92x, a larger SBM 1.18 /
 // 1.13x (kept: pair): which wins depends on the matrix, so all are timed.
-template <int KIND, bool VEC, int V, int U>
+template <int KIND, bool VEC, bool SCALED, int V, int U>
 __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS, i64 tail0) {
   constexpr int G = CSR_TAIL_GROUP;
   const int lane = threadIdx.x & 31, h = lane >> 4, q = lane & 15;
@@ -170,13 +180,13 @@ __device__ __forceinline__ void csr_rows_pair(CSR_WIDE_PARAMS, i64 tail0) {
   if (w >= tail_warps) {
     const i64 s0 = 2 * (w - tail_warps);  // the lower half's; tail0 even: both halves' are in the head or neither
     if (s0 >= tail0) return;  // warp-uniform
-    pair_segment<KIND, VEC, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, s0 + h, q,
-                                  n, in);
+    pair_segment<KIND, VEC, SCALED, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags,
+                                          bscale, s0 + h, q, n, in);
     return;
   }
   const i64 first = tail0 + (2 * w + h) * G;
 #pragma unroll 1
   for (int i = 0; i < G; ++i)
-    pair_segment<KIND, VEC, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags, first + i,
-                                  q, n, in);
+    pair_segment<KIND, VEC, SCALED, V, U>(seg_ptr, seg_row, seg_slot, indices, data, B, C, W, n_segs, N, flags,
+                                          bscale, first + i, q, n, in);
 }

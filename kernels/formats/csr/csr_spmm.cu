@@ -19,7 +19,8 @@
 //   the 4-values-per-lane mapping on graphs (H200, docs/kernels-notes.md, "Session 23"). csr_rows_pair (16-bit
 //   B, N % 8 == 0, the same columns per lane): each half-warp its own segment, 2 x CSR_WARPS segments a block,
 //   except the walk's tail of short segments (from tail0), CSR_TAIL_GROUP a half-warp in the first warps; the
-//   operator times it against csr_rows_wide for each N (launch.py, `CsrRows.tune`).
+//   operator times it against csr_rows_wide for each N (launch.py, `CsrRows.tune`). The f32h instances of both:
+//   float32 A over B's per-call 16-bit copy (csr_pack_b, at the end), A's value times the copy's scale of its row.
 //   csr_fixup: warp w takes long row blockIdx.x x CSR_WARPS + w, the same columns as csr_rows (after the 16-bit
 //   mappings; after csr_rows only the rows a hybrid copies into C, kernels.hybrid).
 // Input contract (checked by the launcher): seg_ptr int64 [S + 1] (segment s = nonzeros seg_ptr[s] ..
@@ -29,9 +30,10 @@
 //   csr_rows only: slot_long int32 [n_slots] (the long row of each W row), pieces_done int32 [long rows x
 //   gridDim.y], zero before the first call (csr_rows leaves it zero);
 //   fix_row int32 [R], fix_ptr int32 [R + 1] (the W rows of long row i are fix_ptr[i] .. fix_ptr[i+1] - 1, in
-//   segment order); indices int32 [nnz]; data [nnz] in B's type (float32, float16, or bfloat16 bits); W float32
-//   [n_slots x N]. FLAG_VEC only when N % 4 == 0 and B, C are 16-byte aligned (8-byte for 16-bit). C float32 or
-//   (FLAG_OUT16) B's 16-bit type; FLAG_ADD: C += A @ B, added in fp32 and rounded once.
+//   segment order); indices int32 [nnz]; data [nnz] in B's type (float32, float16, or bfloat16 bits; f32h:
+//   float32, B the 16-bit copy, bscale float32 [K]); W float32 [n_slots x N]. FLAG_VEC only when N % 4 == 0 and
+//   B, C are 16-byte aligned (8-byte for 16-bit). C float32 or (FLAG_OUT16) B's 16-bit type; FLAG_ADD: C += A @ B,
+//   added in fp32 and rounded once.
 #ifndef CSR_WARPS
 #define CSR_WARPS 2
 #define CSR_UNROLL 4
@@ -244,27 +246,79 @@ CSR_ENTRY(f16, F16)
 CSR_ENTRY(bf16, BF16)
 
 // The 16-bit mappings: B read as 16-bit words, each kernel instantiated with 16-byte C stores and without
-// (FLAG_VEC, the launcher's choice).
+// (FLAG_VEC, the launcher's choice). The f32h entries: float32 A over B's 16-bit copy (csr_pack_b below), its
+// per-row scales the kernel's last parameter (CSR_SCALES); the others take none (CSR_UNSCALED).
 #define CSR_B16 static_cast<const u16*>(B)
-#define CSR_WIDE_ENTRY(SUFFIX, KIND, MAP)                                                                         \
-  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS) {      \
-    if (flags & FLAG_VEC) csr_rows_##MAP<KIND, true>(CSR_ROWS_ARGS(CSR_B16));                                    \
-    else csr_rows_##MAP<KIND, false>(CSR_ROWS_ARGS(CSR_B16));                                                    \
+#define CSR_UNSCALED()  // function-like: expanded only where an entry writes EXTRA()
+#define CSR_SCALES() , const float* __restrict__ bscale
+#define CSR_WIDE_ENTRY(SUFFIX, KIND, SCALED, EXTRA, SCALE)                                                        \
+  extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS) csr_rows_wide_##SUFFIX(CSR_ROWS_PARAMS EXTRA()) { \
+    if (flags & FLAG_VEC) csr_rows_wide<KIND, true, SCALED>(CSR_ROWS_ARGS(CSR_B16), SCALE);                      \
+    else csr_rows_wide<KIND, false, SCALED>(CSR_ROWS_ARGS(CSR_B16), SCALE);                                      \
   }
 // A pair mapping's entry: V 16-byte loads a nonzero, U nonzeros in flight; BLOCKS x 32 threads resident an SM at
 // least, which caps the registers (pair: 1024 threads, 64 registers, no spills; pair16: 512, up to 128).
-#define CSR_PAIR_ENTRY(SUFFIX, KIND, MAP, V, U, BLOCKS)                                                           \
+#define CSR_PAIR_ENTRY(SUFFIX, KIND, SCALED, EXTRA, SCALE, MAP, V, U, BLOCKS)                                     \
   extern "C" __global__ void __launch_bounds__(32 * CSR_WARPS, (BLOCKS) / CSR_WARPS)                               \
-      csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS, i64 tail0) {                                                    \
-    if (flags & FLAG_VEC) csr_rows_pair<KIND, true, V, U>(CSR_ROWS_ARGS(CSR_B16), tail0);                        \
-    else csr_rows_pair<KIND, false, V, U>(CSR_ROWS_ARGS(CSR_B16), tail0);                                        \
+      csr_rows_##MAP##_##SUFFIX(CSR_ROWS_PARAMS, i64 tail0 EXTRA()) {                                            \
+    if (flags & FLAG_VEC) csr_rows_pair<KIND, true, SCALED, V, U>(CSR_ROWS_ARGS(CSR_B16), SCALE, tail0);         \
+    else csr_rows_pair<KIND, false, SCALED, V, U>(CSR_ROWS_ARGS(CSR_B16), SCALE, tail0);                         \
   }
 #define CSR_HALF_UNROLL (CSR_UNROLL > 1 ? CSR_UNROLL / 2 : 1)
-CSR_WIDE_ENTRY(f16, F16, wide)
-CSR_WIDE_ENTRY(bf16, BF16, wide)
-CSR_PAIR_ENTRY(f16, F16, pair, 1, CSR_UNROLL, 32)
-CSR_PAIR_ENTRY(bf16, BF16, pair, 1, CSR_UNROLL, 32)
-CSR_PAIR_ENTRY(f16, F16, pair16, 2, CSR_HALF_UNROLL, 16)
-CSR_PAIR_ENTRY(bf16, BF16, pair16, 2, CSR_HALF_UNROLL, 16)
-CSR_PAIR_ENTRY(f16, F16, pair16_deep, 2, CSR_UNROLL, 16)
-CSR_PAIR_ENTRY(bf16, BF16, pair16_deep, 2, CSR_UNROLL, 16)
+// Every 16-bit mapping of one B type: EXTRA the entries' extra parameter, SCALE what they pass as bscale.
+#define CSR_MAPS_16(SUFFIX, KIND, SCALED, EXTRA, SCALE)                                                           \
+  CSR_WIDE_ENTRY(SUFFIX, KIND, SCALED, EXTRA, SCALE)                                                              \
+  CSR_PAIR_ENTRY(SUFFIX, KIND, SCALED, EXTRA, SCALE, pair, 1, CSR_UNROLL, 32)                                     \
+  CSR_PAIR_ENTRY(SUFFIX, KIND, SCALED, EXTRA, SCALE, pair16, 2, CSR_HALF_UNROLL, 16)                              \
+  CSR_PAIR_ENTRY(SUFFIX, KIND, SCALED, EXTRA, SCALE, pair16_deep, 2, CSR_UNROLL, 16)
+CSR_MAPS_16(f16, F16, false, CSR_UNSCALED, nullptr)
+CSR_MAPS_16(bf16, BF16, false, CSR_UNSCALED, nullptr)
+CSR_MAPS_16(f32h, F16, true, CSR_SCALES, bscale)
+
+// B's per-call 16-bit copy for float32 A (the f32h entries read it): Bh[k] = float16(B[k] x 2^shift_k) and
+// bscale[k] = 2^-shift_k, shift_k putting row k's largest finite magnitude m_k in [2^14, 2^15) (clamped to
+// [-113, 126], so both powers are normal floats; 0 for a row of zeros): float16's 11 significant bits, TF32's, for
+// every value of the row down to m_k 2^-28 (then float16's subnormals: absolute error <= m_k 2^-39), infinities
+// and NaNs carried; float32 subnormals read as zeros of their sign (denormals are flushed here: a row of them came
+// back zero on the H200, tests/kernels/formats/csr/test_gpu_csr_rows.py). The row kernel multiplies A's float32
+// value by bscale[k] (exact while the product stays in float32's normal range) and the 16-bit value widened to
+// fp32: a product a_ik b_kj differs from fp32's by b_kj's rounding, except where a_ik x m_k itself leaves float32's
+// range. One warp a row (blockDim.x / 32 a block, launch.py's PACK_WARPS; at most 8), lane l columns 4l + 128 i;
+// FLAG_VEC: N % 4 == 0 and B 16-byte aligned (Bh, allocated by the launcher, is then 8-byte aligned).
+__device__ __forceinline__ float finite_abs(float x) {  // |x|, or 0 for an infinity or NaN
+  const float a = fabsf(x);
+  return a <= 3.402823466e38f ? a : 0.f;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    csr_pack_b(const float* __restrict__ B, u16* __restrict__ Bh, float* __restrict__ bscale, i64 K, i64 N,
+               int flags) {
+  const int lane = threadIdx.x & 31;
+  const i64 k = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (k >= K) return;  // warp-uniform
+  const float* row = B + k * N;
+  u16* out = Bh + k * N;
+  const bool vec = (flags & FLAG_VEC) != 0;
+  float m = 0.f;
+  if (vec) {
+    for (i64 n = 4 * lane; n < N; n += 128) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(row + n));
+      m = fmaxf(fmaxf(m, fmaxf(finite_abs(x.x), finite_abs(x.y))), fmaxf(finite_abs(x.z), finite_abs(x.w)));
+    }
+  } else {
+    for (i64 n = lane; n < N; n += 32) m = fmaxf(m, finite_abs(__ldg(row + n)));
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const int shift = m > 0.f ? min(126, max(-113, 14 - ilogbf(m))) : 0;
+  const float up = __int_as_float((127 + shift) << 23);
+  if (lane == 0) bscale[k] = __int_as_float((127 - shift) << 23);
+  if (vec) {
+    for (i64 n = 4 * lane; n < N; n += 128) {  // the row again, from L1
+      const float4 x = __ldg(reinterpret_cast<const float4*>(row + n));
+      *reinterpret_cast<uint2*>(out + n) = make_uint2(pack2<F16>(x.x * up, x.y * up), pack2<F16>(x.z * up, x.w * up));
+    }
+  } else {
+    for (i64 n = lane; n < N; n += 32) out[n] = from_f32<F16>(__ldg(row + n) * up);
+  }
+}

@@ -1,7 +1,9 @@
 """The deterministic CUDA-core CSR SpMM (csr_spmm.cu beside this file): SpmmPlan's fallback where Tensor Core blocks
 stay nearly empty (power-law graphs, tiny matrices), in place of cuSPARSE, whose CSR SpMM gives bitwise-different C
 from call to call (so a deterministic plan never picks it). Works on the matrix as given, in every precision
-(float32 values multiplied in fp32, not TF32; 16-bit values widened to fp32), C float32 or B's 16-bit type.
+(16-bit values widened to fp32; float32 values multiplied in fp32, on B as given ("rows") or, where `tune` finds it
+faster, on a per-call float16 copy of B with one power-of-two scale per row of B (csr_pack_b: TF32's 11 significant
+bits, the float32 plans' contract)); C float32 or B's 16-bit type.
 
 `segments` cuts each row into pieces of at most ``seg_len`` nonzeros (NumPy, once per plan): a short row is one
 segment written straight to C; the pieces of a long row write float32 partial rows to a workspace, added in piece
@@ -29,6 +31,7 @@ from kernels.operands import check_b_out
 SOURCE = Path(__file__).resolve().parent / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each half-warp)
+PACK_WARPS = 8  # csr_pack_b's warps per block (one row of B each; its launch bound: <= 8)
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,18 @@ class Mapping:
 # docs/kernels-notes.md "Session 29"): pair16 R-MAT 0.93-0.99x, SBM 0.92x, email-Enron 1.41x; pair16_deep R-MAT
 # 0.97-0.98x, SBM 0.95x, email-Enron 0.92x; a larger SBM 1.13-1.18x (pair kept). Which one wins depends on the
 # matrix: tune times each.
+# float32 A takes them over B's per-call 16-bit copy (csr_spmm.cu's csr_pack_b: float16 with a power-of-two scale
+# per row of B, TF32's 11 significant bits), timed by `tune` against "rows" on float32 B: the copy costs a pass
+# over B (read 4, write 2 bytes a value) and halves the bytes every nonzero gathers. It times "pair" alone of them
+# (FLOAT32_MAPS): on the length walk the kept mapping was "pair" or "rows" in every float32 case of session 36 (R-MAT
+# scale 17 and 20, SBM, email-Enron, as given and after TCA, N = 128 / 256, H200; docs/kernels-notes.md), and each
+# timing costs a plan time (R-MAT 10M, N = 256: five mappings timed took the plan from ~9 % to 11.4 % of TCA's).
 MAPPINGS = {"wide": Mapping(COLS, 8, False), "pair": Mapping(COLS, 8, True),
             "pair16": Mapping(2 * COLS, 16, True, 256), "pair16_deep": Mapping(2 * COLS, 16, True, 256)}
 MAPS = tuple(MAPPINGS)
 PAIRED = tuple(name for name, m in MAPPINGS.items() if m.paired)
+ORDER = ("rows",) + MAPS  # tie-break order of `tune`'s timings
+FLOAT32_MAPS = ("pair",)  # the 16-bit mappings float32's `tune` times over B's copy (with "rows")
 
 
 def maps_for(N: int) -> tuple[str, ...]:
@@ -71,6 +82,11 @@ def maps_for(N: int) -> tuple[str, ...]:
 # against the A-order walk (H200, graph replay, N = 128 / 256, us; docs/kernels-notes.md "Session 28"): sbm-50k
 # after TCA 30.5 -> 26.7 / 62.1 -> 57.2, rmat-s17 as given 106.4 -> 93.9 / 200.2 -> 176.4, after TCA 97.0 -> 93.8 /
 # 182.2 -> 176.3, email-Enron 22.8 -> 22.1 / 53.7 -> 53.3; no case slower.
+# float32 with B's 16-bit copy (``half_b``, the default) walks by length too: the copy's mappings are the 16-bit ones.
+# float32, ms, graph replay, the mapping `tune` kept on each walk, hub rows first -> every row by length (H200, N =
+# 128 / 256; docs/kernels-notes.md "Session 36"): R-MAT scale 20 as given 1.209 -> 1.084 / 2.308 -> 2.051, R-MAT
+# scale 17 0.145 -> 0.131 / 0.270 -> 0.239, SBM after TCA 0.111 -> 0.105 / 0.208 -> 0.202, email-Enron ("rows" on
+# both) 0.0322 -> 0.0324 / 0.0618 -> 0.0627; "rows" itself on the length walk: SBM after TCA 0.111 -> 0.142.
 HEAVY = 2.0
 HEAVY_HALF = 1e-9
 # The pair mapping groups the walk's tail of segments of <= SHORT nonzeros, tail_group a half-warp, in the first
@@ -89,9 +105,10 @@ class CsrConfig:
     unroll: int = 4  # B loads in flight per warp before their FMAs
     seg_len: int = 128  # nonzeros per segment: longer rows are cut and their pieces summed by csr_fixup
     heavy: float = HEAVY  # rows of >= heavy x the mean row length are walked first, longest first (0: as given)
-    heavy_half: float = HEAVY_HALF  # the same for 16-bit B (the default: every row, longest first)
+    heavy_half: float = HEAVY_HALF  # the same for 16-bit B and float32 with half_b (default: all, longest first)
     tail_group: int = 8  # the pair mapping: segments a half-warp takes in the walk's tail of short segments
     tail_short: int = SHORT  # nonzeros of a segment in that tail (<= 16: one pass of a half-warp each)
+    half_b: bool = True  # float32: `tune` also times the 16-bit mappings over B's per-call 16-bit copy
 
     def defines(self) -> tuple[str, ...]:
         return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}", f"-DCSR_TAIL_GROUP={self.tail_group}")
@@ -174,8 +191,8 @@ class CsrRows:
     each, after the long rows' pieces: how kernels.hybrid brings a Tensor Core part computed on its own rows into
     C. A long row's pieces are summed into C by ``csr_rows`` itself (its last piece to finish: `pieces_done`)
     and by ``csr_fixup`` after the 16-bit mappings. Rows are launched in `walk_order`
-    (``config.walk_heavy``: hub rows first for float32, every row by length for 16-bit B), which changes no bit
-    of C."""
+    (``config.walk_heavy``: every row by length for 16-bit B and for float32 with B's 16-bit copy, ``half_b``;
+    hub rows first for float32 without it), which changes no bit of C."""
 
     def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG, *, rows=None, n_rows: int | None = None,
                  copy_rows=None):
@@ -191,7 +208,10 @@ class CsrRows:
                 raise ValueError(f"rows has shape {rows.shape} in {rows.min() if rows.size else 0}.."
                                  f"{rows.max() if rows.size else 0}, expected one row of C (< {self.shape[0]}) "
                                  f"per row of A ({int(A.shape[0])})")
-        walk = walk_order(A.indptr, config.walk_heavy(self.precision.half))
+        p = self.precision
+        # float32 A over B's per-call 16-bit copy (csr_pack_b) where `tune` finds it faster than "rows"
+        self.packs = p.name == "float32" and config.half_b
+        walk = walk_order(A.indptr, config.walk_heavy(p.half or self.packs))
         indptr = np.asarray(A.indptr, dtype=np.int64)
         if walk is not None:  # A's rows in launch order, each still writing its own row of C
             indptr = ordered_ptr(indptr, walk)
@@ -210,8 +230,7 @@ class CsrRows:
             fix_row = np.concatenate([fix_row, copy_rows.astype(np.int32)])
             fix_ptr = np.concatenate([fix_ptr, fix_ptr[-1] + np.arange(1, self.n_copy + 1, dtype=np.int32)])
         self.n_segs, self.n_long, self.n_slots = int(seg_row.shape[0]), int(fix_row.shape[0]), int(fix_ptr[-1])
-        p = self.precision
-        self.tail0 = short_tail(seg.seg_ptr, config.tail_short) if p.half else 0  # the pair mapping's (16-bit)
+        self.tail0 = short_tail(seg.seg_ptr, config.tail_short) if p.half or self.packs else 0  # the pair mappings'
         self.indices, self.data = upload_rows(A, walk, p, indptr)  # permuted to the walk, rounded on the device
         up = cupy.asarray
         self.seg_ptr, self.seg_row, self.seg_slot = up(seg.seg_ptr), up(seg_row), up(seg.seg_slot)
@@ -222,8 +241,10 @@ class CsrRows:
         self._pieces_done: dict[int, object] = {}  # N -> int32 [n_split x column chunks], zero between calls
         self._rows = launch.function(f"csr_rows_{SUFFIX[p.name]}", config, SOURCE)  # compiles now
         # 16-bit B where N % 8 == 0: 8 or 16 values per lane (csr_spmm.cu's header); N -> the one `tune` kept
-        self._maps = {m: launch.function(f"csr_rows_{m}_{SUFFIX[p.name]}", config, SOURCE) for m in MAPS} \
-            if p.half else {}
+        self._maps = {m: launch.function(f"csr_rows_{m}_{'f32h' if self.packs else SUFFIX[p.name]}", config,
+                                         SOURCE) for m in MAPS} if p.half or self.packs else {}
+        self._pack = launch.function("csr_pack_b", config, SOURCE) if self.packs else None
+        self._packed: dict[int, tuple] = {}  # N -> (B's 16-bit copy, its scale per row of B)
         self.mapping_ms: dict[int, dict] = {}  # N -> `tune`'s timings of each mapping (the faster is kept: `maps`)
         self._fixup = launch.function(f"csr_fixup_{SUFFIX[p.name]}", config, SOURCE)
 
@@ -247,6 +268,18 @@ class CsrRows:
             done = self._pieces_done[N] = cupy.zeros(max(self.n_split * -(-N // COLS), 1), dtype=cupy.int32)
         return done
 
+    def packed(self, N: int) -> tuple:
+        """(uint16 [K x N] B's 16-bit copy, float32 [K] its scale per row of B) for float32 A's 16-bit mappings
+        (K: A's columns), made once per N (before any capture); `tune` drops them where "rows" is kept."""
+        import cupy
+
+        buf = self._packed.get(N)
+        if buf is None:
+            K = self.shape[1]
+            buf = self._packed[N] = (cupy.empty(max(K * N, 1), dtype=cupy.uint16),
+                                     cupy.empty(max(K, 1), dtype=cupy.float32))
+        return buf
+
     def copy_view(self, N: int):
         """float32 [len(copy_rows), N], C-contiguous: the workspace rows ``csr_fixup`` copies to ``copy_rows``."""
         return self.workspace(N)[self.copy_slot0 * N:(self.copy_slot0 + self.n_copy) * N].reshape(self.n_copy, N)
@@ -257,12 +290,14 @@ class CsrRows:
         return {N: self.mapping(N) for N in self.mapping_ms}
 
     def mapping(self, N: int) -> str:
-        """The row kernel's mapping for N columns: "rows" (4 values per lane), or for 16-bit B with N % 8 == 0
-        the one `tune` kept ("wide" untimed)."""
+        """The row kernel's mapping for N columns: "rows" (4 values per lane), or where N % 8 == 0 the one `tune`
+        kept (untimed: "wide" for 16-bit B, "rows" for float32)."""
         if not self._maps or N % 8:
             return "rows"
         ms = self.mapping_ms.get(N)
-        return "wide" if ms is None else min(ms, key=lambda m: (ms[m], MAPS.index(m)))
+        if ms is None:
+            return "rows" if self.packs else "wide"
+        return min(ms, key=lambda m: (ms[m], ORDER.index(m)))
 
     def mapping_fields(self, N: int, prefix: str) -> dict:
         """For a plan's Choice: ``{prefix}mapping`` (the one kept for N) and ``{prefix}mapping_ms`` (each timed
@@ -272,10 +307,11 @@ class CsrRows:
         return {f"{prefix}mapping": self.mapping(N), f"{prefix}mapping_ms": self.mapping_ms[N]}
 
     def tune(self, B) -> dict | None:
-        """Time the 16-byte-load mappings that take B's N (`maps_for`) on B (GPU time, the autotune budget, into
-        a scratch C) and keep the fastest; their milliseconds, or None when B's N has one mapping (float32,
-        N % 8 != 0) or was tuned already. Each gives C within the same rounding of one sum order, bitwise
-        repeatable (the paired ones the same bits)."""
+        """Time the 16-byte-load mappings that take B's N (`maps_for`; float32: "rows" and those of FLOAT32_MAPS
+        over B's 16-bit copy) on B (GPU time, the autotune budget, into a scratch C) and keep the fastest; their
+        milliseconds, or None when B's N has one mapping (N % 8 != 0, or float32 with ``half_b`` off) or was tuned
+        already; float32 times "rows" alone where the device has no room for the copy (K x N x 2 bytes). Each gives C within the same rounding of one sum order, bitwise repeatable (the paired ones the
+        same bits)."""
         if getattr(B, "ndim", 0) != 2:
             return None  # not a B at all: the launch's own checks say so
         N = int(B.shape[1])
@@ -284,9 +320,17 @@ class CsrRows:
         import cupy
 
         scratch = cupy.empty((self.shape[0], N), dtype=self.precision.storage_dtype)
+        timed = ("rows",) + tuple(m for m in maps_for(N) if m in FLOAT32_MAPS) if self.packs else maps_for(N)
+        if self.packs:
+            try:
+                self.packed(N)
+            except cupy.cuda.memory.OutOfMemoryError:  # no room for B's 16-bit copy: float32 B as given
+                timed = ("rows",)
         ms = self.mapping_ms[N] = {}
-        for m in maps_for(N):  # a mapping far slower than the best so far is not timed further
+        for m in timed:  # one far slower than the best so far is not timed further
             ms[m] = launch.time_bound(self.bind(B, scratch, mapping=m), best_ms=min(ms.values(), default=None))
+        if self.mapping(N) == "rows":
+            self._packed.pop(N, None)  # B's 16-bit copy is not used for this N
         return ms
 
     def _launches(self, B, out, accumulate: bool, mapping: str | None = None):
@@ -297,14 +341,20 @@ class CsrRows:
         W = self.workspace(N)
         chunks = -(-N // COLS)
         block = (32 * self.config.warps,)
-        rows = fix = None
+        pack = rows = fix = None
         if self.n_segs:  # none: a hybrid whose rows are all on Tensor Cores copied here
             mapping = self.mapping(N) if mapping is None else mapping
             if mapping != "rows" and mapping not in (maps_for(N) if self._maps else ()):
                 raise ValueError(f"mapping {mapping!r} is not one of {self.precision.name}'s for N = {N}: "
                                  f"rows{''.join(', ' + m for m in (maps_for(N) if self._maps else ()))}")
             fn = self._rows if mapping == "rows" else self._maps[mapping]
-            args = (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, B, out, W,
+            b_in, b_at = B, 5
+            if self.packs and mapping != "rows":  # csr_pack_b first: B's 16-bit copy, which the row kernel reads
+                b_in, scale = self.packed(N)
+                b_at, K = None, self.shape[1]
+                pack = (self._pack, (-(-K // PACK_WARPS),), (32 * PACK_WARPS,),
+                        (B, b_in, scale, np.int64(K), np.int64(N), np.int32(flags)), 0, 0, None, 5)
+            args = (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, b_in, out, W,
                     np.int64(self.n_segs), np.int64(N), np.int32(flags))
             warps, m = self.n_segs, MAPPINGS.get(mapping)
             if m is not None and m.paired:  # tail_group segments a half-warp in the short tail, then 2 a warp
@@ -313,8 +363,10 @@ class CsrRows:
                 args += (np.int64(tail0),)
             elif mapping == "rows":  # it sums the long rows' pieces itself
                 args += (self.slot_long, self.fix_row, self.fix_ptr, self.pieces_done(N))
+            if pack is not None:
+                args += (scale,)  # the copy's scale per row of B
             row_chunks = -(-N // (COLS if m is None else m.cols))
-            rows = (fn, (-(-warps // self.config.warps), row_chunks), block, args, 0, 5, 6, 10)
+            rows = (fn, (-(-warps // self.config.warps), row_chunks), block, args, 0, b_at, 6, 10)
         # csr_fixup: every long row and copied row, or after csr_rows only the copied rows (fix_row / fix_ptr from
         # the first copied one on: their fix_ptr entries are workspace rows, absolute)
         first = self.n_split if rows is not None and mapping == "rows" else 0
@@ -324,7 +376,7 @@ class CsrRows:
             fix = (self._fixup, (-(-(self.n_long - first) // self.config.warps), chunks), block,
                    (fix_row, fix_ptr, W, out, np.int64(self.n_long - first), np.int64(N), np.int32(flags)), 0,
                    None, 3, 6)
-        return rows, fix
+        return pack, rows, fix
 
     def run(self, B, out, *, accumulate: bool = False, mapping: str | None = None):
         if self.shape[0] == 0:

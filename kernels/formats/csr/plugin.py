@@ -113,7 +113,7 @@ FORMAT = Format(
     device="kernels.formats.csr.plugin:CsrDevice", to_csr=to_scipy, shard=CSR_SHARD,
     cuda_sources=(SOURCE, SDDMM_SOURCE), cuda_builds=(("default", CSR_CONFIG.defines() + CSR_SDDMM_CONFIG.defines()),),
     per_window_cost=True, sddmm=SDDMM,
-    estimate=CostModel(cost_terms, {"launch": 3.771, "b_mb": 0.08018, "c_mb": 1.174},
+    estimate=CostModel(cost_terms, {"launch": 4.419, "b_mb": 0.08808, "c_mb": 1.044, "hub_mb": 0.004473},
                        source=FIT_SOURCE,
                        per_precision={"float32": {"launch": 4.816, "a_mb": 0.1679, "b_mb": 0.1075, "c_mb": 0.4245,
                                                   "hub_mb": 1.813}}))

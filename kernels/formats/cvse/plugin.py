@@ -233,8 +233,8 @@ FORMAT = Format(
     stats=lambda X, csr_nbytes=None: cvse_stats(X, csr_nbytes), device="kernels.formats.cvse.plugin:CvseDevice",
     to_csr=cvse_to_csr, shard=CVSE_SHARD, cuda_sources=(lc.SPMM_SOURCE, lc.SDDMM_SOURCE),
     cuda_builds=(("default", lc.CVSE_CONFIG.defines()),),
-    estimate=CostModel(cost_terms, {"launch": 1.752, "b_mb": 0.01515, "c_mb": 3.098, "hub_mb": 57.45,
-                                    "hub_all_mb": 4.249}, source=FIT_SOURCE,
+    estimate=CostModel(cost_terms, {"launch": 1.673, "b_mb": 0.01243, "c_mb": 3.05, "hub_mb": 60.57,
+                                    "hub_all_mb": 5.258}, source=FIT_SOURCE,
                        per_precision={"float32": {"launch": 0.7337, "b_mb": 0.07973, "c_mb": 1.48, "hub_mb": 141.9,
                                                   "hub_all_mb": 2.458}}),
     # tests/kernels/test_gpu_cvse.py passed on an H200 (session 6): every V, precision and edge case

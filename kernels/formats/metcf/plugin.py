@@ -266,7 +266,7 @@ FORMAT = Format(
     cuda_sources=(metcf_launch.SOURCE,), cuda_builds=tuple((label, cfg.defines()) for label, cfg in (
         ("default", CONFIG), ("bitmap", BITMAP_CONFIG), ("v0", V0_CONFIG))),
     per_window_cost=True,
-    estimate=CostModel(cost_terms, {"launch": 1.61, "b_mb": 0.1035, "c_mb": 1.381, "hub_mb": 29.66,
-                                    "hub_all_mb": 7.36}, source=FIT_SOURCE,
+    estimate=CostModel(cost_terms, {"launch": 1.581, "b_mb": 0.1043, "c_mb": 1.434, "hub_mb": 30.55,
+                                    "hub_all_mb": 7.093}, source=FIT_SOURCE,
                        per_precision={"float32": {"launch": 3.229, "b_mb": 0.1298, "c_mb": 0.6471, "hub_mb": 8.326,
                                                   "hub_all_mb": 3.978}}))

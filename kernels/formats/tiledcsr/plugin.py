@@ -168,8 +168,8 @@ FORMAT = Format(
     device="kernels.formats.tiledcsr.plugin:TiledcsrDevice", to_csr=tiledcsr_to_csr, shard=TILEDCSR_SHARD,
     cuda_sources=(lt.SOURCE,), cuda_builds=(("default", lt.TILED_CONFIG.defines()),),
     per_window_cost=True,
-    estimate=CostModel(cost_terms, {"launch": 5.094, "a_mb": 2.141, "b_mb": 0.1241, "c_mb": 0.939, "hub_mb": 38.3,
-                                    "hub_all_mb": 1.504}, source=FIT_SOURCE,
+    estimate=CostModel(cost_terms, {"launch": 5.179, "a_mb": 2.032, "b_mb": 0.1294, "c_mb": 0.9946, "hub_mb": 36.41,
+                                    "hub_all_mb": 1.039}, source=FIT_SOURCE,
                        per_precision={"float32": {"launch": 8.58, "a_mb": 2.621, "b_mb": 0.1322, "c_mb": 0.707,
                                                   "hub_mb": 27.73, "hub_all_mb": 1.789}}),
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite

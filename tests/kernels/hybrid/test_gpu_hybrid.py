@@ -16,6 +16,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from hybrid_cases import CASES, FORCED  # noqa: E402
+from kernels.formats.csr.launch import FLOAT32_MAPS  # noqa: E402
 from kernels.hybrid.parts import split_matrix  # noqa: E402
 from kernels.precision import precision as as_precision  # noqa: E402
 from kernels.spmm import SpmmPlan  # noqa: E402
@@ -100,8 +101,9 @@ def test_autotuned_hybrid_is_timed_against_the_csr_fallback(p_name):
     choice = plan.choices[128]
     assert "hybrid" in (choice.measured_ms or {}) and "csr_rows_ms" in choice  # the fallback was timed too
     assert choice["kernel"] in ("hybrid", "csr-rows")
-    if prec.half and H.cuda_rows.size:  # the CUDA-core part's two 16-bit mappings timed, the faster kept
-        assert choice["cuda_part_mapping"] in ("wide", "pair") and len(choice["cuda_part_mapping_ms"]) == 2  # N = 128
+    if H.cuda_rows.size:  # the CUDA-core part's mappings timed, the fastest kept (float32: and "rows")
+        timed = ("wide", "pair") if prec.half else ("rows",) + FLOAT32_MAPS  # N = 128
+        assert choice["cuda_part_mapping"] in timed and set(choice["cuda_part_mapping_ms"]) == set(timed)
     else:
         assert "cuda_part_mapping" not in choice
     ms = plan.benchmark(B, repeats=5)["median_ms"]

@@ -2,8 +2,9 @@
 bfloat16 against float64: NaN-poisoned out (every element written), rectangular shapes, empty rows, a hub row cut
 into pieces (the fixup kernel), N off the 16-byte path, float32 and 16-bit C, accumulate, two runs bit-identical,
 the bound launch equal to the plain one; 16-bit B on every mapping (4 values per lane; 8 where N % 8 == 0, "wide"
-and "pair", with 16-byte loads where the buffers are aligned), `CsrRows.tune` keeping one of them; SpmmPlan's
-"csr-rows" kernel on request and in its timed choice."""
+and "pair", with 16-byte loads where the buffers are aligned), `CsrRows.tune` keeping one of them; float32 A on
+those mappings over B's per-call 16-bit copy (csr_pack_b: the copy and its scales bit for bit a NumPy twin's,
+infinities, NaNs and extreme ranges included); SpmmPlan's "csr-rows" kernel on request and in its timed choice."""
 from __future__ import annotations
 
 import itertools
@@ -17,7 +18,7 @@ cupy = pytest.importorskip("cupy")
 if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed without a device
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from kernels.formats.csr.launch import MAPS, PAIRED, CsrConfig, CsrRows, maps_for  # noqa: E402
+from kernels.formats.csr.launch import FLOAT32_MAPS, MAPS, PAIRED, CsrConfig, CsrRows, maps_for  # noqa: E402
 from kernels.precision import precision  # noqa: E402
 from kernel_cases import BASE_CASES, random_csr  # noqa: E402
 
@@ -31,6 +32,31 @@ def stored(A, p):
     """A with its values as the kernel reads them (the precision's storage, widened exactly)."""
     A = sp.csr_array(A, dtype=np.float32)
     return sp.csr_array((p.to_float32(p.to_storage(A.data)).astype(np.float64), A.indices, A.indptr), shape=A.shape)
+
+
+def packed_b(Bh) -> np.ndarray:
+    """NumPy twin of csr_pack_b, widened back: each row of float32 B, its subnormals read as zeros of their sign (the
+    kernels run with denormals flushed), times 2^shift (shift puts its largest finite magnitude m in [2^14, 2^15),
+    clamped to [-113, 126]; 0 for a row of zeros), rounded to float16, times 2^-shift: the B that float32 A's 16-bit
+    mappings multiply, exactly (float64), with the float16 copy and the float32 scales."""
+    Bh = np.asarray(Bh, dtype=np.float32)
+    Bh = np.where(np.abs(Bh) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), Bh), Bh)
+    a = np.abs(Bh.astype(np.float64))
+    m = np.where(np.isfinite(a), a, 0.0).max(axis=1, initial=0.0)
+    e = np.frexp(np.where(m > 0, m, 1.0))[1] - 1  # floor(log2 m)
+    shift = np.where(m > 0, np.clip(14 - e, -113, 126), 0)
+    up = np.ldexp(np.float32(1), shift).astype(np.float32)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = (Bh * up).astype(np.float16)
+    return q.astype(np.float64) * np.ldexp(1.0, -shift)[:, None], q, np.ldexp(np.float32(1), -shift).astype(np.float32)
+
+
+def b_as_multiplied(p, Bh, mapping: str) -> np.ndarray:
+    """B as the kernel multiplies it (float64): the precision's storage, or float32's 16-bit copy on a 16-bit
+    mapping."""
+    if p.name == "float32" and mapping != "rows":
+        return packed_b(Bh)[0]
+    return p.to_float32(p.to_storage(Bh)).astype(np.float64)
 
 
 def poisoned(shape, dtype):
@@ -47,11 +73,11 @@ def test_against_float64(name, p_name, N):
     A = sp.csr_array(CASES[name](), dtype=np.float32)
     Bh = np.random.default_rng(1).standard_normal((A.shape[1], N)).astype(np.float32)
     B = cupy.asarray(p.to_storage(Bh))
-    ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
     op = CsrRows(A, p, CsrConfig(seg_len=64))  # small pieces: the hub and long rows go through the fixup
-    mappings = ("rows", *maps_for(N)) if p.half else ("rows",)  # N = 272: the 16-column mappings too
-    assert op.mapping(N) == ("wide" if len(mappings) > 1 else "rows")  # untuned
+    mappings = ("rows", *maps_for(N))  # N = 272: the 16-column mappings too (float32: over B's 16-bit copy)
+    assert op.mapping(N) == ("wide" if p.half and len(mappings) > 1 else "rows")  # untuned
     for dtype, mapping in itertools.product({np.dtype(np.float32), p.storage_dtype}, mappings):
+        ref = stored(A, p) @ b_as_multiplied(p, Bh, mapping)
         out = poisoned((A.shape[0], N), dtype)
         C = p.to_float32(cupy.asnumpy(op.run(B, out, mapping=mapping))).astype(np.float64)
         assert np.isfinite(C).all(), ("every element of C is written", mapping)
@@ -107,7 +133,7 @@ def test_plan_runs_csr_rows(p_name):
         assert bool((plan.run(B, out, kernel="csr-rows") == first).all())
 
 
-@pytest.mark.parametrize("p_name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("p_name", PRECISIONS)
 @pytest.mark.parametrize("N, shift, mapping", [(136, 0, "wide"), (136, 1, "wide"), (136, 0, "pair"),
                                                (136, 1, "pair"), (132, 0, None), (272, 0, "pair16"),
                                                (272, 1, "pair16"), (528, 0, "pair16_deep"),
@@ -115,13 +141,14 @@ def test_plan_runs_csr_rows(p_name):
 def test_16bit_mappings(p_name, N, shift, mapping):
     """16-bit B: N % 8 == 0 takes an 8-values-per-lane kernel ("wide": half-warps on alternate nonzeros; "pair": a
     half-warp per segment), N % 16 == 0 from 256 also a 16-values one ("pair16", "pair16_deep"), with 16-byte
-    loads, or element loads when B and C are not 16-byte aligned (``shift``: 2 bytes off); N = 132 the 4-values
-    kernel. Each matches float64 and is bitwise repeatable."""
+    loads, or element loads when B and C are not 16-byte aligned (``shift``: one element off); N = 132 the
+    4-values kernel. float32 runs them over B's 16-bit copy (its pass with element loads where B is off). Each
+    matches float64 and is bitwise repeatable."""
     p = precision(p_name)
     A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
     K = A.shape[1]
     Bh = np.random.default_rng(5).standard_normal((K, N)).astype(np.float32)
-    ref = stored(A, p) @ p.to_float32(p.to_storage(Bh)).astype(np.float64)
+    ref = stored(A, p) @ b_as_multiplied(p, Bh, mapping or "rows")
     B = cupy.empty(K * N + shift, dtype=p.storage_dtype)[shift:].reshape(K, N)
     B[...] = cupy.asarray(p.to_storage(Bh))
     op = CsrRows(A, p, CsrConfig(seg_len=64))
@@ -154,7 +181,7 @@ def test_walk_order_changes_no_bit(p_name):
     orders = []
     for mapped in (None, rows):
         n_rows = None if mapped is None else A.shape[0] + 7
-        for mapping in (MAPS if p.half else (None,)):  # N = 272: every mapping takes it
+        for mapping in (MAPS if p.half else (None,) + MAPS):  # N = 272: every mapping takes it
             outs = []
             for config in walks:
                 op = CsrRows(A, p, config, rows=mapped, n_rows=n_rows)
@@ -168,27 +195,31 @@ def test_walk_order_changes_no_bit(p_name):
 @pytest.mark.parametrize("p_name", PRECISIONS)
 def test_tune_keeps_the_faster_mapping(p_name):
     """`tune` times the mappings that take N once per N (16-bit: "wide" and "pair" where N % 8 == 0, also "pair16"
-    and "pair16_deep" where N % 16 == 0 from 256) and later calls run the one kept, bit for bit what that mapping
-    gives; nothing to tune for float32 or N % 8 != 0; a mapping the kernel lacks, or not for this N, is refused."""
+    and "pair16_deep" where N % 16 == 0 from 256; float32 "rows" and FLOAT32_MAPS over B's 16-bit copy) and later
+    calls run the one kept, bit for bit what that mapping gives; nothing to tune where N % 8 != 0 or for float32
+    without the copy (``half_b`` off); a mapping the kernel lacks, or not for this N, is refused."""
     p = precision(p_name)
     A = sp.csr_array(sp.vstack([BASE_CASES["hub_row"](), random_csr((501, BASE_CASES["hub_row"]().shape[1]), 4000,
                                                                     seed=6)]), dtype=np.float32)  # odd segments
     op = CsrRows(A, p, CsrConfig(seg_len=64))
     B = cupy.asarray(p.to_storage(np.random.default_rng(7).standard_normal((A.shape[1], 136))))
-    ms = op.tune(B)
-    if not p.half:
-        assert ms is None and op.maps == {} and op.mapping(136) == "rows"
+    if not p.half:  # without B's 16-bit copy float32 has "rows" alone
+        off = CsrRows(A, p, CsrConfig(seg_len=64, half_b=False))
+        assert off.tune(B) is None and off.maps == {} and off.mapping(136) == "rows"
         with pytest.raises(ValueError, match="mapping 'pair'"):
-            op.run(B, cupy.empty((A.shape[0], 136), cupy.float32), mapping="pair")
-        return
-    assert set(ms) == {"wide", "pair"} and all(v > 0 for v in ms.values())
+            off.run(B, cupy.empty((A.shape[0], 136), cupy.float32), mapping="pair")
+    ms = op.tune(B)
+    timed = ("wide", "pair") if p.half else ("rows",) + FLOAT32_MAPS
+    assert set(ms) == set(timed) and all(v > 0 for v in ms.values())
     kept = op.maps[136]
-    assert kept == min(MAPS[:2], key=ms.get) and op.mapping_ms[136] == ms
+    assert kept == min(timed, key=ms.get) and op.mapping_ms[136] == ms
+    assert (136 in op._packed) == (op.packs and kept != "rows")  # the copy's buffers: kept only where used
     with pytest.raises(ValueError, match="mapping 'pair16'"):  # 136 columns: no 16-column mapping
         op.run(B, cupy.empty((A.shape[0], 136), p.storage_dtype), mapping="pair16")
     B256 = cupy.asarray(p.to_storage(np.random.default_rng(8).standard_normal((A.shape[1], 256))))
     ms256 = op.tune(B256)
-    assert set(ms256) == set(MAPS) and op.maps[256] == min(MAPS, key=ms256.get)
+    timed = MAPS if p.half else ("rows",) + FLOAT32_MAPS
+    assert set(ms256) == set(timed) and op.maps[256] == min(timed, key=ms256.get)
     paired = [cupy.asnumpy(op.run(B256, cupy.empty((A.shape[0], 256), p.storage_dtype), mapping=m))
               for m in ("pair", "pair16", "pair16_deep")]
     assert all(np.array_equal(c.view(np.uint16), paired[0].view(np.uint16)) for c in paired[1:])
@@ -202,6 +233,24 @@ def test_tune_keeps_the_faster_mapping(p_name):
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
     with pytest.raises(ValueError, match="mapping 'pair'"):
         op.run(B[:, :132].copy(), cupy.empty((A.shape[0], 132), p.storage_dtype), mapping="pair")
+
+
+def test_float32_tunes_without_the_copy_where_it_does_not_fit(monkeypatch):
+    """float32's `tune` times "rows" alone, and keeps it, where allocating B's 16-bit copy fails (out of memory);
+    the plan's C is then float32 B's, within float32's own rounding."""
+    p = precision("float32")
+    A = sp.csr_array(random_csr((700, 500), 7000, seed=13), dtype=np.float32)
+    op = CsrRows(A, p)
+    Bh = np.random.default_rng(14).standard_normal((500, 128)).astype(np.float32)
+
+    def full(N):
+        raise cupy.cuda.memory.OutOfMemoryError(500 * N * 2, 0)
+
+    monkeypatch.setattr(op, "packed", full)
+    assert set(op.tune(cupy.asarray(Bh))) == {"rows"} and op.mapping(128) == "rows"
+    C = cupy.asnumpy(op.run(cupy.asarray(Bh), cupy.empty((700, 128), cupy.float32)))
+    ref = A.astype(np.float64) @ Bh.astype(np.float64)
+    assert np.allclose(C, ref, rtol=RTOL["float32"], atol=RTOL["float32"] * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("autotune", [True, False])
@@ -287,3 +336,60 @@ def test_upload_rows_is_the_host_gather_and_rounding_bitwise(monkeypatch, p_name
     stored16 = sp.csr_array((p.to_storage(A.data), A.indices, A.indptr), shape=A.shape)  # stored bits moved
     idx, val = upload.upload_rows(stored16, None, p)
     assert np.array_equal(cupy.asnumpy(val).view(np.uint8), stored16.data.view(np.uint8))
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+def test_float32_copy_of_b_is_the_numpy_twins(shift):
+    """csr_pack_b (float32 A's 16-bit mappings; ``shift``: B one element off 16 bytes, its element-load pass): the
+    copy and its scales are bit for bit `packed_b`'s on rows of zeros, of one value, with infinities and NaNs, of
+    1e37-1e38 and of float32 subnormals (read as zeros: the GPU flushes them, measured on the H200), and across 2^40
+    within one row (float16's subnormals there); every normal value to TF32's precision down to 2^-28 of its row's
+    largest; C from it matches float64 of that B, and rows of an
+    identity give the copy back with its infinities and NaNs; C += A @ B adds once; the bound call is the plain
+    one, bit for bit."""
+    p = precision("float32")
+    rng = np.random.default_rng(11)
+    K, N = 64, 136
+    Bh = rng.standard_normal((K, N)).astype(np.float32)
+    Bh[1] = 0.0
+    Bh[2] = 3.0
+    Bh[3, 5], Bh[4, 7], Bh[4, 9] = np.inf, np.nan, -np.inf
+    Bh[5] *= np.float32(1e37)
+    Bh[6] = (Bh[6] * np.float32(1e-40)).astype(np.float32)  # float32 subnormals
+    Bh[7] *= np.exp2(rng.uniform(-40, 0, N)).astype(np.float32)  # 2^40 of range in one row
+    Bh[8] = np.float32(1e38) * np.sign(rng.standard_normal(N)).astype(np.float32)
+    head = sp.lil_array(random_csr((290, K), 2900, seed=12))
+    head[:, [3, 4, 5, 8]] = 0  # products that would overflow or carry inf / NaN: only the identity rows see them
+    A = sp.csr_array(sp.vstack([sp.csr_array(head), sp.csr_array(np.eye(10, K, 3))]), dtype=np.float32)
+    A.eliminate_zeros()
+    B = cupy.empty(K * N + shift, dtype=cupy.float32)[shift:].reshape(K, N)
+    B[...] = cupy.asarray(Bh)
+    op = CsrRows(A, p, CsrConfig(seg_len=64))
+    C = cupy.asnumpy(op.run(B, poisoned((A.shape[0], N), np.float32), mapping="pair"))
+    wide, q, scale = packed_b(Bh)
+    copy, scales = op.packed(N)
+    got = cupy.asnumpy(copy).reshape(K, N).view(np.float16)
+    assert np.array_equal(np.isnan(got), np.isnan(q))  # a NaN's bits are the converter's own
+    bad = np.argwhere((got.view(np.uint16) != q.view(np.uint16)) & ~np.isnan(q))
+    assert bad.size == 0, [(int(r), int(c), float(Bh[r, c]), float(got[r, c]), float(q[r, c])) for r, c in bad[:8]]
+    assert np.array_equal(cupy.asnumpy(scales), scale)
+    assert scale[1] == 1.0 and scale[2] == 2.0 ** -13  # zeros: no scale; 3.0 -> 3 x 2^13 in [2^14, 2^15)
+    assert scale[6] == 1.0 and not got[6].any()  # a row of float32 subnormals: zeros, unscaled
+    finite = np.isfinite(Bh)
+    assert np.array_equal(np.isfinite(wide), finite) and np.array_equal(np.isnan(wide), np.isnan(Bh))
+    normal = finite & (np.abs(Bh) >= np.finfo(np.float32).tiny)
+    x = np.where(normal, Bh, 0).astype(np.float64)
+    top = np.abs(x).max(axis=1, keepdims=True)
+    err = np.abs(np.where(normal, wide, 0) - x)
+    assert (err[np.abs(x) >= top * 2.0 ** -28] <= 2.0 ** -11 * np.abs(x)[np.abs(x) >= top * 2.0 ** -28]).all()
+    assert (err <= np.maximum(2.0 ** -11 * np.abs(x), top * 2.0 ** -38)).all()
+    ref = stored(A[:290], p) @ wide  # rows 3, 4, 5, 8 of B unused here
+    assert np.allclose(C[:290], ref, rtol=RTOL["float32"], atol=RTOL["float32"] * np.abs(ref).max())
+    assert np.array_equal(C[290:], wide[3:13].astype(np.float32), equal_nan=True)  # infinities, NaNs carried
+    bound = op.bind(B, poisoned((A.shape[0], N), np.float32), mapping="pair")
+    again = cupy.asnumpy(bound(cupy.cuda.get_current_stream().ptr))
+    assert np.array_equal(again.view(np.uint32), C.view(np.uint32))
+    acc = cupy.ones((A.shape[0], N), cupy.float32)
+    op.run(B, acc, accumulate=True, mapping="wide")
+    want = cupy.asnumpy(op.run(B, cupy.empty_like(acc), mapping="wide")) + np.float32(1)
+    assert np.allclose(cupy.asnumpy(acc), want, rtol=1e-6, atol=1e-5, equal_nan=True)
