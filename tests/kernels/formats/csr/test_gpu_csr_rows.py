@@ -34,7 +34,7 @@ def stored(A, p):
     return sp.csr_array((p.to_float32(p.to_storage(A.data)).astype(np.float64), A.indices, A.indptr), shape=A.shape)
 
 
-def packed_b(Bh) -> np.ndarray:
+def packed_b(Bh) -> tuple:
     """NumPy twin of csr_pack_b, widened back: each row of float32 B, its subnormals read as zeros of their sign (the
     kernels run with denormals flushed), times 2^shift (shift puts its largest finite magnitude m in [2^14, 2^15),
     clamped to [-113, 126]; 0 for a row of zeros), rounded to float16, times 2^-shift: the B that float32 A's 16-bit
@@ -344,9 +344,8 @@ def test_float32_copy_of_b_is_the_numpy_twins(shift):
     copy and its scales are bit for bit `packed_b`'s on rows of zeros, of one value, with infinities and NaNs, of
     1e37-1e38 and of float32 subnormals (read as zeros: the GPU flushes them, measured on the H200), and across 2^40
     within one row (float16's subnormals there); every normal value to TF32's precision down to 2^-28 of its row's
-    largest; C from it matches float64 of that B, and rows of an
-    identity give the copy back with its infinities and NaNs; C += A @ B adds once; the bound call is the plain
-    one, bit for bit."""
+    largest; C from it matches float64 of that B, and rows of an identity give the copy back with its infinities
+    and NaNs; C += A @ B adds once; the bound call is the plain one, bit for bit."""
     p = precision("float32")
     rng = np.random.default_rng(11)
     K, N = 64, 136
