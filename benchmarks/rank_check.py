@@ -201,7 +201,7 @@ def fit(docs, stats_of, owner: dict) -> dict:
 def leave_one_out(docs, stats_of, owner: dict) -> dict:
     """`summarize` of every row checked with constants fitted (`fit`) on the other matrices' rows only, in the docs'
     one dtype: how the ranking does on a matrix its constants never saw. The registry's estimates are swapped for
-    each matrix's fit and restored after."""
+    each matrix's fit (each from the saved ones) and restored at the end."""
     from kernels.formats import REGISTRY
 
     dtype = one_dtype(docs)
@@ -216,7 +216,6 @@ def leave_one_out(docs, stats_of, owner: dict) -> dict:
                     est, per_precision={**est.per_precision, dtype: found["us"]}))
             results += [r for doc in docs for r in (check_row(row, stats_of(row), owner, dtype)
                                                      for row in doc["rows"] if row["matrix"] == label) if r]
-            REGISTRY.update(saved)
     finally:
         REGISTRY.update(saved)
     return summarize(results)

@@ -61,11 +61,11 @@ def pooled(runs) -> SimpleNamespace:
     for r in runs:  # newest first
         if gpu_model(r) == gpu_model(runs[0]):
             parts.setdefault(series(r.path), r)
-    day = list(parts.values())
-    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r in reversed(day)),
-            "skipped": [s for r in day for s in r.meta.get("skipped") or []],
-            "files": [r.path.name for r in reversed(day)]}
-    rows = [{**row, "_gpus": r.meta.get("gpus") or []} for r in reversed(day) for row in r.rows]
+    chosen = list(parts.values())
+    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r in reversed(chosen)),
+            "skipped": [s for r in chosen for s in r.meta.get("skipped") or []],
+            "files": [r.path.name for r in reversed(chosen)]}
+    rows = [{**row, "_gpus": r.meta.get("gpus") or []} for r in reversed(chosen) for row in r.rows]
     return SimpleNamespace(path=runs[0].path, meta=meta, rows=rows, date=runs[0].date)
 
 

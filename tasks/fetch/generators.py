@@ -51,11 +51,11 @@ from tasks.fetch.generator_kinds import BUILD, RESOLVE, dlmc_values, sorted_uniq
 from tasks.fetch.spec import RawMatrix, Spec
 
 _COMMON: dict[str, tuple[type, Any]] = {"seed": (int, 0), "shuffle": (bool, True), "values": (str, "random")}
+_RMAT: dict[str, tuple[type, Any]] = {"scale": (int, None), "edge_factor": (int, 16), "a": (float, 0.57),
+                                      "b": (float, 0.19), "c": (float, 0.19)}
 _SCHEMAS: dict[str, dict[str, tuple[type, Any]]] = {
-    "rmat": {"scale": (int, None), "edge_factor": (int, 16), "a": (float, 0.57), "b": (float, 0.19),
-             "c": (float, 0.19)},
-    "core": {"scale": (int, None), "edge_factor": (int, 16), "a": (float, 0.57), "b": (float, 0.19),
-             "c": (float, 0.19), "members": (int, None), "targets": (int, 256)},
+    "rmat": _RMAT,
+    "core": {**_RMAT, "members": (int, None), "targets": (int, 256)},
     "sbm": {"n": (int, None), "blocks": (int, 10), "p_in": (float, None), "p_out": (float, None),
             "deg_in": (float, None), "deg_out": (float, None)},
     "mesh": {"nx": (int, None), "ny": (int, None), "nz": (int, 1), "stencil": (int, None)},

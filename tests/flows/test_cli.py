@@ -183,7 +183,7 @@ def test_plot_draws_the_runs_chart(tmp_path, data_root, capsys):
 
 
 POWER_LAW = "gen:rmat?scale=13&edge_factor=32&seed=1"
-DENSE_CORE = f"gen:core?{hybrid_cases.DENSE_CORE}"  # R-MAT with a planted dense community: the cost model splits it
+DENSE_CORE = hybrid_cases.DENSE_CORE_SPEC  # R-MAT with a planted dense community: the cost model splits it
 
 
 def test_hybrid_runs_end_to_end_and_reuses_its_split(data_root):

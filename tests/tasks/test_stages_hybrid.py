@@ -14,7 +14,7 @@ from tasks.execute import check_format_devices, run_spmm
 from tests.kernels.hybrid import hybrid_cases
 
 POWER_LAW = "gen:rmat?scale=13&edge_factor=16&seed=1"  # natural R-MAT order: hub windows among sparse ones
-DENSE_CORE = f"gen:core?{hybrid_cases.DENSE_CORE}"  # R-MAT with a planted dense community: the cost model splits it
+DENSE_CORE = hybrid_cases.DENSE_CORE_SPEC  # R-MAT with a planted dense community: the cost model splits it
 
 
 def ingested(data_root, spec=POWER_LAW):

@@ -18,6 +18,7 @@ def power_law():
 # of 256 columns; the cost model sends 63 of those windows to Tensor Cores and the rest to CUDA cores in every
 # precision (one window's R-MAT hubs make its block the TC part's peak)
 DENSE_CORE = "scale=14&members=1024&targets=256&shuffle=0&seed=1"
+DENSE_CORE_SPEC = f"gen:core?{DENSE_CORE}"  # the same as the CLI and the stages take it
 
 
 def dense_core():
