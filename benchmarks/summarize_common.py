@@ -53,20 +53,35 @@ def series(path: Path) -> str:
     return re.sub(r"-\d{4}-\d{2}-\d{2}", "", path.stem)
 
 
-def pooled(runs) -> SimpleNamespace:
+def pooled(runs, key: tuple | None = None) -> SimpleNamespace:
     """The newest run of each part (a file name's `series`: device and --part) on the newest run's GPU, as one: rows
     concatenated, ``skipped`` merged, meta of the newest run (with every command listed). A part rerun replaces its
-    earlier file alone (2026-11-29's issued-b beside 2026-11-25's issued-a: the file list names both)."""
+    earlier file alone (2026-11-29's issued-b beside 2026-11-25's issued-a: the file list names both). With ``key``
+    (row fields), a case a newer part measured again replaces that case in older parts (a rerun of some of a
+    part's matrices under a part of its own); a part left with no rows is not listed."""
     parts: dict = {}
     for r in runs:  # newest first
         if gpu_model(r) == gpu_model(runs[0]):
             parts.setdefault(series(r.path), r)
-    chosen = list(parts.values())
-    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r in reversed(chosen)),
+    def case(row) -> tuple:
+        return tuple(row.get(c) for c in key or ())
+
+    seen, kept = set(), []
+    for r in parts.values():  # newest part first
+        rows = [row for row in r.rows if not key or case(row) not in seen]
+        seen.update(map(case, rows))
+        if rows:
+            kept.append((r, rows))
+    kept.reverse()
+    chosen = [r for r, _ in kept]
+    meta = {**runs[0].meta, "command": " ; ".join(r.meta.get("command", "?") for r in chosen),
             "skipped": [s for r in chosen for s in r.meta.get("skipped") or []],
-            "files": [r.path.name for r in reversed(chosen)]}
-    rows = [{**row, "_gpus": r.meta.get("gpus") or []} for r in reversed(chosen) for row in r.rows]
+            "files": [r.path.name for r in chosen]}
+    rows = [{**row, "_gpus": r.meta.get("gpus") or []} for r, rs in kept for row in rs]
     return SimpleNamespace(path=runs[0].path, meta=meta, rows=rows, date=runs[0].date)
+
+
+POOL_KEY = {"spmm": ("matrix", "order", "N")}  # pooled families whose parts may rerun another part's cases
 
 
 NEWEST_PER_KEY = {  # families whose runs each cover part of a table: every run pooled, the newest row per key kept
@@ -153,7 +168,7 @@ def pick(results: Path, family: str):
     elif family == "formats":  # the newest run per precision (meta "dtype", absent before --dtype: float16)
         chosen = list({r.meta.get("dtype") or "float16": r for r in reversed(runs)}.values())
     elif family in ("spmm", "precision", "bcsr", "sddmm") and runs:
-        chosen = [pooled(runs)]  # one suite split over several device calls (--part): the newest of each part
+        chosen = [pooled(runs, POOL_KEY.get(family))]  # one suite over several device calls (--part): the newest of each part
     else:
         chosen = runs[:1]
     v0 = [load(p) for p in sorted(results.glob(f"{family}-*.json")) if earlier.search(p.name)]

@@ -61,7 +61,7 @@ FIT_SOURCE = ("python benchmarks/rank_check.py --fit --results benchmarks/result
               ".json benchmarks/results/formats-nvidia-h200-2026-11-29-s36.json (FP16, H200; censored rows: a "
               "fallback that lost)")
 FIT_SOURCE_TF32 = ("python benchmarks/rank_check.py --fit --results "
-                   "benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json (TF32, H200; censored rows)")
+                   "benchmarks/results/formats-nvidia-h200-2026-11-29-float32-s37.json (TF32, H200; censored rows)")
 
 
 @dataclass(frozen=True)

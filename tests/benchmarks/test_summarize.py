@@ -615,3 +615,27 @@ def test_pooled_takes_the_newest_file_of_each_part_on_one_gpu(summarize, tmp_pat
     assert sorted(r["matrix"] for r in run.rows) == ["a-old-day", "b-new"]
     assert run.meta["files"] == ["spmm-gpu-x-2026-01-01-issued-a.json", "spmm-gpu-x-2026-01-05-issued-b.json"]
     assert set(left) == {"spmm-gpu-x-2026-01-01-issued-b.json", "spmm-gpu-y-2026-01-04-issued-a.json"}
+
+
+def test_pooled_spmm_cases_rerun_under_a_part_of_their_own_replace_the_older_parts_cases(tmp_path):
+    """spmm's parts pool by case (matrix, order, N): a newer part that reran some of an older part's matrices
+    replaces those cases there and keeps the rest; a part all of whose cases were rerun is left out."""
+    import summarize_common as sc
+
+    def put(name, date, cases):
+        (tmp_path / name).write_text(json.dumps({"meta": {"date": date, "device": "GPU X", "command": name},
+                                                 "rows": [{"matrix": m, "order": o, "N": n, "v": v}
+                                                          for m, o, n, v in cases]}))
+
+    put("spmm-gpu-x-2026-01-01-issued-a.json", "2026-01-01T10:00:00+00:00", [("m0", "tca", 128, "a")])
+    put("spmm-gpu-x-2026-01-02-issued-b.json", "2026-01-02T10:00:00+00:00",
+        [("m1", "tca", 128, "b"), ("m1", "tca", 256, "b"), ("m2", "tca", 128, "b")])
+    put("spmm-gpu-x-2026-01-03-issued-c.json", "2026-01-03T10:00:00+00:00",
+        [("m1", "tca", 128, "c"), ("m0", "tca", 128, "c")])
+    (run,), _, left = sc.pick(tmp_path, "spmm")
+    assert sorted((r["matrix"], r["N"], r["v"]) for r in run.rows) == [
+        ("m0", 128, "c"), ("m1", 128, "c"), ("m1", 256, "b"), ("m2", 128, "b")]
+    assert run.meta["files"] == ["spmm-gpu-x-2026-01-02-issued-b.json", "spmm-gpu-x-2026-01-03-issued-c.json"]
+    assert left == ["spmm-gpu-x-2026-01-01-issued-a.json"]
+    rows = sc.pooled([sc.load(p) for p in sorted(tmp_path.glob("*.json"), reverse=True)]).rows  # no key: by part
+    assert len(rows) == 6

@@ -204,6 +204,20 @@ def test_issue32_targets_on_the_defaults_in_their_precision(tmp_path):
     assert "3.00x over 1 cases" in line and "**met**" in line
 
 
+def test_a_geomean_just_under_its_target_is_not_printed_as_the_target(tmp_path):
+    """1.996x against a 2x target reads 1.996x (missed), not 2.00x; 2.004x reads 2.00x (met)."""
+    for orig, text, verdict in ((19.96, "1.996x over 1 cases", "**missed**"), (20.04, "2.00x over 1 cases", "**met**")):
+        res = tmp_path / f"results-{orig}"
+        res.mkdir()
+        half = host_row("m1", 500_000, 128, "auto-f16", 10, 9, orig, orig)
+        half.update(cus_dtype="float16")
+        write(res, "host-overhead-gpu-x-2026-01-02-a.json", {"reorder": "auto", "date": "2026-01-02T10:00:00+00:00"},
+              [half])
+        md = section(render(res, tmp_path), "Per call as issued")
+        line = next(x for x in md.splitlines() if x.startswith("| issue 32: auto-f16 vs cuSPARSE float16"))
+        assert text in line and verdict in line, line
+
+
 def test_host_rows_newest_per_case_across_days_on_the_newest_runs_gpu(tmp_path):
     """A newer day's run replaces the cases it measured and keeps the older day's others (same GPU model); a run on
     another GPU model older than the newest is left out."""

@@ -146,5 +146,5 @@ FORMAT = Format(
     per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 3.271, "b_mb": 0.1246, "c_mb": 1.067, "hub_mb": 10.13,
                                     "hub_all_mb": 1.458}, source=FIT_SOURCE,
-                       per_precision={"float32": {"launch": 3.339, "b_mb": 0.1356, "c_mb": 0.6513, "hub_mb": 15.16,
-                                                  "hub_all_mb": 1.28}}))
+                       per_precision={"float32": {"launch": 3.377, "b_mb": 0.138, "c_mb": 0.5425, "hub_mb": 15.28,
+                                                  "hub_all_mb": 1.333}}))

@@ -109,9 +109,15 @@ class CsrConfig:
     tail_group: int = 8  # the pair mapping: segments a half-warp takes in the walk's tail of short segments
     tail_short: int = SHORT  # nonzeros of a segment in that tail (<= 16: one pass of a half-warp each)
     half_b: bool = True  # float32: `tune` also times the 16-bit mappings over B's per-call 16-bit copy
+    pack_rows: int = 2  # csr_pack_b's rows of B a warp where N <= 128, their loads in flight together (1..8)
 
     def defines(self) -> tuple[str, ...]:
-        return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}", f"-DCSR_TAIL_GROUP={self.tail_group}")
+        return (f"-DCSR_WARPS={self.warps}", f"-DCSR_UNROLL={self.unroll}", f"-DCSR_TAIL_GROUP={self.tail_group}",
+                f"-DCSR_PACK_ROWS={self.pack_rows}")
+
+    def pack_rows_for(self, N: int) -> int:
+        """csr_pack_b's rows of B a warp for N columns: ``pack_rows`` where a lane's 4 columns span the row."""
+        return self.pack_rows if N <= COLS else 1
 
     def walk_heavy(self, half: bool) -> float:
         """`walk_order`'s threshold for B of this width (``heavy`` 0 walks A's order in either)."""
@@ -352,8 +358,9 @@ class CsrRows:
             if self.packs and mapping != "rows":  # csr_pack_b first: B's 16-bit copy, which the row kernel reads
                 b_in, scale = self.packed(N)
                 b_at, K = None, self.shape[1]
-                pack = (self._pack, (-(-K // PACK_WARPS),), (32 * PACK_WARPS,),
-                        (B, b_in, scale, np.int64(K), np.int64(N), np.int32(flags)), 0, 0, None, 5)
+                per_warp = self.config.pack_rows_for(N)
+                pack = (self._pack, (-(-K // (PACK_WARPS * per_warp)),), (32 * PACK_WARPS,),
+                        (B, b_in, scale, np.int64(K), np.int64(N), np.int32(flags), np.int32(per_warp)), 0, 0, None, 5)
             args = (self.seg_ptr, self.seg_row, self.seg_slot, self.indices, self.data, b_in, out, W,
                     np.int64(self.n_segs), np.int64(N), np.int32(flags))
             warps, m = self.n_segs, MAPPINGS.get(mapping)

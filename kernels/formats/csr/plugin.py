@@ -115,5 +115,5 @@ FORMAT = Format(
     per_window_cost=True, sddmm=SDDMM,
     estimate=CostModel(cost_terms, {"launch": 4.419, "b_mb": 0.08808, "c_mb": 1.044, "hub_mb": 0.004473},
                        source=FIT_SOURCE,
-                       per_precision={"float32": {"launch": 4.816, "a_mb": 0.1679, "b_mb": 0.1075, "c_mb": 0.4245,
-                                                  "hub_mb": 1.813}}))
+                       per_precision={"float32": {"launch": 4.672, "a_mb": 0.08292, "b_mb": 0.06259, "c_mb": 0.7656,
+                                                  "hub_mb": 2.146}}))

@@ -235,7 +235,7 @@ FORMAT = Format(
     cuda_builds=(("default", lc.CVSE_CONFIG.defines()),),
     estimate=CostModel(cost_terms, {"launch": 1.673, "b_mb": 0.01243, "c_mb": 3.05, "hub_mb": 60.57,
                                     "hub_all_mb": 5.258}, source=FIT_SOURCE,
-                       per_precision={"float32": {"launch": 0.7337, "b_mb": 0.07973, "c_mb": 1.48, "hub_mb": 141.9,
-                                                  "hub_all_mb": 2.458}}),
+                       per_precision={"float32": {"launch": 0.4862, "b_mb": 0.07487, "c_mb": 1.378, "hub_mb": 151.2,
+                                                  "hub_all_mb": 3.942}}),
     # tests/kernels/test_gpu_cvse.py passed on an H200 (session 6): every V, precision and edge case
     gpu_ready=True, sddmm=SDDMM)

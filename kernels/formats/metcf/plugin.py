@@ -268,5 +268,5 @@ FORMAT = Format(
     per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 1.581, "b_mb": 0.1043, "c_mb": 1.434, "hub_mb": 30.55,
                                     "hub_all_mb": 7.093}, source=FIT_SOURCE,
-                       per_precision={"float32": {"launch": 3.229, "b_mb": 0.1298, "c_mb": 0.6471, "hub_mb": 8.326,
-                                                  "hub_all_mb": 3.978}}))
+                       per_precision={"float32": {"launch": 3.155, "b_mb": 0.1308, "c_mb": 0.6634, "hub_mb": 9.125,
+                                                  "hub_all_mb": 3.94}}))

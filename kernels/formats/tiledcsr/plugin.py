@@ -170,8 +170,8 @@ FORMAT = Format(
     per_window_cost=True,
     estimate=CostModel(cost_terms, {"launch": 5.179, "a_mb": 2.032, "b_mb": 0.1294, "c_mb": 0.9946, "hub_mb": 36.41,
                                     "hub_all_mb": 1.039}, source=FIT_SOURCE,
-                       per_precision={"float32": {"launch": 8.58, "a_mb": 2.621, "b_mb": 0.1322, "c_mb": 0.707,
-                                                  "hub_mb": 27.73, "hub_all_mb": 1.789}}),
+                       per_precision={"float32": {"launch": 8.584, "a_mb": 2.428, "b_mb": 0.1452, "c_mb": 0.8558,
+                                                  "hub_mb": 27.0, "hub_all_mb": 0.4958}}),
     # tests/kernels/test_gpu_tiledcsr.py passed on an H200 for the previous kernel (session 6); the issue-14 rewrite
     # (block-decoded A fragments, vec + edge kernels) is compile-checked and simulated (test_tiledcsr_warp.py) and
     # awaits its GPU run: set False if that module fails there

@@ -41,7 +41,8 @@ def test_reference_equals_the_product(name):
 def test_checks():
     with pytest.raises(ValueError, match="seg_len is 0"):
         segments(np.array([0, 1]), 0)
-    assert CsrConfig().defines() == ("-DCSR_WARPS=2", "-DCSR_UNROLL=4", "-DCSR_TAIL_GROUP=8")
+    assert CsrConfig().defines() == ("-DCSR_WARPS=2", "-DCSR_UNROLL=4", "-DCSR_TAIL_GROUP=8", "-DCSR_PACK_ROWS=2")
+    assert [CsrConfig(pack_rows=2).pack_rows_for(n) for n in (8, 128, 136)] == [2, 2, 1]
 
 
 def test_short_tail_is_the_even_start_of_the_last_run_of_short_segments():
