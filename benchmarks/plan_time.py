@@ -21,7 +21,10 @@ always among them, none predicted above twice the cheapest) and ``auto-all`` (ev
 - ``kernel_ms``: ``plan.benchmark(B)`` (CUDA-graph replay of the chosen kernel, median) and ``issued_ms``
   (``kernels.launch.issued_ms`` of ``plan.run(B, out)``: per call as issued);
 - the chosen format and kernel; C checked against float64 on sampled rows in the same run (the precision's
-  tolerance, ``kernels.precision``; a miss fails the run).
+  tolerance, ``kernels.precision``; a miss fails the run);
+- where the time went: ``statistics_s`` (the ranking's window statistics, auto plans), ``build_parts_s`` (the
+  plan's own timings in seconds: ranking, each format's conversion and upload) and ``decide_parts_s`` (the host
+  seconds of each kernel the decision timed: bind, a tune of its own, timing; `kernels.choice.decide`).
 
 Prints a table last; writes benchmarks/results/plan-time-<device>-<date>.json (device, versions, command, date),
 rewritten after each matrix. The targets (``PLAN_TARGETS``): ``auto`` (build + decide) within 10% of the
@@ -147,7 +150,9 @@ def time_plan(A, kind: str, dtype: str, N: int, args, rng) -> dict:
     choice = plan.choices.get(N, plan.choice)
     row.update(format=choice.get("format"), kernel=choice.get("kernel"),
                ranking=(plan.ranking or {}).get("built"), rel_err=sample_check(A, B32, C, prec, rows),
-               tolerance=prec.tolerance)
+               tolerance=prec.tolerance, statistics_s=(plan.ranking or {}).get("statistics_s"),
+               build_parts_s={k: v for k, v in plan.timings.items() if isinstance(v, float)},
+               decide_parts_s=choice.get("timing_s"))
     row["plan_s"] = row["build_s"] + row["decide_s"]
     plan.release()
     return row

@@ -24,6 +24,7 @@ def test_cpu_run_times_every_plan_kind_and_checks_c(plan_time, tmp_path, capsys)
     plans = [r["plan"] for r in doc["rows"]]
     assert plans[-3:] == ["hybrid", "auto", "auto-all"] and "metcf" in plans and not doc["failures"]
     assert all(r["rel_err"] <= r["tolerance"] and r["plan_s"] == r["build_s"] + r["decide_s"] for r in doc["rows"])
+    assert all(isinstance(r["build_parts_s"], dict) and "decide_parts_s" in r for r in doc["rows"])  # where it went
     (key, s), = doc["summary"].items()
     assert key == "sbm-tiny float32 N=32" and s["auto_over_reorder"] == pytest.approx(s["auto_plan_s"] / s["reorder_s"])
     assert capsys.readouterr().out.splitlines()[-1].startswith("sbm-tiny")  # the table last

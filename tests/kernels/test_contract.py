@@ -94,7 +94,9 @@ def test_the_fastest_measured_format_wins_and_names_its_format():
     ch = decide(plan, 64, np.zeros((4, 64)))
     assert (ch.kernel, ch.format, ch.precision) == ("fb-y", "fb", "float32")
     assert ch.formats_measured_ms == {"fa": 0.3, "fb": 0.2} and ch.reason.endswith("b")
-    assert decide(plan, 64, None).kernel in ("fa-x", "fb-y")  # a priori: no timing, no fallback
+    assert set(ch["timing_s"]) == {"fa-x", "fb-y"} and all(s >= 0 for s in ch["timing_s"].values())
+    prior = decide(plan, 64, None)  # a priori: no timing, no fallback
+    assert prior.kernel in ("fa-x", "fb-y") and "timing_s" not in prior
 
 
 @pytest.mark.parametrize("fallback_ms, kernel", [(0.1, "rows"), (0.9, "fa-x")])
@@ -105,6 +107,7 @@ def test_a_fallback_is_timed_against_a_timed_choice(fallback_ms, kernel):
     ch = decide(plan, 64, np.zeros((4, 64)))
     assert ch.kernel == kernel and ch["rows_ms"] == fallback_ms
     assert ch.format == ("csr" if kernel == "rows" else "fa")
+    assert set(ch["timing_s"]) == {"fa-x", "rows"}  # the fallback's timing is counted too
 
 
 def test_a_choice_of_another_operators_kernel_is_routed_to_it():
