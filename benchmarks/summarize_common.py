@@ -63,6 +63,7 @@ def pooled(runs, key: tuple | None = None) -> SimpleNamespace:
     for r in runs:  # newest first
         if gpu_model(r) == gpu_model(runs[0]):
             parts.setdefault(series(r.path), r)
+
     def case(row) -> tuple:
         return tuple(row.get(c) for c in key or ())
 
@@ -168,7 +169,7 @@ def pick(results: Path, family: str):
     elif family == "formats":  # the newest run per precision (meta "dtype", absent before --dtype: float16)
         chosen = list({r.meta.get("dtype") or "float16": r for r in reversed(runs)}.values())
     elif family in ("spmm", "precision", "bcsr", "sddmm") and runs:
-        chosen = [pooled(runs, POOL_KEY.get(family))]  # one suite over several device calls (--part): the newest of each part
+        chosen = [pooled(runs, POOL_KEY.get(family))]  # one suite over several calls (--part): each part's newest
     else:
         chosen = runs[:1]
     v0 = [load(p) for p in sorted(results.glob(f"{family}-*.json")) if earlier.search(p.name)]
