@@ -26,12 +26,13 @@ mesh and an R-MAT with a planted community): the measured best is ranked first i
 (at most 1.65x). The constants fitted on s35 alone did 76 %, 95 %, 99 % (1.35x) on both runs. The constants before
 those (fitted on 2026-11-25's run, before CVSE's tiled kernel and the CSR kernel's batched loads) ranked s35's best
 first in 31 %, in the first two in 62 %, in the plan's two in 71 % (up to 2.61x): refit when a format's kernels
-change. The float32 CSR kernel's 16-bit copy of B (2026-11-29, session 36) came after the float32 set below.
+change.
 
-float32 (benchmarks/results/formats-nvidia-h200-2026-11-29-float32.json, the same 45 orders x N in TF32; H200):
-with 2026-11-25's FP16 constants the measured best was first in 53 %, among the first two in 79 %, in what a plan
-builds in 89 % (predicted first up to 2.05x the best, geomean 1.16x); with the float32 set fitted on it 81 %, 99 %, 98 %
-(1.55x, 1.04x), and fitted leaving each matrix out 79 %, 99 %, 100 % (1.90x, 1.05x).
+float32 (benchmarks/results/formats-nvidia-h200-2026-11-29-float32-s37.json, 216 rows in TF32 with the CSR kernel
+over B's 16-bit copy, H200, the run the float32 constants are fitted on): the measured best is ranked first in 82 %,
+among the first two in 99.5 %, in what a plan builds in 99 % (predicted first at most 1.54x the best); fitted
+leaving each matrix out 78 %, 96 %, 96 % (at most 2.48x). The set before it, fitted on the first float32 run
+(-float32.json, 180 rows, before the copy), ranked these rows 74 %, 92 %, 93 %.
 
 `rank(formats, stats, precision, N)` orders formats by estimate (a format without one after those with one, in
 registry order); `select(A, formats, precision, k)` computes the statistics once and keeps the first k (`pick`:
@@ -54,7 +55,8 @@ HUB_COLUMNS = 64  # B columns of one thread block's chunk (every format's kernel
 RANK_N = 128  # the N a plan ranks at: it is built before it sees a B (its a-priori choice is for N = 128 too)
 AUTO_CANDIDATES = 2  # formats a plan of format="auto" builds and times, at most
 # ... among those predicted within AUTO_MARGIN x the cheapest prediction (`within_margin`): in the runs the constants
-# are fitted on (rank_check.py, FP16 and float32, 360 rows) the measured best was predicted at most 1.56x the cheapest
+# are fitted on (rank-check-...-float16-float32.json: FP16 392 and float32 216 rows) the measured best was
+# predicted at most 1.55x the cheapest
 AUTO_MARGIN = 2.0
 # where the formats' constants come from (each CostModel's ``source``)
 FIT_SOURCE = ("python benchmarks/rank_check.py --fit --results benchmarks/results/formats-nvidia-h200-2026-11-29-s35"

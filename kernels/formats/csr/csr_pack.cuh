@@ -19,6 +19,21 @@ __device__ __forceinline__ float finite_abs(float x) {  // |x|, or 0 for an infi
   return a <= 3.402823466e38f ? a : 0.f;
 }
 
+__device__ __forceinline__ float max_abs4(const float4& x) {  // the largest finite |x.?|
+  return fmaxf(fmaxf(finite_abs(x.x), finite_abs(x.y)), fmaxf(finite_abs(x.z), finite_abs(x.w)));
+}
+
+// Row k's factor 2^shift for its largest finite magnitude m (the header's shift); lane 0 writes 2^-shift to bscale[k].
+__device__ __forceinline__ float row_scale(float m, float* __restrict__ bscale, i64 k, int lane) {
+  const int shift = m > 0.f ? min(126, max(-113, 14 - ilogbf(m))) : 0;
+  if (lane == 0) bscale[k] = __int_as_float((127 - shift) << 23);
+  return __int_as_float((127 + shift) << 23);
+}
+
+__device__ __forceinline__ uint2 scaled4(const float4& x, float up) {  // 4 values x up as float16, in column order
+  return make_uint2(pack2<F16>(x.x * up, x.y * up), pack2<F16>(x.z * up, x.w * up));
+}
+
 // One row k of B, any N: its largest finite magnitude (lane l's columns 4l + 128 i), then the row scaled.
 __device__ __forceinline__ void pack_row(const float* __restrict__ B, u16* __restrict__ Bh, float* __restrict__ bscale,
                                          i64 k, i64 N, bool vec, int lane) {
@@ -26,23 +41,16 @@ __device__ __forceinline__ void pack_row(const float* __restrict__ B, u16* __res
   u16* out = Bh + k * N;
   float m = 0.f;
   if (vec) {
-    for (i64 n = 4 * lane; n < N; n += 128) {
-      const float4 x = __ldg(reinterpret_cast<const float4*>(row + n));
-      m = fmaxf(fmaxf(m, fmaxf(finite_abs(x.x), finite_abs(x.y))), fmaxf(finite_abs(x.z), finite_abs(x.w)));
-    }
+    for (i64 n = 4 * lane; n < N; n += 128) m = fmaxf(m, max_abs4(__ldg(reinterpret_cast<const float4*>(row + n))));
   } else {
     for (i64 n = lane; n < N; n += 32) m = fmaxf(m, finite_abs(__ldg(row + n)));
   }
 #pragma unroll
   for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  const int shift = m > 0.f ? min(126, max(-113, 14 - ilogbf(m))) : 0;
-  const float up = __int_as_float((127 + shift) << 23);
-  if (lane == 0) bscale[k] = __int_as_float((127 - shift) << 23);
+  const float up = row_scale(m, bscale, k, lane);
   if (vec) {
-    for (i64 n = 4 * lane; n < N; n += 128) {  // the row again, from L1
-      const float4 x = __ldg(reinterpret_cast<const float4*>(row + n));
-      *reinterpret_cast<uint2*>(out + n) = make_uint2(pack2<F16>(x.x * up, x.y * up), pack2<F16>(x.z * up, x.w * up));
-    }
+    for (i64 n = 4 * lane; n < N; n += 128)  // the row again, from L1
+      *reinterpret_cast<uint2*>(out + n) = scaled4(__ldg(reinterpret_cast<const float4*>(row + n)), up);
   } else {
     for (i64 n = lane; n < N; n += 32) out[n] = from_f32<F16>(__ldg(row + n) * up);
   }
@@ -63,8 +71,7 @@ __device__ __forceinline__ void pack_short(const float* __restrict__ B, u16* __r
     if (mine && k0 + r < K) x[r] = __ldg(reinterpret_cast<const float4*>(B + (k0 + r) * N + 4 * lane));
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-    m[r] = fmaxf(fmaxf(finite_abs(x[r].x), finite_abs(x[r].y)), fmaxf(finite_abs(x[r].z), finite_abs(x[r].w)));
+  for (int r = 0; r < R; ++r) m[r] = max_abs4(x[r]);
 #pragma unroll
   for (int o = 16; o; o >>= 1) {
 #pragma unroll
@@ -73,12 +80,8 @@ __device__ __forceinline__ void pack_short(const float* __restrict__ B, u16* __r
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (k0 + r >= K) break;  // warp-uniform
-    const int shift = m[r] > 0.f ? min(126, max(-113, 14 - ilogbf(m[r]))) : 0;
-    const float up = __int_as_float((127 + shift) << 23);
-    if (lane == 0) bscale[k0 + r] = __int_as_float((127 - shift) << 23);
-    if (mine)
-      *reinterpret_cast<uint2*>(Bh + (k0 + r) * N + 4 * lane) =
-          make_uint2(pack2<F16>(x[r].x * up, x[r].y * up), pack2<F16>(x[r].z * up, x[r].w * up));
+    const float up = row_scale(m[r], bscale, k0 + r, lane);
+    if (mine) *reinterpret_cast<uint2*>(Bh + (k0 + r) * N + 4 * lane) = scaled4(x[r], up);
   }
 }
 

@@ -31,7 +31,7 @@ from kernels.operands import check_b_out
 SOURCE = Path(__file__).resolve().parent / "csr_spmm.cu"
 SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 COLS = 128  # columns per warp (4 per lane; the wide kernel: 8 per lane of each half-warp)
-PACK_WARPS = 8  # csr_pack_b's warps per block (one row of B each; its launch bound: <= 8)
+PACK_WARPS = 8  # csr_pack_b's warps per block (CsrConfig.pack_rows_for(N) rows of B each; launch bound: <= 8)
 
 
 @dataclass(frozen=True)
@@ -316,8 +316,8 @@ class CsrRows:
         """Time the 16-byte-load mappings that take B's N (`maps_for`; float32: "rows" and those of FLOAT32_MAPS
         over B's 16-bit copy) on B (GPU time, the autotune budget, into a scratch C) and keep the fastest; their
         milliseconds, or None when B's N has one mapping (N % 8 != 0, or float32 with ``half_b`` off) or was tuned
-        already; float32 times "rows" alone where the device has no room for the copy (K x N x 2 bytes). Each gives C within the same rounding of one sum order, bitwise repeatable (the paired ones the
-        same bits)."""
+        already; float32 times "rows" alone where the device has no room for the copy (K x N x 2 bytes). Each gives
+        C within the same rounding of one sum order, bitwise repeatable (the paired ones the same bits)."""
         if getattr(B, "ndim", 0) != 2:
             return None  # not a B at all: the launch's own checks say so
         N = int(B.shape[1])
