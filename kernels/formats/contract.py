@@ -12,6 +12,10 @@ autotune=..., allow_cusparse=...)`` converts (or takes the converted object), up
 - ``bind(...)``, same arguments: that launch checked and packed once, ``bound(stream_ptr)`` issues it and
   ``bound.out`` is C (``kernels.launch.Bound``; `PerCall` for an operator that only launches).
 
+Optional: ``timed_ms(kernel, N, out_dtype) -> float | None``, the autotune-budget graph timing of ``kernel``'s bound
+launch for N into a C of ``out_dtype`` where the operator has measured exactly that already (the CSR kernel's
+`tune` times its kept mapping), so the plan's decision does not time it again (``SpmmPlan._time``).
+
 Attributes: ``format_name`` (the format whose arrays it runs: a choice's ``format``), ``kernels`` (the kernel
 names it owns), ``timings`` (conversion and upload ms), ``config`` (its compile-time configuration, or None), and
 ``out_dtype`` (None: C in the plan's out dtype; else the dtype it writes, cuSPARSE's B dtype).

@@ -153,6 +153,15 @@ def window_stats(A, *, sample_nnz: int | None = None, seed: int = 0) -> Windows:
     return _window_stats(A, sample_nnz, seed)[0]
 
 
+def kept_windows(A) -> Windows | None:
+    """The exact per-window counts of SciPy CSR ``A`` that the last `structure` / `window_stats` call on the same
+    arrays kept (`_Last`), or None: a format's conversion takes them instead of counting again (CVSE's vector
+    counts, 11 ms of a 1M-nonzero `auto` plan on the H200's host)."""
+    if not sp.issparse(A) or A.format != "csr":
+        return None
+    return _Last.get(_arrays_key(A, np.asarray(A.indptr), np.asarray(A.indices)))
+
+
 class _Last:
     """The last exact count, kept for the next call on the same CSR arrays: a plan of ``format="auto"`` ranks with
     `structure(A)` and its hybrid candidate then splits the same A with `window_stats(A)` (0.09 s of the auto plan's

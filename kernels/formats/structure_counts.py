@@ -70,6 +70,10 @@ def _marker_run(indptr, indices, n_rows, windows, w0, w1, widths, col_mark, bloc
     i * (16 >> (l + 1)) + its vector row, a window i."""
     per_row = np.zeros((4, 8), np.int64)
     blocks = np.zeros(widths.size, np.int64)
+    shifts = np.zeros(widths.size, np.int64)  # widths are powers of two: shifts, not divisions, in the loop
+    for k in range(widths.size):
+        while (1 << shifts[k]) < widths[k]:
+            shifts[k] += 1
     for i in range(w0, w1):
         per_row[:] = 0
         blocks[:] = 0
@@ -79,15 +83,15 @@ def _marker_run(indptr, indices, n_rows, windows, w0, w1, widths, col_mark, bloc
             for p in range(indptr[r], indptr[r + 1]):
                 c = indices[p]
                 for lvl in range(4):
-                    size = 2 << lvl
-                    g = i * (16 // size) + sub // size
+                    vrow = sub >> (lvl + 1)  # the vector row of level lvl (V = 2 << lvl)
+                    g = (i << (3 - lvl)) + vrow
                     if col_mark[c, lvl] == g:
                         break  # seen in this group, so in every group holding it
                     col_mark[c, lvl] = g
-                    per_row[lvl, sub // size] += 1
+                    per_row[lvl, vrow] += 1
                     if lvl == 3:
                         for k in range(widths.size):
-                            b = c // widths[k]
+                            b = c >> shifts[k]
                             if block_mark[k, b] != i:
                                 block_mark[k, b] = i
                                 blocks[k] += 1

@@ -185,6 +185,40 @@ def test_autotune_times_candidates_the_way_run_issues_them(fmt, graphs, monkeypa
     assert calls["issued" if graphs else "graph"] == (0 if graphs else mappings), (calls, mappings)
 
 
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", None), ("float16", None), ("float16", "float32")])
+def test_fallback_reuses_the_csr_tune_timing(dtype, out_dtype, monkeypatch):
+    """ME-TCF's timed choice is compared with its CSR fallback: the CSR kernel's own `tune` has just timed its
+    kept mapping on the same B into a C of the plan's dtype, so the decision takes that time (``timed_ms``) instead
+    of timing the same bound launch again. Every CSR timing is one of `tune`'s mappings."""
+    import kernels.launch as kl
+    from kernels.formats.csr.launch import CsrRows
+
+    csr_bounds, timed = set(), []
+    real_bind, real_time = CsrRows.bind, kl.time_bound
+
+    def bind(self, *a, **kw):
+        bound = real_bind(self, *a, **kw)
+        csr_bounds.add(id(bound))
+        return bound
+
+    def time_bound(bound, *a, **kw):
+        timed.append(id(bound) in csr_bounds)
+        return real_time(bound, *a, **kw)
+
+    monkeypatch.setattr(CsrRows, "bind", bind)
+    monkeypatch.setattr(kl, "time_bound", time_bound)
+    rng = np.random.default_rng(8)
+    A = hub_csr(rng)
+    plan = SpmmPlan(A, device="gpu", dtype=dtype, format="metcf", autotune=True, graphs=True, out_dtype=out_dtype)
+    B = cupy.asarray(plan.precision.to_storage(rng.standard_normal((A.shape[1], 64)).astype(np.float32)))
+    plan.run(B)
+    rows = plan._by_kernel["csr-rows"]._rows
+    kept = rows.mapping_ms[64][rows.mapping(64)]
+    assert plan.choice["csr_rows_ms"] == kept, (plan.choice, rows.mapping_ms)
+    assert sum(timed) == len(rows.mapping_ms[64]), (timed, rows.mapping_ms)
+    assert rows.tuned_out[64] == np.dtype(plan.out_dtype)
+
+
 def test_accumulate_and_alternating_buffers():
     rng = np.random.default_rng(2)
     A = hub_csr(rng)

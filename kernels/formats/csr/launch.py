@@ -252,6 +252,7 @@ class CsrRows:
         self._pack = launch.function("csr_pack_b", config, SOURCE) if self.packs else None
         self._packed: dict[int, tuple] = {}  # N -> (B's 16-bit copy, its scale per row of B)
         self.mapping_ms: dict[int, dict] = {}  # N -> `tune`'s timings of each mapping (the faster is kept: `maps`)
+        self.tuned_out: dict[int, np.dtype] = {}  # N -> the dtype of the C `tune` timed into
         self._fixup = launch.function(f"csr_fixup_{SUFFIX[p.name]}", config, SOURCE)
 
     def workspace(self, N: int):
@@ -312,12 +313,13 @@ class CsrRows:
             return {}
         return {f"{prefix}mapping": self.mapping(N), f"{prefix}mapping_ms": self.mapping_ms[N]}
 
-    def tune(self, B) -> dict | None:
+    def tune(self, B, out_dtype=None) -> dict | None:
         """Time the 16-byte-load mappings that take B's N (`maps_for`; float32: "rows" and those of FLOAT32_MAPS
-        over B's 16-bit copy) on B (GPU time, the autotune budget, into a scratch C) and keep the fastest; their
-        milliseconds, or None when B's N has one mapping (N % 8 != 0, or float32 with ``half_b`` off) or was tuned
-        already; float32 times "rows" alone where the device has no room for the copy (K x N x 2 bytes). Each gives
-        C within the same rounding of one sum order, bitwise repeatable (the paired ones the same bits)."""
+        over B's 16-bit copy) on B (GPU time, the autotune budget, into a scratch C of ``out_dtype``, default the
+        storage type: the caller's C) and keep the fastest; their milliseconds, or None when B's N has one mapping
+        (N % 8 != 0, or float32 with ``half_b`` off) or was tuned already; float32 times "rows" alone where the
+        device has no room for the copy (K x N x 2 bytes). Each gives C within the same rounding of one sum order,
+        bitwise repeatable (the paired ones the same bits). ``tuned_out[N]``: the scratch C's dtype."""
         if getattr(B, "ndim", 0) != 2:
             return None  # not a B at all: the launch's own checks say so
         N = int(B.shape[1])
@@ -325,7 +327,9 @@ class CsrRows:
             return None
         import cupy
 
-        scratch = cupy.empty((self.shape[0], N), dtype=self.precision.storage_dtype)
+        dtype = self.precision.storage_dtype if out_dtype is None else np.dtype(out_dtype)
+        scratch = cupy.empty((self.shape[0], N), dtype=dtype)
+        self.tuned_out[N] = dtype
         timed = ("rows",) + tuple(m for m in maps_for(N) if m in FLOAT32_MAPS) if self.packs else maps_for(N)
         if self.packs:
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import scipy.sparse as sp
 
 from kernels.formats.contract import Choice, check_single_kernel
@@ -74,20 +75,31 @@ class CsrDevice:
         """The row kernel's mapping for N (`CsrRows.mapping`), None before A is uploaded."""
         return None if self._rows is None else self._rows.mapping(N)
 
-    def _tune(self, B) -> dict | None:
-        """The row kernel's mapping for B's N timed once (`CsrRows.tune`), unless autotune is off; its ms or None."""
-        return self._get().tune(B) if self.autotune is not False else None
+    def _tune(self, B, out_dtype=None) -> dict | None:
+        """The row kernel's mapping for B's N timed once (`CsrRows.tune`, into a C of ``out_dtype``: the first
+        launch's), unless autotune is off; its ms or None."""
+        return self._get().tune(B, out_dtype) if self.autotune is not False else None
+
+    def timed_ms(self, kernel: str, N: int, out_dtype) -> float | None:
+        """The kept mapping's ms from `tune` where it timed N into a C of ``out_dtype`` (the contract's optional
+        ``timed_ms``): a plan whose ME-TCF choice is timed against this kernel reuses it instead of timing the same
+        bound launch again (2-3 ms of a 1M-nonzero plan's decision, H200)."""
+        rows = self._rows
+        if kernel != "csr-rows" or rows is None or rows.tuned_out.get(N) != np.dtype(out_dtype):
+            return None
+        ms = rows.mapping_ms.get(N)
+        return ms[rows.mapping(N)] if ms and rows.mapping(N) in ms else None
 
     def launch(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         self._check(kernel, ksplit)
         rows = self._get()
-        self._tune(B)
+        self._tune(B, getattr(out, "dtype", None))
         return rows.run(B, out, accumulate=accumulate)
 
     def bind(self, kernel: str, B, out, *, accumulate: bool = False, ksplit: int | None = None, choice=None):
         self._check(kernel, ksplit)
         rows = self._get()
-        self._tune(B)
+        self._tune(B, getattr(out, "dtype", None))
         return rows.bind(B, out, accumulate=accumulate)
 
     @staticmethod

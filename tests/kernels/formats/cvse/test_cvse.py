@@ -276,6 +276,33 @@ def test_vector_counts_by_markers_match_sorting_and_the_conversion(vectors, monk
     assert svc.vector_counts(A, vectors) == {V: svc._sorted_vector_count(A, V) for V in vectors}
 
 
+@pytest.mark.parametrize("vectors", [VECTORS, (16, 8), (4,)])
+def test_vector_counts_take_the_plans_kept_window_counts(vectors, monkeypatch):
+    """After an `auto` plan's statistics counted every window of A's arrays (`structure.kept_windows`), the vector
+    counts are their sums, the same numbers as counting again (empty rows, rows not a multiple of 16, a duplicate),
+    and nothing is counted; other arrays (a copy) are counted as before."""
+    from kernels.formats import structure
+
+    keep = np.ones(203, dtype=np.float32)
+    keep[40:56] = 0
+    A = sp.csr_array(sp.diags_array(keep) @ as_float32(random_csr((203, 300), 3000, seed=6)))
+    A.eliminate_zeros()
+    dup = sp.csr_array((np.r_[A.data, 1.0], np.r_[A.indices, A.indices[0]],
+                        np.r_[A.indptr[:1], A.indptr[1:] + 1]), shape=A.shape)
+    for M in (A, dup):
+        want = {V: svc._sorted_vector_count(M, V) for V in vectors}
+        structure.forget()
+        structure.structure(M)
+        with monkeypatch.context() as m:
+            m.setattr(svc, "window_counts", None)  # counting again would fail
+            m.setattr(svc, "_sorted_vector_count", None)
+            assert svc.vector_counts(M, vectors) == want
+        copy = sp.csr_array(M, copy=True)
+        assert structure.kept_windows(copy) is None
+        assert svc.vector_counts(copy, vectors) == want
+    structure.forget()
+
+
 def test_svc_rule_least_work_with_slack():
     shape = (1024, 1024)
     # equal densities (V = 16's work 1.07x V = 8's, within WORK_SLACK): the larger V, for parallelism
