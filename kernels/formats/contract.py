@@ -131,7 +131,11 @@ class SddmmDevice(Protocol):
     def run(self, A, B, out=None):
         """out (float32 [nnz], new unless given) = (A @ B^T) (.) S in S's canonical CSR order, on the current
         stream. A [M, Kd] and B [K, Kd]: C-contiguous CuPy arrays in the precision's storage dtype (float32 is
-        rounded to TF32 by the kernel). Nothing allocated per call when ``out`` is given."""
+        rounded to TF32 by the kernel). Nothing allocated per call when ``out`` is given.
+
+        Optional: ``bind(A, B, out)``, that call checked and packed once: ``bound(stream_ptr)`` launches it on that
+        stream and returns out, ``bound.set_io(A, new_out)`` re-points its output (same shape and dtype); where a
+        route has it, `kernels.sddmm.SddmmPlan.run` issues repeated calls on the same A and B through it."""
 
 
 @runtime_checkable

@@ -106,6 +106,22 @@ class CsrSddmm:
 
     def run(self, A, B, out=None):
         """out (float32 [nnz], new unless given) = (A @ B^T) (.) S in S's CSR order."""
+        out, ln = self._launch(A, B, out)
+        return launch._run(out, ln)
+
+    def bind(self, A, B, out) -> launch.Bound:
+        """`run` on these A, B and out, checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)``
+        launches and returns out, ``set_io(A, new_out)`` re-points out)."""
+        out, ln = self._launch(A, B, out)
+        bound = launch.Bound(A, out, 1)
+        if ln is not None:
+            fn, grid, block, args = ln[:4]
+            bound.add(fn, grid, block, args, out_at=5)
+        return bound
+
+    def _launch(self, A, B, out):
+        """(out, the launch tuple of kernels.launch._run or None when there is nothing to compute), after the
+        checks; out made when None, zero-filled here when Kd = 0."""
         import cupy
 
         self._check(A, "A", self.shape[0])
@@ -119,18 +135,17 @@ class CsrSddmm:
             raise ValueError(f"kernels.formats.csr.sddmm: out must be contiguous float32 ({self.nnz},), got "
                              f"{out.dtype} {out.shape}")
         if self.nnz == 0:
-            return out
+            return out, None
         if Kd == 0:
             out.fill(0)
-            return out
+            return out, None
         team = team_size(Kd, self.precision.name)
         flags = (FLAG_SCALE if self.scaled else 0) | (
             FLAG_VEC if Kd % self._per == 0 and A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0 else 0)
         fn = launch.function(f"csr_sddmm_{SUFFIX[self.precision.name]}_t{team}", self.config, SOURCE)
         g, block = grid(self.nnz, team, self.config)
-        fn(g, block, (self.rows, self.indices, self.values, A, B, out, np.int64(self.nnz), np.int64(Kd),
-                      np.int32(flags)))
-        return out
+        return out, (fn, g, block, (self.rows, self.indices, self.values, A, B, out, np.int64(self.nnz),
+                                    np.int64(Kd), np.int32(flags)), 0)
 
 
 class CsrSddmmOperator:

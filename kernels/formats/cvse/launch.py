@@ -356,6 +356,24 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
 
 def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG):
     """out[b, v] = S[b, v] * (A[V*i + v] . B[indices[b]]) on the device ([n_vectors, V] float32, new unless given)."""
+    out, ln = _sddmm_launch(dm, A, B, out, config)
+    return launch._run(out, ln)
+
+
+def bind_sddmm(dm: CvseArrays, A, B, out, config: CvseConfig = CVSE_CONFIG) -> launch.Bound:
+    """`sddmm` on these A, B and out, checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)`` launches
+    it and returns out; ``set_io(A, new_out)`` re-points out)."""
+    out, ln = _sddmm_launch(dm, A, B, out, config)
+    bound = launch.Bound(A, out, 1)
+    if ln is not None:
+        fn, grid, block, args = ln[:4]
+        bound.add(fn, grid, block, args, out_at=5)
+    return bound
+
+
+def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig):
+    """(out, the launch tuple of kernels.launch._run or None when there is nothing to compute), after the checks;
+    out made when None, zero-filled here when Kd = 0."""
     import cupy
 
     want = as_precision(dm.precision).storage_dtype
@@ -369,13 +387,13 @@ def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG):
     elif out.dtype != np.float32 or out.shape != shape or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 of shape {shape}, got {out.dtype} {out.shape}")
     if dm.n_vectors == 0:
-        return out
+        return out, None
     if Kd == 0:
         out.fill(0)
-        return out
+        return out, None
     per = 4 if dm.precision == "float32" else 8  # elements of one 16-byte piece
     flags = FLAG_VEC if vector_path(Kd, per, A, B) else 0
     grid, block = sddmm_grid(dm.n_vec_rows, dm.max_vectors_per_row, config)
-    launch.function(kernel_name("sddmm", dm.precision, dm.vector), config, SDDMM_SOURCE)(
-        grid, block, (dm.vec_ptr, dm.indices, dm.data, A, B, out, np.int64(n_rows), np.int64(Kd), np.int32(flags)))
-    return out
+    fn = launch.function(kernel_name("sddmm", dm.precision, dm.vector), config, SDDMM_SOURCE)
+    return out, (fn, grid, block, (dm.vec_ptr, dm.indices, dm.data, A, B, out, np.int64(n_rows), np.int64(Kd),
+                                   np.int32(flags)), 0)

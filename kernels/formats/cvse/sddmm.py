@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from kernels import gather as row_gather
 from kernels.formats.cvse import launch as lc
 from kernels.formats.cvse.container import CVSE, cvse_sddmm
 from kernels.formats.cvse.svc import compress
@@ -51,6 +52,33 @@ class CvseSddmmDevice:
     def run(self, A, B, out=None):
         vec = lc.sddmm(self.dm, A, B, out=self._vec)
         return self._take(vec.reshape(-1), self.gather, out=out)
+
+    def bind(self, A, B, out) -> "_Bound":
+        """`run` on these A, B and out (float32 [nnz], C-contiguous), checked and packed once: the kernel and the
+        gather (kernels.gather's bound row gather, one 4-byte word a row) as two ``cuLaunchKernel`` calls."""
+        kernel = lc.bind_sddmm(self.dm, A, B, self._vec)
+        gather, _ = row_gather.bind_rows(self._vec.reshape(-1, 1), self.gather, out.reshape(-1, 1))
+        return _Bound(kernel, gather, out)
+
+
+class _Bound:
+    """The CVSE route's bound call (the interface of kernels.launch.Bound that kernels.sddmm uses):
+    ``bound(stream_ptr)`` launches the kernel and the gather and returns out; ``set_io(A, out)`` re-points the
+    gather's output (same shape and dtype, 4-byte aligned)."""
+
+    __slots__ = ("kernel", "gather", "out")
+
+    def __init__(self, kernel, gather, out):
+        self.kernel, self.gather, self.out = kernel, gather, out
+
+    def set_io(self, A, out) -> None:
+        self.gather.set_io(self.gather.B, out)
+        self.out = out
+
+    def __call__(self, stream_ptr: int):
+        self.kernel(stream_ptr)
+        self.gather(stream_ptr)
+        return self.out
 
 
 class CvseSddmmOperator:
