@@ -266,7 +266,7 @@ class SddmmPlan:
         import cupy
 
         bound = device.bind(A, B, out if out is not None else cupy.empty(self.nnz, dtype=cupy.float32))
-        call = SddmmCall(bound, None if out is None else Call(bound, out, self.choice, True), self.nnz)
+        call = SddmmCall(bound, None if out is None else Call(bound, out, self.choice, True), self.nnz, A)
         if len(self._calls) >= MAX_BOUND_CALLS:
             retire(self._calls.pop(next(iter(self._calls))))
         self._calls[key] = call
@@ -286,10 +286,10 @@ class SddmmCall:
     kernels.calls.Call (the bound launches, a replayed CUDA graph from the 3rd call); without, a new float32 [nnz]
     each call that the bound launches are re-pointed at (no graph: the output moves every call)."""
 
-    __slots__ = ("bound", "fixed", "nnz")
+    __slots__ = ("bound", "fixed", "nnz", "A")
 
-    def __init__(self, bound, fixed, nnz: int):
-        self.bound, self.fixed, self.nnz = bound, fixed, nnz
+    def __init__(self, bound, fixed, nnz: int, A):
+        self.bound, self.fixed, self.nnz, self.A = bound, fixed, nnz, A
 
     def __call__(self, out=None):
         if self.fixed is not None:
@@ -297,7 +297,7 @@ class SddmmCall:
         import cupy
 
         out = cupy.empty(self.nnz, dtype=cupy.float32)
-        self.bound.set_io(self.bound.B, out)
+        self.bound.set_io(self.A, out)
         return self.bound(cupy.cuda.get_current_stream().ptr)
 
 
