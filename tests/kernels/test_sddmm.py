@@ -168,7 +168,7 @@ def fake_gpu(monkeypatch):
     def upload(X, precision):
         return types.SimpleNamespace(n_vectors=X.data.shape[0], vector=X.vector)
 
-    def cvse_sddmm(dm, A, B, out=None):
+    def cvse_sddmm(dm, A, B, out=None, **kw):
         calls.append("cvse")
         return out
 

@@ -26,11 +26,16 @@
 // Launch mapping (kernels/formats/cvse/launch.py sddmm_grid): grid = (n_vec_rows, chunks); blockDim.x = 32 x W; warp w of
 // block (i, y) takes the 16G-vector tiles t = y W + w, + gridDim.y W, ... of vector row i. Lane (g, q) writes
 // out[b][v] for b = tile vectors 16j + g and 16j + g + 8 (j < G), v = 8h + 2q, +1 (< V), as float2. One writer
-// per output, fixed order: deterministic.
+// per output, fixed order: deterministic. The "_s" entries (one more argument, dest) write the two values to
+// out[dest[b V + v]] and out[dest[b V + v + 1]] instead, S's CSR order (dest: int32 [n_vectors V], -1 at a padding
+// zero, which is not written): out is then float32 [nnz], each element written once (every CSR nonzero sits in
+// one vector slot), and the result needs no gather pass. Entries of their own: the pointer kept live in the plain
+// kernel cost the TF32 V = 2 one an 8-byte spill on sm_80 (128 registers).
 // Input contract (checked by the launcher): vec_ptr int64 [n_vec_rows + 1]; indices int32; data [n_vectors][V]
 // float32 / raw 16-bit (bfloat16 bits) S values; A, B in the precision's dtype (float32 for TF32, rounded here by
 // cvt.rna); FLAG_VEC only when Kd % 8 == 0 (16-bit) / Kd % 4 == 0 (float32) and A, B are 16-byte aligned.
-// Rows >= M of A are never read (zeros); out [n_vectors][V] float32, every element written. Indexing int64.
+// Rows >= M of A are never read (zeros); out [n_vectors][V] float32, every element written ("_s": out [nnz], dest
+// 8-byte aligned). Indexing int64.
 #include "cvse_common.cuh"
 
 // Raw bits of one lane's piece of a row: 8 halves (f16/bf16) or 4 floats (tf32) at row[k], k < Kd (zeros when
@@ -111,11 +116,11 @@ __device__ __forceinline__ void tile_dots(float (&acc)[CVSE_SDDMM_GROUPS][V == 1
   }
 }
 
-template <int KIND, int V>
+template <int KIND, int V, bool SCATTER>
 __device__ __forceinline__ void cvse_sddmm(const i64* __restrict__ vec_ptr, const int* __restrict__ indices,
                                            const void* __restrict__ data, const void* __restrict__ A,
                                            const void* __restrict__ B, float* __restrict__ out, i64 M, i64 Kd,
-                                           int flags) {
+                                           int flags, const int* __restrict__ dest) {
   using S = SddmmShape<KIND, V>;
   constexpr int NH = S::NH, G = S::G;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -161,18 +166,31 @@ __device__ __forceinline__ void cvse_sddmm(const i64* __restrict__ vec_ptr, cons
           s0 = to_f32<KIND>(__ldg((const u16*)data + b * V + v));
           s1 = to_f32<KIND>(__ldg((const u16*)data + b * V + v + 1));
         }
-        *(float2*)(out + b * V + v) = make_float2(acc[j >> 1][h][2 * e] * s0, acc[j >> 1][h][2 * e + 1] * s1);
+        const float x0 = acc[j >> 1][h][2 * e] * s0, x1 = acc[j >> 1][h][2 * e + 1] * s1;
+        if constexpr (SCATTER) {  // b V + v even: an 8-byte aligned pair of dest
+          const int2 d = __ldg(reinterpret_cast<const int2*>(dest + b * V + v));
+          if (d.x >= 0) out[d.x] = x0;
+          if (d.y >= 0) out[d.y] = x1;
+        } else {
+          *(float2*)(out + b * V + v) = make_float2(x0, x1);
+        }
       }
     }
   }
 }
 
 #define CVSE_SDDMM_ENTRY(NAME, KIND, V)                                                                           \
-  extern "C" __global__ void __launch_bounds__(32 * CVSE_MAX_WARPS, CVSE_MIN_BLOCKS_PER_SM)                     \
+  extern "C" __global__ void __launch_bounds__(32 * CVSE_MAX_WARPS, CVSE_MIN_BLOCKS_PER_SM)                       \
       NAME(const i64* __restrict__ vec_ptr, const int* __restrict__ indices, const void* __restrict__ data,       \
-           const void* __restrict__ A, const void* __restrict__ B, float* __restrict__ out, i64 M, i64 Kd,       \
-           int flags) {                                                                                            \
-    cvse_sddmm<KIND, V>(vec_ptr, indices, data, A, B, out, M, Kd, flags);                                         \
+           const void* __restrict__ A, const void* __restrict__ B, float* __restrict__ out, i64 M, i64 Kd,        \
+           int flags) {                                                                                           \
+    cvse_sddmm<KIND, V, false>(vec_ptr, indices, data, A, B, out, M, Kd, flags, nullptr);                         \
+  }                                                                                                               \
+  extern "C" __global__ void __launch_bounds__(32 * CVSE_MAX_WARPS, CVSE_MIN_BLOCKS_PER_SM)                       \
+      NAME##_s(const i64* __restrict__ vec_ptr, const int* __restrict__ indices, const void* __restrict__ data,   \
+               const void* __restrict__ A, const void* __restrict__ B, float* __restrict__ out, i64 M, i64 Kd,    \
+               int flags, const int* __restrict__ dest) {                                                         \
+    cvse_sddmm<KIND, V, true>(vec_ptr, indices, data, A, B, out, M, Kd, flags, dest);                             \
   }
 #define CVSE_SDDMM_ALL_V(PREFIX, KIND)                                                                            \
   CVSE_SDDMM_ENTRY(PREFIX##_v2, KIND, 2)                                                                          \

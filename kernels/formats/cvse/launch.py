@@ -354,16 +354,19 @@ def spmm_tiled(dm: CvseArrays, tl: CvseTiles, B, out=None, config: CvseConfig = 
     return out
 
 
-def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG):
-    """out[b, v] = S[b, v] * (A[V*i + v] . B[indices[b]]) on the device ([n_vectors, V] float32, new unless given)."""
-    out, ln = _sddmm_launch(dm, A, B, out, config)
+def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG, *, dest=None, nnz: int | None = None):
+    """out[b, v] = S[b, v] * (A[V*i + v] . B[indices[b]]) on the device ([n_vectors, V] float32, new unless given).
+    ``dest`` (`scatter_map`: int32 [n_vectors * V] on the device, each vector slot's position in S's CSR order, -1
+    at a padding zero): the kernel writes each value there instead, out float32 [nnz] in S's CSR order (``nnz``:
+    S's, needed when out is not given)."""
+    out, ln = _sddmm_launch(dm, A, B, out, config, dest, nnz)
     return launch._run(out, ln)
 
 
-def bind_sddmm(dm: CvseArrays, A, B, out, config: CvseConfig = CVSE_CONFIG) -> launch.Bound:
-    """`sddmm` on these A, B and out, checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)`` launches
-    it and returns out; ``set_io(A, new_out)`` re-points out)."""
-    out, ln = _sddmm_launch(dm, A, B, out, config)
+def bind_sddmm(dm: CvseArrays, A, B, out, config: CvseConfig = CVSE_CONFIG, *, dest=None) -> launch.Bound:
+    """`sddmm` on these A, B and out (given), checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)``
+    launches it and returns out; ``set_io(A, new_out)`` re-points out)."""
+    out, ln = _sddmm_launch(dm, A, B, out, config, dest, None if out is None else int(out.shape[0]))
     bound = launch.Bound(A, out, 1)
     if ln is not None:
         fn, grid, block, args = ln[:4]
@@ -371,7 +374,19 @@ def bind_sddmm(dm: CvseArrays, A, B, out, config: CvseConfig = CVSE_CONFIG) -> l
     return bound
 
 
-def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig):
+def scatter_map(gather: np.ndarray, slots: int) -> np.ndarray | None:
+    """int32 [slots]: for each vector slot the CSR position whose value it holds (the inverse of the CSR order's
+    ``gather`` positions, kernels.formats.cvse.sddmm.gather_positions), -1 for a padding zero; None where the
+    positions do not fit int32 (then the vector order and a gather pass)."""
+    gather = np.asarray(gather, dtype=np.int64)
+    if gather.size > INT32_MAX or slots > INT32_MAX:
+        return None
+    dest = np.full(max(int(slots), 1), -1, dtype=np.int32)
+    dest[gather] = np.arange(gather.size, dtype=np.int32)
+    return dest
+
+
+def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig, dest=None, nnz: int | None = None):
     """(out, the launch tuple of kernels.launch._run or None when there is nothing to compute), after the checks;
     out made when None, zero-filled here when Kd = 0."""
     import cupy
@@ -381,12 +396,18 @@ def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig):
     _check(A, "A", want, n_rows)
     Kd = int(A.shape[1])
     _check(B, "B", want, n_cols, Kd)
-    shape = (dm.n_vectors, dm.vector)
+    slots = dm.n_vectors * dm.vector
+    if dest is not None and (dest.dtype != cupy.int32 or dest.shape != (max(slots, 1),) or dest.data.ptr % 8):
+        raise ValueError(f"dest must be int32 [{slots}] on the device, 8-byte aligned (scatter_map), got {dest.dtype} "
+                         f"{dest.shape}")
+    if dest is not None and nnz is None:
+        raise ValueError("sddmm with dest writes S's CSR order: give out or nnz")
+    shape = (int(nnz),) if dest is not None else (dm.n_vectors, dm.vector)
     if out is None:
         out = cupy.empty(shape, dtype=cupy.float32)
     elif out.dtype != np.float32 or out.shape != shape or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 of shape {shape}, got {out.dtype} {out.shape}")
-    if dm.n_vectors == 0:
+    if dm.n_vectors == 0 or out.size == 0:
         return out, None
     if Kd == 0:
         out.fill(0)
@@ -394,6 +415,7 @@ def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig):
     per = 4 if dm.precision == "float32" else 8  # elements of one 16-byte piece
     flags = FLAG_VEC if vector_path(Kd, per, A, B) else 0
     grid, block = sddmm_grid(dm.n_vec_rows, dm.max_vectors_per_row, config)
-    fn = launch.function(kernel_name("sddmm", dm.precision, dm.vector), config, SDDMM_SOURCE)
-    return out, (fn, grid, block, (dm.vec_ptr, dm.indices, dm.data, A, B, out, np.int64(n_rows), np.int64(Kd),
-                                   np.int32(flags)), 0)
+    name = kernel_name("sddmm", dm.precision, dm.vector) + ("" if dest is None else "_s")  # "_s": through dest
+    args = (dm.vec_ptr, dm.indices, dm.data, A, B, out, np.int64(n_rows), np.int64(Kd), np.int32(flags))
+    return out, (launch.function(name, config, SDDMM_SOURCE), grid, block,
+                 args if dest is None else (*args, dest), 0)

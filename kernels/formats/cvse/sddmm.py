@@ -1,7 +1,8 @@
 """CVSE's SDDMM route on the format seam (``kernels.formats.contract.SddmmOperator``, the cvse `Format`'s ``sddmm``):
 S compressed into V x 1 vectors by SSpMM's Sparse Vector Compression (``svc.compress``, or the plan's ``vector=V``),
 the float64 twin ``container.cvse_sddmm``, and on the device the Tensor Core kernel (cvse_sddmm.cu,
-``launch.sddmm``) into the vectors' order, then one gather into S's CSR order (`gather_positions`).
+``launch.sddmm``) writing each value straight into S's CSR order through the vector slots' scatter map (the
+inverse of `gather_positions`); where the positions pass int32, into the vectors' order, then one gather.
 """
 from __future__ import annotations
 
@@ -37,25 +38,38 @@ class CvseSddmmHost:
 
 
 class CvseSddmmDevice:
-    """The host form on the current device: per call the kernel into a vector-order buffer (made here, then reused:
-    calls of one plan are ordered on one stream) and one gather into CSR order, nothing allocated when ``out`` is
-    given."""
+    """The host form on the current device. Per call one kernel writing each value straight into S's CSR order
+    through the vector slots' scatter map (`launch.scatter_map`: 4 bytes a slot, made once); where S's positions do
+    not fit int32, the kernel into a vector-order buffer (made here, then reused: calls of one plan are ordered on
+    one stream) and one gather into CSR order. Nothing allocated when ``out`` is given.
+
+    The scatter replaces a gather pass over every value (its int64 position, the value, the write: on V = 8-pruned
+    4096^2 weights at 80 %, Kd = 64, the call took 0.053 ms on the GPU against the kernel's 0.020 ms, H200)."""
 
     def __init__(self, host: CvseSddmmHost, precision):
         import cupy
 
         self.dm = lc.upload(host.X, precision.name)
-        self.gather = cupy.asarray(host.gather)
-        self._take = cupy.take
-        self._vec = cupy.empty((self.dm.n_vectors, self.dm.vector), dtype=cupy.float32)
+        self.nnz = int(host.gather.shape[0])
+        dest = lc.scatter_map(host.gather, self.dm.n_vectors * self.dm.vector)
+        self.dest = None if dest is None else cupy.asarray(dest)
+        if self.dest is None:  # the vector order, then a gather
+            self.gather = cupy.asarray(host.gather)
+            self._take = cupy.take
+            self._vec = cupy.empty((self.dm.n_vectors, self.dm.vector), dtype=cupy.float32)
 
     def run(self, A, B, out=None):
+        if self.dest is not None:
+            return lc.sddmm(self.dm, A, B, out, dest=self.dest, nnz=self.nnz)
         vec = lc.sddmm(self.dm, A, B, out=self._vec)
         return self._take(vec.reshape(-1), self.gather, out=out)
 
-    def bind(self, A, B, out) -> "_Bound":
-        """`run` on these A, B and out (float32 [nnz], C-contiguous), checked and packed once: the kernel and the
-        gather (kernels.gather's bound row gather, one 4-byte word a row) as two ``cuLaunchKernel`` calls."""
+    def bind(self, A, B, out):
+        """`run` on these A, B and out (float32 [nnz], C-contiguous), checked and packed once: the kernel's one
+        ``cuLaunchKernel`` (kernels.launch.Bound); without the scatter map, the kernel and the gather (kernels.gather's
+        bound row gather, one 4-byte word a row) as two."""
+        if self.dest is not None:
+            return lc.bind_sddmm(self.dm, A, B, out, dest=self.dest)
         kernel = lc.bind_sddmm(self.dm, A, B, self._vec)
         gather, _ = row_gather.bind_rows(self._vec.reshape(-1, 1), self.gather, out.reshape(-1, 1))
         return _Bound(kernel, gather, out)

@@ -303,6 +303,24 @@ def test_vector_counts_take_the_plans_kept_window_counts(vectors, monkeypatch):
     structure.forget()
 
 
+def test_scatter_map_inverts_the_gather_positions(monkeypatch):
+    """The SDDMM kernel's scatter map: each CSR position's vector slot holds that position, padding slots -1; past
+    int32 positions, None (the route then gathers)."""
+    from kernels.formats.cvse import launch as lc
+    from kernels.formats.cvse.sddmm import gather_positions
+
+    S = sp.csr_array(as_float32(random_csr((45, 37), 300, seed=7)))
+    for V in VECTORS:
+        X = csr_to_cvse(S, vector=V)
+        gather = gather_positions(X, S)
+        dest = lc.scatter_map(gather, X.n_vectors * V)
+        assert dest.dtype == np.int32 and dest.shape == (X.n_vectors * V,)
+        assert np.array_equal(dest[gather], np.arange(S.nnz))
+        assert (dest >= 0).sum() == S.nnz and (dest[dest < 0] == -1).all()
+    monkeypatch.setattr(lc, "INT32_MAX", S.nnz - 1)
+    assert lc.scatter_map(gather, X.n_vectors * V) is None
+
+
 def test_svc_rule_least_work_with_slack():
     shape = (1024, 1024)
     # equal densities (V = 16's work 1.07x V = 8's, within WORK_SLACK): the larger V, for parallelism

@@ -143,6 +143,57 @@ def test_sddmm_against_float64(case, name, V, Kd):
     assert np.array_equal(got.view(np.uint32), again.view(np.uint32))
 
 
+@pytest.mark.parametrize("Kd", [64, 21])
+@pytest.mark.parametrize("V", VECTORS)
+@pytest.mark.parametrize("name", PRECISIONS)
+@pytest.mark.parametrize("case", ["k_not_multiple_of_v", "empty_vector_rows", "37x5000", "nnz0", "long_rows"])
+def test_sddmm_scatter_is_the_vector_order_gathered(case, name, V, Kd):
+    """With the scatter map the kernel writes S's CSR order itself: every element (a NaN-poisoned out), each the
+    same bits as the vector-order result gathered at `gather_positions`; padding slots are not written."""
+    from kernels.formats.cvse.sddmm import gather_positions
+
+    S = sp.csr_array(CASES[case](), dtype=np.float32)
+    S.eliminate_zeros()
+    X = convert(S, name, V)
+    dm = lc.upload(X, name)
+    gather = gather_positions(X, S)
+    dest = cupy.asarray(lc.scatter_map(gather, X.n_vectors * V))
+    rng = np.random.default_rng(9)
+    Ad = device_b(rng.standard_normal((X.shape[0], Kd)).astype(np.float32), name)
+    Bd = device_b(rng.standard_normal((X.shape[1], Kd)).astype(np.float32), name)
+    want = lc.sddmm(dm, Ad, Bd).get().reshape(-1)[gather]
+    out = cupy.full(S.nnz, np.nan, dtype=cupy.float32)
+    got = lc.sddmm(dm, Ad, Bd, out, dest=dest).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(lc.sddmm(dm, Ad, Bd, dest=dest, nnz=S.nnz).get().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", PRECISIONS)
+def test_sddmm_route_without_the_scatter_map_gathers_the_same_bits(name, monkeypatch):
+    """Where S's positions pass int32 (no scatter map) the route runs the vector order and a gather: run and bind
+    give the scatter route's bits."""
+    from kernels.formats.cvse.sddmm import SDDMM
+
+    S = sp.csr_array(random_csr((203, 170), 2500, seed=4), dtype=np.float32)
+    p = precision(name)
+    host, _ = SDDMM.prepare(sp.csr_array((p.rounded(S.data).astype(np.float32), S.indices, S.indptr), shape=S.shape),
+                            p)
+    fused = SDDMM.upload(host, p)
+    monkeypatch.setattr(lc, "scatter_map", lambda gather, slots: None)
+    split = SDDMM.upload(host, p)
+    assert fused.dest is not None and split.dest is None
+    rng = np.random.default_rng(10)
+    Ad = device_b(rng.standard_normal((203, 64)).astype(np.float32), name)
+    Bd = device_b(rng.standard_normal((170, 64)).astype(np.float32), name)
+    want = fused.run(Ad, Bd).get()
+    assert np.array_equal(split.run(Ad, Bd).get().view(np.uint32), want.view(np.uint32))
+    for dev in (fused, split):
+        out = cupy.full(S.nnz, np.nan, dtype=cupy.float32)
+        bound = dev.bind(Ad, Bd, out)
+        assert bound(cupy.cuda.get_current_stream().ptr) is out
+        assert np.array_equal(out.get().view(np.uint32), want.view(np.uint32))
+
+
 # Kd 256: whole steps; 80: TF32's second step has 1 of its 4 chunks, 16-bit's a half chunk; 20: a partial piece of
 # 4 floats (TF32 16-byte path), the checked element path (16-bit)
 @pytest.mark.parametrize("Kd", [256, 80, 20])
