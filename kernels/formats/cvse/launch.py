@@ -366,7 +366,7 @@ def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG, *, d
 def bind_sddmm(dm: CvseArrays, A, B, out, config: CvseConfig = CVSE_CONFIG, *, dest=None) -> launch.Bound:
     """`sddmm` on these A, B and out (given), checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)``
     launches it and returns out; ``set_io(A, new_out)`` re-points out)."""
-    out, ln = _sddmm_launch(dm, A, B, out, config, dest, None if out is None else int(out.shape[0]))
+    out, ln = _sddmm_launch(dm, A, B, out, config, dest)
     bound = launch.Bound(A, out, 1)
     if ln is not None:
         fn, grid, block, args = ln[:4]
@@ -401,7 +401,9 @@ def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig, dest=None, nnz:
         raise ValueError(f"dest must be int32 [{slots}] on the device, 8-byte aligned (scatter_map), got {dest.dtype} "
                          f"{dest.shape}")
     if dest is not None and nnz is None:
-        raise ValueError("sddmm with dest writes S's CSR order: give out or nnz")
+        if out is None or out.ndim != 1:
+            raise ValueError("sddmm with dest writes S's CSR order: give out (float32 [nnz]) or nnz")
+        nnz = int(out.shape[0])
     shape = (int(nnz),) if dest is not None else (dm.n_vectors, dm.vector)
     if out is None:
         out = cupy.empty(shape, dtype=cupy.float32)
