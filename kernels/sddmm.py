@@ -37,8 +37,8 @@ import scipy.sparse as sp
 
 from configs.errors import InputError
 from kernels import launch, spmm
-from kernels.calls import MAX_BOUND_CALLS, Call, retire
 from kernels.baselines import CusparseOperator
+from kernels.calls import MAX_BOUND_CALLS, Call, retire
 from kernels.cusparse_sddmm import CusparseSddmm
 from kernels.formats import sddmm_formats
 from kernels.precision import precision as as_precision
@@ -219,8 +219,8 @@ class SddmmPlan:
         Per GPU call on CuPy A and B already in the storage dtype and C-contiguous: the first call on these
         buffers checks them and binds the kept route's launches (`SddmmCall`); later calls cost one dict lookup
         and the bound launches, with ``out`` from the 3rd call on one replayed CUDA graph (kernels.calls.Call),
-        without it a new float32 [nnz] each call (the CVSE route: its kernel into a vector-order buffer made once,
-        one gather into CSR order)."""
+        without it a new float32 [nnz] each call (the CVSE route: one kernel writing S's CSR order through its
+        scatter map). Other operands (NumPy, another dtype, strided) take the checked path every call."""
         try:  # the per-call path: these buffers were checked and their launch bound before
             key = (A.data.ptr, A.shape, A.strides, A.dtype, B.data.ptr, B.shape, B.strides, B.dtype,
                    None if out is None else (out.data.ptr, out.shape, out.strides, out.dtype))

@@ -33,11 +33,17 @@ def operands(S, Kd, p, seed):
     return [cupy.asarray(p.to_storage(rng.standard_normal((rows, Kd)).astype(np.float32))) for rows in S.shape]
 
 
-@pytest.mark.parametrize("dtype", PRECISIONS)
-@pytest.mark.parametrize("fmt, kernel", ROUTES)
-def test_bound_calls_without_out_are_fresh_and_bitwise_the_unbound_run(fmt, kernel, dtype):
+@pytest.fixture(params=[(*route, dtype) for route in ROUTES for dtype in PRECISIONS],
+                ids=lambda r: "-".join(r[1:]))
+def routed(request):
+    """(S, a plan of one route in one precision, the route)."""
+    fmt, kernel, dtype = request.param
     S = s_matrix()
-    plan = SddmmPlan(S, dtype=dtype, format=fmt, kernel=kernel, device="gpu")
+    return S, SddmmPlan(S, dtype=dtype, format=fmt, kernel=kernel, device="gpu"), kernel
+
+
+def test_bound_calls_without_out_are_fresh_and_bitwise_the_unbound_run(routed):
+    S, plan, kernel = routed
     A1, B = operands(S, 64, plan.precision, 1)
     A2, _ = operands(S, 64, plan.precision, 2)
     dev = plan._dev[kernel]
@@ -49,11 +55,8 @@ def test_bound_calls_without_out_are_fresh_and_bitwise_the_unbound_run(fmt, kern
         np.testing.assert_array_equal(cupy.asnumpy(r), want)
 
 
-@pytest.mark.parametrize("dtype", PRECISIONS)
-@pytest.mark.parametrize("fmt, kernel", ROUTES)
-def test_bound_calls_into_out_replay_a_graph(fmt, kernel, dtype):
-    S = s_matrix()
-    plan = SddmmPlan(S, dtype=dtype, format=fmt, kernel=kernel, device="gpu")
+def test_bound_calls_into_out_replay_a_graph(routed):
+    S, plan, kernel = routed
     A, B = operands(S, 96, plan.precision, 3)
     want = cupy.asnumpy(plan._dev[kernel].run(A, B))
     out = cupy.full(plan.nnz, np.nan, dtype=cupy.float32)
