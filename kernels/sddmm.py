@@ -182,13 +182,13 @@ class SddmmPlan:
         return {"kernel": route, "format": fmt, "precision": self.precision.name, "reason": reason}
 
     def _route(self, Ad, Bd, dev_out):
-        """The run of the route for Ad's Kd: the plan's one route, or (auto) every route timed as issued on these
-        operands on the first call with this Kd: the faster of our kernels, cuSPARSE only when clearly faster
-        than it."""
+        """The device form of the route for Ad's Kd (its ``run`` and, where it has one, ``bind``): the plan's one
+        route, or (auto) every route timed as issued on these operands on the first call with this Kd: the faster
+        of our kernels, cuSPARSE only when clearly faster than it."""
         Kd = int(Ad.shape[1])
         route = self.choices.get(Kd)
         if route is not None:
-            return self._dev[route].run
+            return self._dev[route]
         if len(self.routes) == 1:
             route = self.routes[0]
         else:
@@ -201,7 +201,7 @@ class SddmmPlan:
             self.choice = self._record(route, f"Kd={Kd}: ms as issued {ms}; cuSPARSE kept only below "
                                               f"{CUSPARSE_MARGIN} x our fastest kernel's")
         self.choices[Kd] = route
-        return self._dev[route].run
+        return self._dev[route]
 
     def _check(self, A, B):
         M, K = self.shape
@@ -248,12 +248,11 @@ class SddmmPlan:
             self._check_out(out, cupy.ndarray)
             dev_out = out
         Ad, Bd = _device_operand(A, p), _device_operand(B, p)
-        run = self._route(Ad, Bd, dev_out)
-        device = self._dev[self.choices[int(Ad.shape[1])]]
+        device = self._route(Ad, Bd, dev_out)
         if key is not None and Ad is A and Bd is B and hasattr(device, "bind") and self.nnz and Ad.shape[1]:
             call = self._bind(key, device, Ad, Bd, dev_out)
             return call(out)
-        vals = run(Ad, Bd, dev_out)
+        vals = device.run(Ad, Bd, dev_out)
         if host and out is not None:
             self._check_out(out, np.ndarray)
             out[...] = cupy.asnumpy(vals)

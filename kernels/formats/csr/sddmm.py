@@ -112,16 +112,11 @@ class CsrSddmm:
     def bind(self, A, B, out) -> launch.Bound:
         """`run` on these A, B and out, checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)``
         launches and returns out, ``set_io(A, new_out)`` re-points out)."""
-        out, ln = self._launch(A, B, out)
-        bound = launch.Bound(A, out, 1)
-        if ln is not None:
-            fn, grid, block, args = ln[:4]
-            bound.add(fn, grid, block, args, out_at=5)
-        return bound
+        return launch._bind(A, *self._launch(A, B, out), vec_n=1)
 
     def _launch(self, A, B, out):
-        """(out, the launch tuple of kernels.launch._run or None when there is nothing to compute), after the
-        checks; out made when None, zero-filled here when Kd = 0."""
+        """(out, the launch tuple of kernels.launch._run / _bind, out at argument 5, or None when there is nothing
+        to compute), after the checks; out made when None, zero-filled here when Kd = 0."""
         import cupy
 
         self._check(A, "A", self.shape[0])
@@ -145,7 +140,7 @@ class CsrSddmm:
         fn = launch.function(f"csr_sddmm_{SUFFIX[self.precision.name]}_t{team}", self.config, SOURCE)
         g, block = grid(self.nnz, team, self.config)
         return out, (fn, g, block, (self.rows, self.indices, self.values, A, B, out, np.int64(self.nnz),
-                                    np.int64(Kd), np.int32(flags)), 0)
+                                    np.int64(Kd), np.int32(flags)), 0, None, 5, None)
 
 
 class CsrSddmmOperator:

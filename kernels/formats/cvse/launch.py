@@ -366,12 +366,7 @@ def sddmm(dm: CvseArrays, A, B, out=None, config: CvseConfig = CVSE_CONFIG, *, d
 def bind_sddmm(dm: CvseArrays, A, B, out, config: CvseConfig = CVSE_CONFIG, *, dest=None) -> launch.Bound:
     """`sddmm` on these A, B and out (given), checked and packed once (kernels.launch.Bound: ``bound(stream_ptr)``
     launches it and returns out; ``set_io(A, new_out)`` re-points out)."""
-    out, ln = _sddmm_launch(dm, A, B, out, config, dest)
-    bound = launch.Bound(A, out, 1)
-    if ln is not None:
-        fn, grid, block, args = ln[:4]
-        bound.add(fn, grid, block, args, out_at=5)
-    return bound
+    return launch._bind(A, *_sddmm_launch(dm, A, B, out, config, dest), vec_n=1)
 
 
 def scatter_map(gather: np.ndarray, slots: int) -> np.ndarray | None:
@@ -387,8 +382,8 @@ def scatter_map(gather: np.ndarray, slots: int) -> np.ndarray | None:
 
 
 def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig, dest=None, nnz: int | None = None):
-    """(out, the launch tuple of kernels.launch._run or None when there is nothing to compute), after the checks;
-    out made when None, zero-filled here when Kd = 0."""
+    """(out, the launch tuple of kernels.launch._run / _bind, out at argument 5, or None when there is nothing to
+    compute), after the checks; out made when None, zero-filled here when Kd = 0."""
     import cupy
 
     want = as_precision(dm.precision).storage_dtype
@@ -420,4 +415,4 @@ def _sddmm_launch(dm: CvseArrays, A, B, out, config: CvseConfig, dest=None, nnz:
     name = kernel_name("sddmm", dm.precision, dm.vector) + ("" if dest is None else "_s")  # "_s": through dest
     args = (dm.vec_ptr, dm.indices, dm.data, A, B, out, np.int64(n_rows), np.int64(Kd), np.int32(flags))
     return out, (launch.function(name, config, SDDMM_SOURCE), grid, block,
-                 args if dest is None else (*args, dest), 0)
+                 args if dest is None else (*args, dest), 0, None, 5, None)
