@@ -99,14 +99,16 @@ class SparseOp:
         return found
 
     # ---- products -----------------------------------------------------------------------------------------------
-    def matmul(self, X: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-        """A @ X (A.T @ X with ``transpose``), X 2-D."""
+    def matmul(self, X: torch.Tensor, transpose: bool = False, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """A @ X (A.T @ X with ``transpose``), X 2-D; ``+ bias`` (a row added to every row, in the dtype both promote
+        to: `add_bias`) where given, on CUDA in the pass that restores a permuted plan's row order where it can."""
         self._check(X, self.shape[0] if transpose else self.shape[1], "X")
         if X.device.type == "cpu":
             cd = _cpu_dtype(X.dtype)
             out = self._cpu_matrix(_NP[cd], transpose) @ X.detach().to(cd).contiguous().numpy()
-            return torch.from_numpy(np.ascontiguousarray(out)).to(X.dtype)
-        return self._engine(X.device).matmul(X, transpose)
+            out = torch.from_numpy(np.ascontiguousarray(out)).to(X.dtype)
+            return out if bias is None else add_bias(out, bias)
+        return self._engine(X.device).matmul(X, transpose, bias)
 
     def matmul_values(self, values: torch.Tensor, X: torch.Tensor, transpose: bool = False) -> torch.Tensor:
         """A_v @ X where A_v has A's pattern and ``values`` (in A's CSR order) as its data: values [nnz], or
@@ -211,6 +213,11 @@ class SparseOp:
 
                 engine = self._gpu[dev] = GpuEngine(self, dev)
         return engine
+
+
+def add_bias(out: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``out + bias`` (a new product's out, which nothing else holds), in place where out's dtype holds the sum."""
+    return out.add_(bias) if torch.promote_types(out.dtype, bias.dtype) == out.dtype else out + bias
 
 
 def as_float32(X: torch.Tensor) -> torch.Tensor:

@@ -75,7 +75,8 @@ def _autocast_operands(*tensors):
 class _LinearSpmm(torch.autograd.Function):
     """``A @ (X @ W.T) + b``: the mm and its gradients as torch's linear and mm backward compute them (the same
     calls, so the same bits as the composition ``spmm(op, F.linear(X, W)) + b``), the product and its transpose as
-    `_Spmm`'s, the bias's gradient the column sums of g; one node of host work instead of four."""
+    `_Spmm`'s, the bias's gradient the column sums of g (`column_sums`: for a wide float32 g a ones product, not
+    the composition's bits); one node of host work instead of four."""
 
     @staticmethod
     @_fwd
@@ -85,10 +86,7 @@ class _LinearSpmm(torch.autograd.Function):
         H = Xc.mm(Wc.t())
         ctx.save_for_backward(Xc, Wc)
         ctx.h_dtype = H.dtype
-        out = op.matmul(H)  # a new tensor of H's dtype
-        if bias is None:
-            return out
-        return out.add_(bias) if torch.promote_types(out.dtype, bias.dtype) == out.dtype else out + bias
+        return op.matmul(H, bias=bias)  # a new tensor of H's dtype (+ bias: its promotion with the bias's)
 
     @staticmethod
     @_bwd
@@ -99,8 +97,49 @@ class _LinearSpmm(torch.autograd.Function):
         # torch's mm backward for X @ W.t() (X row-major, W.t() column-major): dX = dH W, dW = dH.t() X
         dX = dH.mm(Wc).to(x_dtype) if need[0] else None
         dW = dH.t().mm(Xc).to(w_dtype) if need[1] else None
-        db = g.sum(0).to(b_dtype) if need[2] else None
+        db = column_sums(g).to(b_dtype) if need[2] else None
         return dX, dW, db, None
+
+
+# The bias gradient (column sums of g [n, F]) as the product ones[1, n] @ g: cuBLAS reads g's rows whole, once, where
+# torch's g.sum(0) reduces across rows; on the H200 (float32, us per call): [160k, 128] 149 -> 25, [200k, 128]
+# 173 -> 32, [1M, 128] 293 -> 126, [8192, 128] 18 -> 15; with 16 columns sum(0) is the faster ([160k, 16] 27 vs
+# 43), hence COLUMN_SUMS_MM_MIN (docs/kernels-notes.md, "Session 39"). Only where that product is an IEEE float32
+# one: a TF32 matmul would round g to 10 significant bits, and under autocast (a backward runs under its forward's)
+# the mm would run in 16 bits; there, and for 16-bit g, sum(0), which accumulates in float32. Repeatable bit for bit (cuBLAS's documented run-to-run reproducibility on one GPU), not
+# bitwise sum(0)'s: another summation order, the same float32 accuracy (relative gap <= 1e-6 in those runs).
+COLUMN_SUMS_MM_MIN = 64
+_ONES: dict = {}  # (device, n) -> ones [1, n], float32: made on an eager call, reused (a captured step reads it)
+
+
+def column_sums(g: torch.Tensor) -> torch.Tensor:
+    """``g.sum(0)`` of a 2-D g, on CUDA float32 with at least COLUMN_SUMS_MM_MIN columns and IEEE float32 matmuls
+    as ``ones @ g`` (the comment above)."""
+    if not (g.is_cuda and g.dtype == torch.float32 and g.ndim == 2 and g.shape[1] >= COLUMN_SUMS_MM_MIN
+            and _ieee_matmul() and not torch.is_autocast_enabled("cuda")):  # (autocast would run the mm in 16 bits)
+        return g.sum(0)
+    key = (g.device, int(g.shape[0]))
+    ones = _ONES.get(key)
+    if ones is None:
+        if torch.cuda.is_current_stream_capturing():  # a capture's allocation is its graph's: not kept
+            return g.sum(0)
+        ones = _ONES[key] = torch.ones((1, key[1]), dtype=torch.float32, device=g.device)
+        torch.cuda.current_stream(g.device).synchronize()  # synchronize! once per (device, n): filled for any stream
+    return ones.mm(g).view(-1)
+
+
+def _ieee_matmul() -> bool:
+    """Whether torch's CUDA float32 matmuls run in IEEE float32 (no TF32): torch >= 2.9's ``fp32_precision`` of
+    cuBLAS matmuls ("none" defers to the backends-wide one, whose "none" is IEEE: torch 2.11 reads "none" at both
+    by default, and "tf32" after ``torch.backends.cuda.matmul.fp32_precision = "tf32"``), else ``allow_tf32``
+    (whose getter raises in torch 2.11 once the new setting was used)."""
+    matmul = torch.backends.cuda.matmul
+    prec = getattr(matmul, "fp32_precision", None)
+    if prec is None:
+        return not matmul.allow_tf32
+    if prec == "none":
+        prec = getattr(torch.backends, "fp32_precision", "none")
+    return prec in ("ieee", "none")
 
 
 def _binary(name: str, product, grad_a, grad_b):

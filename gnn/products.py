@@ -53,9 +53,12 @@ class PlanProduct:
 
     ``plan``: an ``SpmmPlan`` (GPU or CPU path); ``inverse``: None, or for a plan on A[perm] the inverse
     permutation (``inverse[perm[r]] = r``) as a long tensor on X's device, so that ``out = C[inverse]``.
+    ``bias``: a float32 [N] tensor added to every row of out in the gather's pass (kernels.gather.bias_fits: a
+    permuted plan on CUDA, float32 out, N % 4 == 0); ``adds_bias`` says whether this product does (else the caller
+    adds it), and each call passes the bias it means (a new tensor there re-binds the gather, not the product).
     Counters (read by the tests and benchmarks/gnn.py): ``binds`` (1), ``rebinds`` (re-pointings), ``calls``."""
 
-    def __init__(self, plan, X: torch.Tensor, inverse: torch.Tensor | None = None):
+    def __init__(self, plan, X: torch.Tensor, inverse: torch.Tensor | None = None, bias: torch.Tensor | None = None):
         self.plan, self.inverse = plan, inverse
         self.shape = (plan.shape[0], int(X.shape[1]))
         self.device = X.device
@@ -66,15 +69,29 @@ class PlanProduct:
         self.call = plan.bind(array_view(X), array_view(first_out))
         self.kernel = self.call.kernel
         self.fused = self.C is not None and self.device.type == "cuda"  # the gather inside the bound call
+        self.adds_bias, self._bias_ptr = False, None
         if self.fused:
-            from kernels.calls import gathered
-
             first_out = self._empty()
-            self.call = gathered(self.call, array_view(X), array_view(self.C), array_view(inverse),
-                                 array_view(first_out))
+            self._product = self.call
+            self.adds_bias = bias is not None and self._bias_fits(bias, first_out)
+            self._gather(X, first_out, bias if self.adds_bias else None)
         self._ptrs = (X.data_ptr(), first_out.data_ptr())
         self._views: dict = {}  # data pointer -> array_view: a layer's forward and backward X come back each epoch
         self.binds, self.rebinds, self.calls = 1, 0, 0
+
+    def _bias_fits(self, bias: torch.Tensor, out: torch.Tensor) -> bool:
+        from kernels.gather import bias_fits
+
+        return bias.is_contiguous() and bias.device == self.device and \
+            bias_fits(array_view(self.C), array_view(out), array_view(bias.detach()))
+
+    def _gather(self, X: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """The plan's bound product followed by the gather (+ bias) into out, as this product's call."""
+        from kernels.calls import gathered
+
+        self.call = gathered(self._product, array_view(X), array_view(self.C), array_view(self.inverse),
+                             array_view(out), None if bias is None else array_view(bias.detach()))
+        self._bias_ptr = None if bias is None else bias.data_ptr()
 
     def _view(self, t: torch.Tensor):
         ptr = t.data_ptr()
@@ -88,11 +105,16 @@ class PlanProduct:
     def _empty(self) -> torch.Tensor:
         return torch.empty(self.shape, dtype=self.out_dtype, device=self.device)
 
-    def __call__(self, X: torch.Tensor, stream=None) -> torch.Tensor:
-        """``A @ X`` on ``stream`` (a CuPy stream object; None: CuPy's current one)."""
+    def __call__(self, X: torch.Tensor, stream=None, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``A @ X`` (``+ bias`` where this product `adds_bias`: the bias of this call) on ``stream`` (a CuPy
+        stream object; None: CuPy's current one)."""
         out = self.C if self.C is not None and not self.fused else self._empty()
         ptrs = (X.data_ptr(), out.data_ptr())
-        if ptrs != self._ptrs:  # torch's allocator moved a buffer: re-point the bound launch (no rebuild)
+        if self.adds_bias and bias.data_ptr() != self._bias_ptr:  # another bias tensor: the gather bound anew
+            self._gather(X, out, bias)
+            self._ptrs = ptrs
+            self.rebinds += 1
+        elif ptrs != self._ptrs:  # torch's allocator moved a buffer: re-point the bound launch (no rebuild)
             self.call.set_io(self._view(X), self._view(out))
             self._ptrs = ptrs
             self.rebinds += 1

@@ -192,9 +192,11 @@ class _Gathered:
         return self.gather(stream_ptr)
 
 
-def gathered(call: Call, B, C, index, out) -> Call:
+def gathered(call: Call, B, C, index, out, bias=None) -> Call:
     """``call`` (``plan.bind(B, C)``: C = A[perm] @ B) followed by ``out[i] = C[index[i]]`` (index: the inverse
-    permutation, int64 on the device), as one `Call` returning out: ``set_io(B, out)`` re-points B and out (C stays
-    the product's own), and from AUTO_GRAPH_AFTER calls on one graph holds both launches."""
-    gather, word = row_gather.bind_rows(C, index, out)
+    permutation, int64 on the device; ``+ bias`` in the same pass where given, `kernels.gather.bias_fits`), as one
+    `Call` returning out: ``set_io(B, out)`` re-points B and out (C stays the product's own), and from
+    AUTO_GRAPH_AFTER calls on one graph holds both launches."""
+    gather, word = row_gather.bind_rows(C, index, out, bias)
+    call.bound.set_io(B, C)  # the product on this B: a call bound before may have been re-pointed since
     return Call(_Gathered(call.bound, gather, C, word), out, call.choice, call.graphs, ptrs=(B.data.ptr, out.data.ptr))

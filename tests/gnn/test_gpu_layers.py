@@ -217,23 +217,69 @@ def test_layers_forward_and_backward_match_the_cpu_float64_path(layer):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_linear_spmm_on_cuda_is_the_composition_bitwise(dtype):
+@pytest.mark.parametrize("F_out", [32, 128])
+def test_linear_spmm_on_cuda_is_the_composition_bitwise(dtype, F_out):
     """gnn.linear_spmm (GCNConv's one node) on CUDA against spmm(op, F.linear(X, W)) + b: the same bits forward and
     in every gradient, in float32 and under autocast (the mm in 16 bits, its casts saved; the output float32
-    through the float32 bias), with a row permutation and a rectangular A."""
+    through the float32 bias), with a row permutation and a rectangular A; except, without autocast, the bias
+    gradient of a g of COLUMN_SUMS_MM_MIN or more columns, taken as ones @ g (`gnn.functional.column_sums`):
+    float32's accuracy, another order. float32: the bias added in the gather's pass, also after a new bias."""
+    from gnn.functional import COLUMN_SUMS_MM_MIN
+
     A = sp.csr_array(graph(n=800, deg=8, seed=9)[:, :600])
     op = gnn.SparseOp(A, np.random.default_rng(9).permutation(800))
     torch.manual_seed(2)
     X = torch.randn(600, 64, device=CUDA, requires_grad=True)
-    W = torch.randn(32, 64, device=CUDA, requires_grad=True)
-    b = torch.randn(32, device=CUDA, requires_grad=True)
-    up = torch.randn(800, 32, device=CUDA)
+    W = torch.randn(F_out, 64, device=CUDA, requires_grad=True)
+    b = torch.randn(F_out, device=CUDA, requires_grad=True)
+    up = torch.randn(800, F_out, device=CUDA)
     with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
         fused = gnn.linear_spmm(op, X, W, b)
         composed = gnn.spmm(op, torch.nn.functional.linear(X, W)) + b
     assert fused.dtype == composed.dtype == torch.float32 and torch.equal(fused, composed)
-    for a, e in zip(torch.autograd.grad(fused, (X, W, b), up), torch.autograd.grad(composed, (X, W, b), up)):
-        assert a.dtype == torch.float32 and torch.equal(a, e)
+    got, want = torch.autograd.grad(fused, (X, W, b), up), torch.autograd.grad(composed, (X, W, b), up)
+    for name, a, e in zip("XWb", got, want):
+        assert a.dtype == torch.float32, name
+        if name == "b" and F_out >= COLUMN_SUMS_MM_MIN and dtype == torch.float32:  # the ones product
+            assert rel(a.cpu(), up.double().sum(0).cpu()) < 1e-6, name
+        else:
+            assert torch.equal(a, e), name
+    fused_bias = [p.adds_bias for p in op._engine(CUDA)._products.values()]
+    assert any(fused_bias) == (dtype == torch.float32)  # float32: the bias in the gather's pass
+    if dtype == torch.float32:  # another bias tensor: the gather bound anew, the same bits as the composition
+        b2 = torch.randn(F_out, device=CUDA)
+        for _ in range(3):
+            assert torch.equal(gnn.linear_spmm(op, X, W, b2), gnn.spmm(op, torch.nn.functional.linear(X, W)) + b2)
+
+
+def test_column_sums_are_a_ones_product_where_float32_and_wide_and_torchs_sum_elsewhere(monkeypatch):
+    """`gnn.functional.column_sums`: float32 with COLUMN_SUMS_MM_MIN or more columns and IEEE float32 matmuls
+    (torch's default) through ones @ g, within float32 accuracy of float64's sums and the same bits on every
+    call; fewer columns, 16-bit g, autocast or TF32 matmuls: g.sum(0) itself."""
+    from gnn import functional as fn
+
+    torch.manual_seed(3)
+    g = torch.randn(20000, 128, device=CUDA)
+    assert fn._ieee_matmul()
+    got = fn.column_sums(g)
+    assert (g.device, 20000) in fn._ONES
+    assert got.shape == (128,) and rel(got.cpu(), g.double().sum(0).cpu()) < 1e-6
+    assert all(torch.equal(fn.column_sums(g), got) for _ in range(3))
+    narrow, half = g[:, :fn.COLUMN_SUMS_MM_MIN - 1].contiguous(), g.to(torch.bfloat16)
+    assert torch.equal(fn.column_sums(narrow), narrow.sum(0)) and torch.equal(fn.column_sums(half), half.sum(0))
+    with torch.autocast("cuda", dtype=torch.bfloat16):  # the mm would run in 16 bits there
+        assert torch.equal(fn.column_sums(g), g.sum(0))
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: TF32 matmuls asked for the new way
+        before = matmul.fp32_precision
+        matmul.fp32_precision = "tf32"
+        try:
+            assert not fn._ieee_matmul() and torch.equal(fn.column_sums(g), g.sum(0))
+        finally:
+            matmul.fp32_precision = before
+        assert fn._ieee_matmul()
+    monkeypatch.setattr(fn, "_ieee_matmul", lambda: False)
+    assert torch.equal(fn.column_sums(g), g.sum(0))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -112,21 +112,24 @@ def test_cpu_plan_bind_writes_into_out_and_repoints():
 
 
 def test_a_gathered_call_repoints_the_product_at_its_own_c_and_the_gather_at_out(monkeypatch):
-    """kernels.calls.gathered: set_io(B, out) re-points the product at (B, C), C fixed, and the gather at (C, out);
+    """kernels.calls.gathered: the product pointed at (B, C) when the call is made (the plan's call may have been
+    re-pointed since its bind); set_io(B, out) re-points the product at (B, C), C fixed, and the gather at (C, out);
     one call launches the product, then the gather; an out off the gather's word alignment is refused."""
     import kernels.gather
 
     gather = FakeBound()
-    monkeypatch.setattr(kernels.gather, "bind_rows", lambda C, index, out: (gather, 16))
+    monkeypatch.setattr(kernels.gather, "bind_rows", lambda C, index, out, bias=None: (gather, 16))
     product = FakeBound()
     order = []
     product.__class__ = type("P", (FakeBound,), {"__call__": lambda self, s: order.append("product")})
     gather.__class__ = type("G", (FakeBound,), {"__call__": lambda self, s: order.append("gather")})
     call = calls.gathered(calls.Call(product, buf(0x200), {"kernel": "k"}, False, ptrs=(0x100, 0x200)),
                           buf(0x100), buf(0x200), buf(0x300), buf(0x400))
+    assert product.io == [(0x100, 0x200)]
     assert call().data.ptr == 0x400 and order == ["product", "gather"]
     call.set_io(buf(0x110), buf(0x500))
-    assert product.io == [(0x110, 0x200)] and gather.io == [(0x200, 0x500)] and call.ret.data.ptr == 0x500
+    assert product.io == [(0x100, 0x200), (0x110, 0x200)] and gather.io == [(0x200, 0x500)]
+    assert call.ret.data.ptr == 0x500
     with pytest.raises(ValueError, match="not 16-byte aligned"):
         call.set_io(buf(0x110), buf(0x508))
     assert call.kernel == "k"

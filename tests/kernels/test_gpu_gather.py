@@ -12,7 +12,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:  # pragma: no cover - CuPy installed
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from kernels import calls  # noqa: E402
-from kernels.gather import bind_rows, word_bytes  # noqa: E402
+from kernels.gather import bias_fits, bind_rows, word_bytes  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype,n,word", [("float32", 128, 16), ("float32", 3, 4), ("uint16", 3, 2),
@@ -33,6 +33,35 @@ def test_rows_gathered_bitwise_in_each_word(dtype, n, word):
     bound(cupy.cuda.get_current_stream().ptr)
     np.testing.assert_array_equal(cupy.asnumpy(out2).view(np.uint8), host[::-1][index].view(np.uint8))
     np.testing.assert_array_equal(cupy.asnumpy(out).view(np.uint8), host[index].view(np.uint8))
+
+
+def test_rows_gathered_with_a_bias_row_added_as_one_float32_add():
+    """bind_rows with a bias: out[i] = C[index[i]] + bias, the bits of the gather followed by out += bias; re-pointed
+    by set_io with the bias kept; refused where the bias cannot ride 16-byte float32 words."""
+    rng = np.random.default_rng(5)
+    m, k, n = 41, 33, 24
+    host = rng.standard_normal((m, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    C, bias = cupy.asarray(host), cupy.asarray(b)
+    index = rng.integers(0, m, size=k)
+    out = cupy.empty((k, n), cupy.float32)
+    assert bias_fits(C, out, bias)
+    bound, w = bind_rows(C, cupy.asarray(index, dtype=cupy.int64), out, bias)
+    assert w == 16
+    bound(cupy.cuda.get_current_stream().ptr)
+    want = cupy.asarray(host[index])
+    want += bias  # the gather, then one float32 add per element
+    np.testing.assert_array_equal(cupy.asnumpy(out), cupy.asnumpy(want))
+    C2, out2 = cupy.asarray(host[::-1].copy()), cupy.empty_like(out)
+    bound.set_io(C2, out2)
+    bound(cupy.cuda.get_current_stream().ptr)
+    np.testing.assert_array_equal(cupy.asnumpy(out2), host[::-1][index] + b)
+    for bad_C, bad_out, bad_bias in ((C[:, :22], cupy.empty((k, 22), cupy.float32), bias[:22]),  # 22 % 4
+                                     (C, out, bias[1:].copy()), (C, out, bias.astype(cupy.float16)),
+                                     (C, out, cupy.empty(n + 1, cupy.float32)[1:])):  # 4 bytes off 16
+        assert not bias_fits(cupy.ascontiguousarray(bad_C), bad_out, bad_bias)
+    with pytest.raises(ValueError, match="float32 rows of whole 16-byte words"):
+        bind_rows(C, cupy.asarray(index, dtype=cupy.int64), out, cupy.empty(n + 1, cupy.float32)[1:])
 
 
 def test_bad_operands_refused_in_one_line():
@@ -78,3 +107,10 @@ def test_a_gathered_plan_call_equals_the_product_indexed_and_replays(dtype):
     shifted = cupy.empty(n * 64 + 1, cupy.float32)[1:].reshape(n, 64)  # 4 bytes past an allocation's start
     with pytest.raises(ValueError, match="not 16-byte aligned"):
         call.set_io(B2, shifted)
+    bias = cupy.asarray(rng.standard_normal(64).astype(np.float32))
+    with_bias = calls.gathered(plan.bind(B, C), B, C, cupy.asarray(inverse, dtype=cupy.int64), out, bias)
+    for _ in range(calls.AUTO_GRAPH_AFTER + 2):  # replayed: the bias read at each replay
+        with_bias()
+    want = cupy.asarray(want)
+    want += bias
+    np.testing.assert_array_equal(cupy.asnumpy(out), cupy.asnumpy(want))
