@@ -111,16 +111,23 @@ class SpmmPlan:
             self.timings["format_ranking_s"] = self.ranking.get("ranking_s", 0.0)
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._op_kw = {"balance": balance, "autotune": autotune, "allow_cusparse": not self.deterministic}
+        # fallback kernels of the formats' records, unless a candidate format runs them already ("auto"); timed
+        # against a timed choice, so their operators' host work (`prepare`) starts now, beside the formats' builds
+        self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks}
+                                 - {k for f in self.formats for k in f.device_class().kernels})
+        self._by_kernel: dict = {}
+        if self.autotune is not False:
+            for kernel in self._fallbacks:  # (an operator without `prepare` is still built on first use only)
+                owner = _owner(kernel)
+                if owner is not None and hasattr(owner.device_class(), "prepare"):
+                    self._op(kernel).prepare()
         self._ops = {f.name: f.device_class()(A if given else self._csr, self.precision, config, calibration,
                                               **self._op_kw) for f in self.formats}
         for name, ops in self._ops.items():
             self.timings.update(ops.timings if len(self._ops) == 1 else {f"{name}:{k}": v
                                                                         for k, v in ops.timings.items()})
         baselines = [cls(self._csr_of, self.precision) for cls in BASELINES]
-        self._by_kernel = {k: op for op in (*self._ops.values(), *baselines) for k in op.kernels}
-        # fallback kernels of the formats' records, unless a candidate format runs them already ("auto")
-        self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks} - {k for op in self._ops.values()
-                                                                                for k in op.kernels})
+        self._by_kernel.update({k: op for op in (*self._ops.values(), *baselines) for k in op.kernels})
 
     @property
     def choice(self) -> Choice:
@@ -155,7 +162,7 @@ class SpmmPlan:
         it (a fallback, or ``run(kernel=...)``), built on first use on A's CSR."""
         op = self._by_kernel.get(kernel)
         if op is None:
-            owner = next((f for f in REGISTRY.values() if kernel in f.device_class().kernels), None)
+            owner = _owner(kernel)
             if owner is None:
                 raise ValueError(f"kernel {kernel!r} belongs to none of this plan's operators nor a registered "
                                  f"format's; known here: {', '.join(sorted(self._by_kernel))}")
@@ -318,6 +325,11 @@ class SpmmPlan:
         ms = self._time(k, Bd, repeats=repeats, warmup=warmup, target_ms=launch.TARGET_MS, how="graph")
         return {"kernel": k, "median_ms": ms, "repeats": repeats, "N": N,
                 "gflops": 2.0 * self.nnz * N / (ms * 1e-3) / 1e9}
+
+
+def _owner(kernel: str):
+    """The registered format whose device operator lists ``kernel``, or None."""
+    return next((f for f in REGISTRY.values() if kernel in f.device_class().kernels), None)
 
 
 def gpu_ready(formats: list, asked: str) -> list:

@@ -188,6 +188,63 @@ def reference(A, B, seg: Segments) -> np.ndarray:
     return C
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What `CsrRows` derives from A's row pointer on the host, before any upload (`Layout.of`): the launch walk,
+    the row pieces and the long rows' workspace rows. NumPy only (no device call), so it can be made on another
+    thread while the device is busy (`CsrDevice.prepare`)."""
+
+    shape: tuple  # C's rows (n_rows) and A's columns
+    packs: bool  # float32 A over B's per-call 16-bit copy (csr_pack_b) where `tune` finds it faster than "rows"
+    walk: np.ndarray | None  # the launch order of A's rows (`walk_order`), None: A's own
+    indptr: np.ndarray  # int64 row pointer of A's rows in walk order
+    seg: Segments
+    seg_row: np.ndarray  # int32 [S]: the row of C each piece writes
+    fix_row: np.ndarray  # int32: the long rows' rows of C, then the copied rows
+    fix_ptr: np.ndarray  # int32: their workspace rows
+    slot_long: np.ndarray  # int32: each workspace row's long row (csr_rows' in-kernel piece sums)
+    copy_slot0: int  # the first workspace row copied to C
+    n_copy: int
+    n_split: int  # long rows cut into pieces
+    tail0: int  # the pair mappings' tail of short segments
+
+    @classmethod
+    def of(cls, A, precision, config: CsrConfig = CSR_CONFIG, *, rows=None, n_rows: int | None = None,
+           copy_rows=None) -> "Layout":
+        """The layout of canonical CSR ``A`` (`CsrRows`' arguments)."""
+        p = as_precision(precision)
+        shape = (int(A.shape[0]) if n_rows is None else int(n_rows), int(A.shape[1]))
+        if shape[1] > INT32_MAX or shape[0] > INT32_MAX:
+            raise ValueError(f"A has shape {shape}; the CSR kernel takes int32 row and column ids")
+        if rows is not None:
+            rows = np.asarray(rows, dtype=np.int64)
+            if rows.shape != (int(A.shape[0]),) or (rows.size and (rows.min() < 0 or rows.max() >= shape[0])):
+                raise ValueError(f"rows has shape {rows.shape} in {rows.min() if rows.size else 0}.."
+                                 f"{rows.max() if rows.size else 0}, expected one row of C (< {shape[0]}) "
+                                 f"per row of A ({int(A.shape[0])})")
+        packs = p.name == "float32" and config.half_b
+        walk = walk_order(A.indptr, config.walk_heavy(p.half or packs))
+        indptr = np.asarray(A.indptr, dtype=np.int64)
+        if walk is not None:  # A's rows in launch order, each still writing its own row of C
+            indptr = ordered_ptr(indptr, walk)
+            rows = walk if rows is None else rows[walk]
+        seg = segments(indptr, config.seg_len)
+        seg_row, fix_row, fix_ptr = seg.seg_row, seg.fix_row, seg.fix_ptr
+        if rows is not None:
+            seg_row, fix_row = rows[seg_row].astype(np.int32), rows[fix_row].astype(np.int32)
+        copy_rows = np.zeros(0, dtype=np.int64) if copy_rows is None else np.asarray(copy_rows, dtype=np.int64)
+        n_copy, n_split = int(copy_rows.shape[0]), int(fix_row.shape[0])
+        # csr_rows sums a long row's pieces itself (its last piece to finish): each workspace row's long row, and
+        # per N a count of finished pieces per (long row, column chunk) that the kernel leaves at zero
+        slot_long = np.repeat(np.arange(n_split, dtype=np.int32), np.diff(fix_ptr))
+        if n_copy:
+            fix_row = np.concatenate([fix_row, copy_rows.astype(np.int32)])
+            fix_ptr = np.concatenate([fix_ptr, fix_ptr[-1] + np.arange(1, n_copy + 1, dtype=np.int32)])
+        tail0 = short_tail(seg.seg_ptr, config.tail_short) if p.half or packs else 0
+        return cls(shape, packs, walk, indptr, seg, seg_row, fix_row, fix_ptr, slot_long, seg.n_slots, n_copy,
+                   n_split, tail0)
+
+
 class CsrRows:
     """A (canonical CSR: SciPy) on the current device in ``precision``'s storage type, with its row pieces.
 
@@ -201,42 +258,19 @@ class CsrRows:
     hub rows first for float32 without it), which changes no bit of C."""
 
     def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG, *, rows=None, n_rows: int | None = None,
-                 copy_rows=None):
+                 copy_rows=None, layout: "Layout | None" = None):
+        """``layout``: `Layout.of` the same arguments, made before (on another thread: `CsrDevice.prepare`)."""
         import cupy
 
         self.precision, self.config = as_precision(precision), config
-        self.shape = (int(A.shape[0]) if n_rows is None else int(n_rows), int(A.shape[1]))
-        if self.shape[1] > INT32_MAX or self.shape[0] > INT32_MAX:
-            raise ValueError(f"A has shape {self.shape}; the CSR kernel takes int32 row and column ids")
-        if rows is not None:
-            rows = np.asarray(rows, dtype=np.int64)
-            if rows.shape != (int(A.shape[0]),) or (rows.size and (rows.min() < 0 or rows.max() >= self.shape[0])):
-                raise ValueError(f"rows has shape {rows.shape} in {rows.min() if rows.size else 0}.."
-                                 f"{rows.max() if rows.size else 0}, expected one row of C (< {self.shape[0]}) "
-                                 f"per row of A ({int(A.shape[0])})")
         p = self.precision
-        # float32 A over B's per-call 16-bit copy (csr_pack_b) where `tune` finds it faster than "rows"
-        self.packs = p.name == "float32" and config.half_b
-        walk = walk_order(A.indptr, config.walk_heavy(p.half or self.packs))
-        indptr = np.asarray(A.indptr, dtype=np.int64)
-        if walk is not None:  # A's rows in launch order, each still writing its own row of C
-            indptr = ordered_ptr(indptr, walk)
-            rows = walk if rows is None else rows[walk]
-        seg = segments(indptr, config.seg_len)
-        seg_row, fix_row, fix_ptr = seg.seg_row, seg.fix_row, seg.fix_ptr
-        if rows is not None:
-            seg_row, fix_row = rows[seg_row].astype(np.int32), rows[fix_row].astype(np.int32)
-        copy_rows = np.zeros(0, dtype=np.int64) if copy_rows is None else np.asarray(copy_rows, dtype=np.int64)
-        self.copy_slot0, self.n_copy = seg.n_slots, int(copy_rows.shape[0])  # the workspace rows copied to C
-        # csr_rows sums a long row's pieces itself (its last piece to finish): each workspace row's long row, and
-        # per N a count of finished pieces per (long row, column chunk) that the kernel leaves at zero
-        self.n_split = int(fix_row.shape[0])
-        slot_long = np.repeat(np.arange(self.n_split, dtype=np.int32), np.diff(fix_ptr))
-        if self.n_copy:
-            fix_row = np.concatenate([fix_row, copy_rows.astype(np.int32)])
-            fix_ptr = np.concatenate([fix_ptr, fix_ptr[-1] + np.arange(1, self.n_copy + 1, dtype=np.int32)])
+        lay = layout if layout is not None else Layout.of(A, p, config, rows=rows, n_rows=n_rows, copy_rows=copy_rows)
+        self.shape, self.packs = lay.shape, lay.packs
+        walk, indptr, seg = lay.walk, lay.indptr, lay.seg
+        seg_row, fix_row, fix_ptr, slot_long = lay.seg_row, lay.fix_row, lay.fix_ptr, lay.slot_long
+        self.copy_slot0, self.n_copy, self.n_split = lay.copy_slot0, lay.n_copy, lay.n_split
         self.n_segs, self.n_long, self.n_slots = int(seg_row.shape[0]), int(fix_row.shape[0]), int(fix_ptr[-1])
-        self.tail0 = short_tail(seg.seg_ptr, config.tail_short) if p.half or self.packs else 0  # the pair mappings'
+        self.tail0 = lay.tail0
         self.indices, self.data = upload_rows(A, walk, p, indptr)  # permuted to the walk, rounded on the device
         up = cupy.asarray
         self.seg_ptr, self.seg_row, self.seg_slot = up(seg.seg_ptr), up(seg_row), up(seg.seg_slot)

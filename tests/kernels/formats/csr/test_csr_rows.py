@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from kernel_cases import BASE_CASES
-from kernels.formats.csr.launch import CsrConfig, reference, segments
+from kernels.formats.csr.launch import CsrConfig, Layout, reference, segments, walk_order
 
 
 @pytest.mark.parametrize("seg_len", [1, 3, 256])
@@ -126,3 +126,28 @@ def test_row_gather_index_arithmetic(monkeypatch, chunk):
                                    A.indices.copy(), A.data.copy())
     want = A[order]
     assert np.array_equal(idx, want.indices) and np.array_equal(val, want.data)
+
+
+@pytest.mark.parametrize("p_name", ["float32", "float16"])
+def test_layout_maps_pieces_to_rows_of_c_and_puts_copied_rows_after_the_long_ones(p_name):
+    """Layout.of (what CsrRows uploads, made on the host alone): the walk of A's rows, its pieces each writing the row
+    of C its row maps to, the long rows' workspace rows in piece order, then one workspace row per copied row."""
+    rng = np.random.default_rng(4)
+    A = sp.random_array((60, 50), density=0.1, random_state=rng, format="csr", dtype=np.float32)
+    A = sp.csr_array(sp.vstack([A, sp.csr_array(np.ones((1, 50), np.float32))]))  # row 60: a hub of 50
+    rows = rng.permutation(80)[:61]  # A's row i writes C's row rows[i], C of 80 rows
+    copy = np.setdiff1d(np.arange(80), rows)[:5]
+    config = CsrConfig(seg_len=16)
+    lay = Layout.of(A, p_name, config, rows=rows, n_rows=80, copy_rows=copy)
+    walk = walk_order(A.indptr, config.walk_heavy(True))  # float32 with B's 16-bit copy walks by length too
+    assert lay.shape == (80, 50) and lay.packs == (p_name == "float32")
+    assert np.array_equal(lay.walk, walk) and lay.walk[0] == 60  # the hub first
+    seg = segments(lay.indptr, 16)
+    assert np.array_equal(lay.seg.seg_ptr, seg.seg_ptr)
+    assert np.array_equal(lay.seg_row, rows[walk][seg.seg_row])
+    assert lay.n_split == len(seg.fix_row) and np.array_equal(lay.fix_row[:lay.n_split], rows[walk][seg.fix_row])
+    assert np.array_equal(lay.fix_row[lay.n_split:], copy) and lay.n_copy == 5 and lay.copy_slot0 == seg.n_slots
+    assert np.array_equal(lay.fix_ptr[-6:], seg.n_slots + np.arange(6))
+    assert np.array_equal(lay.slot_long, np.repeat(np.arange(lay.n_split), np.diff(seg.fix_ptr)))
+    with pytest.raises(ValueError, match="one row of C"):
+        Layout.of(A, p_name, config, rows=rows[:-1], n_rows=80)
