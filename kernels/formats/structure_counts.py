@@ -44,7 +44,13 @@ if any(WINDOW % w or w & (w - 1) for w in BLOCK_WIDTHS):  # the key shifts of _c
 if VECTOR_ROWS[1:] != (2, 4, 8, WINDOW):  # the marker kernel's four levels
     raise RuntimeError(f"vector rows {VECTOR_ROWS} must be 1, 2, 4, 8 and the {WINDOW}-row window")
 CHUNK_NNZ = 1 << 22  # keys sorted per chunk of windows (32 MB of int64 keys), at most
-PARALLEL_NNZ = 1 << 18  # nonzeros counted per thread (below this many: one thread, no pool)
+PARALLEL_NNZ = 1 << 18  # nonzeros sorted per thread (below this many: one thread, no pool)
+# nonzeros counted per thread by markers: every window of a 1M-nonzero R-MAT / 3-D mesh on the H200's 16-core host
+# (one thread 15.5-15.8 ms) took 6.9 / 5.8 ms on 4 threads (1 << 18), 4.1 / 4.1 on 8 (1 << 17), 3.5 / 3.3 on 15-16
+# (1 << 16) (the kernel holds no GIL, unlike the sorts); at 1 << 16 one `auto` plan in six then spent 123 ms in
+# them (docs/kernels-notes.md "Session 39", not explained): 8 threads at 1M, most of the gain with half the threads
+# to wait for
+MARKER_PARALLEL_NNZ = 1 << 17
 CHUNKS_PER_THREAD = 4  # chunks per thread (a hub window's chunk does not leave the others idle)
 # markers: used while the columns are at most this many times the nonzeros counted (plus the slack): each chunk
 # fills (4 + 1/8 + 1/16) markers a column, which should stay below the counting work
@@ -119,8 +125,8 @@ def marker_counts(indptr, indices, n_rows: int, n_cols: int, windows: np.ndarray
     n_cols_k = max(int(n_cols), 1)
     block_cols = -(-n_cols_k // int(widths.min()))
     chunk_bytes = (4 * n_cols_k + widths.size * block_cols) * np.dtype(mark).itemsize
-    threads = min(usable_cpus(), -(-total // PARALLEL_NNZ), max(1, MARKER_BYTES // chunk_bytes)) \
-        if total >= PARALLEL_NNZ else 1
+    threads = min(usable_cpus(), -(-total // MARKER_PARALLEL_NNZ), max(1, MARKER_BYTES // chunk_bytes)) \
+        if total >= MARKER_PARALLEL_NNZ else 1
     cuts = window_chunks(ptr, -(-total // threads) if total else 1)
 
     def one(w0: int, w1: int) -> None:

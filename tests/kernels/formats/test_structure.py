@@ -167,13 +167,15 @@ def test_sampled_windows_carry_the_exact_counts_of_those_windows():
 
 
 def test_counting_window_chunks_on_threads_gives_the_one_thread_counts(monkeypatch):
-    """From PARALLEL_NNZ nonzeros the windows are counted in chunks on a thread pool, each chunk into its own
-    windows' slots: the same counts as one thread, sampled or not, a hub row included."""
+    """From PARALLEL_NNZ (sorting) or MARKER_PARALLEL_NNZ (markers) nonzeros the windows are counted in chunks on a
+    thread pool, each chunk into its own windows' slots: the same counts as one thread, sampled or not, a hub row
+    included."""
     from tasks.fetch.generators import generate
 
     A = sp.csr_array(generate("rmat", "scale=12&edge_factor=8&seed=5"))  # hub rows
     one = {s: structure(A, sample_nnz=s) for s in (None, 1 << 13)}
     monkeypatch.setattr(counts_module, "PARALLEL_NNZ", 64)
+    monkeypatch.setattr(counts_module, "MARKER_PARALLEL_NNZ", 64)
     monkeypatch.setattr(counts_module, "usable_cpus", lambda: 3)
     structure_module.forget()
     for s, expect in one.items():
@@ -183,8 +185,9 @@ def test_counting_window_chunks_on_threads_gives_the_one_thread_counts(monkeypat
             assert np.array_equal(got.windows.counts[key], counts), (s, key)
 
 
-def test_one_thread_per_parallel_nnz_at_most(monkeypatch):
-    """The pool gets one thread per PARALLEL_NNZ nonzeros counted, at most the usable CPUs."""
+def test_one_thread_per_parallel_nnz_at_most(monkeypatch, method):
+    """The pool gets one thread per PARALLEL_NNZ nonzeros sorted (MARKER_PARALLEL_NNZ counted by markers), at most
+    the usable CPUs."""
     from tasks.fetch.generators import generate
 
     A = sp.csr_array(generate("rmat", "scale=10&edge_factor=8&seed=5"))
@@ -194,9 +197,16 @@ def test_one_thread_per_parallel_nnz_at_most(monkeypatch):
     monkeypatch.setattr(counts_module, "usable_cpus", lambda: 16)
     for per_thread, expect in ((-(-A.nnz // 3), 3), (64, 16)):
         monkeypatch.setattr(counts_module, "PARALLEL_NNZ", per_thread)
+        monkeypatch.setattr(counts_module, "MARKER_PARALLEL_NNZ", per_thread)
         structure_module.forget()
         structure(A, sample_nnz=None)
         assert pools[-1] == expect, (per_thread, pools)
+    monkeypatch.setattr(counts_module, "PARALLEL_NNZ", 1 << 40)  # each method reads its own constant
+    monkeypatch.setattr(counts_module, "MARKER_PARALLEL_NNZ", 64)
+    structure_module.forget()
+    pools.clear()
+    structure(A, sample_nnz=None)
+    assert pools == ([16] if method == "markers" else []), pools
 
 
 def test_markers_and_sorting_count_the_same(method):
