@@ -106,8 +106,9 @@ class _LinearSpmm(torch.autograd.Function):
 # 173 -> 32, [1M, 128] 293 -> 126, [8192, 128] 18 -> 15; with 16 columns sum(0) is the faster ([160k, 16] 27 vs
 # 43), hence COLUMN_SUMS_MM_MIN (docs/kernels-notes.md, "Session 39"). Only where that product is an IEEE float32
 # one: a TF32 matmul would round g to 10 significant bits, and under autocast (a backward runs under its forward's)
-# the mm would run in 16 bits; there, and for 16-bit g, sum(0), which accumulates in float32. Repeatable bit for bit (cuBLAS's documented run-to-run reproducibility on one GPU), not
-# bitwise sum(0)'s: another summation order, the same float32 accuracy (relative gap <= 1e-6 in those runs).
+# the mm would run in 16 bits; there, and for 16-bit g, sum(0), which accumulates in float32. Repeatable bit for
+# bit (cuBLAS's documented run-to-run reproducibility on one GPU), not bitwise sum(0)'s: another summation order,
+# the same float32 accuracy (relative gap <= 1e-6 in those runs).
 COLUMN_SUMS_MM_MIN = 64
 _ONES: dict = {}  # (device, n) -> ones [1, n], float32: made on an eager call, reused (a captured step reads it)
 

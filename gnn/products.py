@@ -72,7 +72,7 @@ class PlanProduct:
         self.adds_bias, self._bias_ptr = False, None
         if self.fused:
             first_out = self._empty()
-            self._product = self.call
+            self._plan_call = self.call  # the plan's bound product, behind every gather bound here
             self.adds_bias = bias is not None and self._bias_fits(bias, first_out)
             self._gather(X, first_out, bias if self.adds_bias else None)
         self._ptrs = (X.data_ptr(), first_out.data_ptr())
@@ -89,7 +89,7 @@ class PlanProduct:
         """The plan's bound product followed by the gather (+ bias) into out, as this product's call."""
         from kernels.calls import gathered
 
-        self.call = gathered(self._product, array_view(X), array_view(self.C), array_view(self.inverse),
+        self.call = gathered(self._plan_call, array_view(X), array_view(self.C), array_view(self.inverse),
                              array_view(out), None if bias is None else array_view(bias.detach()))
         self._bias_ptr = None if bias is None else bias.data_ptr()
 

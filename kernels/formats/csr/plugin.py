@@ -15,9 +15,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from kernels.formats.contract import Choice, check_single_kernel
-from kernels.formats.csr.container import CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats, to_scipy
 from configs.threads import pool
+from kernels.formats.contract import Choice, check_single_kernel
+from kernels.formats.csr.container import (CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats,
+                                           to_scipy)
 from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows, Layout
 from kernels.formats.csr.sddmm import CSR_SDDMM_CONFIG, SDDMM
 from kernels.formats.csr.sddmm import SOURCE as SDDMM_SOURCE
@@ -56,12 +57,12 @@ class CsrDevice:
         builds and times its formats first, and the layout is ready by then (it took ~4 ms of a 1M-nonzero plan's
         CSR build on the H200's host, docs/kernels-notes.md "Session 39"). C is the same either way."""
         if self._rows is None and self._layout is None and sp.issparse(self._A):
-            self._layout = pool("csr-layout", 1).submit(Layout.of, sp.csr_array(self._A), self.precision, self.config)
+            self._layout = pool("csr-layout", 1).submit(Layout.of, self._A, self.precision, self.config)
 
     def _get(self):
         if self._rows is None:
             t0 = time.perf_counter()
-            A = sp.csr_array(self._A) if sp.issparse(self._A) else to_scipy(self._A)
+            A = self._A if sp.issparse(self._A) else to_scipy(self._A)
             layout = None if self._layout is None else self._layout.result()  # its error, if any, raised here
             self._rows = CsrRows(A, self.precision, self.config, layout=layout)
             self._layout = None
