@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from configs.threads import pool
 from kernels.operands import FLAG_VEC
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
@@ -86,6 +87,26 @@ def function(name: str, config, source: Path):
     fn = module(config, source).get_function(name)
     _FUNCTIONS[key] = (config, fn)  # holding config keeps its id from being reused by another object
     return fn
+
+
+def in_background(name: str, fn, *args):
+    """``fn(*args)`` on the one-thread pool ``name`` (configs.threads.pool), on the caller's current CUDA device:
+    its Future. A plan builds there what overlaps its structure statistics, which count on threads without the
+    GIL, and its fallback's arrays (kernels.spmm)."""
+    try:
+        import cupy
+
+        device = cupy.cuda.Device(cupy.cuda.runtime.getDevice())
+    except Exception:  # no CuPy or no driver: no device to carry over (a plan on a pretend GPU, in the CPU tests)
+        device = None
+
+    def on_device():
+        if device is None:
+            return fn(*args)
+        with device:
+            return fn(*args)
+
+    return pool(name, 1).submit(on_device)
 
 
 class Bound:

@@ -105,29 +105,53 @@ class SpmmPlan:
             self._choice = self._cpu.choice
             return
         self.formats = gpu_ready(self.formats, given or format)
-        if not given and format == "auto":  # build only the formats the cost estimates rank first
-            self.formats, self.ranking = select_formats(self._csr, self.formats, self.precision.name, auto_candidates,
-                                                        anchor=BASE_FORMAT)
-            self.timings["format_ranking_s"] = self.ranking.get("ranking_s", 0.0)
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self._op_kw = {"balance": balance, "autotune": autotune, "allow_cusparse": not self.deterministic}
-        # fallback kernels of the formats' records, unless a candidate format runs them already ("auto"); timed
-        # against a timed choice, so their operators' host work (`prepare`) starts now, beside the formats' builds
-        self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks}
-                                 - {k for f in self.formats for k in f.device_class().kernels})
+
+        def build(f):
+            return f.device_class()(A if given else self._csr, self.precision, config, calibration, **self._op_kw)
+
         self._by_kernel: dict = {}
-        if self.autotune is not False:
-            for kernel in self._fallbacks:  # (an operator without `prepare` is still built on first use only)
-                owner = _owner(kernel)
-                if owner is not None and hasattr(owner.device_class(), "prepare"):
-                    self._op(kernel).prepare()
-        self._ops = {f.name: f.device_class()(A if given else self._csr, self.precision, config, calibration,
-                                              **self._op_kw) for f in self.formats}
+        early, prepared = {}, []  # format name -> Future of its operator; Futures of the fallbacks' `prepare`
+        try:
+            if not given and format == "auto":  # build only the formats the cost estimates rank first
+                anchor = next((f for f in self.formats if f.name == BASE_FORMAT), None)
+                if anchor is not None and 2 <= auto_candidates < len(self.formats):  # kept whatever the ranking
+                    # says: it and its fallbacks built beside the statistics, which count without the GIL
+                    early[anchor.name] = launch.in_background("plan-build", build, anchor)
+                    prepared += self._prepare(anchor.fallbacks)
+                self.formats, self.ranking = select_formats(self._csr, self.formats, self.precision.name,
+                                                            auto_candidates, anchor=BASE_FORMAT)
+                self.timings["format_ranking_s"] = self.ranking.get("ranking_s", 0.0)
+            # fallback kernels of the formats' records, unless a candidate format runs them already ("auto");
+            # timed against a timed choice, so their operators' builds (`prepare`) start now, beside the formats'
+            self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks}
+                                     - {k for f in self.formats for k in f.device_class().kernels})
+            prepared += self._prepare(self._fallbacks)
+            built = {f.name: build(f) for f in self.formats if f.name not in early}  # while the early ones go on
+            self._ops = {f.name: built[f.name] if f.name in built else early.pop(f.name).result()
+                         for f in self.formats}
+        finally:  # nothing of this plan's builds left running, so nothing beside a timing (errors: on first use)
+            for future in (*early.values(), *filter(None, prepared)):
+                future.exception()
         for name, ops in self._ops.items():
             self.timings.update(ops.timings if len(self._ops) == 1 else {f"{name}:{k}": v
                                                                         for k, v in ops.timings.items()})
         baselines = [cls(self._csr_of, self.precision) for cls in BASELINES]
         self._by_kernel.update({k: op for op in (*self._ops.values(), *baselines) for k in op.kernels})
+
+    def _prepare(self, kernels) -> list:
+        """The Futures of ``kernels``' operators' ``prepare`` (the contract's optional build on a background
+        thread), unless autotune is off (nothing is timed against a choice then); an operator without it is
+        built on first use only."""
+        if self.autotune is False:
+            return []
+        futures = []
+        for kernel in kernels:
+            owner = _owner(kernel)
+            if owner is not None and hasattr(owner.device_class(), "prepare"):
+                futures.append(self._op(kernel).prepare())
+        return futures
 
     @property
     def choice(self) -> Choice:

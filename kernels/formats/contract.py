@@ -15,9 +15,10 @@ autotune=..., allow_cusparse=...)`` converts (or takes the converted object), up
 Optional: ``timed_ms(kernel, N, out_dtype) -> float | None``, the autotune-budget graph timing of ``kernel``'s bound
 launch for N into a C of ``out_dtype`` where the operator has measured exactly that already (the CSR kernel's
 `tune` times its kept mapping), so the plan's decision does not time it again (``SpmmPlan._time``); and
-``prepare()``, called by a plan on the operator of a fallback kernel when the plan is made: host-side work the
-operator would do on first use (the CSR kernel's row pieces) started on a background thread, so that it overlaps
-the formats' builds and timings that come first.
+``prepare()``, called by a plan on the operator of a fallback kernel when the plan is made: what the operator
+would build on first use (the CSR kernel's arrays) started on a background thread (`kernels.launch.in_background`),
+so that it overlaps the formats' builds; it returns that build's Future (None when there is nothing to start),
+which the plan waits for before it times anything (no copy or kernel of a build beside a timing).
 
 Attributes: ``format_name`` (the format whose arrays it runs: a choice's ``format``), ``kernels`` (the kernel
 names it owns), ``timings`` (conversion and upload ms), ``config`` (its compile-time configuration, or None), and

@@ -81,25 +81,25 @@ def test_section_and_targets(tmp_path):
 
 
 def test_parts_table_says_where_each_auto_plan_went(monkeypatch):
-    """Per auto row with the parts: statistics, the ranking's rest, each built format's conversion (an unprefixed
-    key is the one built format's), each timed kernel, and the rest of the plan's seconds; rows without parts (older
-    files) and other plans are left out."""
+    """Per auto row with the parts: the build's wall, statistics, the ranking's rest, each built format's
+    conversion (an unprefixed key is the one built format's), each timed kernel, and the rest of the decision's
+    seconds; rows without parts (older files) and other plans are left out."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from summarize_plan import parts_table
 
     one = {**row("rmat-1M", 1_000_000, "float32", "auto", 0.050, 0.1, reorder_s=0.25, fmt="csr"),
-           "ranking": ["metcf"], "statistics_s": 0.008,
+           "ranking": ["metcf"], "statistics_s": 0.008, "build_s": 0.030,
            "build_parts_s": {"format_ranking_s": 0.010, "convert_upload_s": 0.007},
            "decide_parts_s": {"metcf-window": 0.006, "csr-rows": 0.012}}
     two = {**row("mesh-1M", 1_000_000, "float16", "auto", 0.060, 0.1, reorder_s=0.3),
-           "ranking": ["metcf", "cvse"], "statistics_s": 0.007,
+           "ranking": ["metcf", "cvse"], "statistics_s": 0.007, "build_s": 0.040,
            "build_parts_s": {"format_ranking_s": 0.009, "metcf:convert_upload_s": 0.008,
                              "cvse:convert_gpu_s": 0.005, "cvse:convert_upload_s": 0.006},
            "decide_parts_s": {"metcf-window": 0.002, "cvse-vector": 0.002, "csr-rows": 0.015}}
     older = row("sbm-1M", 1_000_000, "float32", "auto", 0.07, 0.1)
     got = parts_table([one, two, older, {**one, "plan": "metcf"}])
     assert got == [
-        ("rmat-1M", "float32", 256, "50.0", "0.200", "8.0", "2.0", "metcf 7.0", "metcf-window 6.0, csr-rows 12.0",
-         "15.0"),
-        ("mesh-1M", "float16", 256, "60.0", "0.200", "7.0", "2.0", "metcf 8.0, cvse 6.0",
-         "metcf-window 2.0, cvse-vector 2.0, csr-rows 15.0", "18.0")]
+        ("rmat-1M", "float32", 256, "50.0", "0.200", "30.0", "8.0", "2.0", "metcf 7.0",
+         "metcf-window 6.0, csr-rows 12.0", "2.0"),
+        ("mesh-1M", "float16", 256, "60.0", "0.200", "40.0", "7.0", "2.0", "metcf 8.0, cvse 6.0",
+         "metcf-window 2.0, cvse-vector 2.0, csr-rows 15.0", "1.0")]

@@ -216,6 +216,24 @@ def test_layers_forward_and_backward_match_the_cpu_float64_path(layer):
         assert rel(p.grad.cpu(), q.grad) < 2 * TF32, name
 
 
+def test_a_layer_on_the_second_gpu_builds_and_runs_there():
+    """A model on cuda:1: its products' plans (built partly on background threads) live there (skipped with one
+    GPU)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    A = graph(n=600, deg=10, seed=5)
+    g = gnn.Graph("g", A, perm=np.random.default_rng(5).permutation(600))
+    torch.manual_seed(0)
+    conv = gnn.GCNConv(48, 32)
+    ref_conv = gnn.GCNConv(48, 32).double()
+    ref_conv.load_state_dict({k: v.double() for k, v in conv.state_dict().items()})
+    x, second = torch.randn(600, 48), torch.device("cuda", 1)
+    out = conv.to(second)(x.to(second), g)
+    assert out.device == second and rel(out.detach().cpu(), ref_conv(x.double(), g).detach()) < TF32
+    out.square().sum().backward()
+    assert all(p.grad.device == second for p in conv.parameters())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("F_out", [32, 128])
 def test_linear_spmm_on_cuda_is_the_composition_bitwise(dtype, F_out):

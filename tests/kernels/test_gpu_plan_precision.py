@@ -136,3 +136,38 @@ def test_blocked_ell_baseline_multiplies_correctly_and_refuses_oversized_padding
     op.close()
     with pytest.raises(ValueError, match="Blocked-ELL does not apply"):
         CusparseBlockedEll(A, block=16, max_bytes=1024)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_auto_plan_built_beside_its_ranking_gives_the_base_formats_bits(dtype):
+    """`auto` builds the base format's operator on the plan-build thread while the statistics are counted; its
+    kernels give the bits of the same format's plan built in place."""
+    from configs.names import BASE_FORMAT
+
+    A = matrix(2000, 1500, 12, 11)
+    B = cupy.asarray(precision(dtype).to_storage(np.random.default_rng(1).standard_normal((1500, 64))
+                                                 .astype(np.float32)))
+    auto = SpmmPlan(A, dtype=dtype, format="auto", out_dtype=np.float32)
+    assert auto.ranking["ranked"] and BASE_FORMAT in auto._ops
+    alone = SpmmPlan(A, dtype=dtype, format=BASE_FORMAT, out_dtype=np.float32)
+    for kernel in auto._ops[BASE_FORMAT].kernels:
+        C1, C2 = auto.run(B, kernel=kernel), alone.run(B, kernel=kernel)
+        assert cupy.array_equal(C1, C2), kernel
+
+
+def test_auto_plan_made_on_another_device_builds_there():
+    """The background builds (the base format's, the CSR fallback's) run on the caller's current device (with a
+    second GPU; skipped on one)."""
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two CUDA devices")
+    from configs.names import BASE_FORMAT
+
+    A = matrix(2000, 1500, 12, 12)
+    with cupy.cuda.Device(1):
+        plan = SpmmPlan(A, format="auto")
+        B = cupy.asarray(np.random.default_rng(2).standard_normal((1500, 32)).astype(np.float32))
+        C = plan.run(B)
+        assert C.device.id == 1 and plan._ops[BASE_FORMAT]._dm.row_window_offset.device.id == 1
+        assert "csr-rows" in plan._fallbacks and plan._op("csr-rows")._get().indices.device.id == 1
+    ref = A.toarray().astype(np.float64) @ cupy.asnumpy(B).astype(np.float64)
+    assert rel_err(cupy.asnumpy(C), ref) < 2e-3

@@ -3,13 +3,16 @@
 for the registry, and stub timings for the device (as tests/kernels/test_contract.py does)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import kernels.spmm
+from configs.errors import InputError
+from configs.names import BASE_FORMAT
 from kernels.choice import decide
 from kernels.formats import ranking, registry
 from kernels.formats.contract import Choice, PerCall
@@ -18,6 +21,8 @@ from kernels.formats.registry import Format
 from kernels.spmm import SpmmPlan
 
 BUILT: list[str] = []
+THREADS: dict[str, str] = {}  # format -> the thread its operator was built on
+FAIL: set[str] = set()  # formats whose operator raises InputError when built
 
 
 class Op:
@@ -27,6 +32,9 @@ class Op:
 
     def __init__(self, A, precision, config, calibration, **kw):
         BUILT.append(self.format_name)
+        THREADS[self.format_name] = threading.current_thread().name
+        if self.format_name in FAIL:
+            raise InputError(f"{self.format_name}: does not fit")
         self.timings = {"convert_upload_s": 0.0}
 
     def decide(self, N, B, time_fn):
@@ -68,6 +76,8 @@ def formats(monkeypatch):
         monkeypatch.setattr(registry, "REGISTRY", table)
         monkeypatch.setattr(kernels.spmm, "REGISTRY", table)
         BUILT.clear()
+        THREADS.clear()
+        FAIL.clear()
         return table
 
     return install
@@ -107,10 +117,10 @@ def test_a_format_timed_as_a_fallback_takes_no_slot_and_still_competes(formats):
 
 
 def test_the_default_format_is_always_one_of_the_built(formats):
-    from configs.names import BASE_FORMAT
     formats(fake("b", 1.0), fake("c", 2.0), fake(BASE_FORMAT, 9.0), fake("d", 3.0))
     plan = SpmmPlan(A, device="gpu", format="auto")  # ranked last, built in the second slot, rank order kept
-    assert BUILT == ["b", BASE_FORMAT] and plan.ranking["anchor"] == BASE_FORMAT
+    assert sorted(BUILT) == ["b", BASE_FORMAT] and list(plan._ops) == ["b", BASE_FORMAT]
+    assert plan.ranking["anchor"] == BASE_FORMAT
     assert list(plan.ranking["estimate_us"]) == ["b", "c", "d", BASE_FORMAT]
     BUILT.clear()
     SpmmPlan(A, device="gpu", format="auto", auto_candidates=1)  # one slot: the cost model's first only
@@ -118,25 +128,50 @@ def test_the_default_format_is_always_one_of_the_built(formats):
 
 
 def test_the_default_format_covering_the_first_leaves_two_slots_to_fill(formats):
-    from configs.names import BASE_FORMAT
     formats(fake("rows", 1.0, kernels=("rows-k",)), fake("v", 2.0), fake("w", 3.0),
             fake(BASE_FORMAT, 9.0, fallbacks=("rows-k",)))
     plan = SpmmPlan(A, device="gpu", format="auto")
-    assert BUILT == ["v", BASE_FORMAT] and plan.ranking["timed_as_fallback"] == ["rows"]
+    assert sorted(BUILT) == [BASE_FORMAT, "v"] and list(plan._ops) == ["v", BASE_FORMAT]
+    assert plan.ranking["timed_as_fallback"] == ["rows"]
 
 
 def test_formats_past_the_margin_are_not_built(formats, monkeypatch):
-    from configs.names import BASE_FORMAT
     monkeypatch.setattr(ranking, "AUTO_MARGIN", 2.0)
     formats(fake("rows", 1.0, kernels=("rows-k",)), fake("near", 1.9), fake("far", 2.5),
             fake(BASE_FORMAT, 9.0, fallbacks=("rows-k",)))
     plan = SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)  # the default format: built past it too
-    assert BUILT == ["near", BASE_FORMAT] and plan.ranking["beyond_margin"] == ["far"]
+    assert list(plan._ops) == ["near", BASE_FORMAT] and sorted(BUILT) == [BASE_FORMAT, "near"]
+    assert plan.ranking["beyond_margin"] == ["far"]
     assert plan.ranking["timed_as_fallback"] == ["rows"] and plan.ranking["margin"] == 2.0
     BUILT.clear()
     monkeypatch.setattr(ranking, "AUTO_MARGIN", 3.0)
-    SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)
-    assert BUILT == ["near", "far", BASE_FORMAT]
+    plan = SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)
+    assert list(plan._ops) == ["near", "far", BASE_FORMAT] and sorted(BUILT) == ["far", BASE_FORMAT, "near"]
+
+
+def test_the_default_format_is_built_on_a_background_thread_beside_the_ranking(formats):
+    formats(fake("b", 1.0), fake(BASE_FORMAT, 9.0), fake("c", 2.0))
+    plan = SpmmPlan(A, device="gpu", format="auto")
+    assert list(plan._ops) == ["b", BASE_FORMAT] and plan._ops[BASE_FORMAT].format_name == BASE_FORMAT
+    assert THREADS[BASE_FORMAT].startswith("plan-build") and THREADS["b"] == threading.current_thread().name
+    THREADS.clear()
+    SpmmPlan(A, device="gpu", format="auto", auto_candidates=3)  # every format built: no ranking to overlap
+    SpmmPlan(A, device="gpu", format=BASE_FORMAT)
+    assert THREADS == {"b": threading.current_thread().name, BASE_FORMAT: threading.current_thread().name,
+                       "c": threading.current_thread().name}
+
+
+def test_a_background_build_that_fails_fails_the_plan_and_one_not_kept_is_waited_for(formats):
+    formats(fake("b", 1.0), fake(BASE_FORMAT, 9.0), fake("c", 2.0))
+    FAIL.add(BASE_FORMAT)
+    with pytest.raises(InputError, match=f"^{BASE_FORMAT}: does not fit$"):
+        SpmmPlan(A, device="gpu", format="auto")
+    # the default format covered by the first format's fallbacks: built early, then not kept (its failure unseen)
+    formats(fake("v", 1.0, fallbacks=(f"{BASE_FORMAT}-k",)), fake(BASE_FORMAT, 9.0), fake("w", 2.0))
+    FAIL.add(BASE_FORMAT)
+    plan = SpmmPlan(A, device="gpu", format="auto")
+    assert list(plan._ops) == ["v", "w"] and plan.ranking["timed_as_fallback"] == [BASE_FORMAT]
+    assert BASE_FORMAT in BUILT and plan._fallbacks == [f"{BASE_FORMAT}-k"]
 
 
 def test_formats_without_gpu_kernels_leave_before_ranking(formats):
@@ -161,3 +196,29 @@ def test_the_cpu_path_keeps_working_under_auto():
     plan = SpmmPlan(A, device="cpu", format="auto")
     assert plan.ranking is None and plan.choice["kernel"] == "cpu-csr"
     np.testing.assert_allclose(plan.run(B), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_the_default_formats_fallbacks_are_prepared_before_the_ranking_and_done_when_the_plan_is(formats,
+                                                                                                  monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    events, pool = [], ThreadPoolExecutor(1)
+
+    class Prepared(Op):
+        def prepare(self):
+            events.append(f"prepare {self.format_name}")
+            self.future = pool.submit(lambda: events.append("prepared") or "arrays")
+            return self.future
+
+    rows = replace(fake("rows", 1.0, kernels=("rows-k",)),
+                   op=type("Op_rows", (Prepared,), {"format_name": "rows", "kernels": ("rows-k",)}))
+    formats(rows, fake(BASE_FORMAT, 9.0, fallbacks=("rows-k",)), fake("v", 2.0), fake("w", 3.0))
+    stats = ranking.structure
+    monkeypatch.setattr(ranking, "structure", lambda A, **kw: events.append("statistics") or stats(A, **kw))
+    plan = SpmmPlan(A, device="gpu", format="auto")
+    assert events.index("prepare rows") < events.index("statistics") and "prepared" in events
+    assert plan._fallbacks == ["rows-k"] and plan._op("rows-k").future.done() and list(plan._ops) == ["v", BASE_FORMAT]
+    events.clear()
+    SpmmPlan(A, device="gpu", format="auto", autotune=False)  # nothing timed against the choice: nothing prepared
+    assert events == ["statistics"]
+    pool.shutdown()

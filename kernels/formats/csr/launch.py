@@ -258,13 +258,12 @@ class CsrRows:
     hub rows first for float32 without it), which changes no bit of C."""
 
     def __init__(self, A, precision, config: CsrConfig = CSR_CONFIG, *, rows=None, n_rows: int | None = None,
-                 copy_rows=None, layout: "Layout | None" = None):
-        """``layout``: `Layout.of` the same arguments, made before (on another thread: `CsrDevice.prepare`)."""
+                 copy_rows=None):
         import cupy
 
         self.precision, self.config = as_precision(precision), config
         p = self.precision
-        lay = layout if layout is not None else Layout.of(A, p, config, rows=rows, n_rows=n_rows, copy_rows=copy_rows)
+        lay = Layout.of(A, p, config, rows=rows, n_rows=n_rows, copy_rows=copy_rows)
         self.shape, self.packs = lay.shape, lay.packs
         walk, indptr, seg = lay.walk, lay.indptr, lay.seg
         seg_row, fix_row, fix_ptr, slot_long = lay.seg_row, lay.fix_row, lay.fix_ptr, lay.slot_long

@@ -15,11 +15,11 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from configs.threads import pool
 from kernels.formats.contract import Choice, check_single_kernel
 from kernels.formats.csr.container import (CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats,
                                            to_scipy)
-from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows, Layout
+from kernels import launch
+from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows
 from kernels.formats.csr.sddmm import CSR_SDDMM_CONFIG, SDDMM
 from kernels.formats.csr.sddmm import SOURCE as SDDMM_SOURCE
 from kernels.formats.csr.shard import CSR_SHARD
@@ -35,39 +35,48 @@ def convert(A, precision: Precision) -> CSR:
 
 
 class CsrDevice:
-    """A as CSR on the current device at one precision, uploaded on first use (a plan that never times or runs it
-    pays nothing): one kernel, "csr-rows"; cuSPARSE among the candidates when the plan need not be deterministic.
-    With 16-bit B and N % 8 == 0 its first launch or bind for an N times the kernel's mappings for that N and keeps
-    the fastest (`CsrRows.tune`: two, four where N % 16 == 0 from 256; autotune=False: "wide", untimed)."""
+    """A as CSR on the current device at one precision, uploaded on first use or by `prepare` (a plan starts that
+    for its fallback when it is made, and then holds A's CSR on the device even where its choice is never timed
+    against it: ~8 bytes a nonzero, below 1M nonzeros for float32, where ME-TCF's model may decide alone): one
+    kernel, "csr-rows"; cuSPARSE among the candidates when the plan need not be deterministic. With 16-bit B and
+    N % 8 == 0 its first launch or bind for an N times the kernel's mappings for that N and keeps the fastest
+    (`CsrRows.tune`: two, four where N % 16 == 0 from 256; autotune=False: "wide", untimed)."""
 
     format_name, kernels, out_dtype = "csr", ("csr-rows",), None  # the device-operator contract
     summary = "CUDA cores, deterministic"
 
     def __init__(self, A, precision: Precision, config=None, calibration=None, *, balance="auto",
                  autotune="auto", allow_cusparse: bool = False):
-        self.precision, self._A, self._rows, self._layout = precision, A, None, None
+        self.precision, self._A, self._rows, self._pending = precision, A, None, None
         self.config = config if isinstance(config, CsrConfig) else CSR_CONFIG
         self.autotune = autotune if autotune == "auto" else bool(autotune)
         self.allow_cusparse = allow_cusparse
         self.timings: dict = {}
 
-    def prepare(self) -> None:
-        """A's host layout (`Layout.of`: the launch walk and row pieces, NumPy only) started on a background thread,
-        for the first use to take (the contract's optional ``prepare``): a plan timing this kernel as a fallback
-        builds and times its formats first, and the layout is ready by then (it took ~4 ms of a 1M-nonzero plan's
-        CSR build on the H200's host, docs/kernels-notes.md "Session 39"). C is the same either way."""
-        if self._rows is None and self._layout is None and sp.issparse(self._A):
-            self._layout = pool("csr-layout", 1).submit(Layout.of, self._A, self.precision, self.config)
+    def prepare(self):
+        """A's device arrays (`CsrRows`: the host layout, the upload, the kernels) built on a background thread on
+        the current device, for the first use to take (the contract's optional ``prepare``): a plan timing this
+        kernel as a fallback builds its formats meanwhile and waits for this (the Future returned) before it times
+        anything. It took ~8 ms of a 1M-nonzero plan's decision on the H200's host (docs/kernels-notes.md, "Session
+        40"). C is the same either way; an error is raised on first use."""
+        if self._rows is None and self._pending is None:
+            self._pending = launch.in_background("csr-prepare", self._build)
+        return self._pending
+
+    def _build(self) -> tuple:
+        import cupy
+
+        t0 = time.perf_counter()
+        rows = CsrRows(self._A if sp.issparse(self._A) else to_scipy(self._A), self.precision, self.config)
+        cupy.cuda.get_current_stream().synchronize()  # synchronize! (its copies landed when the Future is done)
+        return rows, time.perf_counter() - t0
 
     def _get(self):
         if self._rows is None:
-            t0 = time.perf_counter()
-            A = self._A if sp.issparse(self._A) else to_scipy(self._A)
-            layout = None if self._layout is None else self._layout.result()  # its error, if any, raised here
-            self._rows = CsrRows(A, self.precision, self.config, layout=layout)
-            self._layout = None
-            self.timings.update(convert_upload_s=time.perf_counter() - t0, conversion="host CSR upload" + (
-                " (layout made in the background)" if layout is not None else ""))
+            pending, self._pending = self._pending, None
+            self._rows, seconds = pending.result() if pending is not None else self._build()
+            self.timings.update(convert_upload_s=seconds, conversion="host CSR upload" + (
+                " (built in the background)" if pending is not None else ""))
         return self._rows
 
     def decide(self, N: int, B, time_fn) -> Choice:

@@ -395,18 +395,21 @@ def test_float32_copy_of_b_is_the_numpy_twins(shift, N):
     assert np.allclose(cupy.asnumpy(acc), want, rtol=1e-6, atol=1e-5, equal_nan=True)
 
 
-def test_a_layout_made_before_gives_the_same_kernel_and_a_plan_prepares_its_fallback():
-    """CsrRows on a Layout.of made before (CsrDevice.prepare's, on a background thread) uploads the same arrays and
-    gives the same bits; a plan whose format lists the CSR kernel as a fallback starts that layout when it is made
-    and its decision's build takes it."""
-    from kernels.formats.csr.launch import Layout
+def test_a_prepared_operator_gives_the_same_arrays_and_bits_and_a_plan_prepares_its_fallback():
+    """CsrDevice.prepare builds CsrRows on a background thread: the same arrays and bits as one built in place; a
+    plan whose format lists the CSR kernel as a fallback starts it when it is made, and it is done (its copies
+    landed) by the time the plan is, before anything is timed."""
     from kernels.formats.csr.plugin import CsrDevice
     from kernels.spmm import SpmmPlan
 
     p = precision("float16")
     A = sp.csr_array(BASE_CASES["hub_row"](), dtype=np.float32)
     B = cupy.asarray(p.to_storage(np.random.default_rng(3).standard_normal((A.shape[1], 128))))
-    fresh, given = CsrRows(A, p), CsrRows(A, p, layout=Layout.of(A, p))
+    fresh, dev = CsrRows(A, p), CsrDevice(A, p)
+    future = dev.prepare()
+    assert dev.prepare() is future and future.result()[0] is not None
+    given = dev._get()
+    assert "background" in dev.timings["conversion"] and dev.prepare() is None  # built: nothing to start
     for name in ("indices", "data", "seg_ptr", "seg_row", "seg_slot", "fix_row", "fix_ptr", "slot_long"):
         assert bool((getattr(fresh, name) == getattr(given, name)).all()), name
     assert (fresh.n_segs, fresh.n_long, fresh.n_slots, fresh.tail0) == (given.n_segs, given.n_long, given.n_slots,
@@ -414,15 +417,10 @@ def test_a_layout_made_before_gives_the_same_kernel_and_a_plan_prepares_its_fall
     one = fresh.run(B, cupy.empty((A.shape[0], 128), cupy.float32))
     two = given.run(B, cupy.empty((A.shape[0], 128), cupy.float32))
     assert bool((one.view(cupy.uint32) == two.view(cupy.uint32)).all())
-    dev = CsrDevice(A, p)
-    dev.prepare()
-    assert dev._layout is not None
-    dev._get()
-    assert "background" in dev.timings["conversion"]
     plan = SpmmPlan(A, device="gpu", dtype="float16", format="metcf")
-    assert "csr-rows" in plan._fallbacks and plan._op("csr-rows")._layout is not None
-    plan.run(B, kernel="csr-rows")  # as the decision's timing of the fallback would build it
     csr = plan._op("csr-rows")
+    assert "csr-rows" in plan._fallbacks and csr._pending is not None and csr._pending.done()
+    plan.run(B, kernel="csr-rows")  # as the decision's timing of the fallback would build it
     assert csr._rows is not None and "background" in csr.timings["conversion"]
     off = SpmmPlan(A, device="gpu", dtype="float16", format="metcf", autotune=False)
     assert "csr-rows" not in off._by_kernel  # nothing timed against the choice: nothing prepared
