@@ -31,9 +31,21 @@ def threads_from_env(var: str, default: int) -> int:
 
 def pool(name: str, threads: int) -> ThreadPoolExecutor:
     """One persistent pool per (purpose, thread count), made on first use (creating threads per call cost ~0.5 ms);
-    its threads are named after ``name``."""
+    its threads are named after ``name``. A forked child makes its own: the parent's pool threads do not exist
+    there, and a pool that believes it has them never runs what it is given."""
     key = (name, int(threads))
     with _POOLS_LOCK:
         if key not in _POOLS:
             _POOLS[key] = ThreadPoolExecutor(int(threads), thread_name_prefix=name)
         return _POOLS[key]
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's pools (and their lock, which a parent thread may have held) left behind."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_pools)
