@@ -131,7 +131,8 @@ class SpmmPlan:
             built = {f.name: build(f) for f in self.formats if f.name not in early}  # while the early ones go on
             self._ops = {f.name: built[f.name] if f.name in built else early.pop(f.name).result()
                          for f in self.formats}
-        finally:  # nothing of this plan's builds left running, so nothing beside a timing (errors: on first use)
+        finally:  # none of this plan's builds left running, so none beside a timing (a prepared one's error: on
+            # its first use)
             for future in (*early.values(), *filter(None, prepared)):
                 future.exception()
         for name, ops in self._ops.items():

@@ -15,10 +15,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from kernels import launch
 from kernels.formats.contract import Choice, check_single_kernel
 from kernels.formats.csr.container import (CSR, csr_concat, csr_from_arrays, csr_from_scipy, csr_spmm, csr_stats,
                                            to_scipy)
-from kernels import launch
 from kernels.formats.csr.launch import CSR_CONFIG, SOURCE, CsrConfig, CsrRows
 from kernels.formats.csr.sddmm import CSR_SDDMM_CONFIG, SDDMM
 from kernels.formats.csr.sddmm import SOURCE as SDDMM_SOURCE
@@ -57,8 +57,9 @@ class CsrDevice:
         """A's device arrays (`CsrRows`: the host layout, the upload, the kernels) built on a background thread on
         the current device, for the first use to take (the contract's optional ``prepare``): a plan timing this
         kernel as a fallback builds its formats meanwhile and waits for this (the Future returned) before it times
-        anything. It took ~8 ms of a 1M-nonzero plan's decision on the H200's host (docs/kernels-notes.md, "Session
-        40"). C is the same either way; an error is raised on first use."""
+        anything (on a 1M-nonzero plan, H200: 7-16 ms beside the ranking, where its upload alone took ~3 ms of the
+        decision before: docs/kernels-notes.md, "Session 40"). C is the same either way; an error is raised on
+        first use."""
         if self._rows is None and self._pending is None:
             self._pending = launch.in_background("csr-prepare", self._build)
         return self._pending
