@@ -89,6 +89,16 @@ def function(name: str, config, source: Path):
     return fn
 
 
+def free_device_bytes(xp=None) -> int | None:
+    """Bytes the next allocation on the current device can take: free device memory plus CuPy's pool's cached
+    free blocks; None (no limit) for ``xp`` NumPy (a CPU twin)."""
+    if xp is np:
+        return None
+    if xp is None:
+        import cupy as xp
+    return int(xp.cuda.runtime.memGetInfo()[0]) + int(xp.get_default_memory_pool().free_bytes())
+
+
 def in_background(name: str, fn, *args):
     """``fn(*args)`` on the one-thread pool ``name`` (configs.threads.pool), on the caller's current CUDA device:
     its Future. A plan builds there what overlaps its structure statistics, which count on threads without the

@@ -6,7 +6,9 @@ Formats come from the registry (``kernels.formats``): ``format=`` any registered
 by the cost model) or ``"auto"``, the default (``configs.names.DEFAULT_FORMAT``): the formats that support the
 precision, and the hybrid, ranked by their cost estimates from A's structure statistics
 (``kernels.formats.ranking``); the first ``auto_candidates`` (default 2, one of them always
-``configs.names.BASE_FORMAT``) are built and timed, and the fastest measured wins; on the CPU path "auto" runs the
+``configs.names.BASE_FORMAT``) are built and timed, and the fastest measured wins (the base format's build and its
+fallbacks' start on background threads beside the statistics where the device has room for the builds at once,
+`CONCURRENT_BUILD_BYTES_PER_NNZ`; every build ends before anything is timed); on the CPU path "auto" runs the
 base format's NumPy twin. Precisions (``kernels.precision``): float32 (TF32 Tensor
 Cores, m16n8k8), float16 and bfloat16 (m16n8k16, FP32 accumulation; bfloat16 values travel as uint16 bit
 patterns: NumPy and CuPy have no bfloat16 dtype).
@@ -40,6 +42,12 @@ from kernels.hybrid import plan_candidates as format_candidates
 from kernels.hybrid import plan_record
 from kernels.precision import API_FIX, check_range
 from kernels.precision import precision as as_precision
+
+
+# device memory per nonzero of A that an `auto` plan's concurrent builds may take at once (ME-TCF's GPU conversion
+# ~60 bytes of temporaries a nonzero, CVSE's or the hybrid's beside it, the CSR fallback's upload ~16): with less
+# free, its builds run one after another, as before session 40, and peak at the largest one's
+CONCURRENT_BUILD_BYTES_PER_NNZ = 256
 
 
 def gpu_available() -> bool:
@@ -112,14 +120,17 @@ class SpmmPlan:
             return f.device_class()(A if given else self._csr, self.precision, config, calibration, **self._op_kw)
 
         self._by_kernel: dict = {}
-        early, prepared = {}, []  # format name -> Future of its operator; Futures of the fallbacks' `prepare`
+        # builds at once (their temporaries on the device together) only with room for them, else one by one
+        self._concurrent = launch.free_device_bytes() >= CONCURRENT_BUILD_BYTES_PER_NNZ * self.nnz
+        early, prepared = {}, {}  # format name -> Future of its operator; kernel -> Future of its `prepare`
         try:
             if not given and format == "auto":  # build only the formats the cost estimates rank first
                 anchor = next((f for f in self.formats if f.name == BASE_FORMAT), None)
-                if anchor is not None and 2 <= auto_candidates < len(self.formats):  # kept whatever the ranking
-                    # says: it and its fallbacks built beside the statistics, which count without the GIL
+                if anchor is not None and 2 <= auto_candidates < len(self.formats) and self._concurrent:
+                    # kept whatever the ranking says: it and its fallbacks built beside the statistics, which
+                    # count without the GIL
                     early[anchor.name] = launch.in_background("plan-build", build, anchor)
-                    prepared += self._prepare(anchor.fallbacks)
+                    self._prepare(anchor.fallbacks, prepared)
                 self.formats, self.ranking = select_formats(self._csr, self.formats, self.precision.name,
                                                             auto_candidates, anchor=BASE_FORMAT)
                 self.timings["format_ranking_s"] = self.ranking.get("ranking_s", 0.0)
@@ -127,13 +138,13 @@ class SpmmPlan:
             # timed against a timed choice, so their operators' builds (`prepare`) start now, beside the formats'
             self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks}
                                      - {k for f in self.formats for k in f.device_class().kernels})
-            prepared += self._prepare(self._fallbacks)
+            self._prepare(self._fallbacks, prepared)
             built = {f.name: build(f) for f in self.formats if f.name not in early}  # while the early ones go on
             self._ops = {f.name: built[f.name] if f.name in built else early.pop(f.name).result()
                          for f in self.formats}
         finally:  # none of this plan's builds left running, so none beside a timing (a prepared one's error: on
             # its first use)
-            for future in (*early.values(), *filter(None, prepared)):
+            for future in (*early.values(), *filter(None, prepared.values())):
                 future.exception()
         for name, ops in self._ops.items():
             self.timings.update(ops.timings if len(self._ops) == 1 else {f"{name}:{k}": v
@@ -141,18 +152,16 @@ class SpmmPlan:
         baselines = [cls(self._csr_of, self.precision) for cls in BASELINES]
         self._by_kernel.update({k: op for op in (*self._ops.values(), *baselines) for k in op.kernels})
 
-    def _prepare(self, kernels) -> list:
-        """The Futures of ``kernels``' operators' ``prepare`` (the contract's optional build on a background
-        thread), unless autotune is off (nothing is timed against a choice then); an operator without it is
-        built on first use only."""
-        if self.autotune is False:
-            return []
-        futures = []
+    def _prepare(self, kernels, prepared: dict) -> None:
+        """``kernels``' operators' ``prepare`` (the contract's optional build on a background thread) started once
+        each, their Futures into ``prepared``; not when autotune is off (nothing is timed against a choice then)
+        or the device has no room for concurrent builds: an operator without it (or then) is built on first use."""
+        if self.autotune is False or not self._concurrent:
+            return
         for kernel in kernels:
             owner = _owner(kernel)
-            if owner is not None and hasattr(owner.device_class(), "prepare"):
-                futures.append(self._op(kernel).prepare())
-        return futures
+            if kernel not in prepared and owner is not None and hasattr(owner.device_class(), "prepare"):
+                prepared[kernel] = self._op(kernel).prepare()
 
     @property
     def choice(self) -> Choice:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import kernels.launch
 import kernels.spmm
 from configs.errors import InputError
 from configs.names import BASE_FORMAT
@@ -69,6 +70,7 @@ def formats(monkeypatch):
     """Install fake formats as the whole registry on a pretend GPU; returns the installer. The fakes' predictions
     spread wider than AUTO_MARGIN, which these tests leave out (test_formats_past_the_margin_are_not_built)."""
     monkeypatch.setattr(kernels.spmm, "gpu_available", lambda: True)
+    monkeypatch.setattr(kernels.launch, "free_device_bytes", lambda xp=None: 1 << 40)
     monkeypatch.setattr(ranking, "AUTO_MARGIN", float("inf"))
 
     def install(*fmts):
@@ -222,3 +224,31 @@ def test_the_default_formats_fallbacks_are_prepared_before_the_ranking_and_done_
     SpmmPlan(A, device="gpu", format="auto", autotune=False)  # nothing timed against the choice: nothing prepared
     assert events == ["statistics"]
     pool.shutdown()
+
+
+def test_without_room_on_the_device_the_builds_run_one_by_one(formats, monkeypatch):
+    """Less free device memory than CONCURRENT_BUILD_BYTES_PER_NNZ a nonzero: nothing built on a background
+    thread, nothing prepared (the fallback built on first use), the same formats kept."""
+    from concurrent.futures import Future
+
+    prepared = []
+
+    class Prepared(Op):
+        def prepare(self):
+            prepared.append(self.format_name)
+            future = Future()
+            future.set_result(None)
+            return future
+
+    rows = replace(fake("rows", 1.0, kernels=("rows-k",)),
+                   op=type("Op_rows", (Prepared,), {"format_name": "rows", "kernels": ("rows-k",)}))
+    formats(rows, fake(BASE_FORMAT, 9.0, fallbacks=("rows-k",)), fake("v", 2.0), fake("w", 3.0))
+    need = kernels.spmm.CONCURRENT_BUILD_BYTES_PER_NNZ * A.nnz
+    monkeypatch.setattr(kernels.launch, "free_device_bytes", lambda xp=None: need - 1)
+    plan = SpmmPlan(A, device="gpu", format="auto")
+    assert list(plan._ops) == ["v", BASE_FORMAT] and plan._fallbacks == ["rows-k"] and prepared == []
+    assert set(THREADS.values()) == {threading.current_thread().name}
+    monkeypatch.setattr(kernels.launch, "free_device_bytes", lambda xp=None: need)
+    THREADS.clear()
+    SpmmPlan(A, device="gpu", format="auto")
+    assert prepared == ["rows"] and THREADS[BASE_FORMAT].startswith("plan-build")

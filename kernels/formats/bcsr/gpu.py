@@ -15,6 +15,7 @@ import numpy as np
 
 from kernels.formats.bcsr.container import BCSR, BLOCK_ROWS
 from kernels.formats.blocks import convert_scipy, csr_inputs, host_copy, host_nan_bits
+from kernels.launch import free_device_bytes
 from storage.indexing import index_dtype
 from kernels.precision import precision as as_precision
 
@@ -25,14 +26,6 @@ KEY_LIMIT = 2**62  # n_block_rows * n_block_cols above this would overflow the i
 def _starts(sorted_x, xp):
     """bool [n]: True where a run of equal values begins in the sorted ``sorted_x`` (n >= 1)."""
     return xp.concatenate([xp.ones(1, dtype=xp.bool_), sorted_x[1:] != sorted_x[:-1]])
-
-
-def free_device_bytes(xp) -> int | None:
-    """Bytes the next allocation can take: free device memory plus CuPy's pool's cached free blocks; None (no
-    limit) for NumPy."""
-    if xp is np:
-        return None
-    return int(xp.cuda.runtime.memGetInfo()[0]) + int(xp.get_default_memory_pool().free_bytes())
 
 
 def csr_to_bcsr_gpu(indptr, indices, data, shape, *, width: int = 16, to_storage=None,
