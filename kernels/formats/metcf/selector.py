@@ -247,8 +247,23 @@ def choose(pred: dict, cal: Calibration, *, balance="auto", allow_cusparse: bool
             "reason": f"{why}; predicted {tc_kernel} {tc_ms:.4f} ms vs cuSPARSE {cus_ms:.4f} ms per call as issued"}
 
 
+_DEVICE_MODELS: dict = {}  # (device id, config) -> DeviceModel
+
+
 def device_model(config: KernelConfig = CONFIG) -> DeviceModel:
-    """The current CuPy device's SM count, the two SpMM kernels' occupancy and its copy bandwidth."""
+    """The current CuPy device's SM count, the kernels' occupancy and its copy bandwidth for ``config``: measured
+    once per (device, config) in a process (each ME-TCF operator asks; the device's properties and ~20 occupancy
+    queries of the driver are the same every time)."""
+    import cupy
+
+    key = (int(cupy.cuda.Device().id), config)
+    model = _DEVICE_MODELS.get(key)
+    if model is None:
+        model = _DEVICE_MODELS[key] = _device_model(config)
+    return model
+
+
+def _device_model(config: KernelConfig) -> DeviceModel:
     import cupy
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)

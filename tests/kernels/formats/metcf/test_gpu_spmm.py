@@ -405,3 +405,15 @@ def test_col_pairs_fill_padding_with_the_first_column_and_refuse_empty_blocks():
                                    M.data))
     with pytest.raises(ValueError, match="first column is padding"):
         metcf_launch.col_pairs(dm_bad)
+
+
+def test_the_device_model_is_measured_once_per_device_and_config():
+    """selector.device_model: the same object for the same (device, config), equal to a fresh measurement; another
+    config measures its own kernels."""
+    from kernels.formats.metcf import selector
+    from kernels.formats.metcf.config import BITMAP_CONFIG, CONFIG
+
+    first = selector.device_model(CONFIG)
+    assert selector.device_model(CONFIG) is first and selector._device_model(CONFIG) == first
+    other = selector.device_model(BITMAP_CONFIG)
+    assert other is selector.device_model(BITMAP_CONFIG) and other == selector._device_model(BITMAP_CONFIG)
