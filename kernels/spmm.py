@@ -121,12 +121,12 @@ class SpmmPlan:
 
         self._by_kernel: dict = {}
         # builds at once (their temporaries on the device together) only with room for them, else one by one
-        self._concurrent = launch.free_device_bytes() >= CONCURRENT_BUILD_BYTES_PER_NNZ * self.nnz
+        concurrent = launch.free_device_bytes() >= CONCURRENT_BUILD_BYTES_PER_NNZ * self.nnz
         early, prepared = {}, {}  # format name -> Future of its operator; kernel -> Future of its `prepare`
         try:
             if not given and format == "auto":  # build only the formats the cost estimates rank first
                 anchor = next((f for f in self.formats if f.name == BASE_FORMAT), None)
-                if anchor is not None and 2 <= auto_candidates < len(self.formats) and self._concurrent:
+                if anchor is not None and 2 <= auto_candidates < len(self.formats) and concurrent:
                     # kept whatever the ranking says: it and its fallbacks built beside the statistics, which
                     # count without the GIL
                     early[anchor.name] = launch.in_background("plan-build", build, anchor)
@@ -138,7 +138,8 @@ class SpmmPlan:
             # timed against a timed choice, so their operators' builds (`prepare`) start now, beside the formats'
             self._fallbacks = sorted({k for f in self.formats for k in f.fallbacks}
                                      - {k for f in self.formats for k in f.device_class().kernels})
-            self._prepare(self._fallbacks, prepared)
+            if concurrent:
+                self._prepare(self._fallbacks, prepared)
             built = {f.name: build(f) for f in self.formats if f.name not in early}  # while the early ones go on
             self._ops = {f.name: built[f.name] if f.name in built else early.pop(f.name).result()
                          for f in self.formats}
@@ -154,9 +155,10 @@ class SpmmPlan:
 
     def _prepare(self, kernels, prepared: dict) -> None:
         """``kernels``' operators' ``prepare`` (the contract's optional build on a background thread) started once
-        each, their Futures into ``prepared``; not when autotune is off (nothing is timed against a choice then)
-        or the device has no room for concurrent builds: an operator without it (or then) is built on first use."""
-        if self.autotune is False or not self._concurrent:
+        each, their Futures into ``prepared``; not when autotune is off (nothing is timed against a choice then): an
+        operator without it (or then, or where the device has no room for concurrent builds) is built on first
+        use."""
+        if self.autotune is False:
             return
         for kernel in kernels:
             owner = _owner(kernel)

@@ -191,8 +191,8 @@ def reference(A, B, seg: Segments) -> np.ndarray:
 @dataclass(frozen=True)
 class Layout:
     """What `CsrRows` derives from A's row pointer on the host, before any upload (`Layout.of`): the launch walk,
-    the row pieces and the long rows' workspace rows. NumPy only (no device call), so it can be made on another
-    thread while the device is busy (`CsrDevice.prepare`)."""
+    the row pieces and the long rows' workspace rows. NumPy only (no device call): the host half of `CsrRows`,
+    checked without a GPU (tests/kernels/formats/csr/test_csr_rows.py)."""
 
     shape: tuple  # C's rows (n_rows) and A's columns
     packs: bool  # float32 A over B's per-call 16-bit copy (csr_pack_b) where `tune` finds it faster than "rows"
