@@ -307,7 +307,7 @@ def issued_ms(fn, *, calls: int | None = None, repeats: int = 5, warmup: int = 5
 
 
 def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGET_MS, max_calls: int = 200,
-             long_ms: float = float("inf"), give_up_ms: float | None = None) -> float:
+             long_ms: float = float("inf"), give_up_ms: float | None = None, hint_ms: float | None = None) -> float:
     """Median milliseconds of one fn() as the GPU runs it, without host launch overhead: fn is captured `calls`
     times back to back into a CUDA graph on a private stream (calls = enough for ~target_ms per replay, from a
     single-call estimate, `single_ms` with ``long_ms``), and each of `repeats` replays is bracketed by its own pair
@@ -320,15 +320,19 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGE
     a plan's first autotune (or cuSPARSE's `tune`) right after an upload could run its kernels on arrays whose
     copies had not landed (tests/kernels/test_gpu_launch.py shows the race; the likely cause of the
     cudaErrorIllegalAddress in host_overhead.py's cuSPARSE tune after 11-12 matrices, H100 and H200, not seen in
-    two full runs since)."""
+    two full runs since).
+
+    ``hint_ms``: a per-call estimate from elsewhere (an autotune's best candidate so far) that sizes the graph
+    instead of `single_ms`'s synchronised calls; the graph's first launch is the warm-up and its first timed replay
+    the estimate that ``give_up_ms`` is compared with."""
     import cupy
 
     caller = cupy.cuda.get_current_stream()
     stream = cupy.cuda.Stream(non_blocking=True)
     stream.wait_event(caller.record())
     with stream:
-        one = single_ms(fn, warmup=warmup, long_ms=long_ms)
-        if give_up_ms is not None and one > give_up_ms:
+        one = single_ms(fn, warmup=warmup, long_ms=long_ms) if hint_ms is None else hint_ms
+        if hint_ms is None and give_up_ms is not None and one > give_up_ms:
             caller.wait_event(stream.record())
             return one
         calls = int(min(max_calls, max(1, round(target_ms / max(one, 1e-3)))))
@@ -347,6 +351,8 @@ def graph_ms(fn, *, repeats: int = 20, warmup: int = 3, target_ms: float = TARGE
             stop.record(stream)
             stop.synchronize()  # synchronize!
             times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
+            if hint_ms is not None and give_up_ms is not None and times[0] > give_up_ms:
+                break  # a candidate that cannot win: its first replay is its estimate
     caller.wait_event(stream.record())
     return float(np.median(times))
 
@@ -366,7 +372,8 @@ def time_bound(bound, how: str = "graph", repeats: int = TUNE_REPEATS, warmup: i
 
     if how == "graph":  # graph_ms / issued_ms looked up per call: tests/kernels/test_gpu_host_path.py counts them
         return graph_ms(lambda: bound(cupy.cuda.get_current_stream().ptr), repeats=repeats, warmup=warmup,
-                        target_ms=target_ms, long_ms=target_ms, give_up_ms=_give_up(best_ms, target_ms))
+                        target_ms=target_ms, long_ms=target_ms, give_up_ms=_give_up(best_ms, target_ms),
+                        hint_ms=best_ms)
     stream_ptr = cupy.cuda.get_current_stream().ptr
     return issued_ms(lambda: bound(stream_ptr), repeats=max(3, repeats // 2), warmup=warmup, target_ms=target_ms,
                      long_ms=target_ms, give_up_ms=_give_up(best_ms, target_ms))

@@ -84,3 +84,16 @@ def test_a_candidate_far_slower_than_the_best_is_not_timed_further():
     calls.clear()
     ms = launch.graph_ms(fn, repeats=5, warmup=3, target_ms=0.2, long_ms=0.2, give_up_ms=4.0)
     assert 1.9 <= ms < 4.0 and len(calls) == 3  # estimated, then one call captured and replayed
+
+
+def test_a_hinted_candidate_is_captured_at_once_and_its_first_replay_is_the_estimate():
+    """graph_ms with ``hint_ms`` (an autotune's best so far): no single-call estimate; the graph sized by the hint,
+    warmed by its first launch; a first replay past give_up_ms ends the timing."""
+    fn, calls = _spin(2.0)
+    fn()
+    calls.clear()
+    ms = launch.graph_ms(fn, repeats=5, warmup=3, target_ms=0.2, long_ms=0.2, give_up_ms=1.0, hint_ms=0.5)
+    assert ms >= 1.9 and len(calls) == 1  # one call captured (0.2 / 0.5 rounds to 1), one replay timed
+    calls.clear()
+    ms = launch.graph_ms(fn, repeats=5, warmup=3, target_ms=0.2, long_ms=0.2, give_up_ms=4.0, hint_ms=0.05)
+    assert 1.9 <= ms < 4.0 and len(calls) == 4  # four captured (0.2 / 0.05), every replay timed

@@ -78,12 +78,14 @@ def test_autotune_timings_spend_the_tune_budget(monkeypatch):
         assert time_bound(calls.append, how, launch.TUNE_REPEATS, launch.TUNE_WARMUP, launch.TUNE_TARGET_MS) == 1.0
     assert calls == [0, 0]  # the bound launch called with the current stream's pointer
     tune = {"target_ms": launch.TUNE_TARGET_MS, "long_ms": launch.TUNE_TARGET_MS, "give_up_ms": None}
-    assert seen == [("graph", {"repeats": launch.TUNE_REPEATS, "warmup": launch.TUNE_WARMUP, **tune}),
+    assert seen == [("graph", {"repeats": launch.TUNE_REPEATS, "warmup": launch.TUNE_WARMUP, **tune,
+                               "hint_ms": None}),
                     ("issued", {"repeats": max(3, launch.TUNE_REPEATS // 2), "warmup": launch.TUNE_WARMUP, **tune})]
-    seen.clear()  # with the best so far: give up past GIVE_UP x it, never below the target
+    seen.clear()  # with the best so far: give up past GIVE_UP x it, never below the target; the graph sized by it
     time_bound(calls.append, "graph", best_ms=2.0)
     time_bound(calls.append, "graph", best_ms=0.01)
     assert [kw["give_up_ms"] for _, kw in seen] == [launch.GIVE_UP * 2.0, launch.TUNE_TARGET_MS]
+    assert [kw["hint_ms"] for _, kw in seen] == [2.0, 0.01]
     defaults = {k: p.default for k, p in inspect.signature(SpmmPlan._time).parameters.items()}
     assert (defaults["repeats"], defaults["warmup"], defaults["target_ms"]) == \
         (launch.TUNE_REPEATS, launch.TUNE_WARMUP, launch.TUNE_TARGET_MS)
