@@ -141,10 +141,10 @@ class GpuEngine:
         Xc = X if X.dtype == plan.gnn_dtype else X.to(plan.gnn_dtype)
         if not Xc.is_contiguous():
             Xc = Xc.contiguous()
-        # the bias into the gather pass of a permuted plan where both are float32 (`PlanProduct`): out + bias in
-        # one pass over out instead of two (a [200k, 128] float32 add took 50 us on the H200)
-        fused = bias if (bias is not None and plan.gnn_permuted and X.dtype == torch.float32
-                         and plan.gnn_dtype == torch.float32 and bias.dtype == torch.float32) else None
+        # the bias into the gather pass where the product's float32 out is the result (no cast after): out + bias
+        # in one pass over out instead of two (a [200k, 128] float32 add took 50 us on the H200); whether it fits
+        # there (a permuted plan, float32 C and bias, aligned) `PlanProduct` decides (`adds_bias`)
+        fused = bias if bias is not None and X.dtype == torch.float32 else None
         # forward and backward keep products of their own, also where they share A's plan (A symmetric): each
         # then sees the same buffers epoch after epoch (torch's allocator hands a step's tensors the same blocks)
         # and replays its graph without re-pointing; one product alternating between the two re-pointed its
