@@ -34,7 +34,10 @@ memory is released. The JSON is rewritten after each row and each graph, so a ru
 measured; no new graph is started after --budget-s seconds.
 
 Timing: wall time of forward + backward + optimiser step per epoch, CUDA synchronised before and after; median of
-epochs 2..E (epoch 1 builds plans and PyG's caches; reported apart). Correctness in the same run: the eval-mode
+epochs 2..E (epoch 1 builds plans and PyG's caches; reported apart); with ``--rounds R`` each of ours, the floor
+and PyG's paths is trained R times from the same weights in alternating order (so that the host's drift hits them
+alike) and reports its fastest round (``*_rounds``: each round's; ``*_repeat_gap``: a later round's loss curve
+against the first's). Correctness in the same run: the eval-mode
 forward of ours and of every PyG path on identical weights (relative Frobenius error, TF32 tolerance 1e-2; beyond
 it the run exits 1) and the largest relative gap between our loss curve and each path's. JSON under
 benchmarks/results/ (device, versions, command, date, graphs, skips, failures, targets, the best path's loss curves);
@@ -214,7 +217,8 @@ def run_graph(case: dict, args, device, precisions, on_row=lambda row: None) -> 
             for prec in precisions:
                 log(f"{label}: {model} hidden={hidden} {prec or 'float32'}")
                 row, err = attempt(lambda: bench_model(model, hidden, A, perm, x, y, masks, args.epochs, pyg, prec,
-                                                       cuda_graph=args.cuda_graph, only_paths=args.pyg_paths))
+                                                       cuda_graph=args.cuda_graph, only_paths=args.pyg_paths,
+                                                       rounds=args.rounds))
                 if err:  # outside the guarded measurements (a layer or model that cannot be built): this row only
                     row = {"model": model, "hidden": hidden, "precision": str(prec or "float32").replace("torch.", ""),
                            "error": err}
@@ -335,6 +339,9 @@ def parse_args(argv=None):
                     help="also train ours and PyG's (its best path) with one captured step replayed per epoch "
                          "(gnn.models.fit cuda_graph=True, from the same starting weights): columns ours gr / pyg gr "
                          "/ x graph")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="train ours, the floor and each PyG path this many times, in alternating order, and report "
+                         "each one's fastest round (default 1)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no new graph after this many seconds")
     ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--no-fixed-cost", action="store_true",
@@ -351,8 +358,9 @@ def parse_args(argv=None):
         bad = sorted(set(args.pyg_paths) - known)
         if bad or not args.pyg_paths:
             ap.error(f"--pyg-paths: {bad or 'none given'}; choose from {', '.join(sorted(known))}")
-    if args.epochs < 2 or args.budget_s <= 0:
-        ap.error(f"--epochs must be >= 2 and --budget-s > 0, got {args.epochs} and {args.budget_s}")
+    if args.epochs < 2 or args.budget_s <= 0 or args.rounds < 1:
+        ap.error(f"--epochs must be >= 2, --budget-s > 0 and --rounds >= 1, got {args.epochs}, {args.budget_s} and "
+                 f"{args.rounds}")
     labels = [c["label"] for c in suite_cases(args.suite)]
     unknown = [g for g in args.graphs or [] if not any(lab.startswith(g) for lab in labels)]
     if unknown:
@@ -390,6 +398,7 @@ def main(argv=None) -> int:
     rows, graphs, skipped, failures, fixed = [], {}, [], [], []
     doc = {"benchmark": "gnn", "suite": args.suite, "date": stamp.isoformat(), "device": dev_name, "host": host,
            "versions": versions(), "command": " ".join([sys.executable, *sys.argv]), "epochs": args.epochs,
+           "rounds": args.rounds,
            "hidden": args.hidden, "timing": TIMING, "tolerance_forward": TOL_FORWARD, "pyg_path_kinds": PYG_PATHS,
            "fixed_cost_method": "benchmarks/epoch_profile.py: host issue ms and CUDA-event GPU ms per phase, median "
                                 "of --fixed-cost-epochs epochs; counts from one torch.profiler epoch (its exported "

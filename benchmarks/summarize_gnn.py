@@ -411,7 +411,10 @@ def other_gpu_lines(run, older, h, keep: int = 2) -> list[str]:
            "Each run as measured, float32; the tables above stay on the reference GPU's runs.", ""]
     for other in found[:keep]:
         rows = [r for r in other.rows if r.get("precision") == "float32"]
-        out += [f"`{other.path.name}` ({other.meta.get('date', '?')}, `{other.meta.get('command', '?')}`):", ""]
+        rounds = int(other.meta.get("rounds") or 1)
+        out += [f"`{other.path.name}` ({other.meta.get('date', '?')}, `{other.meta.get('command', '?')}`"
+                + (f"; each epoch time the fastest of {rounds} rounds, trained in alternating order" if rounds > 1
+                   else "") + "):", ""]
         out += per_graph_table(per_graph(rows), h, hidden=False)
         out += h.targets([(n, thr, got, h.status(ok)) for n, thr, got, ok in target_rows(rows)])
         out += ceiling_lines(rows)

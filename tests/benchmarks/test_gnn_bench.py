@@ -70,7 +70,7 @@ def test_refuses_without_torch_or_cuda():
 def test_arguments(bench, capsys):
     args = bench.parse_args([])
     assert args.suite == "graphs" and args.epochs == 30 and args.hidden == "128" and args.budget_s == 420.0
-    assert args.pyg_paths is None and args.models == "gcn,gat" and args.graphs is None
+    assert args.pyg_paths is None and args.models == "gcn,gat" and args.graphs is None and args.rounds == 1
     args = bench.parse_args(["--suite", "quick"])
     assert args.epochs == 50 and args.hidden == "128,256"
     args = bench.parse_args(["--epochs", "5", "--hidden", "64", "--budget-s", "90", "--graphs", "rmat", "igb-",
@@ -80,7 +80,7 @@ def test_arguments(bench, capsys):
     for bad, msg in ((["--pyg-paths", "dense"], "--pyg-paths: ['dense']"),
                      (["--graphs", "webbase"], "--graphs: ['webbase'] match no graph of --suite graphs"),
                      (["--models", "gcn,sage"], "--models: ['sage']"), (["--epochs", "1"], "--epochs must be >= 2"),
-                     (["--budget-s", "0"], "--budget-s > 0")):
+                     (["--budget-s", "0"], "--budget-s > 0"), (["--rounds", "0"], "--rounds >= 1")):
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
         assert msg in capsys.readouterr().err
@@ -319,6 +319,41 @@ def test_bench_model_on_every_pyg_path_with_one_failing(bench, ep):
     assert row["ours_ms"] > 0 and "pyg_ms" not in row and "speedup" not in row
 
 
+def test_rounds_alternate_the_order_and_keep_each_ones_fastest(bench, ep, monkeypatch):
+    """--rounds 3 on CPU torch and PyG: ours, the floor and each path trained three times (round 1 in order, then
+    reversed, then in order again), each reporting its fastest round, the losses of later rounds against round 1's
+    (ours on the CPU repeats bit for bit)."""
+    torch = pytest.importorskip("torch", reason="needs torch (CPU is enough): pip install -e '.[gnn]'")
+    pytest.importorskip("torch_geometric", reason="needs PyG: pip install torch_geometric")
+    import gnn
+    import gnn.models
+    from gnn.models import split_masks
+
+    A, perm, feats, labels, _ = bench.make_case("sbm", "n=300&blocks=3&deg_in=6&deg_out=1&seed=2", 8, "none")
+    x, y = torch.from_numpy(feats), torch.from_numpy(labels)
+    masks = split_masks(A.shape[0], 0)
+    pyg = ep.PygInputs(A, torch.device("cpu"))
+    paths = ep.paths_for("gcn")
+    args = {id(pyg.arg(p)): p for p in paths}
+    seen, real_fit = [], gnn.models.fit
+
+    def fit(model, x, y, graph, masks, **kw):
+        seen.append("ours" if isinstance(graph, gnn.Graph) else "floor" if graph is None else args[id(graph)])
+        return real_fit(model, x, y, graph, masks, **kw)
+
+    monkeypatch.setattr(gnn.models, "fit", fit)
+    row = ep.bench_model("gcn", 8, A, perm, x, y, masks, 3, pyg, None, rounds=3)
+    order = ["ours", "floor", *paths]
+    assert seen == [*order, *order[::-1], *order]
+    assert row["rounds"] == 3 and len(row["ours_ms_rounds"]) == len(row["floor_ms_rounds"]) == 3
+    assert row["ours_ms"] == min(row["ours_ms_rounds"]) and row["floor_ms"] == min(row["floor_ms_rounds"])
+    assert sorted(row["pyg_ms_rounds_by_path"]) == sorted(paths)
+    assert all(row["pyg_ms_by_path"][p] == min(ms) for p, ms in row["pyg_ms_rounds_by_path"].items())
+    assert row["ours_repeat_gap"] == 0.0 and all(g < 1e-4 for g in row["pyg_repeat_gap_by_path"].values())
+    assert (row["pyg_path"], row["pyg_ms"]) == ep.best_path(row["pyg_ms_by_path"])
+    pyg.clear()
+
+
 # ------------------------------------------------------------------------------------------------ summary and targets
 
 def row(graph, nnz, model, ours, paths, precision="float32", hidden=128, errors=None, gap=1e-3):
@@ -453,23 +488,26 @@ def test_summarize_shows_the_newest_runs_on_another_gpu_as_measured(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
 
-    def write(name, device, date, ours):
+    def write(name, device, date, ours, rounds=1):
         rows = [row("rmat-s13", 110555, "gcn", ours, {"edge_index": 2.0}),
                 row("rmat-s13", 110555, "gat", 2 * ours, {"edge_index": 5.0})]
         doc = {"benchmark": "gnn", "suite": "graphs", "date": date, "device": device, "versions": {},
-               "command": f"benchmarks/gnn.py # {name}", "epochs": 30, "rows": rows, "skipped": [], "failures": []}
+               "command": f"benchmarks/gnn.py # {name}", "epochs": 30, "rows": rows, "skipped": [], "failures": [],
+               "rounds": rounds}
         (results / f"{name}.json").write_text(json.dumps(doc))
 
     write("gnn-nvidia-h100-2026-01-01-000000", "NVIDIA H100 80GB HBM3", "2026-01-01T00:00:00+00:00", 1.0)
     write("gnn-nvidia-h200-2026-01-02-000000", "NVIDIA H200", "2026-01-02T00:00:00+00:00", 1.6)
     write("gnn-nvidia-h200-2026-01-03-000000", "NVIDIA H200", "2026-01-03T00:00:00+00:00", 2.5)
-    write("gnn-nvidia-h200-2026-01-04-000000", "NVIDIA H200", "2026-01-04T00:00:00+00:00", 0.5)
+    write("gnn-nvidia-h200-2026-01-04-000000", "NVIDIA H200", "2026-01-04T00:00:00+00:00", 0.5, rounds=3)
     write("gnn-nvidia-h200-2026-01-05-000000-v1", "NVIDIA H200", "2026-01-05T00:00:00+00:00", 0.1)
     body = render(results, tmp_path)
     main, other = body.split("### The newest runs on another GPU (NVIDIA H200)", 1)
     assert "| `rmat-s13` | 0.11M | gcn | 128 | float32 | 1.00 | 2.00 | edge_index | 2.00x" in main
-    runs = [ln.split("`")[1] for ln in other.splitlines() if ln.startswith("`gnn-")]
+    heads = [ln for ln in other.splitlines() if ln.startswith("`gnn-")]
+    runs = [ln.split("`")[1] for ln in heads]
     assert runs == ["gnn-nvidia-h200-2026-01-04-000000.json", "gnn-nvidia-h200-2026-01-03-000000.json"]
+    assert "the fastest of 3 rounds, trained in alternating order" in heads[0] and "rounds" not in heads[1]
     speedups = [cells(ln)[-2:] for ln in other.splitlines() if ln.startswith("| `rmat-s13`")]
     assert speedups == [["4.00x", "5.00x"], ["0.80x", "1.00x"]]  # PyG best / ours, per run as measured
     assert other.count("| GCN vs PyG's best path, float32, graphs of 0.1-3M nnz: geomean") == 2
