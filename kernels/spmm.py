@@ -161,9 +161,11 @@ class SpmmPlan:
         if self.autotune is False:
             return
         for kernel in kernels:
+            if kernel in prepared:
+                continue
             owner = _owner(kernel)
-            if kernel not in prepared and owner is not None and hasattr(owner.device_class(), "prepare"):
-                prepared[kernel] = self._op(kernel).prepare()
+            if owner is not None and hasattr(owner.device_class(), "prepare"):
+                prepared[kernel] = self._op(kernel, owner).prepare()
 
     @property
     def choice(self) -> Choice:
@@ -193,12 +195,13 @@ class SpmmPlan:
             self._csr = (getattr(record, "to_csr_device", None) or record.to_csr)(self._given)
         return self._csr
 
-    def _op(self, kernel: str):
+    def _op(self, kernel: str, owner=None):
         """The device operator that runs ``kernel``: this plan's, else the registered format's whose operator lists
-        it (a fallback, or ``run(kernel=...)``), built on first use on A's CSR."""
+        it (a fallback, or ``run(kernel=...)``; ``owner``: that format where the caller looked it up), built on
+        first use on A's CSR."""
         op = self._by_kernel.get(kernel)
         if op is None:
-            owner = _owner(kernel)
+            owner = owner or _owner(kernel)
             if owner is None:
                 raise ValueError(f"kernel {kernel!r} belongs to none of this plan's operators nor a registered "
                                  f"format's; known here: {', '.join(sorted(self._by_kernel))}")
