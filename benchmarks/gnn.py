@@ -34,16 +34,15 @@ memory is released. The JSON is rewritten after each row and each graph, so a ru
 measured; no new graph is started after --budget-s seconds.
 
 Timing: wall time of forward + backward + optimiser step per epoch, CUDA synchronised before and after; median of
-epochs 2..E (epoch 1 builds plans and PyG's caches; reported apart); with ``--rounds R`` each of ours, the floor
-and PyG's paths is trained R times from the same weights in alternating order (so that the host's drift hits them
-alike) and reports its fastest round (``*_rounds``: each round's; ``*_repeat_gap``: a later round's loss curve
-against the first's). Correctness in the same run: the eval-mode
-forward of ours and of every PyG path on identical weights (relative Frobenius error, TF32 tolerance 1e-2; beyond
-it the run exits 1) and the largest relative gap between our loss curve and each path's. JSON under
-benchmarks/results/ (device, versions, command, date, graphs, skips, failures, targets, the best path's loss curves);
-with matplotlib, a PNG of the curves beside it. Printed last: the rows, issue #33's per-graph table (ours, PyG's best
-and its path, the speedup per model), and the targets (>= 1.5x geomean over the graphs of 0.1-3M nnz per model, none
-below 1.0x; benchmarks/summarize_gnn.py) as the last table.
+epochs 2..E (epoch 1 builds plans and PyG's caches; reported apart); with ``--rounds R`` each of ours, the floor and
+PyG's paths is trained R times from the same weights in alternating order (so that the host's drift hits them alike)
+and reports its fastest round (``*_rounds``: each round's; ``*_repeat_gap``: a later round's loss curve against the
+first's). Correctness in the same run: the eval-mode forward of ours and of every PyG path on identical weights
+(relative Frobenius error, TF32 tolerance 1e-2; beyond it the run exits 1) and the largest relative gap between our
+loss curve and each path's. JSON under benchmarks/results/ (device, versions, command, date, graphs, skips,
+failures, targets, the best path's loss curves); with matplotlib, a PNG of the curves beside it. Printed last: the
+rows, issue #33's per-graph table (ours, PyG's best and its path, the speedup per model), and the targets (>= 1.5x
+geomean over the graphs of 0.1-3M nnz per model, none below 1.0x; benchmarks/summarize_gnn.py) as the last table.
 
 Captured steps (``--cuda-graph``): both libraries are also trained with ``gnn.models.fit(cuda_graph=True)`` from the
 same starting weights (PyG on its best eager path): three eager epochs, then one training step (forward, loss,
