@@ -161,7 +161,7 @@ def train(op, engine, epochs, adam_epochs, seed=0):
     """Epochs (``adam_epochs``: the fixture's loop) of the 2-layer GCN on ``op`` with its products through
     ``engine`` (None: SparseOp's own CPU path); the losses."""
     if engine is not None:
-        op.matmul = lambda X, transpose=False: engine.matmul(X.detach(), transpose)
+        op.matmul = lambda X, transpose=False, bias=None: engine.matmul(X.detach(), transpose, bias)
     torch.manual_seed(seed)
     n = op.shape[0]
     x, y = torch.randn(n, 16), torch.randint(0, 3, (n,))
