@@ -192,11 +192,15 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
             paths = []
     state = {}
 
-    def ours_run():
+    def ours_model(weights):
         torch.manual_seed(0)
         model = build(ours_conv).to(x.device)
-        if init is not None:
-            model.load_state_dict(init)  # strict: the parameter names match PyG's
+        if weights is not None:
+            model.load_state_dict(weights)  # strict: the parameter names match PyG's
+        return model
+
+    def ours_run():
+        model = ours_model(init)
         state["init"] = copy.deepcopy(model.state_dict())
         model.eval()
         with torch.no_grad(), autocast():
@@ -206,10 +210,8 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
                 "ours_losses": res["losses"], "ours_test_acc": res["test_acc"]}
 
     def ours_again():  # a later round: the same training from the same weights
-        torch.manual_seed(0)
-        model = build(ours_conv).to(x.device)
-        model.load_state_dict(state["init"])
-        res = fit(model, x, y, g, masks, epochs=epochs, autocast_dtype=autocast_dtype, cuda_graph=False)
+        res = fit(ours_model(state["init"]), x, y, g, masks, epochs=epochs, autocast_dtype=autocast_dtype,
+                  cuda_graph=False)
         return {"ms": float(np.median(res["epoch_ms"][1:])), "losses": res["losses"]}
 
     def floor_run():  # the same model with its sparse steps dropped: no library's eager epoch goes below it
@@ -218,7 +220,7 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
         torch.manual_seed(0)
         model = build(ep.dense_conv()).to(x.device)
         res = fit(model, x, y, None, masks, epochs=epochs, autocast_dtype=autocast_dtype, cuda_graph=False)
-        return {"floor_ms": float(np.median(res["epoch_ms"][1:]))}
+        return {"ms": float(np.median(res["epoch_ms"][1:]))}
 
     def measure(path):
         conv, arg = pyg.conv(name, path), pyg.arg(path)
@@ -244,22 +246,17 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
     row.update(got or {"ours_error": err})
     free_memory()
     got, err = attempt(floor_run)
-    row.update(got or {"floor_error": err})
+    row.update({"floor_ms": got["ms"]} if got else {"floor_error": err})
     free_memory()
     results, errors = run_paths(paths, measure)
-    later = {"ours": [], "floor": [], **{p: [] for p in results}}  # rounds 2..R: ms (and losses where kept)
+    again = {"ours": ours_again, "floor": floor_run, **{p: functools.partial(measure, p) for p in results}}
+    later = {who: [] for who in again}  # rounds 2..R: ms (and losses where kept)
     for r in range(1, rounds):
-        order = ["ours", "floor", *results]
-        for who in (order[::-1] if r % 2 else order):
-            if who == "ours" and "ours_ms" in row:
-                got, err = attempt(ours_again)
-            elif who == "floor" and "floor_ms" in row:
-                got, err = attempt(floor_run)
-                got = got and {"ms": got["floor_ms"]}
-            elif who in results:
-                got, err = attempt(lambda: measure(who))
-            else:
-                continue
+        for who in (list(again)[::-1] if r % 2 else list(again)):
+            ran = f"{who}_ms" in row if who in ("ours", "floor") else who in results
+            if not ran:
+                continue  # raised in an earlier round
+            got, err = attempt(again[who])
             if err is None:
                 later[who].append(got)
             elif who in ("ours", "floor"):  # a failure in any round is the measurement's: no time kept
@@ -271,14 +268,13 @@ def bench_model(name, hidden, A, perm, x, y, masks, epochs, pyg, autocast_dtype,
             free_memory()
     if rounds > 1:
         row["rounds"] = rounds
+        for who in ("ours", "floor"):
+            if f"{who}_ms" in row:
+                row[f"{who}_ms_rounds"] = [row[f"{who}_ms"], *(t["ms"] for t in later[who])]
+                row[f"{who}_ms"] = min(row[f"{who}_ms_rounds"])
         if "ours_ms" in row:
-            row["ours_ms_rounds"] = [row["ours_ms"], *(t["ms"] for t in later["ours"])]
-            row["ours_ms"] = min(row["ours_ms_rounds"])
             row["ours_repeat_gap"] = max((max_gap(row["ours_losses"], t["losses"]) for t in later["ours"]),
                                          default=None)
-        if "floor_ms" in row:
-            row["floor_ms_rounds"] = [row["floor_ms"], *(t["ms"] for t in later["floor"])]
-            row["floor_ms"] = min(row["floor_ms_rounds"])
         for p, res in results.items():
             res["ms_rounds"] = [res["ms"], *(t["ms"] for t in later[p])]
             res["ms"] = min(res["ms_rounds"])
