@@ -13,6 +13,7 @@ Device-side A arrays (built once per matrix by `half_layout`, on the device by `
 - ``cols`` int32 [max(n_blocks, 1), 4, 4]: [b][q] = sparse_a_to_b[b][(2q, 2q+1, 2q+8, 2q+9)], padding (-1)
   replaced by the block's first column (A is zero there: the kernel loads without a padding test, as
   kernels.launch.col_pairs).
+- ``walk`` int32 [n_windows] or None: the window each thread block takes (`window_walk`: most TC blocks first).
 """
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ from kernels.operands import check_b_out
 from kernels.precision import _xp, from_bf16_bits, to_bf16_bits  # noqa: F401 (the last two: this module's API)
 
 PRECISIONS = ("float16", "bfloat16")
+# `window_walk`: windows of >= WALK_HEAVY x the mean TC block count go first, most first, the rest in A's order (0:
+# every window by count). Swept on the H200 (FP16, after auto_reorder, graph replay, window kernel's time against
+# each block on its own window, N = 128 / 256; docs/kernels-notes.md "Session 42"): every window (0) mesh3d-40
+# 0.72 / 0.86x, mesh2d-300 0.90 / 0.98x, sbm-50k 0.88 / 0.94x, sbm-100k 0.96 / 1.05x; at 1.25 0.80 / 0.88, 0.91 /
+# 0.97, 0.99 / 1.00, 1.01 / 1.01; at 2 0.85 / 0.92, 0.96 / 1.00, 1.00 / 1.00, 1.00 / 1.00. The split kernel (k2)
+# at 0: 0.88 / 0.97, 0.99 / 1.02, 0.96 / 1.01, 1.03 / 1.08 (SBM's community order is B-row locality the walk
+# gives up). C is the same bit for bit in any walk.
+WALK_HEAVY = 0.0
 WIDTH = 16  # the k of mma.m16n8k16: columns of a TC block
 # [q] -> the 4 condensed columns (k rows of the mma B fragment) lane q multiplies: 2q, 2q+1, 2q+8, 2q+9
 QUAD = np.array([[2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9] for q in range(4)])
@@ -76,10 +85,36 @@ class HalfArrays(metcf_launch.WindowCounts):
     frag: object  # cupy uint16 [max(n_blocks, 1), 32, 8]
     cols: object  # cupy int32 [max(n_blocks, 1), 4, 4]
     row_window_offset_host: np.ndarray  # int64
+    walk: object = None  # cupy int32 [n_windows]: the window each thread block takes (`window_walk`), None: its own
 
     @property
     def suffix(self) -> str:
         return "f16" if self.precision == "float16" else "bf16"
+
+
+def window_walk(row_window_offset, heavy: float = WALK_HEAVY) -> np.ndarray | None:
+    """The order the kernels take row windows in (thread block x runs window walk[x]): by TC block count, most
+    first, ties in A's order (a stable sort); None where that is A's own order. A window is one thread block's work
+    (per column chunk) and a grid is a few waves of them: launched in A's order, the windows a reordering leaves
+    longest (its leftover rows, at the end) started in the last wave and the SMs waited on them (mesh3d-40 after
+    TCA, FP16, N = 128: 3.8 waves, windows of 3-27 blocks, SMs busy 72 % of the kernel's cycles, H200 ncu; walked,
+    the window kernel took 0.72x the time). Longest first is the list-scheduling rule whose makespan is within 4/3
+    of the best. ``heavy`` > 0 walks only windows of >= heavy x the mean count first (the rest in A's order:
+    WALK_HEAVY's sweep). C is the same bit for bit in any order (each window is summed by its own thread block)."""
+    per = np.diff(np.asarray(row_window_offset, dtype=np.int64))
+    if per.size < 2 or bool((per[:-1] >= per[1:]).all()):
+        return None
+    big = np.flatnonzero(per >= heavy * per.mean()) if heavy > 0 else np.arange(per.size)
+    keys = -per[big]  # a stable sort of 16-bit keys is NumPy's radix sort
+    big = big[np.argsort(keys.astype(np.int16) if keys.size and keys.min() >= -32768 else keys, kind="stable")]
+    rest = np.ones(per.size, dtype=bool)
+    rest[big] = False
+    walk = np.concatenate([big, np.flatnonzero(rest)]).astype(np.int32)
+    return None if np.array_equal(walk, np.arange(per.size)) else walk
+
+
+def _walk_arg(dh: HalfArrays):
+    return dh.walk if dh.walk is not None else np.uint64(0)  # a null pointer: block x takes window x
 
 
 def upload_half(M, precision: str) -> HalfArrays:
@@ -107,8 +142,10 @@ def upload_half(M, precision: str) -> HalfArrays:
     values = data if data.dtype == cupy.uint16 and precision == "bfloat16" else to_bits16(data, precision)
     frag, cols = half_layout(cupy.asarray(M.tc_offset), cupy.asarray(M.tc_local_id), cupy.asarray(M.sparse_a_to_b),
                              values)
+    walk = window_walk(rwo_host)
     return HalfArrays(shape=(n_rows, n_cols), precision=precision, row_window_offset=cupy.asarray(rwo_host),
-                      frag=frag, cols=cols, row_window_offset_host=rwo_host)
+                      frag=frag, cols=cols, row_window_offset_host=rwo_host,
+                      walk=None if walk is None else cupy.asarray(walk))
 
 
 def _check_b_out(dh: HalfArrays, B, out, out_dtype, accumulate: bool):
@@ -132,7 +169,8 @@ def _window_half_launch(dh: HalfArrays, B, out, config: KernelConfig, out_dtype,
         return out, None
     slices, chunks = _shape(N, config)
     grid, block = (dh.n_windows, chunks), (32 * slices,)
-    args = (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N), np.int32(flags))
+    args = (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N), np.int32(flags),
+            _walk_arg(dh))
     return out, (metcf_launch.function(f"metcf_half_window_{dh.suffix}", config), grid, block, args, 0, 3, 4, 7)
 
 
@@ -167,7 +205,7 @@ def _split_half_launch(dh: HalfArrays, B, out, config: KernelConfig, ksplit: int
     smem = (ksplit // 2) * slices * 32 * 32 * 4  # (ksplit / 2) x slices slots of 32 lanes x 32 fp32 registers
     grid, block = (dh.n_windows, chunks), (32 * slices * ksplit,)
     args = (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N), np.int32(flags),
-            np.int32(ksplit))
+            np.int32(ksplit), _walk_arg(dh))
     return out, (metcf_launch.function(f"metcf_half_split_{dh.suffix}", config), grid, block, args, smem, 3, 4, 7)
 
 

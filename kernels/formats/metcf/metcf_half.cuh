@@ -82,13 +82,21 @@ __device__ __forceinline__ void half_run(HalfAcc& acc, i64 b_begin, i64 b_end, c
   else half_blocks<KIND, false>(acc, b_begin, b_end, frag, cols, B, N, n0);
 }
 
-// Window kernel body: warp -> (window blockIdx.x, 64-column slice blockIdx.y x slices + warp).
+// The window thread block x takes: walk[x] (windows launched by block count, most first, so that the longest do
+// not start in the last wave: launch_half.window_walk), or x where walk is null. Which window a block takes
+// changes no bit of C.
+__device__ __forceinline__ i64 walked_window(const int* __restrict__ walk) {
+  return walk ? (i64)__ldg(walk + blockIdx.x) : (i64)blockIdx.x;
+}
+
+// Window kernel body: warp -> (window walked_window(walk), 64-column slice blockIdx.y x slices + warp).
 template <int KIND>
 __device__ __forceinline__ void half_window(const i64* __restrict__ row_window_offset, const uint4* __restrict__ frag,
                                             const int4* __restrict__ cols, const u16* __restrict__ B,
-                                            void* __restrict__ C, i64 M, i64 N, int flags) {
+                                            void* __restrict__ C, i64 M, i64 N, int flags,
+                                            const int* __restrict__ walk) {
   const int warp = threadIdx.x >> 5, slices = (int)(blockDim.x >> 5);
-  const i64 w = blockIdx.x, n0 = ((i64)blockIdx.y * slices + warp) * CFG_HALF_WARP_COLS;
+  const i64 w = walked_window(walk), n0 = ((i64)blockIdx.y * slices + warp) * CFG_HALF_WARP_COLS;
   if (n0 >= N) return;  // no barrier in this kernel
   const bool fast = (flags & FLAG_VEC) && n0 + CFG_HALF_WARP_COLS <= N;
   HalfAcc acc;
@@ -98,7 +106,7 @@ __device__ __forceinline__ void half_window(const i64* __restrict__ row_window_o
   half_store<KIND>(C, acc, row0, (int)min((i64)16, M - row0), N, n0, fast, flags);
 }
 
-// Split-K body: blockDim.x = 32 x slices x ksplit (ksplit a power of two); warp = k x slices + slice takes blocks
+// Split-K body (window walked_window(walk)): blockDim.x = 32 x slices x ksplit (ksplit a power of two); warp = k x slices + slice takes blocks
 // [rb + len k / ksplit, rb + len (k+1) / ksplit) of the window; at tree step h (ksplit/2 .. 1) warps h..2h-1 hand
 // their sums to warps 0..h-1 through red ((ksplit/2) x slices slots of [32 regs][32 lanes] floats, dynamic shared
 // memory: conflict-free). The shares and the tree depend only on the block count and ksplit: bitwise repeatable.
@@ -106,10 +114,10 @@ template <int KIND>
 __device__ __forceinline__ void half_split(const i64* __restrict__ row_window_offset, const uint4* __restrict__ frag,
                                            const int4* __restrict__ cols, const u16* __restrict__ B,
                                            void* __restrict__ C, i64 M, i64 N, int flags, int ksplit,
-                                           float* __restrict__ red) {
+                                           const int* __restrict__ walk, float* __restrict__ red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slices = (int)(blockDim.x >> 5) / ksplit, slice = warp % slices, k = warp / slices;
-  const i64 w = blockIdx.x, n0 = ((i64)blockIdx.y * slices + slice) * CFG_HALF_WARP_COLS;
+  const i64 w = walked_window(walk), n0 = ((i64)blockIdx.y * slices + slice) * CFG_HALF_WARP_COLS;
   const bool active = n0 < N, fast = (flags & FLAG_VEC) && n0 + CFG_HALF_WARP_COLS <= N;
   const i64 rb = row_window_offset[w], len = row_window_offset[w + 1] - rb;
   HalfAcc acc;

@@ -268,20 +268,20 @@ extern "C" __global__ void metcf_bitmap(const i64* __restrict__ tc_offset,
   const i64 *__restrict__ row_window_offset, const uint4 *__restrict__ frag, const int4 *__restrict__ cols,    \
       const u16 *__restrict__ B, void *__restrict__ C, i64 M, i64 N, int flags
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_HALF_MIN_BLOCKS_PER_SM)
-    metcf_half_window_f16(HALF_WINDOW_ARGS) {
-  half_window<F16>(row_window_offset, frag, cols, B, C, M, N, flags);
+    metcf_half_window_f16(HALF_WINDOW_ARGS, const int* __restrict__ walk) {
+  half_window<F16>(row_window_offset, frag, cols, B, C, M, N, flags, walk);
 }
 extern "C" __global__ void __launch_bounds__(CFG_MAX_WARPS * 32, CFG_HALF_MIN_BLOCKS_PER_SM)
-    metcf_half_window_bf16(HALF_WINDOW_ARGS) {
-  half_window<BF16>(row_window_offset, frag, cols, B, C, M, N, flags);
+    metcf_half_window_bf16(HALF_WINDOW_ARGS, const int* __restrict__ walk) {
+  half_window<BF16>(row_window_offset, frag, cols, B, C, M, N, flags, walk);
 }
 extern "C" __global__ void __launch_bounds__(CFG_SPLIT_MAX_WARPS * 32, 1)
-    metcf_half_split_f16(HALF_WINDOW_ARGS, int ksplit) {
+    metcf_half_split_f16(HALF_WINDOW_ARGS, int ksplit, const int* __restrict__ walk) {
   extern __shared__ float red[];
-  half_split<F16>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
+  half_split<F16>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, walk, red);
 }
 extern "C" __global__ void __launch_bounds__(CFG_SPLIT_MAX_WARPS * 32, 1)
-    metcf_half_split_bf16(HALF_WINDOW_ARGS, int ksplit) {
+    metcf_half_split_bf16(HALF_WINDOW_ARGS, int ksplit, const int* __restrict__ walk) {
   extern __shared__ float red[];
-  half_split<BF16>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, red);
+  half_split<BF16>(row_window_offset, frag, cols, B, C, M, N, flags, ksplit, walk, red);
 }

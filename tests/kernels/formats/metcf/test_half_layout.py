@@ -145,3 +145,13 @@ def test_simulated_warp_matches_the_dense_product(N):
             tile = simulate_warp(frag, cols, B, blocks, n0, N)
             got[16 * w: 16 * w + 16, n0: n0 + tile.shape[1]] = tile
     np.testing.assert_allclose(got[:40], want, rtol=1e-12, atol=1e-12)
+
+
+def test_windows_are_walked_by_block_count_most_first_ties_in_order():
+    rwo = np.concatenate([[0], np.cumsum([2, 5, 1, 5, 0, 3])])
+    walk = lh.window_walk(rwo)
+    assert walk.dtype == np.int32 and walk.tolist() == [1, 3, 5, 0, 2, 4]
+    assert lh.window_walk(np.array([0, 4, 7, 9, 9])) is None  # already most first: no walk, block x takes window x
+    assert lh.window_walk(np.array([0, 3])) is None and lh.window_walk(np.array([0])) is None
+    big = np.array([0, 1, 40_001, 40_003])  # past int16 keys: the general sort, the same rule
+    assert lh.window_walk(big).tolist() == [1, 2, 0]
