@@ -17,6 +17,7 @@ Device-side A arrays (built once per matrix by `half_layout`, on the device by `
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,13 @@ PRECISIONS = ("float16", "bfloat16")
 # at 0: 0.88 / 0.97, 0.99 / 1.02, 0.96 / 1.01, 1.03 / 1.08 (SBM's community order is B-row locality the walk
 # gives up). C is the same bit for bit in any walk.
 WALK_HEAVY = 0.0
+# ... and only where B (K x N 16-bit values) fills at most WALK_L2_SHARE of the L2 cache (`walks`): A's order keeps the
+# windows that run at once on neighbouring rows, whose B rows a reordering made shared, and that locality is what
+# keeps B in L2 when B does not fit. H200 (50 MiB of L2), the window kernel walked against A's order: sbm-100k N = 256
+# (B 51 MB) 1.05x slower (split 1.08x), N = 128 (26 MB) 0.96x; mesh2d-300 N = 256 (46 MB) 0.98x; TF32's kernels
+# (4-byte B), walked in a trial: sbm-100k N = 128 (51 MB) 1.08x, mesh3d-40 N = 256 (66 MB) 1.01x, N = 128 (33 MB)
+# 0.87x (docs/kernels-notes.md "Session 42").
+WALK_L2_SHARE = 0.75
 WIDTH = 16  # the k of mma.m16n8k16: columns of a TC block
 # [q] -> the 4 condensed columns (k rows of the mma B fragment) lane q multiplies: 2q, 2q+1, 2q+8, 2q+9
 QUAD = np.array([[2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9] for q in range(4)])
@@ -113,8 +121,27 @@ def window_walk(row_window_offset, heavy: float = WALK_HEAVY) -> np.ndarray | No
     return None if np.array_equal(walk, np.arange(per.size)) else walk
 
 
-def _walk_arg(dh: HalfArrays):
-    return dh.walk if dh.walk is not None else np.uint64(0)  # a null pointer: block x takes window x
+def walks(K: int, N: int, l2_bytes: int) -> bool:
+    """Whether the kernels take windows in `window_walk`'s order for B of K x N 16-bit values (WALK_L2_SHARE)."""
+    return 2 * K * N <= WALK_L2_SHARE * l2_bytes
+
+
+@functools.lru_cache(maxsize=None)
+def l2_bytes(device_id: int) -> int:
+    """The L2 cache size of CUDA device ``device_id``, in bytes."""
+    import cupy
+
+    return int(cupy.cuda.Device(device_id).attributes["L2CacheSize"])
+
+
+def _walk_arg(dh: HalfArrays, N: int):
+    """The kernels' ``walk`` argument at N columns: the walk where it `walks`, else a null pointer (block x takes
+    window x)."""
+    if dh.walk is None:
+        return np.uint64(0)
+    import cupy
+
+    return dh.walk if walks(dh.shape[1], N, l2_bytes(cupy.cuda.runtime.getDevice())) else np.uint64(0)
 
 
 def upload_half(M, precision: str) -> HalfArrays:
@@ -170,7 +197,7 @@ def _window_half_launch(dh: HalfArrays, B, out, config: KernelConfig, out_dtype,
     slices, chunks = _shape(N, config)
     grid, block = (dh.n_windows, chunks), (32 * slices,)
     args = (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N), np.int32(flags),
-            _walk_arg(dh))
+            _walk_arg(dh, N))
     return out, (metcf_launch.function(f"metcf_half_window_{dh.suffix}", config), grid, block, args, 0, 3, 4, 7)
 
 
@@ -205,7 +232,7 @@ def _split_half_launch(dh: HalfArrays, B, out, config: KernelConfig, ksplit: int
     smem = (ksplit // 2) * slices * 32 * 32 * 4  # (ksplit / 2) x slices slots of 32 lanes x 32 fp32 registers
     grid, block = (dh.n_windows, chunks), (32 * slices * ksplit,)
     args = (dh.row_window_offset, dh.frag, dh.cols, B, out, np.int64(dh.shape[0]), np.int64(N), np.int32(flags),
-            np.int32(ksplit), _walk_arg(dh))
+            np.int32(ksplit), _walk_arg(dh, N))
     return out, (metcf_launch.function(f"metcf_half_split_{dh.suffix}", config), grid, block, args, smem, 3, 4, 7)
 
 

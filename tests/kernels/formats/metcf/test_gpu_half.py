@@ -142,13 +142,15 @@ def test_empty_rows_and_windows():
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_the_window_walk_changes_no_bit(precision):
     """Windows growing down the matrix (row i has ~i / 8 nonzeros): the kernels take them longest first
-    (lh.window_walk); every kernel gives the bits it gives with each block on its own window (walk None)."""
+    (lh.window_walk; B of 900 rows fits the L2 cache at every N here, lh.walks), and every kernel gives the bits it
+    gives with each block on its own window (walk None)."""
     rng = np.random.default_rng(5)
     rows = [np.sort(rng.choice(900, size=1 + i // 8, replace=False)) for i in range(400)]
     A = sp.csr_array((rng.standard_normal(sum(map(len, rows))), np.concatenate(rows),
                       np.concatenate([[0], np.cumsum([len(r) for r in rows])])), shape=(400, 900))
     dh = lh.upload_half(csr_to_metcf(A, width=16), precision)
-    assert dh.walk is not None and int(dh.walk[0]) == dh.n_windows - 1
+    assert dh.walk is not None and int(dh.walk[0]) == int(np.argmax(np.diff(dh.row_window_offset_host)))
+    assert lh._walk_arg(dh, 256) is dh.walk and lh._walk_arg(dh, 1 << 24) == 0  # B past the L2 share: A's order
     plain = lh.HalfArrays(**{**dh.__dict__, "walk": None})
     for N in (64, 136, 256):
         B = cupy.asarray(lh.to_bits16(rng.standard_normal((900, N)).astype(np.float32), precision))

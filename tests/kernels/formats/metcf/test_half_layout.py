@@ -155,3 +155,9 @@ def test_windows_are_walked_by_block_count_most_first_ties_in_order():
     assert lh.window_walk(np.array([0, 3])) is None and lh.window_walk(np.array([0])) is None
     big = np.array([0, 1, 40_001, 40_003])  # past int16 keys: the general sort, the same rule
     assert lh.window_walk(big).tolist() == [1, 2, 0]
+
+
+def test_windows_are_walked_only_where_b_fits_the_l2_share():
+    l2 = 50 << 20
+    assert lh.walks(100_000, 128, l2) and not lh.walks(100_000, 256, l2)  # 25.6 MB walked, 51.2 MB not
+    assert lh.walks(1, 1, 0) is False and lh.walks(0, 128, 0) is True
