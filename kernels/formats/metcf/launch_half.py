@@ -128,10 +128,14 @@ def walks(K: int, N: int, l2_bytes: int) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def l2_bytes(device_id: int) -> int:
-    """The L2 cache size of CUDA device ``device_id``, in bytes."""
+    """The L2 cache size of CUDA device ``device_id``, in bytes (the device attribute; the properties' field where a
+    CuPy build names it otherwise; 0, so no walk, where neither is there)."""
     import cupy
 
-    return int(cupy.cuda.Device(device_id).attributes["L2CacheSize"])
+    try:
+        return int(cupy.cuda.Device(device_id).attributes["L2CacheSize"])
+    except KeyError:
+        return int(cupy.cuda.runtime.getDeviceProperties(device_id).get("l2CacheSize", 0))
 
 
 def _walk_arg(dh: HalfArrays, N: int):
