@@ -155,6 +155,9 @@ def test_windows_are_walked_by_block_count_most_first_ties_in_order():
     assert lh.window_walk(np.array([0, 3])) is None and lh.window_walk(np.array([0])) is None
     big = np.array([0, 1, 40_001, 40_003])  # past int16 keys: the general sort, the same rule
     assert lh.window_walk(big).tolist() == [1, 2, 0]
+    # heavy: only windows of >= heavy x the mean count (16 / 6 = 2.67 blocks; x 1.5 = 4) first, the rest in order
+    assert lh.window_walk(rwo, heavy=1.5).tolist() == [1, 3, 0, 2, 4, 5]
+    assert lh.window_walk(rwo, heavy=9.0) is None
 
 
 def test_windows_are_walked_only_where_b_fits_the_l2_share():
