@@ -109,7 +109,8 @@ __device__ __forceinline__ void half_window(const i64* __restrict__ row_window_o
 // Split-K body (window walked_window(walk)): blockDim.x = 32 x slices x ksplit (ksplit a power of two); warp =
 // k x slices + slice takes blocks [rb + len k / ksplit, rb + len (k+1) / ksplit) of the window; at tree step h
 // (ksplit/2 .. 1) warps h..2h-1 hand their sums to warps 0..h-1 through red ((ksplit/2) x slices slots of [32
-// regs][32 lanes] floats, dynamic shared memory: conflict-free). The shares and the tree depend only on the block count and ksplit: bitwise repeatable.
+// regs][32 lanes] floats, dynamic shared memory: conflict-free). The shares and the tree depend only on the block
+// count and ksplit: bitwise repeatable.
 template <int KIND>
 __device__ __forceinline__ void half_split(const i64* __restrict__ row_window_offset, const uint4* __restrict__ frag,
                                            const int4* __restrict__ cols, const u16* __restrict__ B,
