@@ -53,3 +53,21 @@ def cut_ranges(ptr, max_len: int, what: str, length_name: str = "max_len") -> tu
     np.cumsum(k[cut], out=fix_ptr[1:])
     return (piece_ptr, owner.astype(np.int32), slot.astype(np.int32), cut.astype(np.int32),
             fix_ptr.astype(np.int32))
+
+
+def longest_first(ptr, heavy: float) -> np.ndarray | None:
+    """A launch order of the ranges of pointer array ``ptr`` (CSR rows, ME-TCF row windows): those of >= ``heavy`` x
+    the mean length first, longest first (ties in the given order), then the others in the given order; None when
+    that is the given order itself (no such range, or ``heavy`` <= 0). int64 ids."""
+    lens = np.diff(np.asarray(ptr, dtype=np.int64))
+    if heavy <= 0 or lens.size == 0 or lens.sum() == 0:
+        return None
+    big = np.flatnonzero(lens >= heavy * lens.mean())
+    if big.size == 0:
+        return None
+    keys = -lens[big]  # a stable sort of 16-bit keys is NumPy's radix sort: ~10x faster on 500k rows
+    big = big[np.argsort(keys.astype(np.int16) if keys.min() >= -32768 else keys, kind="stable")]
+    rest = np.ones(lens.size, dtype=bool)
+    rest[big] = False
+    order = np.concatenate([big, np.flatnonzero(rest)])
+    return None if np.array_equal(order, np.arange(lens.size)) else order

@@ -25,19 +25,19 @@ import numpy as np
 from kernels import launch
 from kernels.formats.metcf import launch as metcf_launch
 from kernels.formats.metcf.config import CONFIG, KernelConfig
-from storage.indexing import INT32_MAX
+from storage.indexing import INT32_MAX, longest_first
 from kernels.operands import check_b_out
 from kernels.precision import _xp, from_bf16_bits, to_bf16_bits  # noqa: F401 (the last two: this module's API)
 
 PRECISIONS = ("float16", "bfloat16")
-# `window_walk`: windows of >= WALK_HEAVY x the mean TC block count go first, most first, the rest in A's order (0:
-# every window by count). Swept on the H200 (FP16, after auto_reorder, graph replay, window kernel's time against
-# each block on its own window, N = 128 / 256; docs/kernels-notes.md "Session 42"): every window (0) mesh3d-40
-# 0.72 / 0.86x, mesh2d-300 0.90 / 0.98x, sbm-50k 0.88 / 0.94x, sbm-100k 0.96 / 1.05x; at 1.25 0.80 / 0.88, 0.91 /
-# 0.97, 0.99 / 1.00, 1.01 / 1.01; at 2 0.85 / 0.92, 0.96 / 1.00, 1.00 / 1.00, 1.00 / 1.00. The split kernel (k2)
-# at 0: 0.88 / 0.97, 0.99 / 1.02, 0.96 / 1.01, 1.03 / 1.08 (SBM's community order is B-row locality the walk
-# gives up). C is the same bit for bit in any walk.
-WALK_HEAVY = 0.0
+# `window_walk`: windows of >= WALK_HEAVY x the mean TC block count go first, most first, the rest in A's order
+# (1e-9: every window with a block, by count; empty ones last). Swept on the H200 (FP16, after auto_reorder, graph
+# replay, window kernel's time against each block on its own window, N = 128 / 256; docs/kernels-notes.md "Session
+# 42"): every window mesh3d-40 0.72 / 0.86x, mesh2d-300 0.90 / 0.98x, sbm-50k 0.88 / 0.94x, sbm-100k 0.96 / 1.05x;
+# at 1.25 0.80 / 0.88, 0.91 / 0.97, 0.99 / 1.00, 1.01 / 1.01; at 2 0.85 / 0.92, 0.96 / 1.00, 1.00 / 1.00, 1.00 /
+# 1.00. The split kernel (k2) on every window: 0.88 / 0.97, 0.99 / 1.02, 0.96 / 1.01, 1.03 / 1.08 (SBM's community
+# order is B-row locality the walk gives up). C is the same bit for bit in any walk.
+WALK_HEAVY = 1e-9
 # ... and only where B (K x N 16-bit values) fills at most WALK_L2_SHARE of the L2 cache (`walks`): A's order keeps the
 # windows that run at once on neighbouring rows, whose B rows a reordering made shared, and that locality is what
 # keeps B in L2 when B does not fit. H200 (50 MiB of L2), the window kernel walked against A's order: sbm-100k N = 256
@@ -107,18 +107,10 @@ def window_walk(row_window_offset, heavy: float = WALK_HEAVY) -> np.ndarray | No
     longest (its leftover rows, at the end) started in the last wave and the SMs waited on them (mesh3d-40 after
     TCA, FP16, N = 128: 3.8 waves, windows of 3-27 blocks, SMs busy 72 % of the kernel's cycles, H200 ncu; walked,
     the window kernel took 0.72x the time). Longest first is the list-scheduling rule whose makespan is within 4/3
-    of the best. ``heavy`` > 0 walks only windows of >= heavy x the mean count first (the rest in A's order:
-    WALK_HEAVY's sweep). C is the same bit for bit in any order (each window is summed by its own thread block)."""
-    per = np.diff(np.asarray(row_window_offset, dtype=np.int64))
-    if per.size < 2 or bool((per[:-1] >= per[1:]).all()):
-        return None
-    big = np.flatnonzero(per >= heavy * per.mean()) if heavy > 0 else np.arange(per.size)
-    keys = -per[big]  # a stable sort of 16-bit keys is NumPy's radix sort
-    big = big[np.argsort(keys.astype(np.int16) if keys.size and keys.min() >= -32768 else keys, kind="stable")]
-    rest = np.ones(per.size, dtype=bool)
-    rest[big] = False
-    walk = np.concatenate([big, np.flatnonzero(rest)]).astype(np.int32)
-    return None if np.array_equal(walk, np.arange(per.size)) else walk
+    of the best. ``heavy``: only windows of >= heavy x the mean count go first (the rest in A's order: WALK_HEAVY's
+    sweep; <= 0: none). C is the same bit for bit in any order (each window is summed by its own thread block)."""
+    walk = longest_first(row_window_offset, heavy)  # the CSR kernel's row walk's rule (storage.indexing)
+    return None if walk is None else walk.astype(np.int32)
 
 
 def walks(K: int, N: int, l2_bytes: int) -> bool:
