@@ -8,6 +8,8 @@ alone, deterministic float32: our kernels only; deterministic=False float32: cuS
 float16), with B and out prepared once:
 - ``issued_us``: plan.run(B, out) per call as issued: CUDA events around a Python loop of back-to-back calls,
   divided by the calls (median of 5 loops; the automatic graph replay of repeated calls is on, as by default);
+  every plan of a (matrix, N) is built first, then timed in ``--rounds`` alternating rounds (default 3), and
+  each number is the plan's fastest round (each round's in ``*_rounds``; files before 2026-11-30-s43c: one pass);
 - ``issued_nograph_us``: the same with ``plan.graphs = False`` (the bound launch every call);
 - ``graph_us``: the GPU's time of the chosen kernel (kernels.launch.graph_ms: replays of a captured graph of
   back-to-back launches); ``overhead_us`` = issued - graph.
@@ -101,7 +103,12 @@ def issued_us(fn, calls: int | None = None, repeats: int = 5) -> float:
     return float(np.median(times))
 
 
-def measure(label, A, N, rng, plans):
+def measure(label, A, N, rng, plans, rounds: int = 3):
+    """Each plan built and decided for N, then its GPU time and per-call times taken in ``rounds`` alternating
+    rounds (plans in order, then reversed, ...): each number is its fastest round's, every round's in
+    ``*_rounds``. A 4-6 us call is host-bound, and one plan timed after another moved by up to 1.24x on the same
+    kernel in one pass (HB/bcspwr10 N = 256, H200, docs/kernels-notes.md "Session 43"): rounds take the host's
+    drift out of the comparison between plans."""
     import cupy
 
     from kernels import launch
@@ -110,7 +117,7 @@ def measure(label, A, N, rng, plans):
     rows = np.sort(rng.choice(A.shape[0], min(2048, A.shape[0]), replace=False))
     Bh = rng.standard_normal((A.shape[1], N)).astype(np.float32)
     ref = A[rows].astype(np.float64) @ Bh.astype(np.float64)
-    out_rows = []
+    built = []
     for name in plans:
         if PLANS[name]["dtype"] == "float16" and float(np.abs(A.data).max(initial=0)) > 6e4:
             log(f"  {label}: values beyond float16's range, {name} left out")
@@ -119,23 +126,36 @@ def measure(label, A, N, rng, plans):
         B = cupy.asarray(plan.precision.to_storage(Bh))
         out = cupy.empty((A.shape[0], N), dtype=plan.out_dtype)
         plan.run(B, out)  # decides (and autotunes) for this N
-        ch = plan.choices[N]
-        kernel = ch["kernel"]
-        try:
-            graph_us = 1e3 * launch.graph_ms(lambda: plan._launch(kernel, B, out, choice=ch), repeats=20, warmup=3)
-            graph_error = None
-        except Exception as err:  # recorded, not fatal: the rest of the suite still runs
-            graph_us, graph_error = float("nan"), f"{type(err).__name__}: {err}"
-            log(f"  {label} N={N} {name}: graph timing failed: {graph_error}")
-        row = {"graph_error": graph_error, "matrix": label, "nnz": int(A.nnz), "shape": list(A.shape), "N": N, "plan": name, "kernel": kernel,
-               "graph_us": graph_us, "issued_us": issued_us(lambda: plan.run(B, out))}
+        built.append((name, plan, B, out))
+    times = {name: {"graph_us": [], "issued_us": [], "issued_nograph_us": []} for name, *_ in built}
+    errors = {}
+    for r in range(rounds):
+        for name, plan, B, out in (built if r % 2 == 0 else built[::-1]):
+            ch = plan.choices[N]
+            t = times[name]
+            try:
+                t["graph_us"].append(1e3 * launch.graph_ms(lambda: plan._launch(ch["kernel"], B, out, choice=ch),
+                                                           repeats=20, warmup=3))
+            except Exception as err:  # recorded, not fatal: the rest of the suite still runs
+                errors[name] = f"{type(err).__name__}: {err}"
+                log(f"  {label} N={N} {name}: graph timing failed: {errors[name]}")
+            t["issued_us"].append(issued_us(lambda: plan.run(B, out)))
+            if hasattr(plan, "graphs"):
+                plan.graphs = False
+                t["issued_nograph_us"].append(issued_us(lambda: plan.run(B, out)))
+                plan.graphs = True
+    out_rows = []
+    for name, plan, B, out in built:
+        kernel, t = plan.choices[N]["kernel"], times[name]
+        graph_us = min(t["graph_us"]) if t["graph_us"] else float("nan")
+        row = {"graph_error": errors.get(name), "matrix": label, "nnz": int(A.nnz), "shape": list(A.shape), "N": N,
+               "plan": name, "kernel": kernel, "graph_us": graph_us, "issued_us": min(t["issued_us"]),
+               "rounds": rounds, **{f"{k}_rounds": v for k, v in t.items() if v}}
         mapping = getattr(plan._op(kernel), "mapping", None)  # the CSR kernel's tuned mapping (csr_spmm.cu)
         if mapping is not None:
             row["csr_mapping"] = mapping(N)
-        if hasattr(plan, "graphs"):
-            plan.graphs = False
-            row["issued_nograph_us"] = issued_us(lambda: plan.run(B, out))
-            plan.graphs = True
+        if t["issued_nograph_us"]:
+            row["issued_nograph_us"] = min(t["issued_nograph_us"])
         out.fill(np.nan)
         plan.run(B, out)
         C = plan.precision.to_float32(cupy.asnumpy(out)[rows]).astype(np.float64)
@@ -146,7 +166,8 @@ def measure(label, A, N, rng, plans):
         out_rows.append(row)
         log(f"  {label} N={N} {name}: {kernel} graph {graph_us:.1f} us, issued {row['issued_us']:.1f} us"
             + (f" (no graph {row['issued_nograph_us']:.1f})" if "issued_nograph_us" in row else "")
-            + f", err {row['rel_err']:.1e}")
+            + f", err {row['rel_err']:.1e} (fastest of {rounds} rounds)")
+    del built
     for dtype in sorted({PLANS[r["plan"]]["dtype"] for r in out_rows}):  # cuSPARSE in each plan's precision
         cus = cusparse_times(A, Bh, rows, ref, dtype)
         for r in out_rows:
@@ -205,6 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ns", type=int, nargs="+", default=[128, 256])
     ap.add_argument("--plans", nargs="+", default=list(DEFAULT_PLANS), choices=list(PLANS))
     ap.add_argument("--label", default="after")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of each (matrix, N)'s timings: each "
+                    "plan's fastest is reported (default 3)")
     ap.add_argument("--reorder", choices=("none", "auto"), default="none",
                     help="auto: time the plans on tasks.reorder.auto_reorder's order (what a new user runs), with "
                          "cuSPARSE on the original and on the same reordered matrix (speedups both ways)")
@@ -215,6 +238,8 @@ def main(argv=None) -> int:
     ap.add_argument("--matrices", nargs="+", help="only these labels (fixture names like SNAP/email-Enron, or "
                     "generated labels like banded-200k)")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        raise SystemExit(f"benchmarks/host_overhead.py: --rounds is {args.rounds}, expected at least 1")
     sys.path.insert(0, str(REPO))
     if args.table_from:
         doc = json.loads(args.table_from.read_text())
@@ -251,7 +276,7 @@ def main(argv=None) -> int:
         A = sp.csr_array(A)
         if args.reorder == "none":
             for N in args.ns:
-                rows.extend(measure(label, A, N, rng, args.plans))
+                rows.extend(measure(label, A, N, rng, args.plans, args.rounds))
             continue
         Ar, order = reordered(label, A)
         for N in args.ns:
@@ -264,7 +289,7 @@ def main(argv=None) -> int:
             for dtype, o in orig.items():
                 log(f"  {label} N={N} cuSPARSE {dtype} on the original {o['cus_alg']}: issued "
                     f"{o['cus_issued_us']:.1f} us")
-            got = measure(label, Ar, N, rng, args.plans)
+            got = measure(label, Ar, N, rng, args.plans, args.rounds)
             for r in got:
                 r.update(order, **{f"orig_{k}": v for k, v in orig[PLANS[r["plan"]]["dtype"]].items()})
             rows.extend(got)
