@@ -276,7 +276,7 @@ def split(windows: Windows, tc_formats: list, cuda_format, precision, N: int = R
         tc[order[kb:]] = True
         if all_tc < totals[kb]:
             tc[:] = True
-        pred, scattered = split_cost(windows, tc, fmt, cuda_format, prec, N)
+        pred, scattered = _split_cost(windows, tc, (ta, tp, tl), (ca, cp, cl), copy)
         found = Split(fmt.name, cuda_format.name, prec.name, int(N), windows, tc, pred, all_tc, all_cuda, scattered)
         if best is None or found.predicted_us < best.predicted_us * (1 - 1e-12):  # ties: the earlier format
             best = found
@@ -288,12 +288,20 @@ def split_cost(windows: Windows, tc: np.ndarray, tc_format, cuda_format, precisi
     ``tc_format`` and the others on ``cuda_format``: each part's launch, additive terms and heaviest window, plus
     the copy of the TC rows when they are not one run of windows."""
     prec = as_precision(precision)
-    pw, w, tc = windows.per_window(), windows.weight, np.asarray(tc, dtype=bool)
-    ta, tp, tl = window_costs(tc_format, pw, prec, N)
-    ca, cp, cl = window_costs(cuda_format, pw, prec, N)
+    pw = windows.per_window()
+    return _split_cost(windows, tc, window_costs(tc_format, pw, prec, N), window_costs(cuda_format, pw, prec, N),
+                       _copy_us(cuda_format, prec, windows, N))
+
+
+def _split_cost(windows: Windows, tc, tc_costs: tuple, cuda_costs: tuple, copy: np.ndarray) -> tuple[float, bool]:
+    """`split_cost` from both formats' `window_costs` and the copy's us per window (`split` has them already:
+    computing them again per TC format was two thirds of its NumPy passes, each a GIL hand-off beside an `auto`
+    plan's background builds)."""
+    (ta, tp, tl), (ca, cp, cl) = tc_costs, cuda_costs
+    w, tc = windows.weight, np.asarray(tc, dtype=bool)
     scattered = _scattered(windows, tc)
     if scattered:
-        ta = ta + _copy_us(cuda_format, prec, windows, N)
+        ta = ta + copy
     pred = float(np.dot(w, np.where(tc, ta, ca)))
     if tc.any():
         pred += float(tp[tc].max()) + tl

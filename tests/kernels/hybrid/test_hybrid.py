@@ -89,6 +89,8 @@ def test_a_dense_core_splits_and_power_law_and_uniform_matrices_do_not(precision
 def test_the_split_is_the_cheapest_of_its_candidates():
     win, prec = window_stats(power_law()), as_precision("float32")
     s = split(win, tc_formats(prec), get("csr"), prec, 128)
+    # its prediction is split_cost's of its own windows, to the bit (split reuses the costs it computed)
+    assert split_cost(win, s.tc, get(s.tc_format), get("csr"), prec, 128) == (s.predicted_us, s.scattered)
     rng = np.random.default_rng(0)
     for _ in range(20):  # random splits and the split with one window flipped cost at least as much
         mask = rng.random(win.index.size) < rng.random()
