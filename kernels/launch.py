@@ -230,7 +230,7 @@ def _bind(B, out, *launches, vec_n: int = 4) -> Bound:
 # a 1M-nonzero `auto` plan's 0.15-0.19 s; at 5 x 0.2 ms they take half of that, and 18 plans (R-MAT, SBM, mesh;
 # float32, float16; three plans each) picked the kernel the full budget picks, within 1 % of its time (H200,
 # docs/kernels-notes.md "Session 26"). At 5 x 0.1 ms a 1M plan took 0.81x the time of 5 x 0.2 ms (best of three
-# alternating rounds, six plans) and chose the same kernels, within 0.4 % of their times ("Session 43").
+# alternating rounds, six plans) and chose the same kernels, within 0.3 % of their times ("Session 43").
 # A call of at least TUNE_TARGET_MS is its own estimate after one warm-up call (its event-timed time is steady to
 # ~1 %, and 3 warm-up + 3 estimate calls of a 1 ms kernel were 6 ms of a 10M-nonzero plan's ~25 ms per candidate),
 # and a candidate whose estimate passes GIVE_UP x the best timed so far is not timed further (`time_bound`).
